@@ -1,0 +1,21 @@
+/*
+ * protocol.h - constants of the profd <-> profctl socket protocol.
+ *
+ * One JSON object per line (UTF-8, '\n'-terminated) on a Unix stream socket;
+ * every request gets exactly one response line. docs/protocol.md has the
+ * commands and the shape of every response.
+ */
+#pragma once
+
+#define PROFD_PROTOCOL_VERSION 1
+
+/* Requests longer than this (bytes, including the newline) get an error. */
+#define PROFD_MAX_REQUEST_BYTES (64 * 1024)
+
+#define PROFD_DEFAULT_SOCKET "/run/profd/profd.sock"
+#define PROFD_DEFAULT_DB "/var/lib/profd/profd.db"
+
+#define PROFD_DEFAULT_FREQ_HZ 99
+#define PROFD_MAX_FREQ_HZ 10000
+/* Aggregation window and flush interval: a crash loses at most this much. */
+#define PROFD_WINDOW_NS 1000000000ULL

@@ -1,0 +1,73 @@
+/* util.h - cleanup helpers, time units and small macros shared by profd and profctl. */
+#pragma once
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#define NSEC_PER_SEC 1000000000ULL
+#define NSEC_PER_MSEC 1000000ULL
+#define NSEC_PER_USEC 1000ULL
+
+/*
+ * Cleanup attributes in the shape of systemd's _cleanup_free_ & co: the
+ * variable is released when it goes out of scope; TAKE_PTR()/TAKE_FD() hand
+ * ownership out and leave NULL / -1 behind.
+ */
+static inline void freep(void *p)
+{
+	free(*(void **)p);
+}
+
+static inline void closep(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+}
+
+static inline void fclosep(FILE **f)
+{
+	if (*f)
+		fclose(*f);
+}
+
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _cleanup_free_ _cleanup_(freep)
+#define _cleanup_close_ _cleanup_(closep)
+#define _cleanup_fclose_ _cleanup_(fclosep)
+
+#define TAKE_PTR(p)                                                                                \
+	({                                                                                         \
+		__typeof__(p) _p = (p);                                                            \
+		(p) = NULL;                                                                        \
+		_p;                                                                                \
+	})
+#define TAKE_FD(fd)                                                                                \
+	({                                                                                         \
+		int _fd = (fd);                                                                    \
+		(fd) = -1;                                                                         \
+		_fd;                                                                               \
+	})
+
+#define DEFINE_TRIVIAL_CLEANUP_FUNC(type, func)                                                    \
+	static inline void func##p(type *p)                                                        \
+	{                                                                                          \
+		if (*p)                                                                            \
+			func(*p);                                                                  \
+	}
+
+/* now_ns() - the clock @clk in nanoseconds (CLOCK_MONOTONIC, CLOCK_REALTIME, ...). */
+static inline uint64_t now_ns(clockid_t clk)
+{
+	struct timespec ts;
+
+	clock_gettime(clk, &ts);
+	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
+}

@@ -1,0 +1,69 @@
+/* hashmap.c - open-addressing (linear probing) pointer hash table. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hashmap.h"
+
+void *hashmap__find(const struct hashmap *m, uint64_t hash, hashmap_eq_fn eq, const void *key)
+{
+	if (m->cap == 0)
+		return NULL;
+	for (size_t i = hash & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+		if (!m->vals[i])
+			return NULL;
+		if (m->hashes[i] == hash && eq(m->vals[i], key))
+			return m->vals[i];
+	}
+}
+
+static void place(uint64_t *hashes, void **vals, size_t cap, uint64_t hash, void *val)
+{
+	size_t i = hash & (cap - 1);
+
+	while (vals[i])
+		i = (i + 1) & (cap - 1);
+	hashes[i] = hash;
+	vals[i] = val;
+}
+
+int hashmap__insert(struct hashmap *m, uint64_t hash, void *val)
+{
+	/* Keep the load factor under 1/2 so probes stay short. */
+	if ((m->len + 1) * 2 > m->cap) {
+		size_t cap = m->cap ? m->cap * 2 : 64;
+		uint64_t *hashes = calloc(cap, sizeof(*hashes));
+		void **vals = calloc(cap, sizeof(*vals));
+
+		if (!hashes || !vals) {
+			free(hashes);
+			free(vals);
+			return -ENOMEM;
+		}
+		for (size_t i = 0; i < m->cap; i++)
+			if (m->vals[i])
+				place(hashes, vals, cap, m->hashes[i], m->vals[i]);
+		free(m->hashes);
+		free(m->vals);
+		m->hashes = hashes;
+		m->vals = vals;
+		m->cap = cap;
+	}
+	place(m->hashes, m->vals, m->cap, hash, val);
+	m->len++;
+	return 0;
+}
+
+void hashmap__clear(struct hashmap *m)
+{
+	if (m->cap)
+		memset(m->vals, 0, m->cap * sizeof(*m->vals));
+	m->len = 0;
+}
+
+void hashmap__free(struct hashmap *m)
+{
+	free(m->hashes);
+	free(m->vals);
+	*m = (struct hashmap){ 0 };
+}

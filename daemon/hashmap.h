@@ -1,0 +1,45 @@
+/*
+ * hashmap.h - open-addressing hash table of pointers, keyed by a 64-bit hash
+ * plus a caller-supplied equality test. Used to intern call stacks and to
+ * aggregate samples; entries are owned by the caller.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct hashmap {
+	size_t cap; /* slots, a power of two; 0 until the first insert */
+	size_t len; /* entries */
+	uint64_t *hashes;
+	void **vals;
+};
+
+/* Equality of a stored entry and the key being looked up. */
+typedef bool (*hashmap_eq_fn)(const void *entry, const void *key);
+
+/* hashmap__find() - the entry with @hash for which @eq(entry, @key), or NULL. */
+void *hashmap__find(const struct hashmap *m, uint64_t hash, hashmap_eq_fn eq, const void *key);
+/* hashmap__insert() - add @val (not already present). Returns 0 or -ENOMEM. */
+int hashmap__insert(struct hashmap *m, uint64_t hash, void *val);
+/* hashmap__clear() - forget all entries (does not free them); keeps capacity. */
+void hashmap__clear(struct hashmap *m);
+void hashmap__free(struct hashmap *m); /* frees the table, not the entries */
+
+#define hashmap__for_each(m, i, v)                                                                 \
+	for (size_t i = 0; i < (m)->cap; i++)                                                      \
+		if (((v) = (m)->vals[i]) != NULL)
+
+/* hash64() - FNV-1a over @len bytes, continuing from @h (start with HASH64_INIT). */
+#define HASH64_INIT 0xcbf29ce484222325ULL
+static inline uint64_t hash64(uint64_t h, const void *data, size_t len)
+{
+	const unsigned char *p = data;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= p[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}

@@ -1,0 +1,574 @@
+/* profd.c - the daemon: options, capability checks, the event loop, sessions and commands. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/capability.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/libbpf.h>
+
+#include "log.h"
+#include "protocol.h"
+#include "query.h"
+#include "request.h"
+#include "sampler.h"
+#include "server.h"
+#include "session.h"
+#include "store.h"
+#include "symbolize.h"
+#include "util.h"
+
+/* Ring buffer between the BPF program and profd: 8 MiB holds ~4000 deep stacks. */
+#define RINGBUF_BYTES (8u << 20)
+/* How often the loop wakes up to end expired sessions; flushes are every PROFD_WINDOW_NS. */
+#define TICK_NS (200 * NSEC_PER_MSEC)
+
+struct profd {
+	int epfd;
+	bool quit;
+	struct session_env env;
+	struct server *server;
+	struct session *slots[PROFILE_MAX_SLOTS];
+	struct watch sampler_watch, timer_watch, signal_watch;
+	int timer_fd, signal_fd;
+	uint64_t last_flush_ns;
+	uint64_t flush_errors;
+	/* A session's pidfd, watched for the target's exit. */
+	struct pid_watch {
+		struct watch watch;
+		struct profd *profd;
+		unsigned slot;
+	} pid_watches[PROFILE_MAX_SLOTS];
+};
+
+static struct options {
+	const char *db_path;
+	const char *socket_path;
+	bool foreground;
+} opts = { PROFD_DEFAULT_DB, PROFD_DEFAULT_SOCKET, false };
+
+static void on_sample(void *ctx, const struct sample_event *e)
+{
+	struct profd *p = ctx;
+	struct session *s = p->slots[e->slot];
+
+	/* A sample of a session that already ended (or never started) is dropped. */
+	if (s && (pid_t)e->pid == s->pid)
+		session__on_sample(s, e);
+}
+
+/* Write every running session's pending samples in one transaction. */
+static int flush_all(struct profd *p)
+{
+	int r;
+
+	r = store__begin(p->env.store);
+	if (r < 0)
+		goto fail;
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++) {
+		if (!p->slots[i])
+			continue;
+		r = session__flush(p->slots[i], &p->env);
+		if (r < 0)
+			goto fail;
+	}
+	r = store__commit(p->env.store);
+	if (r < 0)
+		goto fail;
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+		if (p->slots[i])
+			session__flush_done(p->slots[i]);
+	p->last_flush_ns = now_ns(CLOCK_MONOTONIC);
+	return 0;
+fail:
+	store__rollback(p->env.store);
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+		if (p->slots[i])
+			session__flush_failed(p->slots[i]);
+	/* Report once per burst of failures (a full disk fails every second). */
+	if (p->flush_errors++ == 0)
+		log_error_errno(r, "Failed to write samples to the database: %s (will retry)",
+				store__errmsg(p->env.store));
+	p->last_flush_ns = now_ns(CLOCK_MONOTONIC);
+	return r;
+}
+
+/*
+ * End the session in @slot: stop sampling, take the samples still in the
+ * ring buffer, write them and the end state. The session is freed even if
+ * the write fails (its row then stays 'running' and is marked 'interrupted'
+ * at the next start).
+ */
+static int end_session(struct profd *p, unsigned slot, const char *reason)
+{
+	struct session *s = p->slots[slot];
+	int r;
+
+	if (!s)
+		return -ENOENT;
+	session__stop(s, &p->env);
+	sampler__poll(p->env.sampler);
+	r = flush_all(p);
+	if (r == 0) {
+		r = store__session_end(p->env.store, s->id, reason, now_ns(CLOCK_REALTIME));
+		if (r < 0)
+			log_error_errno(r, "Failed to mark session %lld ended: %s",
+					(long long)s->id, store__errmsg(p->env.store));
+	}
+	log_info("session %lld ended (%s): %llu samples", (long long)s->id, reason,
+		 (unsigned long long)s->samples);
+	p->slots[slot] = NULL;
+	session__free(s);
+	return r;
+}
+
+static void on_pid_exit(struct watch *w, uint32_t events)
+{
+	struct pid_watch *pw = (struct pid_watch *)w;
+
+	end_session(pw->profd, pw->slot, "target_exited");
+}
+
+static void on_sampler(struct watch *w, uint32_t events)
+{
+	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, sampler_watch));
+
+	sampler__poll(p->env.sampler);
+}
+
+static void on_timer(struct watch *w, uint32_t events)
+{
+	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, timer_watch));
+	uint64_t expirations, now = now_ns(CLOCK_MONOTONIC);
+
+	if (read(p->timer_fd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
+		return;
+	sampler__poll(p->env.sampler);
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+		if (p->slots[i] && session__expired(p->slots[i], now))
+			end_session(p, i, "duration");
+	if (now - p->last_flush_ns >= PROFD_WINDOW_NS && flush_all(p) == 0)
+		p->flush_errors = 0;
+}
+
+static void on_signal(struct watch *w, uint32_t events)
+{
+	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, signal_watch));
+	struct signalfd_siginfo si;
+
+	if (read(p->signal_fd, &si, sizeof(si)) == sizeof(si)) {
+		log_info("received %s, stopping", strsignal((int)si.ssi_signo));
+		p->quit = true;
+	}
+}
+
+static json_t *ok_response(json_t *fields)
+{
+	json_t *resp = json_pack("{s:i, s:b}", "v", PROFD_PROTOCOL_VERSION, "ok", 1);
+
+	if (fields)
+		json_object_update(resp, fields);
+	json_decref(fields);
+	return resp;
+}
+
+static json_t *query_response(int r, json_t *fields, int64_t id)
+{
+	if (r == -ENOENT)
+		return json_error_response(r, "no session %lld", (long long)id);
+	if (r < 0)
+		return json_error_response(r, "query failed: %s", strerror(-r));
+	return ok_response(fields);
+}
+
+/* Sessions that are not the requester's are invisible to it, as if absent. */
+static bool may_see(struct profd *p, const struct ucred *peer, int64_t id)
+{
+	sqlite3_stmt *stmt;
+	bool ok = false;
+
+	if (peer->uid == 0)
+		return true;
+	if (sqlite3_prepare_v2(store__db(p->env.store), "SELECT uid FROM sessions WHERE id = ?1",
+			       -1, &stmt, NULL) != SQLITE_OK)
+		return false;
+	sqlite3_bind_int64(stmt, 1, id);
+	ok = sqlite3_step(stmt) == SQLITE_ROW && (uid_t)sqlite3_column_int64(stmt, 0) == peer->uid;
+	sqlite3_finalize(stmt);
+	return ok;
+}
+
+static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struct request *req)
+{
+	struct session_params params = {
+		.pid = (pid_t)req->pid,
+		.uid = peer->uid,
+		.freq_hz = req->freq_hz,
+		.duration_ns = req->duration_ns,
+		.events = req->events_str,
+	};
+	struct session *s;
+	json_t *fields;
+	unsigned slot;
+	int r;
+
+	if (params.pid == getpid())
+		return json_error_response(-EINVAL, "refusing to profile profd itself");
+	for (slot = 0; slot < PROFILE_MAX_SLOTS; slot++) {
+		if (p->slots[slot] && p->slots[slot]->pid == params.pid)
+			return json_error_response(-EBUSY, "PID %d is already profiled by session %lld",
+						   params.pid, (long long)p->slots[slot]->id);
+	}
+	for (slot = 0; slot < PROFILE_MAX_SLOTS && p->slots[slot]; slot++)
+		;
+	if (slot == PROFILE_MAX_SLOTS)
+		return json_error_response(-EBUSY, "too many running sessions (%d)",
+					   PROFILE_MAX_SLOTS);
+
+	r = session__new(&p->env, slot, &params, &s);
+	switch (r) {
+	case 0:
+		break;
+	case -ESRCH:
+		return json_error_response(r, "no process with PID %d", params.pid);
+	case -EPERM:
+	case -EACCES:
+		return json_error_response(-EPERM, "not allowed to profile PID %d", params.pid);
+	case -EBUSY:
+		return json_error_response(r, "PID %d is already being profiled", params.pid);
+	case -EOPNOTSUPP:
+		return json_error_response(r, "no CPU sampling event can be opened on this machine");
+	case -EIO:
+		return json_error_response(r, "database error: %s", store__errmsg(p->env.store));
+	default:
+		return json_error_response(r, "cannot attach to PID %d: %s", params.pid,
+					   strerror(-r));
+	}
+	p->slots[slot] = s;
+	p->pid_watches[slot] = (struct pid_watch){ { on_pid_exit }, p, slot };
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &p->pid_watches[slot].watch };
+	if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, s->pidfd, &ev) < 0)
+		log_warning_errno(-errno, "Cannot watch PID %d for exit: %m", s->pid);
+	log_info("session %lld: attached to PID %d (%s), %s at %u Hz", (long long)s->id, s->pid,
+		 s->comm, s->event, req->freq_hz);
+
+	r = query__session(store__db(p->env.store), s->id, &fields);
+	if (r < 0)
+		return query_response(r, NULL, s->id);
+	/* The attach response is the session object, with "session" its id (docs/protocol.md). */
+	json_object_set_new(fields, "session", json_integer(s->id));
+	return ok_response(fields);
+}
+
+static json_t *handle_request(void *ctx, const struct ucred *peer, const char *line, size_t len)
+{
+	struct profd *p = ctx;
+	struct request req;
+	char err[256];
+	json_t *fields = NULL;
+	int r;
+
+	r = request__parse(line, len, &req, err, sizeof(err));
+	if (r < 0)
+		return json_error_response(r, "%s", err);
+
+	if (req.session && !may_see(p, peer, req.session))
+		return json_error_response(-ENOENT, "no session %lld", (long long)req.session);
+
+	/* Reports read the store: give them what was sampled up to now. */
+	if (req.cmd != CMD_PING && req.cmd != CMD_ATTACH) {
+		sampler__poll(p->env.sampler);
+		flush_all(p);
+	}
+
+	switch (req.cmd) {
+	case CMD_PING:
+		return ok_response(json_pack("{s:s, s:i}", "version", PROFD_VERSION, "protocol",
+					     PROFD_PROTOCOL_VERSION));
+	case CMD_ATTACH:
+		return cmd_attach(p, peer, &req);
+	case CMD_DETACH:
+		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+			if (p->slots[i] && p->slots[i]->id == req.session)
+				end_session(p, i, "detached");
+		/* answer with the session as it is now */
+		__attribute__((fallthrough));
+	case CMD_SESSION:
+		r = query__session(store__db(p->env.store), req.session, &fields);
+		if (r == 0 && req.cmd == CMD_SESSION)
+			fields = json_pack("{s:o}", "session", fields);
+		return query_response(r, fields, req.session);
+	case CMD_SESSIONS:
+		r = query__sessions(store__db(p->env.store), &fields);
+		if (r == 0 && peer->uid != 0) {
+			/* Only the requester's own sessions. */
+			json_t *list = json_object_get(fields, "sessions"), *item;
+			size_t i;
+
+			json_array_foreach(list, i, item)
+			{
+				if (json_integer_value(json_object_get(item, "uid")) !=
+				    (json_int_t)peer->uid) {
+					json_array_remove(list, i);
+					i--;
+				}
+			}
+		}
+		return query_response(r, fields, 0);
+	case CMD_TOP:
+		r = query__top(store__db(p->env.store), req.session, req.limit, &fields);
+		return query_response(r, fields, req.session);
+	case CMD_HOTPATHS:
+		r = query__hotpaths(store__db(p->env.store), req.session, req.limit, &fields);
+		return query_response(r, fields, req.session);
+	case CMD_THREADS:
+		r = query__threads(store__db(p->env.store), req.session, &fields);
+		return query_response(r, fields, req.session);
+	}
+	return json_error_response(-EINVAL, "unknown command");
+}
+
+/* profd needs CAP_BPF + CAP_PERFMON (Linux >= 5.8), or CAP_SYS_ADMIN before them. */
+static int check_capabilities(void)
+{
+	cap_t caps = cap_get_proc();
+	cap_flag_value_t bpf = CAP_CLEAR, perfmon = CAP_CLEAR, admin = CAP_CLEAR;
+
+	if (!caps)
+		return -errno;
+	cap_get_flag(caps, CAP_SYS_ADMIN, CAP_EFFECTIVE, &admin);
+#ifdef CAP_BPF
+	cap_get_flag(caps, CAP_BPF, CAP_EFFECTIVE, &bpf);
+	cap_get_flag(caps, CAP_PERFMON, CAP_EFFECTIVE, &perfmon);
+#endif
+	cap_free(caps);
+	if (admin == CAP_SET || (bpf == CAP_SET && perfmon == CAP_SET))
+		return 0;
+	return -EPERM;
+}
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	if (level == LIBBPF_DEBUG && log_get_level() < LOG_LEVEL_DEBUG)
+		return 0;
+	if (level != LIBBPF_WARN && log_get_level() < LOG_LEVEL_INFO)
+		return 0;
+	fputs("profd: libbpf: ", stderr);
+	return vfprintf(stderr, fmt, ap);
+}
+
+static void help(void)
+{
+	printf("Usage: profd [OPTIONS]\n"
+	       "\n"
+	       "Sampling profiler daemon: profiles processes on request from profctl(1),\n"
+	       "and stores call stacks and counters in an SQLite database.\n"
+	       "\n"
+	       "Options:\n"
+	       "  --db PATH          database file (default %s)\n"
+	       "  --socket PATH      Unix socket to listen on (default %s)\n"
+	       "  --foreground       stay in the foreground (profd never forks; accepted for\n"
+	       "                     compatibility with init scripts)\n"
+	       "  --log-level LEVEL  error, warning, info (default) or debug\n"
+	       "  -h, --help         show this help\n"
+	       "  --version          show the version\n"
+	       "\n"
+	       "profd must run as root (it needs CAP_BPF and CAP_PERFMON).\n"
+	       "Example:\n"
+	       "  profd --db /tmp/p.db --socket /tmp/p.sock &\n"
+	       "  PROFD_SOCKET=/tmp/p.sock profctl attach $(pidof myjob) --duration 10 --wait\n",
+	       PROFD_DEFAULT_DB, PROFD_DEFAULT_SOCKET);
+}
+
+static int parse_args(int argc, char **argv)
+{
+	enum { OPT_DB = 256, OPT_SOCKET, OPT_FOREGROUND, OPT_LOG_LEVEL, OPT_VERSION };
+	static const struct option longopts[] = {
+		{ "db", required_argument, NULL, OPT_DB },
+		{ "socket", required_argument, NULL, OPT_SOCKET },
+		{ "foreground", no_argument, NULL, OPT_FOREGROUND },
+		{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, OPT_VERSION },
+		{},
+	};
+	int c, r;
+
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) >= 0) {
+		switch (c) {
+		case OPT_DB:
+			opts.db_path = optarg;
+			break;
+		case OPT_SOCKET:
+			opts.socket_path = optarg;
+			break;
+		case OPT_FOREGROUND:
+			opts.foreground = true;
+			break;
+		case OPT_LOG_LEVEL:
+			r = log_parse_level(optarg);
+			if (r < 0) {
+				log_error("invalid --log-level '%s' (error, warning, info, debug)",
+					  optarg);
+				return -EINVAL;
+			}
+			log_set_level(r);
+			break;
+		case 'h':
+			help();
+			return 0;
+		case OPT_VERSION:
+			printf("profd %s\n", PROFD_VERSION);
+			return 0;
+		default:
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		log_error("unexpected argument '%s' (see profd --help)", argv[optind]);
+		return -EINVAL;
+	}
+	return 1;
+}
+
+static int add_watch(int epfd, int fd, struct watch *w, void (*fn)(struct watch *, uint32_t))
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = w };
+
+	w->fn = fn;
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+static int run(void)
+{
+	struct profd p = { .epfd = -1, .timer_fd = -1, .signal_fd = -1 };
+	struct itimerspec tick = {
+		.it_interval = { 0, TICK_NS },
+		.it_value = { 0, TICK_NS },
+	};
+	sigset_t mask;
+	int r;
+
+	r = check_capabilities();
+	if (r < 0)
+		return log_error_errno(r, "profd needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): "
+					  "run it as root");
+
+	r = store__open(opts.db_path, &p.env.store);
+	if (r < 0) {
+		if (r == -EPROTO)
+			log_error("Database '%s' has schema version %d, newer than this profd (%d)",
+				  opts.db_path, store__schema_version(p.env.store),
+				  store__latest_version());
+		else if (r == -EIO)
+			log_error("Failed to open database '%s': %s", opts.db_path,
+				  store__errmsg(p.env.store));
+		else
+			log_error_errno(r, "Failed to open database '%s': %m", opts.db_path);
+		goto out;
+	}
+	r = store__mark_interrupted(p.env.store);
+	if (r > 0)
+		log_warning("%d session(s) left running by a previous profd marked 'interrupted'", r);
+
+	p.env.sym = symbolizer__new();
+	if (!p.env.sym) {
+		r = log_error_errno(-ENOMEM, "Out of memory");
+		goto out;
+	}
+	libbpf_set_print(libbpf_print);
+	r = sampler__new(RINGBUF_BYTES, on_sample, &p, &p.env.sampler);
+	if (r < 0) {
+		log_error_errno(r, "Failed to load the BPF sampling program: %m");
+		goto out;
+	}
+
+	p.epfd = epoll_create1(EPOLL_CLOEXEC);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	p.signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	p.timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (p.epfd < 0 || p.signal_fd < 0 || p.timer_fd < 0 ||
+	    timerfd_settime(p.timer_fd, 0, &tick, NULL) < 0) {
+		r = log_error_errno(-errno, "Failed to set up the event loop: %m");
+		goto out;
+	}
+	if ((r = add_watch(p.epfd, sampler__fd(p.env.sampler), &p.sampler_watch, on_sampler)) < 0 ||
+	    (r = add_watch(p.epfd, p.timer_fd, &p.timer_watch, on_timer)) < 0 ||
+	    (r = add_watch(p.epfd, p.signal_fd, &p.signal_watch, on_signal)) < 0) {
+		log_error_errno(r, "Failed to set up the event loop: %m");
+		goto out;
+	}
+
+	r = server__new(opts.socket_path, p.epfd, handle_request, &p, &p.server);
+	if (r == -EADDRINUSE) {
+		log_error("Another profd is already listening on %s", opts.socket_path);
+		goto out;
+	}
+	if (r < 0) {
+		log_error_errno(r, "Failed to listen on %s: %m", opts.socket_path);
+		goto out;
+	}
+	p.last_flush_ns = now_ns(CLOCK_MONOTONIC);
+	log_info("profd %s: listening on %s, database %s", PROFD_VERSION, opts.socket_path,
+		 opts.db_path);
+
+	while (!p.quit) {
+		struct epoll_event evs[16];
+		int n = epoll_wait(p.epfd, evs, ARRAY_SIZE(evs), -1);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = log_error_errno(-errno, "epoll_wait failed: %m");
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			struct watch *w = evs[i].data.ptr;
+
+			w->fn(w, evs[i].events);
+		}
+	}
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+		if (p.slots[i])
+			end_session(&p, i, "daemon_stopped");
+	if (r > 0)
+		r = 0;
+out:
+	server__free(p.server);
+	sampler__free(p.env.sampler);
+	symbolizer__free(p.env.sym);
+	store__close(p.env.store);
+	if (p.timer_fd >= 0)
+		close(p.timer_fd);
+	if (p.signal_fd >= 0)
+		close(p.signal_fd);
+	if (p.epfd >= 0)
+		close(p.epfd);
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	int r;
+
+	log_set_program("profd");
+	r = parse_args(argc, argv);
+	if (r <= 0)
+		return r < 0 ? 2 : 0;
+	r = run();
+	return r < 0 ? 1 : 0;
+}

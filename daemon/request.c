@@ -1,0 +1,187 @@
+/* request.c - parse and validate protocol requests (untrusted input). */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "protocol.h"
+#include "request.h"
+#include "util.h"
+
+static const struct {
+	const char *name;
+	enum request_cmd cmd;
+	bool needs_session;
+} commands[] = {
+	{ "ping", CMD_PING, false },	     { "attach", CMD_ATTACH, false },
+	{ "detach", CMD_DETACH, true },	     { "session", CMD_SESSION, true },
+	{ "sessions", CMD_SESSIONS, false }, { "top", CMD_TOP, true },
+	{ "hotpaths", CMD_HOTPATHS, true },  { "threads", CMD_THREADS, true },
+};
+
+static const char *const event_names[] = { "cpu" };
+
+static int fail(char *errbuf, size_t errlen, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(errbuf, errlen, fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+/* An integer field in [min, max]; -ENOENT if absent (and @def used). */
+static int get_int(json_t *obj, const char *key, int64_t min, int64_t max, int64_t *ret,
+		   char *errbuf, size_t errlen)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (!v || json_is_null(v))
+		return -ENOENT;
+	if (!json_is_integer(v))
+		return fail(errbuf, errlen, -EINVAL, "\"%s\" must be an integer", key);
+	if (json_integer_value(v) < min || json_integer_value(v) > max)
+		return fail(errbuf, errlen, -EINVAL, "\"%s\" must be between %lld and %lld", key,
+			    (long long)min, (long long)max);
+	*ret = json_integer_value(v);
+	return 0;
+}
+
+static int parse_events(json_t *v, struct request *req, char *errbuf, size_t errlen)
+{
+	size_t i;
+	json_t *item;
+
+	if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > 16)
+		return fail(errbuf, errlen, -EINVAL,
+			    "\"events\" must be a non-empty array of event names");
+	req->events = 0;
+	json_array_foreach(v, i, item)
+	{
+		const char *name = json_string_value(item);
+		bool known = false;
+
+		if (!name)
+			return fail(errbuf, errlen, -EINVAL, "\"events\" must hold strings");
+		for (size_t e = 0; e < ARRAY_SIZE(event_names); e++)
+			if (strcmp(name, event_names[e]) == 0) {
+				req->events |= 1u << e;
+				known = true;
+			}
+		if (!known)
+			return fail(errbuf, errlen, -EINVAL, "unknown event '%.32s' (known: cpu)",
+				    name);
+	}
+	if (!(req->events & EVENT_CPU))
+		return fail(errbuf, errlen, -EINVAL, "\"events\" must include \"cpu\"");
+	return 0;
+}
+
+static void format_events(struct request *req)
+{
+	size_t off = 0;
+
+	req->events_str[0] = '\0';
+	for (size_t e = 0; e < ARRAY_SIZE(event_names); e++)
+		if (req->events & (1u << e))
+			off += snprintf(req->events_str + off, sizeof(req->events_str) - off,
+					"%s%s", off ? "," : "", event_names[e]);
+}
+
+int request__parse(const char *line, size_t len, struct request *ret, char *errbuf,
+		   size_t errlen)
+{
+	_cleanup_(json_decrefp) json_t *root = NULL;
+	struct request req = { .freq_hz = PROFD_DEFAULT_FREQ_HZ, .events = EVENT_CPU };
+	json_error_t jerr;
+	const char *cmd;
+	json_t *v;
+	int64_t n;
+	size_t i;
+	int r;
+
+	if (len >= PROFD_MAX_REQUEST_BYTES)
+		return fail(errbuf, errlen, -E2BIG, "request larger than %d bytes",
+			    PROFD_MAX_REQUEST_BYTES);
+	root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root)
+		return fail(errbuf, errlen, -EINVAL, "invalid JSON at byte %d: %s", jerr.position,
+			    jerr.text);
+	if (!json_is_object(root))
+		return fail(errbuf, errlen, -EINVAL, "a request must be a JSON object");
+
+	v = json_object_get(root, "v");
+	if (v && !(json_is_integer(v) && json_integer_value(v) == PROFD_PROTOCOL_VERSION))
+		return fail(errbuf, errlen, -EPROTONOSUPPORT,
+			    "unsupported protocol version (this profd speaks %d)",
+			    PROFD_PROTOCOL_VERSION);
+
+	cmd = json_string_value(json_object_get(root, "cmd"));
+	if (!cmd)
+		return fail(errbuf, errlen, -EINVAL, "missing \"cmd\" string");
+	for (i = 0; i < ARRAY_SIZE(commands); i++)
+		if (strcmp(cmd, commands[i].name) == 0)
+			break;
+	if (i == ARRAY_SIZE(commands))
+		return fail(errbuf, errlen, -EINVAL, "unknown command '%.32s'", cmd);
+	req.cmd = commands[i].cmd;
+
+	if (commands[i].needs_session) {
+		r = get_int(root, "session", 1, INT64_MAX, &req.session, errbuf, errlen);
+		if (r == -ENOENT)
+			return fail(errbuf, errlen, -EINVAL, "missing \"session\"");
+		if (r < 0)
+			return r;
+	}
+
+	switch (req.cmd) {
+	case CMD_ATTACH:
+		r = get_int(root, "pid", 1, INT32_MAX, &req.pid, errbuf, errlen);
+		if (r == -ENOENT)
+			return fail(errbuf, errlen, -EINVAL, "missing \"pid\"");
+		if (r < 0)
+			return r;
+		r = get_int(root, "freq_hz", 1, PROFD_MAX_FREQ_HZ, &n, errbuf, errlen);
+		if (r == 0)
+			req.freq_hz = (unsigned)n;
+		else if (r != -ENOENT)
+			return r;
+		v = json_object_get(root, "duration_s");
+		if (v && !json_is_null(v)) {
+			double d = json_number_value(v);
+
+			/* At most a year: a bound that keeps the nanoseconds in range. */
+			if (!json_is_number(v) || !isfinite(d) || d <= 0 || d > 366 * 86400.0)
+				return fail(errbuf, errlen, -EINVAL,
+					    "\"duration_s\" must be a number of seconds > 0");
+			req.duration_ns = (uint64_t)(d * NSEC_PER_SEC);
+			if (req.duration_ns == 0)
+				req.duration_ns = 1;
+		}
+		v = json_object_get(root, "events");
+		if (v && !json_is_null(v)) {
+			r = parse_events(v, &req, errbuf, errlen);
+			if (r < 0)
+				return r;
+		}
+		format_events(&req);
+		break;
+	case CMD_TOP:
+	case CMD_HOTPATHS:
+		req.limit = req.cmd == CMD_TOP ? 20 : 10;
+		r = get_int(root, "limit", 1, 10000, &n, errbuf, errlen);
+		if (r == 0)
+			req.limit = (int)n;
+		else if (r != -ENOENT)
+			return r;
+		break;
+	default:
+		break;
+	}
+	*ret = req;
+	return 0;
+}

@@ -1,0 +1,46 @@
+/*
+ * request.h - parse and validate one protocol request line (docs/protocol.md)
+ * into a struct request. The input is untrusted: any malformed line yields
+ * an error code and a message for the client, never a crash.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum request_cmd {
+	CMD_PING,
+	CMD_ATTACH,
+	CMD_DETACH,
+	CMD_SESSION,
+	CMD_SESSIONS,
+	CMD_TOP,
+	CMD_HOTPATHS,
+	CMD_THREADS,
+};
+
+/* Event names a session can ask for (bit i = event_names[i]). */
+#define EVENT_CPU (1u << 0)
+
+struct request {
+	enum request_cmd cmd;
+	int64_t pid;          /* attach: >= 1 */
+	int64_t session;      /* detach, session, top, hotpaths, threads: >= 1 */
+	uint64_t duration_ns; /* attach: 0 = until detach or exit */
+	unsigned freq_hz;     /* attach: 1..PROFD_MAX_FREQ_HZ */
+	unsigned events;      /* attach: EVENT_* bits, EVENT_CPU at least */
+	char events_str[64];  /* attach: the events as a comma-separated list */
+	int limit;            /* top, hotpaths: 1..10000 */
+};
+
+/*
+ * request__parse() - parse @len bytes at @line (no newline needed, need not
+ * be NUL-terminated).
+ * Returns 0 with *@ret filled, or -EINVAL (malformed, wrong type, out of
+ * range, unknown command or event), -EPROTONOSUPPORT (wrong "v"), -E2BIG
+ * (longer than PROFD_MAX_REQUEST_BYTES); on error @errbuf (of @errlen bytes)
+ * holds one sentence for the client. Does not log; allocates only
+ * temporarily.
+ */
+int request__parse(const char *line, size_t len, struct request *ret, char *errbuf,
+		   size_t errlen);

@@ -1,0 +1,59 @@
+/*
+ * sampler.h - CPU sampling through perf events and the profile.bpf.c
+ * program: one sampling event per CPU per session slot, the BPF ring buffer
+ * that carries samples to user space, and the map of target processes.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "bpf/profile.h"
+
+struct sampler;
+
+/*
+ * Called for each well-formed sample read from the ring buffer. @e is valid
+ * only during the call; its ips[] hold e->kstack_len + e->ustack_len
+ * addresses (already bounds-checked against the record size).
+ */
+typedef void (*sampler_fn)(void *ctx, const struct sample_event *e);
+
+/*
+ * sampler__new() - load and verify profile.bpf.c.
+ * @ringbuf_bytes: ring buffer size, a power of two >= page size.
+ * Returns 0, -EPERM without CAP_BPF/CAP_PERFMON, or the -errno libbpf gave.
+ * Does not log (libbpf's own messages go through its print callback).
+ */
+int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler **ret);
+void sampler__free(struct sampler *s); /* accepts NULL */
+
+/* sampler__fd() - an fd that polls readable when samples wait in the ring buffer. */
+int sampler__fd(struct sampler *s);
+
+/*
+ * sampler__poll() - read every sample waiting in the ring buffer, calling
+ * the sampler_fn for each. Returns the number read (>= 0) or -errno.
+ */
+int sampler__poll(struct sampler *s);
+
+/* Malformed records seen so far (records shorter than their stated stacks). */
+uint64_t sampler__bad_records(struct sampler *s);
+
+/*
+ * sampler__start() - open a sampling event on every online CPU at @freq_hz
+ * samples per second, attach the BPF program with @slot as its cookie, and
+ * add @pid as a target of @slot. The event is 'cycles' where the CPU has a
+ * PMU, 'cpu-clock' otherwise; *@ret_event names the one used (static string).
+ * Returns 0, -EBUSY if @slot is in use or @pid is already a target,
+ * -EOPNOTSUPP if neither event can be opened, -errno of perf_event_open().
+ */
+int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz,
+		   const char **ret_event);
+
+/* sampler__stop() - close @slot's events and drop its targets. Idempotent. */
+void sampler__stop(struct sampler *s, unsigned slot);
+
+/* sampler__lost() - samples of @slot dropped because the ring buffer was full (running total). */
+uint64_t sampler__lost(struct sampler *s, unsigned slot);

@@ -1,0 +1,38 @@
+/*
+ * server.h - the Unix socket: listening, per-client line framing with a
+ * size cap, SO_PEERCRED, and one response line per request line.
+ */
+#pragma once
+
+#include <jansson.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+/* Something the daemon's epoll loop waits on: data.ptr of every epoll event. */
+struct watch {
+	void (*fn)(struct watch *w, uint32_t events);
+};
+
+/*
+ * Handles one request line from a peer; returns the full response object
+ * (with "v" and "ok"), owned by the caller. Never NULL.
+ */
+typedef json_t *(*server_handler_fn)(void *ctx, const struct ucred *peer, const char *line,
+				     size_t len);
+
+struct server;
+
+/*
+ * server__new() - create the directory of @path if missing (0755), replace a
+ * stale socket, listen on @path (mode 0666: anyone may connect, SO_PEERCRED
+ * decides what they may do), and register with epoll @epfd.
+ * Returns 0, -EADDRINUSE if another daemon answers on @path, -errno.
+ */
+int server__new(const char *path, int epfd, server_handler_fn fn, void *ctx,
+		struct server **ret);
+/* server__free() - close every client and the socket, unlink @path. */
+void server__free(struct server *srv);
+
+/* json_error_response() - {"v":1,"ok":false,"error":{code,errno,message}} for -@err. */
+json_t *json_error_response(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,0 +1,622 @@
+/* session.c - a profiling session: attach checks, per-sample aggregation, flush to the store. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "protocol.h"
+#include "session.h"
+#include "util.h"
+
+/* A call stack as the BPF program saw it: raw addresses, kernel frames first. */
+struct raw_stack {
+	uint64_t hash;
+	int64_t stack_id; /* row in the store, 0 until the first flush that needs it */
+	uint16_t klen, ulen;
+	uint32_t flags;   /* SAMPLE_* bits that matter for the stack's identity */
+	uint64_t ips[];
+};
+
+struct pending_sample {
+	uint64_t window;  /* index of the window since the session start */
+	int tid;
+	struct raw_stack *stack;
+	uint64_t count;
+};
+
+struct frame_cache {
+	uint64_t addr;
+	bool kernel;
+	int64_t frame_id;
+};
+
+struct thread_acc {
+	int tid;
+	char name[16];
+	uint64_t last_seen_ns; /* CLOCK_MONOTONIC */
+	uint64_t samples;
+};
+
+struct window_acc {
+	uint64_t window;
+	struct store_counts counts;
+};
+
+struct mapping_key {
+	uint64_t start, end, file_offset;
+	const char *path;
+};
+
+int proc_start_ticks(pid_t pid, uint64_t *ret_ticks)
+{
+	char path[64], buf[1024], *p;
+	_cleanup_close_ int fd = -1;
+	unsigned long long ticks;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -ESRCH : -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return -ESRCH;
+	buf[n] = '\0';
+	/* comm may hold spaces and parentheses: fields restart after the last ')'. */
+	p = strrchr(buf, ')');
+	if (!p)
+		return -EIO;
+	/* After ") " come field 3 (state) .. field 22 (starttime): skip 19 fields. */
+	p += 2;
+	if (*p == 'Z' || *p == 'X')
+		return -ESRCH;
+	for (int field = 3; field < 22; field++) {
+		p = strchr(p, ' ');
+		if (!p)
+			return -EIO;
+		p++;
+	}
+	if (sscanf(p, "%llu", &ticks) != 1)
+		return -EIO;
+	*ret_ticks = ticks;
+	return 0;
+}
+
+static int read_small_file(const char *path, char *buf, size_t size)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, size - 1);
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	return (int)n;
+}
+
+/*
+ * May @uid trace @pid? Root may trace anything. Any other uid only a process
+ * whose real, effective, saved and filesystem uids are all @uid (the uid part
+ * of the ptrace access rules, ptrace(2) "Ptrace access mode checking").
+ */
+static int check_permission(pid_t pid, uid_t uid)
+{
+	char path[64], buf[4096], *line;
+	unsigned r, e, s, f;
+
+	if (uid == 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	if (read_small_file(path, buf, sizeof(buf)) < 0)
+		return -ESRCH;
+	line = strstr(buf, "\nUid:");
+	if (!line || sscanf(line, "\nUid: %u %u %u %u", &r, &e, &s, &f) != 4)
+		return -EPERM;
+	if (r != uid || e != uid || s != uid || f != uid)
+		return -EPERM;
+	return 0;
+}
+
+static bool mapping_key_eq(const void *entry, const void *key)
+{
+	const struct mapping_key *a = entry, *b = key;
+
+	return a->start == b->start && a->end == b->end && a->file_offset == b->file_offset &&
+	       strcmp(a->path, b->path) == 0;
+}
+
+static uint64_t mapping_key_hash(const struct mapping_key *k)
+{
+	uint64_t h = hash64(HASH64_INIT, &k->start, sizeof(k->start));
+
+	h = hash64(h, &k->end, sizeof(k->end));
+	return hash64(h, k->path, strlen(k->path));
+}
+
+/* Store the mappings of the address space that are not in the store yet. */
+static int store_new_mappings(struct session *s, struct store *store)
+{
+	const struct mapping *maps;
+	size_t n;
+	int r;
+
+	maps = addrspace__mappings(s->as, &n);
+	for (size_t i = 0; i < n; i++) {
+		struct mapping_key key = { maps[i].start, maps[i].end, maps[i].file_offset,
+					   maps[i].path };
+		uint64_t h = mapping_key_hash(&key);
+		struct mapping_key *k;
+
+		if (hashmap__find(&s->mappings_stored, h, mapping_key_eq, &key))
+			continue;
+		r = store__mapping_insert(store, s->id, &maps[i]);
+		if (r < 0)
+			return r;
+		k = malloc(sizeof(*k));
+		if (!k)
+			return -ENOMEM;
+		/* The path string is owned by the address space, which outlives this map. */
+		*k = key;
+		r = hashmap__insert(&s->mappings_stored, h, k);
+		if (r < 0) {
+			free(k);
+			return r;
+		}
+	}
+	return 0;
+}
+
+int session__new(const struct session_env *env, unsigned slot, const struct session_params *p,
+		 struct session **ret)
+{
+	_cleanup_free_ struct session *s = NULL;
+	char path[64], exe[PATH_MAX];
+	uint64_t ticks;
+	ssize_t n;
+	int r;
+
+	if (p->pid <= 0)
+		return -ESRCH;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->slot = slot;
+	s->pid = p->pid;
+	s->uid = p->uid;
+	s->duration_ns = p->duration_ns;
+	s->pidfd = -1;
+
+	/* The pidfd pins the process identity: from here on a reused PID cannot fool us. */
+	s->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
+	if (s->pidfd < 0)
+		return errno == ESRCH || errno == EINVAL ? -ESRCH : -errno;
+	r = proc_start_ticks(p->pid, &ticks);
+	if (r < 0)
+		goto fail;
+	r = check_permission(p->pid, p->uid);
+	if (r < 0)
+		goto fail;
+	snprintf(path, sizeof(path), "/proc/%d/comm", p->pid);
+	if (read_small_file(path, s->comm, sizeof(s->comm)) > 0)
+		s->comm[strcspn(s->comm, "\n")] = '\0';
+	snprintf(path, sizeof(path), "/proc/%d/exe", p->pid);
+	n = readlink(path, exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = '\0';
+
+	r = addrspace__new(p->pid, &s->as);
+	if (r < 0)
+		goto fail;
+
+	r = sampler__start(env->sampler, slot, p->pid, p->freq_hz, &s->event);
+	if (r < 0)
+		goto fail;
+	s->started_mono_ns = now_ns(CLOCK_MONOTONIC);
+	s->started_real_ns = now_ns(CLOCK_REALTIME);
+
+	struct store_session row = {
+		.pid = p->pid,
+		.pid_start_ticks = ticks,
+		.comm = s->comm,
+		.exe = n > 0 ? exe : NULL,
+		.uid = p->uid,
+		.event = s->event,
+		.events = p->events,
+		.freq_hz = p->freq_hz,
+		.unwind = "fp",
+		.duration_ns = p->duration_ns,
+		.started_at_ns = s->started_real_ns,
+	};
+	r = store__begin(env->store);
+	if (r < 0)
+		goto fail_sampling;
+	r = store__session_insert(env->store, &row, &s->id);
+	if (r == 0)
+		r = store_new_mappings(s, env->store);
+	if (r == 0)
+		r = store__commit(env->store);
+	if (r < 0) {
+		store__rollback(env->store);
+		goto fail_sampling;
+	}
+	*ret = TAKE_PTR(s);
+	return 0;
+
+fail_sampling:
+	sampler__stop(env->sampler, slot);
+	/* Samples may already be in the ring buffer: the caller's dispatch drops
+	 * them because the slot is free again. */
+fail:
+	session__free(TAKE_PTR(s));
+	return r;
+}
+
+static bool raw_stack_eq(const void *entry, const void *key)
+{
+	const struct raw_stack *a = entry, *b = key;
+
+	return a->klen == b->klen && a->ulen == b->ulen && a->flags == b->flags &&
+	       memcmp(a->ips, b->ips, sizeof(uint64_t) * (a->klen + a->ulen)) == 0;
+}
+
+static bool pending_eq(const void *entry, const void *key)
+{
+	const struct pending_sample *a = entry, *b = key;
+
+	return a->window == b->window && a->tid == b->tid && a->stack == b->stack;
+}
+
+static bool thread_eq(const void *entry, const void *key)
+{
+	return ((const struct thread_acc *)entry)->tid == *(const int *)key;
+}
+
+static bool window_eq(const void *entry, const void *key)
+{
+	return ((const struct window_acc *)entry)->window == *(const uint64_t *)key;
+}
+
+static bool frame_eq(const void *entry, const void *key)
+{
+	const struct frame_cache *a = entry, *b = key;
+
+	return a->addr == b->addr && a->kernel == b->kernel;
+}
+
+static struct window_acc *window_get(struct session *s, uint64_t window)
+{
+	uint64_t h = hash64(HASH64_INIT, &window, sizeof(window));
+	struct window_acc *w = hashmap__find(&s->windows, h, window_eq, &window);
+
+	if (w)
+		return w;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	w->window = window;
+	if (hashmap__insert(&s->windows, h, w) < 0) {
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+/* Intern the stack of @e; NULL only on out-of-memory. */
+static struct raw_stack *stack_get(struct session *s, const struct sample_event *e)
+{
+	size_t n = (size_t)e->kstack_len + e->ustack_len;
+	struct raw_stack *key, *st;
+	uint64_t h;
+	/* A stack-sized key on the heap would cost a malloc per sample; this is 2 KiB. */
+	union {
+		struct raw_stack rs;
+		char buf[sizeof(struct raw_stack) + 2 * PROFILE_MAX_FRAMES * sizeof(uint64_t)];
+	} k;
+
+	key = &k.rs;
+	key->klen = e->kstack_len;
+	key->ulen = e->ustack_len;
+	key->flags = e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED);
+	memcpy(key->ips, e->ips, n * sizeof(uint64_t));
+	h = hash64(HASH64_INIT, key->ips, n * sizeof(uint64_t));
+	h = hash64(h, &key->klen, sizeof(key->klen));
+	key->hash = h;
+
+	st = hashmap__find(&s->stacks, h, raw_stack_eq, key);
+	if (st)
+		return st;
+	st = malloc(sizeof(*st) + n * sizeof(uint64_t));
+	if (!st)
+		return NULL;
+	memcpy(st, key, sizeof(*st) + n * sizeof(uint64_t));
+	st->stack_id = 0;
+	if (hashmap__insert(&s->stacks, h, st) < 0) {
+		free(st);
+		return NULL;
+	}
+	return st;
+}
+
+void session__on_sample(struct session *s, const struct sample_event *e)
+{
+	uint64_t t = e->time_ns > s->started_mono_ns ? e->time_ns - s->started_mono_ns : 0;
+	struct pending_sample key, *ps;
+	struct window_acc *w;
+	struct thread_acc *th;
+	int tid = (int)e->tid;
+	uint64_t h;
+
+	key.window = t / PROFD_WINDOW_NS;
+	key.tid = tid;
+	w = window_get(s, key.window);
+	if (!w)
+		return;
+	key.stack = stack_get(s, e);
+	if (!key.stack) {
+		w->counts.lost_samples++; /* out of memory: lost, and counted */
+		return;
+	}
+
+	h = hash64(HASH64_INIT, &key.window, sizeof(key.window));
+	h = hash64(h, &key.tid, sizeof(key.tid));
+	h = hash64(h, &key.stack, sizeof(key.stack));
+	ps = hashmap__find(&s->pending, h, pending_eq, &key);
+	if (!ps) {
+		ps = malloc(sizeof(*ps));
+		if (!ps || hashmap__insert(&s->pending, h, ps) < 0) {
+			free(ps);
+			w->counts.lost_samples++;
+			return;
+		}
+		*ps = key;
+		ps->count = 0;
+	}
+	ps->count++;
+
+	w->counts.samples++;
+	s->samples++;
+	if (e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED))
+		w->counts.truncated_stacks++;
+	if (e->flags & SAMPLE_USER_MISSING)
+		w->counts.missing_user_stacks++;
+
+	h = hash64(HASH64_INIT, &tid, sizeof(tid));
+	th = hashmap__find(&s->threads, h, thread_eq, &tid);
+	if (!th) {
+		th = calloc(1, sizeof(*th));
+		if (!th || hashmap__insert(&s->threads, h, th) < 0) {
+			free(th);
+			return;
+		}
+		th->tid = tid;
+	}
+	memcpy(th->name, e->comm, sizeof(th->name));
+	th->name[sizeof(th->name) - 1] = '\0';
+	th->last_seen_ns = e->time_ns;
+	th->samples++;
+}
+
+/* Frame row id of one address, symbolizing and storing it the first time. */
+static int frame_id(struct session *s, const struct session_env *env, uint64_t addr, bool kernel,
+		    bool return_addr, bool *refreshed, int64_t *ret_id)
+{
+	struct frame_cache key = { .addr = addr, .kernel = kernel }, *fc;
+	uint64_t h = hash64(HASH64_INIT, &addr, sizeof(addr)) ^ kernel;
+	struct frame_info fi;
+	int r;
+
+	fc = hashmap__find(&s->frames, h, frame_eq, &key);
+	if (fc) {
+		*ret_id = fc->frame_id;
+		return 0;
+	}
+	if (kernel) {
+		r = symbolizer__kernel(env->sym, addr, return_addr, &fi);
+	} else {
+		r = symbolizer__user(env->sym, s->as, addr, return_addr, &fi);
+		/* Code mapped after the last read of /proc/PID/maps (dlopen): read it again, once a flush. */
+		if (r == -ENOENT && !*refreshed) {
+			*refreshed = true;
+			if (addrspace__refresh(s->as) > 0) {
+				r = store_new_mappings(s, env->store);
+				if (r < 0)
+					return r;
+				r = symbolizer__user(env->sym, s->as, addr, return_addr, &fi);
+			}
+		}
+	}
+	if (r < 0 && r != -ENOENT)
+		return r;
+	r = store__frame_id(env->store, &fi, &key.frame_id);
+	if (r < 0)
+		return r;
+	if (!fi.function)
+		s->unsymbolized_pending++;
+	fc = malloc(sizeof(*fc));
+	if (!fc)
+		return -ENOMEM;
+	*fc = key;
+	r = hashmap__insert(&s->frames, h, fc);
+	if (r < 0) {
+		free(fc);
+		return r;
+	}
+	*ret_id = key.frame_id;
+	return 0;
+}
+
+/* The placeholder frame of a sample that has no stack at all: visible, never dropped. */
+static const struct frame_info missing_frame = {
+	.module = "[missing]",
+	.build_id = "",
+	.function = "[missing stack]",
+};
+
+static int resolve_stack(struct session *s, const struct session_env *env, struct raw_stack *st,
+			 bool *refreshed)
+{
+	int64_t ids[2 * PROFILE_MAX_FRAMES];
+	size_t n = (size_t)st->klen + st->ulen;
+	int r;
+
+	if (st->stack_id)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		bool kernel = i < st->klen;
+		/* Every frame but the sampled instruction holds a return address.
+		 * A user frame under kernel frames is the address after the syscall. */
+		bool return_addr = i > 0;
+
+		r = frame_id(s, env, st->ips[i], kernel, return_addr, refreshed, &ids[i]);
+		if (r < 0)
+			return r;
+	}
+	if (n == 0) {
+		r = store__frame_id(env->store, &missing_frame, &ids[0]);
+		if (r < 0)
+			return r;
+		n = 1;
+	}
+	return store__stack_id(env->store, ids, n, st->flags != 0, &st->stack_id);
+}
+
+int session__flush(struct session *s, const struct session_env *env)
+{
+	struct pending_sample *ps;
+	struct window_acc *w, *last = NULL;
+	struct thread_acc *th;
+	struct store_counts total = { 0 };
+	bool refreshed = false;
+	uint64_t lost;
+	int r;
+
+	hashmap__for_each(&s->pending, i, ps)
+	{
+		r = resolve_stack(s, env, ps->stack, &refreshed);
+		if (r < 0)
+			return r;
+		r = store__sample_add(env->store, s->id,
+				      s->started_real_ns + ps->window * PROFD_WINDOW_NS, ps->tid,
+				      ps->stack->stack_id, ps->count);
+		if (r < 0)
+			return r;
+	}
+
+	/* Ring-buffer drops are known only as a running total: charge the growth
+	 * since the last committed flush to the newest window (a copy of its
+	 * counts, so that a retried flush does not charge it twice). */
+	lost = sampler__lost(env->sampler, s->slot);
+	hashmap__for_each(&s->windows, i, w)
+	{
+		if (!last || w->window > last->window)
+			last = w;
+	}
+	if (lost > s->lost_seen && !last) {
+		last = window_get(s, (now_ns(CLOCK_MONOTONIC) - s->started_mono_ns) / PROFD_WINDOW_NS);
+		if (!last)
+			return -ENOMEM;
+	}
+	hashmap__for_each(&s->windows, i, w)
+	{
+		struct store_counts c = w->counts;
+
+		if (w == last && lost > s->lost_seen)
+			c.lost_samples += lost - s->lost_seen;
+		r = store__window_add(env->store, s->id,
+				      s->started_real_ns + w->window * PROFD_WINDOW_NS, &c);
+		if (r < 0)
+			return r;
+		total.samples += c.samples;
+		total.lost_samples += c.lost_samples;
+		total.truncated_stacks += c.truncated_stacks;
+		total.missing_user_stacks += c.missing_user_stacks;
+	}
+	total.unsymbolized_frames = s->unsymbolized_pending;
+	r = store__session_add_counts(env->store, s->id, &total);
+	if (r < 0)
+		return r;
+	hashmap__for_each(&s->threads, i, th)
+	{
+		uint64_t seen = s->started_real_ns + (th->last_seen_ns - s->started_mono_ns);
+
+		r = store__thread_upsert(env->store, s->id, th->tid, th->name, seen, th->samples);
+		if (r < 0)
+			return r;
+	}
+
+	s->lost_flushing = lost;
+	return 0;
+}
+
+void session__flush_done(struct session *s)
+{
+	struct pending_sample *ps;
+	struct window_acc *w;
+	struct thread_acc *th;
+
+	s->lost_seen = s->lost_flushing;
+	s->unsymbolized_pending = 0;
+	hashmap__for_each(&s->pending, i, ps) free(ps);
+	hashmap__clear(&s->pending);
+	hashmap__for_each(&s->threads, i, th) free(th);
+	hashmap__clear(&s->threads);
+	hashmap__for_each(&s->windows, i, w) free(w);
+	hashmap__clear(&s->windows);
+}
+
+void session__flush_failed(struct session *s)
+{
+	struct raw_stack *st;
+	void *v;
+
+	/* Rows written in the rolled-back transaction do not exist: forget their ids. */
+	hashmap__for_each(&s->stacks, i, st) st->stack_id = 0;
+	hashmap__for_each(&s->frames, i, v) free(v);
+	hashmap__clear(&s->frames);
+	hashmap__for_each(&s->mappings_stored, i, v) free(v);
+	hashmap__clear(&s->mappings_stored);
+	s->unsymbolized_pending = 0;
+}
+
+void session__stop(struct session *s, const struct session_env *env)
+{
+	sampler__stop(env->sampler, s->slot);
+	if (s->pidfd >= 0) {
+		close(s->pidfd);
+		s->pidfd = -1;
+	}
+}
+
+bool session__expired(const struct session *s, uint64_t mono_ns)
+{
+	return s->duration_ns && mono_ns - s->started_mono_ns >= s->duration_ns;
+}
+
+static void free_all(struct hashmap *m)
+{
+	void *v;
+
+	hashmap__for_each(m, i, v) free(v);
+	hashmap__free(m);
+}
+
+void session__free(struct session *s)
+{
+	if (!s)
+		return;
+	if (s->pidfd >= 0)
+		close(s->pidfd);
+	free_all(&s->mappings_stored);
+	free_all(&s->stacks);
+	free_all(&s->frames);
+	free_all(&s->pending);
+	free_all(&s->threads);
+	free_all(&s->windows);
+	addrspace__free(s->as);
+	free(s);
+}

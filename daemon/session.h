@@ -1,0 +1,96 @@
+/*
+ * session.h - one profiling session: a target process, its sampling slot,
+ * the samples aggregated since the last flush, and the flush that turns raw
+ * addresses into symbolized frames and stacks in the store.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "hashmap.h"
+#include "sampler.h"
+#include "store.h"
+#include "symbolize.h"
+
+/* What a session needs from the daemon (all borrowed). */
+struct session_env {
+	struct store *store;
+	struct sampler *sampler;
+	struct symbolizer *sym;
+};
+
+struct session_params {
+	pid_t pid;
+	uid_t uid;            /* requester (SO_PEERCRED) */
+	unsigned freq_hz;     /* 1..PROFD_MAX_FREQ_HZ */
+	uint64_t duration_ns; /* 0: until detach or exit */
+	const char *events;   /* comma-separated, validated by the caller */
+};
+
+struct session {
+	int64_t id;
+	unsigned slot;
+	pid_t pid;
+	uid_t uid;
+	char comm[16];
+	const char *event;         /* "cycles" | "cpu-clock" */
+	uint64_t duration_ns;
+	uint64_t started_mono_ns;  /* CLOCK_MONOTONIC, as the BPF sample times */
+	uint64_t started_real_ns;  /* CLOCK_REALTIME at the same instant */
+	int pidfd;                 /* polls readable when the target exits */
+
+	struct addrspace *as;
+	struct hashmap mappings_stored; /* struct mapping_key, mappings already in the store */
+	struct hashmap stacks;          /* struct raw_stack: stacks seen, by content */
+	struct hashmap frames;          /* struct frame_cache: address -> frame row */
+	struct hashmap pending;         /* struct pending_sample: samples since the last flush */
+	struct hashmap threads;         /* struct thread_acc: threads seen since the last flush */
+	struct hashmap windows;         /* struct window_acc: counters since the last flush */
+	uint64_t lost_seen;             /* sampler__lost() at the last committed flush */
+	uint64_t lost_flushing;         /* sampler__lost() of the flush in progress */
+	uint64_t unsymbolized_pending;  /* new unsymbolized frames since the last flush */
+	uint64_t samples;               /* total so far (flushed or not) */
+};
+
+/*
+ * session__new() - check and open @p->pid, insert the session row, start
+ * sampling it in @slot.
+ * Returns 0 and *@ret, -ESRCH if the process does not exist (or is a zombie),
+ * -EPERM if @p->uid may not trace it, -EBUSY if it is already a target,
+ * -EOPNOTSUPP if no sampling event can be opened, -EIO on a store error,
+ * -ENOMEM. Does not log.
+ */
+int session__new(const struct session_env *env, unsigned slot, const struct session_params *p,
+		 struct session **ret);
+
+/* session__on_sample() - account one sample (the sampler callback, per sample). */
+void session__on_sample(struct session *s, const struct sample_event *e);
+
+/*
+ * session__flush() - write what was aggregated since the last flush:
+ * symbolize new stacks, add samples, windows, threads and counters. Must run
+ * inside a store transaction the caller opened. Nothing is forgotten here:
+ * after COMMIT succeeds the caller calls session__flush_done(); after an
+ * error or a failed COMMIT it rolls back and calls session__flush_failed(),
+ * and the same samples are written again by the next flush.
+ * Returns 0 or -EIO/-ENOMEM. Does not log.
+ */
+int session__flush(struct session *s, const struct session_env *env);
+void session__flush_done(struct session *s);
+void session__flush_failed(struct session *s);
+
+/*
+ * session__stop() - stop sampling (events closed; samples already in the ring
+ * buffer are still delivered on the next sampler__poll()). Idempotent.
+ */
+void session__stop(struct session *s, const struct session_env *env);
+
+/* session__expired() - true once the requested duration has passed at @mono_ns. */
+bool session__expired(const struct session *s, uint64_t mono_ns);
+
+void session__free(struct session *s); /* accepts NULL */
+
+/* proc_start_ticks() - /proc/@pid/stat starttime (field 22). -ESRCH if gone. */
+int proc_start_ticks(pid_t pid, uint64_t *ret_ticks);

@@ -1,0 +1,414 @@
+/* store.c - the SQLite database: open, migrate, and the daemon's writes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "store.h"
+#include "util.h"
+
+extern const char *const store_migrations[];
+extern const size_t store_migrations_count;
+
+enum stmt_id {
+	STMT_SESSION_INSERT,
+	STMT_SESSION_COUNTS,
+	STMT_SESSION_END,
+	STMT_WINDOW_ADD,
+	STMT_THREAD_UPSERT,
+	STMT_MAPPING_INSERT,
+	STMT_FRAME_FIND,
+	STMT_FRAME_INSERT,
+	STMT_STACK_FIND,
+	STMT_STACK_INSERT,
+	STMT_STACK_FRAME_INSERT,
+	STMT_SAMPLE_ADD,
+	_STMT_MAX,
+};
+
+static const char *const stmt_sql[_STMT_MAX] = {
+	[STMT_SESSION_INSERT] =
+		"INSERT INTO sessions (pid, pid_start_ticks, comm, exe, uid, event, events, freq_hz, "
+		"unwind, duration_ns, started_at_ns, state) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'running')",
+	[STMT_SESSION_COUNTS] = "UPDATE sessions SET samples = samples + ?2, "
+				"lost_samples = lost_samples + ?3, "
+				"truncated_stacks = truncated_stacks + ?4, "
+				"missing_user_stacks = missing_user_stacks + ?5, "
+				"unsymbolized_frames = unsymbolized_frames + ?6 WHERE id = ?1",
+	[STMT_SESSION_END] = "UPDATE sessions SET state = 'ended', end_reason = ?2, "
+			     "ended_at_ns = ?3 WHERE id = ?1",
+	[STMT_WINDOW_ADD] =
+		"INSERT INTO windows (session_id, window_ns, samples, lost_samples, "
+		"truncated_stacks, missing_user_stacks) VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+		"ON CONFLICT (session_id, window_ns) DO UPDATE SET "
+		"samples = samples + excluded.samples, "
+		"lost_samples = lost_samples + excluded.lost_samples, "
+		"truncated_stacks = truncated_stacks + excluded.truncated_stacks, "
+		"missing_user_stacks = missing_user_stacks + excluded.missing_user_stacks",
+	[STMT_THREAD_UPSERT] =
+		"INSERT INTO threads (session_id, tid, name, first_seen_ns, last_seen_ns, samples) "
+		"VALUES (?1, ?2, ?3, ?4, ?4, ?5) ON CONFLICT (session_id, tid) DO UPDATE SET "
+		"name = excluded.name, last_seen_ns = MAX(last_seen_ns, excluded.last_seen_ns), "
+		"samples = samples + excluded.samples",
+	[STMT_MAPPING_INSERT] = "INSERT INTO mappings (session_id, start_addr, end_addr, "
+				"file_offset, path, build_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+	[STMT_FRAME_FIND] = "SELECT id FROM frames WHERE kind = ?1 AND module = ?2 AND "
+			    "build_id = ?3 AND rel_addr = ?4",
+	[STMT_FRAME_INSERT] = "INSERT INTO frames (kind, module, build_id, rel_addr, function, "
+			      "file, line) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+	[STMT_STACK_FIND] = "SELECT id FROM stacks WHERE frame_ids = ?1",
+	[STMT_STACK_INSERT] = "INSERT INTO stacks (frame_ids, depth, truncated) VALUES (?1, ?2, ?3)",
+	[STMT_STACK_FRAME_INSERT] =
+		"INSERT INTO stack_frames (stack_id, pos, frame_id) VALUES (?1, ?2, ?3)",
+	[STMT_SAMPLE_ADD] = "INSERT INTO samples (session_id, window_ns, tid, stack_id, count) "
+			    "VALUES (?1, ?2, ?3, ?4, ?5) "
+			    "ON CONFLICT (session_id, window_ns, tid, stack_id) DO UPDATE SET "
+			    "count = count + excluded.count",
+};
+
+struct store {
+	sqlite3 *db;
+	sqlite3_stmt *stmt[_STMT_MAX];
+};
+
+sqlite3 *store__db(struct store *st)
+{
+	return st->db;
+}
+
+const char *store__errmsg(struct store *st)
+{
+	return st && st->db ? sqlite3_errmsg(st->db) : "out of memory";
+}
+
+int store__latest_version(void)
+{
+	return (int)store_migrations_count;
+}
+
+static int exec(struct store *st, const char *sql)
+{
+	return sqlite3_exec(st->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -EIO;
+}
+
+int store__schema_version(struct store *st)
+{
+	sqlite3_stmt *stmt;
+	int v = -EIO;
+
+	if (sqlite3_prepare_v2(st->db, "PRAGMA user_version", -1, &stmt, NULL) != SQLITE_OK)
+		return -EIO;
+	if (sqlite3_step(stmt) == SQLITE_ROW)
+		v = sqlite3_column_int(stmt, 0);
+	sqlite3_finalize(stmt);
+	return v;
+}
+
+/* Apply migrations user_version+1 .. latest, each atomically with its version bump. */
+static int migrate(struct store *st)
+{
+	int version = store__schema_version(st);
+	char pragma[64];
+
+	if (version < 0)
+		return version;
+	if (version > (int)store_migrations_count)
+		return -EPROTO;
+	for (int v = version; v < (int)store_migrations_count; v++) {
+		if (exec(st, "BEGIN IMMEDIATE") < 0)
+			return -EIO;
+		snprintf(pragma, sizeof(pragma), "PRAGMA user_version = %d", v + 1);
+		if (exec(st, store_migrations[v]) < 0 || exec(st, pragma) < 0) {
+			store__rollback(st);
+			return -EIO;
+		}
+		if (exec(st, "COMMIT") < 0)
+			return -EIO;
+	}
+	return 0;
+}
+
+int store__open(const char *path, struct store **ret_store)
+{
+	struct store *st;
+	int r, fd;
+
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	*ret_store = st;
+
+	/* Create the file ourselves so that it is never world-readable. */
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	close(fd);
+
+	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+	    SQLITE_OK)
+		return -EIO;
+	sqlite3_busy_timeout(st->db, 5000);
+	sqlite3_extended_result_codes(st->db, 1);
+	/* WAL: readers do not block the writer; synchronous=NORMAL is durable
+	 * against application crashes, and may lose the last commit only on a
+	 * power loss (sqlite.org/pragma.html#pragma_synchronous). */
+	if (exec(st, "PRAGMA journal_mode = WAL") < 0 || exec(st, "PRAGMA synchronous = NORMAL") < 0 ||
+	    exec(st, "PRAGMA foreign_keys = ON") < 0)
+		return -EIO;
+	r = migrate(st);
+	if (r < 0)
+		return r;
+	for (int i = 0; i < _STMT_MAX; i++)
+		if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+				       &st->stmt[i], NULL) != SQLITE_OK)
+			return -EIO;
+	return 0;
+}
+
+void store__close(struct store *st)
+{
+	if (!st)
+		return;
+	for (int i = 0; i < _STMT_MAX; i++)
+		sqlite3_finalize(st->stmt[i]);
+	sqlite3_close(st->db);
+	free(st);
+}
+
+int store__begin(struct store *st)
+{
+	return exec(st, "BEGIN IMMEDIATE");
+}
+
+int store__commit(struct store *st)
+{
+	return exec(st, "COMMIT");
+}
+
+void store__rollback(struct store *st)
+{
+	if (!sqlite3_get_autocommit(st->db))
+		(void)exec(st, "ROLLBACK");
+}
+
+/* Run a prepared statement to completion (no rows expected) and reset it. */
+static int step_done(sqlite3_stmt *stmt)
+{
+	int rc = sqlite3_step(stmt);
+
+	sqlite3_reset(stmt);
+	sqlite3_clear_bindings(stmt);
+	return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+/* Run a statement expected to return at most one integer; -ENOENT if none. */
+static int step_id(sqlite3_stmt *stmt, int64_t *ret_id)
+{
+	int rc = sqlite3_step(stmt), r = -EIO;
+
+	if (rc == SQLITE_ROW) {
+		*ret_id = sqlite3_column_int64(stmt, 0);
+		r = 0;
+	} else if (rc == SQLITE_DONE) {
+		r = -ENOENT;
+	}
+	sqlite3_reset(stmt);
+	sqlite3_clear_bindings(stmt);
+	return r;
+}
+
+static void bind_text_or_null(sqlite3_stmt *stmt, int i, const char *s)
+{
+	if (s)
+		sqlite3_bind_text(stmt, i, s, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(stmt, i);
+}
+
+int store__mark_interrupted(struct store *st)
+{
+	const char *sql =
+		"UPDATE sessions SET state = 'ended', end_reason = 'interrupted', ended_at_ns = "
+		"COALESCE((SELECT MAX(window_ns) + 1000000000 FROM windows "
+		"WHERE session_id = sessions.id), started_at_ns) WHERE state = 'running'";
+
+	if (exec(st, sql) < 0)
+		return -EIO;
+	return sqlite3_changes(st->db);
+}
+
+int store__session_insert(struct store *st, const struct store_session *s, int64_t *ret_id)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_INSERT];
+	int r;
+
+	sqlite3_bind_int(stmt, 1, s->pid);
+	sqlite3_bind_int64(stmt, 2, (int64_t)s->pid_start_ticks);
+	bind_text_or_null(stmt, 3, s->comm);
+	bind_text_or_null(stmt, 4, s->exe);
+	sqlite3_bind_int64(stmt, 5, s->uid);
+	bind_text_or_null(stmt, 6, s->event);
+	bind_text_or_null(stmt, 7, s->events);
+	sqlite3_bind_int(stmt, 8, (int)s->freq_hz);
+	bind_text_or_null(stmt, 9, s->unwind);
+	if (s->duration_ns)
+		sqlite3_bind_int64(stmt, 10, (int64_t)s->duration_ns);
+	sqlite3_bind_int64(stmt, 11, (int64_t)s->started_at_ns);
+	r = step_done(stmt);
+	if (r < 0)
+		return r;
+	*ret_id = sqlite3_last_insert_rowid(st->db);
+	return 0;
+}
+
+int store__session_add_counts(struct store *st, int64_t id, const struct store_counts *c)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_COUNTS];
+
+	sqlite3_bind_int64(stmt, 1, id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)c->samples);
+	sqlite3_bind_int64(stmt, 3, (int64_t)c->lost_samples);
+	sqlite3_bind_int64(stmt, 4, (int64_t)c->truncated_stacks);
+	sqlite3_bind_int64(stmt, 5, (int64_t)c->missing_user_stacks);
+	sqlite3_bind_int64(stmt, 6, (int64_t)c->unsymbolized_frames);
+	return step_done(stmt);
+}
+
+int store__session_end(struct store *st, int64_t id, const char *reason, uint64_t ended_at_ns)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_END];
+
+	sqlite3_bind_int64(stmt, 1, id);
+	sqlite3_bind_text(stmt, 2, reason, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 3, (int64_t)ended_at_ns);
+	return step_done(stmt);
+}
+
+int store__window_add(struct store *st, int64_t session_id, uint64_t window_ns,
+		      const struct store_counts *c)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_WINDOW_ADD];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)window_ns);
+	sqlite3_bind_int64(stmt, 3, (int64_t)c->samples);
+	sqlite3_bind_int64(stmt, 4, (int64_t)c->lost_samples);
+	sqlite3_bind_int64(stmt, 5, (int64_t)c->truncated_stacks);
+	sqlite3_bind_int64(stmt, 6, (int64_t)c->missing_user_stacks);
+	return step_done(stmt);
+}
+
+int store__thread_upsert(struct store *st, int64_t session_id, int tid, const char *name,
+			 uint64_t seen_ns, uint64_t samples)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_THREAD_UPSERT];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int(stmt, 2, tid);
+	sqlite3_bind_text(stmt, 3, name, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(stmt, 4, (int64_t)seen_ns);
+	sqlite3_bind_int64(stmt, 5, (int64_t)samples);
+	return step_done(stmt);
+}
+
+int store__mapping_insert(struct store *st, int64_t session_id, const struct mapping *m)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_MAPPING_INSERT];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)m->start);
+	sqlite3_bind_int64(stmt, 3, (int64_t)m->end);
+	sqlite3_bind_int64(stmt, 4, (int64_t)m->file_offset);
+	sqlite3_bind_text(stmt, 5, m->path, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(stmt, 6, m->build_id ? m->build_id : "", -1, SQLITE_TRANSIENT);
+	return step_done(stmt);
+}
+
+static void bind_frame_key(sqlite3_stmt *stmt, const struct frame_info *f)
+{
+	sqlite3_bind_text(stmt, 1, f->kernel ? "kernel" : "user", -1, SQLITE_STATIC);
+	sqlite3_bind_text(stmt, 2, f->module, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(stmt, 3, f->build_id ? f->build_id : "", -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(stmt, 4, (int64_t)f->rel_addr);
+}
+
+int store__frame_id(struct store *st, const struct frame_info *f, int64_t *ret_id)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_FRAME_FIND];
+	int r;
+
+	bind_frame_key(stmt, f);
+	r = step_id(stmt, ret_id);
+	if (r != -ENOENT)
+		return r;
+
+	stmt = st->stmt[STMT_FRAME_INSERT];
+	bind_frame_key(stmt, f);
+	bind_text_or_null(stmt, 5, f->function);
+	bind_text_or_null(stmt, 6, f->file);
+	if (f->line > 0)
+		sqlite3_bind_int(stmt, 7, f->line);
+	r = step_done(stmt);
+	if (r < 0)
+		return r;
+	*ret_id = sqlite3_last_insert_rowid(st->db);
+	return 0;
+}
+
+int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool truncated,
+		    int64_t *ret_id)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_STACK_FIND];
+	_cleanup_free_ unsigned char *blob = NULL;
+	int64_t id;
+	int r;
+
+	/* Little-endian int64s, whatever the host: the blob is part of the schema. */
+	blob = malloc(n * 8 + 1);
+	if (!blob)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		for (int b = 0; b < 8; b++)
+			blob[i * 8 + b] = (unsigned char)((uint64_t)frame_ids[i] >> (8 * b));
+
+	sqlite3_bind_blob(stmt, 1, blob, (int)(n * 8), SQLITE_STATIC);
+	r = step_id(stmt, ret_id);
+	if (r != -ENOENT)
+		return r;
+
+	stmt = st->stmt[STMT_STACK_INSERT];
+	sqlite3_bind_blob(stmt, 1, blob, (int)(n * 8), SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 2, (int64_t)n);
+	sqlite3_bind_int(stmt, 3, truncated);
+	r = step_done(stmt);
+	if (r < 0)
+		return r;
+	id = sqlite3_last_insert_rowid(st->db);
+
+	stmt = st->stmt[STMT_STACK_FRAME_INSERT];
+	for (size_t i = 0; i < n; i++) {
+		sqlite3_bind_int64(stmt, 1, id);
+		sqlite3_bind_int64(stmt, 2, (int64_t)i);
+		sqlite3_bind_int64(stmt, 3, frame_ids[i]);
+		r = step_done(stmt);
+		if (r < 0)
+			return r;
+	}
+	*ret_id = id;
+	return 0;
+}
+
+int store__sample_add(struct store *st, int64_t session_id, uint64_t window_ns, int tid,
+		      int64_t stack_id, uint64_t count)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SAMPLE_ADD];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)window_ns);
+	sqlite3_bind_int(stmt, 3, tid);
+	sqlite3_bind_int64(stmt, 4, stack_id);
+	sqlite3_bind_int64(stmt, 5, (int64_t)count);
+	return step_done(stmt);
+}

@@ -1,0 +1,87 @@
+/*
+ * store.h - the SQLite database: opening, schema migrations and the writes
+ * the daemon makes (sessions, threads, mappings, frames, stacks, samples).
+ * Reads for reports live in query.c.
+ */
+#pragma once
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "symbolize.h"
+
+struct store;
+
+/* A new session row (strings are copied by SQLite). */
+struct store_session {
+	int pid;
+	uint64_t pid_start_ticks;
+	const char *comm;
+	const char *exe;       /* may be NULL */
+	unsigned uid;
+	const char *event;     /* "cycles" or "cpu-clock" */
+	const char *events;    /* comma-separated, as asked */
+	unsigned freq_hz;
+	const char *unwind;    /* "fp" */
+	uint64_t duration_ns;  /* 0: none */
+	uint64_t started_at_ns;
+};
+
+/* Counters added to a session (and its window row) at a flush. */
+struct store_counts {
+	uint64_t samples;
+	uint64_t lost_samples;
+	uint64_t truncated_stacks;
+	uint64_t missing_user_stacks;
+	uint64_t unsymbolized_frames;
+};
+
+/*
+ * store__open() - open or create the database at @path (mode 0600 when
+ * created), switch it to WAL, and apply the migrations in schema/ that
+ * PRAGMA user_version says are missing, each in its own transaction.
+ * Returns 0, -EIO if SQLite fails (the message is in store__errmsg() of a
+ * half-open store, so *@ret_store is set even then, and must be closed),
+ * -EPROTO if the database is newer than this profd, -ENOMEM.
+ */
+int store__open(const char *path, struct store **ret_store);
+void store__close(struct store *st); /* accepts NULL */
+sqlite3 *store__db(struct store *st);
+const char *store__errmsg(struct store *st);
+/* store__schema_version() - PRAGMA user_version after migrations. */
+int store__schema_version(struct store *st);
+/* Number of migrations this build knows. */
+int store__latest_version(void);
+
+int store__begin(struct store *st);
+int store__commit(struct store *st);
+void store__rollback(struct store *st);
+
+/*
+ * store__mark_interrupted() - sessions left 'running' by a profd that died
+ * are marked ended with end_reason 'interrupted' and ended_at at the end of
+ * their last stored window. Returns the number of sessions marked, or -EIO.
+ */
+int store__mark_interrupted(struct store *st);
+
+int store__session_insert(struct store *st, const struct store_session *s, int64_t *ret_id);
+int store__session_add_counts(struct store *st, int64_t id, const struct store_counts *c);
+/* store__session_end() - state 'ended', with @reason and @ended_at_ns. */
+int store__session_end(struct store *st, int64_t id, const char *reason, uint64_t ended_at_ns);
+
+int store__window_add(struct store *st, int64_t session_id, uint64_t window_ns,
+		      const struct store_counts *c);
+int store__thread_upsert(struct store *st, int64_t session_id, int tid, const char *name,
+			 uint64_t seen_ns, uint64_t samples);
+int store__mapping_insert(struct store *st, int64_t session_id, const struct mapping *m);
+
+/* store__frame_id() - id of the frame row for @f, inserted if new. */
+int store__frame_id(struct store *st, const struct frame_info *f, int64_t *ret_id);
+/* store__stack_id() - id of the stack of @n frame ids (leaf first), inserted if new. */
+int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool truncated,
+		    int64_t *ret_id);
+/* store__sample_add() - add @count samples of @stack_id in @tid to a window. */
+int store__sample_add(struct store *st, int64_t session_id, uint64_t window_ns, int tid,
+		      int64_t stack_id, uint64_t count);

@@ -1,0 +1,46 @@
+/* check.h - tiny check macros for the C unit tests: print file:line and both values. */
+#pragma once
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static int check_failures;
+
+#define CHECK(cond)                                                                                \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
+			check_failures++;                                                          \
+		}                                                                                  \
+	} while (0)
+
+#define CHECK_INT_EQ(a, b)                                                                         \
+	do {                                                                                       \
+		long long _a = (long long)(a), _b = (long long)(b);                                \
+		if (_a != _b) {                                                                    \
+			fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__,        \
+				__LINE__, #a, #b, _a, _b);                                         \
+			check_failures++;                                                          \
+		}                                                                                  \
+	} while (0)
+
+#define CHECK_STR_EQ(a, b)                                                                         \
+	do {                                                                                       \
+		const char *_a = (a), *_b = (b);                                                   \
+		if (!_a || !_b || strcmp(_a, _b) != 0) {                                           \
+			fprintf(stderr, "%s:%d: %s == %s failed: \"%s\" != \"%s\"\n", __FILE__,    \
+				__LINE__, #a, #b, _a ? _a : "(null)", _b ? _b : "(null)");         \
+			check_failures++;                                                          \
+		}                                                                                  \
+	} while (0)
+
+/* check_exit() - the test's exit status: 0 if every check passed, 1 otherwise. */
+static inline int check_exit(const char *name)
+{
+	if (check_failures)
+		fprintf(stderr, "%s: %d check(s) failed\n", name, check_failures);
+	else
+		printf("%s: all checks passed\n", name);
+	return check_failures ? 1 : 0;
+}

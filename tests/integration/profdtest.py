@@ -1,0 +1,159 @@
+"""profdtest.py - start a real profd on a temporary socket and database, run
+profctl against it, run workloads; shared by the integration tests.
+
+Exit codes follow meson: 0 pass, 1 fail, 77 skip, 99 setup error.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP, ERROR = 77, 99
+
+
+def skip(reason):
+    print('SKIP: ' + reason)
+    sys.exit(SKIP)
+
+
+def require_root_bpf():
+    if os.geteuid() != 0:
+        skip('needs root (CAP_BPF and CAP_PERFMON) to load BPF programs')
+    if not os.path.exists('/sys/kernel/btf/vmlinux'):
+        skip('kernel has no BTF (/sys/kernel/btf/vmlinux): CO-RE BPF cannot load')
+
+
+def binary(name):
+    path = os.environ.get(name)
+    if not path or not os.path.exists(path):
+        print('setup error: $%s is not set to a built binary (run through meson test)' % name)
+        sys.exit(ERROR)
+    return path
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, message):
+    """Fail the test with @message unless @cond."""
+    if not cond:
+        raise Failure(message)
+
+
+class Profd:
+    """A profd on a temporary socket and database, stopped on exit."""
+
+    def __init__(self, extra_args=()):
+        self.dir = tempfile.mkdtemp(prefix='profd-test-')
+        self.socket = os.path.join(self.dir, 'profd.sock')
+        self.db = os.path.join(self.dir, 'profd.db')
+        self.log = open(os.path.join(self.dir, 'profd.log'), 'w+')
+        self.profd = binary('PROFD')
+        self.profctl = binary('PROFCTL')
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.children = []
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [self.profd, '--db', self.db, '--socket', self.socket, '--foreground'] + self.extra_args,
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise Failure('profd exited with %d at start:\n%s' % (self.proc.returncode, self.logtext()))
+            if os.path.exists(self.socket) and self.ctl('ping', check_rc=False)[0] == 0:
+                return
+            time.sleep(0.1)
+        raise Failure('profd did not answer ping within 20 s:\n' + self.logtext())
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode if self.proc else None
+
+    def logtext(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    def __exit__(self, exc_type, exc, tb):
+        for child in self.children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        self.stop()
+        if exc_type is not None:
+            print('--- profd log ---\n' + self.logtext())
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return False
+
+    def ctl(self, *args, check_rc=True, timeout=60):
+        """Run profctl with the test socket; return (rc, stdout, stderr)."""
+        cmd = [self.profctl, '--socket', self.socket] + [str(a) for a in args]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if check_rc and p.returncode != 0:
+            raise Failure('%s exited %d\nstdout: %s\nstderr: %s' % (' '.join(cmd), p.returncode, p.stdout, p.stderr))
+        return p.returncode, p.stdout, p.stderr
+
+    def json(self, *args):
+        """Run profctl --json and parse its one JSON document."""
+        _, out, _ = self.ctl('--json', *args)
+        try:
+            return json.loads(out)
+        except ValueError as e:
+            raise Failure('profctl %s --json printed invalid JSON (%s):\n%s' % (' '.join(map(str, args)), e, out))
+
+    def spawn(self, *argv):
+        """Start a workload; it is killed when the test ends."""
+        p = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.children.append(p)
+        return p
+
+    def wait_ended(self, session, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            s = self.json('session', session)['session']
+            if s['state'] == 'ended':
+                return s
+            time.sleep(0.25)
+        raise Failure('session %s did not end within %d s' % (session, timeout))
+
+
+def wait_for_threads(pid, count, timeout=10):
+    """Wait until process @pid has at least @count threads (the workload started them)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if len(os.listdir('/proc/%d/task' % pid)) >= count:
+                return
+        except FileNotFoundError:
+            raise Failure('workload %d exited early' % pid)
+        time.sleep(0.05)
+    raise Failure('workload %d did not start %d threads' % (pid, count))
+
+
+def run(test):
+    """Run @test(), turning Failure into exit 1 with its message."""
+    try:
+        test()
+    except Failure as e:
+        print('FAIL: %s' % e)
+        sys.exit(1)
+    print('PASS')
+    sys.exit(0)

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Bad input gets a clear error and the daemon keeps answering: a PID that
+does not exist, PID 0, a string, a 10 MiB request, invalid JSON, an unknown
+command, an unknown session, a client that disconnects mid-line."""
+import json
+import os
+import socket
+import subprocess
+
+from profdtest import Profd, check, require_root_bpf, run
+
+
+def raw(sock_path, payload, read=True):
+    """Send raw bytes on a new connection; return the parsed response line (or None)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(20)
+    s.connect(sock_path)
+    try:
+        s.sendall(payload)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the daemon may close after answering an oversized request
+    if not read:
+        s.close()
+        return None
+    buf = b''
+    while not buf.endswith(b'\n'):
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        buf += chunk
+    s.close()
+    return json.loads(buf.decode()) if buf else None
+
+
+def expect_error(resp, code, what):
+    check(resp is not None, '%s: no response' % what)
+    check(resp.get('ok') is False and resp.get('v') == 1, '%s: not an error: %r' % (what, resp))
+    check(resp['error']['code'] == code, '%s: code %r, expected %s (%r)' % (what, resp['error']['code'], code, resp))
+    check(resp['error']['message'], '%s: empty message' % what)
+
+
+def test():
+    require_root_bpf()
+    with Profd() as d:
+        def alive():
+            resp = raw(d.socket, b'{"v":1,"cmd":"ping"}\n')
+            check(resp and resp['ok'], 'daemon stopped answering: %r' % resp)
+
+        # A PID that does not exist: a child that has been reaped.
+        p = subprocess.Popen(['true'])
+        p.wait()
+        rc, out, err = d.ctl('attach', p.pid, check_rc=False)
+        check(rc == 1 and 'no process' in err, 'dead PID: rc %d stderr %r' % (rc, err))
+        expect_error(raw(d.socket, b'{"cmd":"attach","pid":%d}\n' % p.pid), 'ESRCH', 'dead pid')
+        alive()
+
+        # PID 0, negative, a string: refused by profctl (usage) and by profd.
+        for arg in ('0', '-5', 'abc', '12abc'):
+            rc, _, err = d.ctl('attach', arg, check_rc=False)
+            check(rc == 2 and err.strip(), 'profctl attach %s: rc %d stderr %r' % (arg, rc, err))
+        expect_error(raw(d.socket, b'{"cmd":"attach","pid":0}\n'), 'EINVAL', 'pid 0')
+        expect_error(raw(d.socket, b'{"cmd":"attach","pid":"abc"}\n'), 'EINVAL', 'pid string')
+        expect_error(raw(d.socket, b'{"cmd":"attach","pid":1,"events":["nope"]}\n'), 'EINVAL', 'unknown event')
+        alive()
+
+        # 10 MiB on one line: E2BIG, then the connection is closed; others are served.
+        big = b'{"cmd":"ping","pad":"' + b'x' * (10 << 20) + b'"}\n'
+        expect_error(raw(d.socket, big), 'E2BIG', '10 MiB request')
+        alive()
+
+        expect_error(raw(d.socket, b'{"cmd": "ping"\n'), 'EINVAL', 'invalid JSON')
+        expect_error(raw(d.socket, b'\xff\xfe\x00garbage\n'), 'EINVAL', 'binary garbage')
+        expect_error(raw(d.socket, b'{"cmd":"rm -rf /"}\n'), 'EINVAL', 'unknown command')
+        expect_error(raw(d.socket, b'{"v":99,"cmd":"ping"}\n'), 'EPROTONOSUPPORT', 'bad version')
+        expect_error(raw(d.socket, b'{"cmd":"top","session":424242}\n'), 'ENOENT', 'unknown session')
+        rc, _, err = d.ctl('top', '424242', check_rc=False)
+        check(rc == 1 and '424242' in err, 'profctl top unknown: rc %d stderr %r' % (rc, err))
+
+        # Several requests on one connection are answered in order.
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(d.socket)
+        s.sendall(b'{"cmd":"ping"}\n{"cmd":"nope"}\n{"cmd":"sessions"}\n')
+        f = s.makefile('rb')
+        answers = [json.loads(f.readline()) for _ in range(3)]
+        s.close()
+        check([a['ok'] for a in answers] == [True, False, True], 'pipelined answers %r' % answers)
+
+        # A client that sends half a line and disconnects.
+        raw(d.socket, b'{"cmd":"pi', read=False)
+        alive()
+
+        # No daemon at the socket: one clear line, non-zero exit.
+        p = subprocess.run([d.profctl, '--socket', d.socket + '.missing', 'sessions'],
+                           capture_output=True, text=True)
+        check(p.returncode == 1 and 'cannot connect' in p.stderr and len(p.stderr.strip().splitlines()) == 1,
+              'no daemon: rc %d stderr %r' % (p.returncode, p.stderr))
+
+        check(d.proc.poll() is None, 'profd died:\n' + d.logtext())
+
+
+run(test)

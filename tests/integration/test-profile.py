@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""A real profd attached to a real multi-threaded workload (spin-threads):
+the hot function is on top, the call path is whole, thread shares follow the
+1:2:3 work split, and the data stays queryable after the target exits."""
+import os
+
+from profdtest import Profd, check, require_root_bpf, run, wait_for_threads, binary
+
+WEIGHTS = [1, 2, 3]
+
+
+def test():
+    require_root_bpf()
+    spin = binary('SPIN_THREADS')
+    with Profd() as d:
+        w = d.spawn(spin, '--seconds', '8', '--weights', ','.join(map(str, WEIGHTS)))
+        wait_for_threads(w.pid, 1 + len(WEIGHTS))
+
+        att = d.json('attach', w.pid)
+        sid = att['session']
+        check(att['pid'] == w.pid, 'attach reports pid %s, expected %d' % (att['pid'], w.pid))
+        check(att['event'] in ('cycles', 'cpu-clock'), 'event %r' % att['event'])
+        print('session %d: event %s' % (sid, att['event']))
+
+        # Attaching the same PID twice is refused while the first session runs.
+        rc, _, err = d.ctl('attach', w.pid, check_rc=False)
+        check(rc != 0 and 'already' in err, 'second attach: rc %d, stderr %r' % (rc, err))
+
+        # The session ends by itself when the workload exits.
+        out, _ = w.communicate(timeout=30)
+        cpu = dict(l.split(' cpu ') for l in out.splitlines() if ' cpu ' in l)
+        print('workload CPU time per thread: %r' % cpu)
+        s = d.wait_ended(sid, timeout=20)
+        check(s['end_reason'] == 'target_exited', 'end_reason %r' % s['end_reason'])
+        check(s['samples'] > 0, 'no samples stored')
+
+        top = d.json('top', sid, '--limit', '5')
+        total = top['total_samples']
+        print('total samples %d, lost %d, truncated %d, unsymbolized frames %d' % (
+            total, top['lost_samples'], top['truncated_stacks'], top['unsymbolized_frames']))
+        for f in top['functions']:
+            print('  %5.1f%% %5.1f%% %s (%s:%s)' % (f['self_pct'], f['total_pct'], f['function'], f['file'], f['line']))
+        # ~7.5 s of 0.6 CPU at 99 Hz is ~440 samples; accept a wide margin for a loaded CI machine.
+        check(total >= 150, 'only %d samples in ~7.5 s of 0.6 CPU at 99 Hz' % total)
+        hot = top['functions'][0]
+        check(hot['function'] == 'hot_function', 'top function is %r, expected hot_function' % hot['function'])
+        check(hot['self_pct'] >= 80, 'hot_function has %.1f%% of self samples, expected >= 80%%' % hot['self_pct'])
+        check(hot['file'] and hot['file'].endswith('spin-threads.c') and hot['line'] > 0,
+              'hot_function source %r:%r' % (hot['file'], hot['line']))
+        check(os.path.basename(hot['module']) == 'spin-threads', 'module %r' % hot['module'])
+        check(top['lost_samples'] == 0, '%d samples lost' % top['lost_samples'])
+
+        # The hot call path, leaf first, with frame pointers all the way to the thread's start.
+        paths = d.json('hotpaths', sid, '--limit', '3')['paths']
+        names = [f['function'] for f in paths[0]['frames']]
+        print('hottest path: ' + ' <- '.join(map(str, names)))
+        want = ['hot_function', 'do_work', 'run_period', 'worker_main']
+        check(names[:4] == want, 'hottest path starts %r, expected %r' % (names[:4], want))
+        check(any(n in ('start_thread', 'clone3', 'clone') for n in names[4:]) or len(names) == 4,
+              'path below worker_main: %r' % names[4:])
+
+        # Per-thread samples follow the 1:2:3 split within 15%.
+        th = d.json('threads', sid)
+        workers = {t['name']: t['samples'] for t in th['threads'] if t['name'].startswith('worker-')}
+        check(len(workers) == len(WEIGHTS), 'worker threads seen: %r' % workers)
+        wsum = sum(workers.values())
+        for i, weight in enumerate(WEIGHTS, 1):
+            share = workers['worker-%d' % i] / wsum
+            expect = weight / sum(WEIGHTS)
+            print('worker-%d: %.3f of worker samples, expected %.3f' % (i, share, expect))
+            check(abs(share - expect) <= 0.15 * expect,
+                  'worker-%d share %.3f not within 15%% of %.3f (the workload measured its '
+                  'own CPU time as %r)' % (i, share, expect, cpu))
+        imb = th['imbalance']
+        check(imb['straggler_name'] == 'worker-3', 'straggler %r' % imb['straggler_name'])
+
+        # Human output shows the same facts.
+        _, out, _ = d.ctl('top', sid)
+        check('hot_function' in out and 'lost' in out, 'human top output:\n' + out)
+        _, out, _ = d.ctl('hotpaths', sid)
+        check('worker_main' in out, 'human hotpaths output:\n' + out)
+
+        sessions = d.json('sessions')['sessions']
+        check(any(x['id'] == sid for x in sessions), 'session %d not listed' % sid)
+
+        # The stored profile outlives the daemon: restart it on the same database.
+        check(d.stop() == 0, 'profd did not exit 0 on SIGTERM:\n' + d.logtext())
+        d.start()
+        again = d.json('top', sid, '--limit', '5')
+        check(again['functions'] == top['functions'], 'top changed across a restart')
+        check(d.json('session', sid)['session']['end_reason'] == 'target_exited',
+              'end_reason changed across a restart')
+
+
+run(test)

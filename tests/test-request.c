@@ -1,0 +1,113 @@
+/* test-request.c - the request parser on valid, malformed, hostile and oversized input. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "protocol.h"
+#include "request.h"
+
+static int parse(const char *s, struct request *req, char *err, size_t errlen)
+{
+	return request__parse(s, strlen(s), req, err, errlen);
+}
+
+static void expect_error(const char *s, int want, const char *needle)
+{
+	struct request req;
+	char err[256] = "";
+	int r = parse(s, &req, err, sizeof(err));
+
+	CHECK_INT_EQ(r, want);
+	if (needle && !strstr(err, needle)) {
+		fprintf(stderr, "input %s: message '%s' lacks '%s'\n", s, err, needle);
+		check_failures++;
+	}
+}
+
+int main(void)
+{
+	struct request req;
+	char err[256];
+	char *big;
+
+	/* Valid requests and their defaults. */
+	CHECK_INT_EQ(parse("{\"v\":1,\"cmd\":\"attach\",\"pid\":42}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(req.cmd, CMD_ATTACH);
+	CHECK_INT_EQ(req.pid, 42);
+	CHECK_INT_EQ(req.freq_hz, PROFD_DEFAULT_FREQ_HZ);
+	CHECK_INT_EQ(req.duration_ns, 0);
+	CHECK_STR_EQ(req.events_str, "cpu");
+
+	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":7,\"duration_s\":1.5,\"freq_hz\":250,"
+			   "\"events\":[\"cpu\"]}",
+			   &req, err, sizeof(err)),
+		     0);
+	CHECK_INT_EQ(req.duration_ns, 1500000000LL);
+	CHECK_INT_EQ(req.freq_hz, 250);
+
+	CHECK_INT_EQ(parse("{\"cmd\":\"top\",\"session\":3}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(req.limit, 20);
+	CHECK_INT_EQ(parse("{\"cmd\":\"hotpaths\",\"session\":3,\"limit\":5}", &req, err,
+			   sizeof(err)),
+		     0);
+	CHECK_INT_EQ(req.limit, 5);
+	CHECK_INT_EQ(parse("  {\"cmd\":\"ping\"}  \r", &req, err, sizeof(err)), 0);
+
+	/* Malformed JSON and wrong shapes. */
+	expect_error("", -EINVAL, "invalid JSON");
+	expect_error("{", -EINVAL, "invalid JSON");
+	expect_error("{\"cmd\":\"ping\"} trailing", -EINVAL, "invalid JSON");
+	expect_error("[1,2,3]", -EINVAL, "object");
+	expect_error("\"attach\"", -EINVAL, NULL);
+	expect_error("{\"cmd\":\"ping\",\"cmd\":\"ping\"}", -EINVAL, NULL); /* duplicate key */
+	expect_error("{\"v\":2,\"cmd\":\"ping\"}", -EPROTONOSUPPORT, "version");
+	expect_error("{\"v\":\"1\",\"cmd\":\"ping\"}", -EPROTONOSUPPORT, NULL);
+	expect_error("{\"cmd\":42}", -EINVAL, "cmd");
+	expect_error("{}", -EINVAL, "cmd");
+	expect_error("{\"cmd\":\"format-disk\"}", -EINVAL, "unknown command");
+
+	/* attach: PID 0, negative, string, float, huge; bad options. */
+	expect_error("{\"cmd\":\"attach\"}", -EINVAL, "pid");
+	expect_error("{\"cmd\":\"attach\",\"pid\":0}", -EINVAL, "pid");
+	expect_error("{\"cmd\":\"attach\",\"pid\":-1}", -EINVAL, "pid");
+	expect_error("{\"cmd\":\"attach\",\"pid\":\"abc\"}", -EINVAL, "integer");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1.5}", -EINVAL, "integer");
+	expect_error("{\"cmd\":\"attach\",\"pid\":99999999999}", -EINVAL, "pid");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"freq_hz\":0}", -EINVAL, "freq_hz");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"freq_hz\":1000000}", -EINVAL, "freq_hz");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"duration_s\":-3}", -EINVAL, "duration_s");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"duration_s\":\"10\"}", -EINVAL, "duration_s");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"events\":[\"cpu\",\"gpu-magic\"]}", -EINVAL,
+		     "unknown event");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"events\":[]}", -EINVAL, "events");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"events\":\"cpu\"}", -EINVAL, "events");
+
+	/* Session-taking commands. */
+	expect_error("{\"cmd\":\"top\"}", -EINVAL, "session");
+	expect_error("{\"cmd\":\"top\",\"session\":0}", -EINVAL, "session");
+	expect_error("{\"cmd\":\"top\",\"session\":1,\"limit\":0}", -EINVAL, "limit");
+	expect_error("{\"cmd\":\"detach\",\"session\":null}", -EINVAL, "session");
+
+	/* Invalid UTF-8 and embedded NUL. */
+	expect_error("{\"cmd\":\"\xff\xfe\"}", -EINVAL, NULL);
+	CHECK_INT_EQ(request__parse("{\"cmd\":\"ping\"}\0junk", 19, &req, err, sizeof(err)), -EINVAL);
+
+	/* Oversized: refused before parsing. */
+	big = malloc(PROFD_MAX_REQUEST_BYTES + 10);
+	memset(big, ' ', PROFD_MAX_REQUEST_BYTES + 9);
+	big[PROFD_MAX_REQUEST_BYTES + 9] = '\0';
+	expect_error(big, -E2BIG, "larger");
+	free(big);
+
+	/* Deep nesting must not blow the stack (jansson limits depth). */
+	big = malloc(200001);
+	for (int i = 0; i < 100000; i++) {
+		big[i] = '[';
+		big[200000 - 1 - i] = ']';
+	}
+	big[200000] = '\0';
+	CHECK(request__parse(big, 200000, &req, err, sizeof(err)) < 0);
+	free(big);
+
+	return check_exit("test-request");
+}
