@@ -1,0 +1,1429 @@
+/*
+ * symbolize.c - process address spaces read from /proc/PID/maps, user
+ * addresses turned into function/file:line with libdwfl (symbol tables,
+ * separate debug info, DWARF lines, C++ demangling), kernel addresses
+ * turned into symbols from /proc/kallsyms.
+ *
+ * Everything read here is untrusted: /proc files are parsed with bounds
+ * checks and size caps, and an ELF or DWARF file libelf/libdw cannot read is
+ * an unsymbolized frame, never an error of the caller's. Not thread-safe:
+ * one symbolizer and its address spaces belong to one thread.
+ */
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
+#include <elfutils/libdwfl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <inttypes.h>
+#include <libelf.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hashmap.h"
+#include "symbolize.h"
+#include "util.h"
+
+/* libstdc++'s demangler (the build links libstdc++); <cxxabi.h> is C++ only. */
+extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+
+/*
+ * Caps on untrusted input. /proc/PID/maps of a process at the default
+ * vm.max_map_count (65530) is about 10 MiB; kallsyms is about 15 MiB with
+ * all modules. Beyond the caps the rest is ignored (those addresses are
+ * then visibly unsymbolized), never an unbounded allocation.
+ */
+#define MAPS_MAX_BYTES (64ULL << 20)
+#define KALLSYMS_MAX_BYTES (256ULL << 20)
+#define LINE_MAX_BYTES (PATH_MAX + 256)
+#define KSYM_NAME_MAX 1024    /* kernel KSYM_NAME_LEN is 512 since 6.1 */
+#define ELF_MAX_LOADS 64      /* PT_LOAD headers kept per file */
+#define BUILD_ID_MAX_BYTES 64 /* GNU build IDs are 16 (md5/uuid) or 20 (sha1) bytes */
+/*
+ * __cxa_demangle() recurses on nested template arguments; a crafted symbol
+ * can exhaust the stack (e.g. GCC PR 87335). Real C++ names stay far below
+ * this length.
+ */
+#define DEMANGLE_MAX_LEN 8192
+/*
+ * A kernel address further than this above the greatest symbol below it is
+ * past the end of that symbol's text region (the end of a module, of the
+ * kernel image, or a BPF program that came after kallsyms was read); naming
+ * it after that symbol would be a silently wrong frame.
+ */
+#define KSYM_MAX_DISTANCE (1ULL << 20)
+/* the test makes it small */
+#ifndef RESULT_CACHE_MAX
+#define RESULT_CACHE_MAX 200000 /* cached lookups, ~15 MiB */
+#endif
+/* A file that could not be opened is tried again after this long. */
+#define MODULE_RETRY_NS (10 * NSEC_PER_SEC)
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(Elf *, elf_end)
+
+/* ---------------------------------------------------------------------- */
+/* String storage: an arena of chunks that never move, and an intern set. */
+
+struct arena_chunk {
+	struct arena_chunk *next;
+	size_t used, size;
+	char data[];
+};
+
+struct arena {
+	struct arena_chunk *head;
+};
+
+#define ARENA_CHUNK_BYTES (64 * 1024)
+
+static char *arena_strndup(struct arena *a, const char *s, size_t len)
+{
+	struct arena_chunk *c = a->head;
+	char *p;
+
+	if (len >= SIZE_MAX / 2)
+		return NULL;
+	if (!c || c->size - c->used < len + 1) {
+		size_t size = MAX((size_t)ARENA_CHUNK_BYTES, len + 1);
+
+		c = malloc(sizeof(*c) + size);
+		if (!c)
+			return NULL;
+		c->used = 0;
+		c->size = size;
+		c->next = a->head;
+		a->head = c;
+	}
+	p = c->data + c->used;
+	memcpy(p, s, len);
+	p[len] = '\0';
+	c->used += len + 1;
+	return p;
+}
+
+static void arena_done(struct arena *a)
+{
+	while (a->head) {
+		struct arena_chunk *next = a->head->next;
+
+		free(a->head);
+		a->head = next;
+	}
+}
+
+/* A set of strings; the strings live in @arena. */
+struct strpool {
+	struct arena arena;
+	struct hashmap set;
+};
+
+static bool str_eq(const void *entry, const void *key)
+{
+	return strcmp(entry, key) == 0;
+}
+
+/* strpool_intern() - the pooled copy of @s (valid until strpool_done()), NULL on OOM. */
+static const char *strpool_intern(struct strpool *p, const char *s)
+{
+	size_t len = strlen(s);
+	uint64_t h = hash64(HASH64_INIT, s, len);
+	char *copy = hashmap__find(&p->set, h, str_eq, s);
+
+	if (copy)
+		return copy;
+	copy = arena_strndup(&p->arena, s, len);
+	if (!copy || hashmap__insert(&p->set, h, copy) < 0)
+		return NULL; /* an orphan copy stays in the arena until strpool_done() */
+	return copy;
+}
+
+static void strpool_done(struct strpool *p)
+{
+	hashmap__free(&p->set);
+	arena_done(&p->arena);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Bounded parsing helpers for /proc text. */
+
+static bool parse_hex(const char **p, const char *end, uint64_t *ret)
+{
+	const char *q = *p;
+	uint64_t v = 0;
+
+	for (; q < end; q++) {
+		unsigned d;
+
+		if (*q >= '0' && *q <= '9')
+			d = *q - '0';
+		else if (*q >= 'a' && *q <= 'f')
+			d = *q - 'a' + 10;
+		else if (*q >= 'A' && *q <= 'F')
+			d = *q - 'A' + 10;
+		else
+			break;
+		if (v >> 60)
+			return false; /* more than 64 bits */
+		v = v << 4 | d;
+	}
+	if (q == *p)
+		return false;
+	*p = q;
+	*ret = v;
+	return true;
+}
+
+static bool parse_dec(const char **p, const char *end, uint64_t *ret)
+{
+	const char *q = *p;
+	uint64_t v = 0;
+
+	for (; q < end && *q >= '0' && *q <= '9'; q++) {
+		unsigned d = *q - '0';
+
+		if (v > (UINT64_MAX - d) / 10)
+			return false;
+		v = v * 10 + d;
+	}
+	if (q == *p)
+		return false;
+	*p = q;
+	*ret = v;
+	return true;
+}
+
+static bool parse_char(const char **p, const char *end, char c)
+{
+	if (*p >= end || **p != c)
+		return false;
+	(*p)++;
+	return true;
+}
+
+static void skip_blanks(const char **p, const char *end)
+{
+	while (*p < end && (**p == ' ' || **p == '\t'))
+		(*p)++;
+}
+
+/* ---------------------------------------------------------------------- */
+/* /proc/PID/maps */
+
+/* One parsed line of /proc/PID/maps; @path points into the line. */
+struct maps_line {
+	uint64_t start, end, offset, ino;
+	uint64_t dev_major, dev_minor;
+	char perms[4];
+	const char *path; /* not NUL-terminated; "" for anonymous mappings */
+	size_t path_len;
+};
+
+/*
+ * maps_parse_line() - parse "start-end perms offset major:minor inode [path]"
+ * from @len bytes at @line (a trailing newline is allowed). Returns 0, or
+ * -EINVAL for anything malformed (the caller skips the line).
+ */
+static int maps_parse_line(const char *line, size_t len, struct maps_line *ret)
+{
+	const char *p = line, *end = line + len;
+	struct maps_line ml = {};
+
+	if (len > 0 && end[-1] == '\n')
+		end--;
+	if (memchr(line, '\0', end - line))
+		return -EINVAL;
+	if (!parse_hex(&p, end, &ml.start) || !parse_char(&p, end, '-') ||
+	    !parse_hex(&p, end, &ml.end) || !parse_char(&p, end, ' '))
+		return -EINVAL;
+	if (end - p < 4)
+		return -EINVAL;
+	memcpy(ml.perms, p, 4);
+	p += 4;
+	if ((ml.perms[0] != 'r' && ml.perms[0] != '-') ||
+	    (ml.perms[1] != 'w' && ml.perms[1] != '-') ||
+	    (ml.perms[2] != 'x' && ml.perms[2] != '-') ||
+	    (ml.perms[3] != 'p' && ml.perms[3] != 's'))
+		return -EINVAL;
+	if (!parse_char(&p, end, ' ') || !parse_hex(&p, end, &ml.offset) ||
+	    !parse_char(&p, end, ' ') || !parse_hex(&p, end, &ml.dev_major) ||
+	    !parse_char(&p, end, ':') || !parse_hex(&p, end, &ml.dev_minor) ||
+	    !parse_char(&p, end, ' ') || !parse_dec(&p, end, &ml.ino))
+		return -EINVAL;
+	if (p < end && *p != ' ' && *p != '\t')
+		return -EINVAL;
+	skip_blanks(&p, end);
+	if (ml.start >= ml.end || end - p >= PATH_MAX)
+		return -EINVAL;
+	ml.path = p;
+	ml.path_len = end - p;
+	*ret = ml;
+	return 0;
+}
+
+static bool maps_line_wanted(const struct maps_line *ml)
+{
+	if (ml->perms[2] != 'x' || ml->path_len == 0)
+		return false;
+	if (ml->path[0] == '/')
+		return true;
+	return ml->path_len == strlen("[vdso]") && memcmp(ml->path, "[vdso]", ml->path_len) == 0;
+}
+
+/* One PT_LOAD program header. */
+struct elf_load {
+	uint64_t vaddr, offset, filesz;
+	bool exec;
+};
+
+/* A file mapped by the process, shared by all its mappings. */
+struct as_file {
+	uint64_t dev_major, dev_minor, ino;
+	size_t n_loads; /* 0: the file could not be read as ELF */
+	struct elf_load loads[ELF_MAX_LOADS];
+	char build_id[2 * BUILD_ID_MAX_BYTES + 1]; /* lowercase hex, "" if none */
+	char path[];
+};
+
+struct addrspace {
+	pid_t pid;		 /* <= 0: no /proc/PID to open files through */
+	struct mapping *maps;	 /* sorted by start, not overlapping */
+	struct as_file **owners; /* owners[i] is the file of maps[i] */
+	size_t n_maps;
+	struct as_file **files;
+	size_t n_files;
+};
+
+static uint64_t page_size(void)
+{
+	static uint64_t size;
+
+	if (!size) {
+		long r = sysconf(_SC_PAGESIZE);
+
+		size = r > 0 ? (uint64_t)r : 4096;
+	}
+	return size;
+}
+
+/*
+ * Ways to open the file behind a mapping, best first:
+ * - /proc/PID/map_files/START-END: the very inode mapped, even if deleted or
+ *   replaced on disk since (needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE);
+ * - /proc/PID/root/PATH: the path as the process sees it (containers);
+ * - PATH: the path in our own mount namespace, the only one left once the
+ *   process has exited.
+ */
+enum { OPEN_MAP_FILES, OPEN_ROOT, OPEN_PLAIN, OPEN_N };
+
+static int open_path(const struct addrspace *as, uint64_t start, uint64_t end, const char *path,
+		     int how, char *buf, size_t size)
+{
+	int n;
+
+	if (path[0] != '/')
+		return -ENOENT;
+	switch (how) {
+	case OPEN_MAP_FILES:
+		if (as->pid <= 0)
+			return -ENOENT;
+		n = snprintf(buf, size, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, (int)as->pid,
+			     start, end);
+		break;
+	case OPEN_ROOT:
+		if (as->pid <= 0)
+			return -ENOENT;
+		n = snprintf(buf, size, "/proc/%d/root%s", (int)as->pid, path);
+		break;
+	default:
+		n = snprintf(buf, size, "%s", path);
+		break;
+	}
+	if (n < 0 || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/*
+ * open_regular() - open @path read-only. O_NONBLOCK so that a FIFO planted
+ * at a library's path cannot block us; anything but a regular file is
+ * refused. Returns an fd or -errno.
+ */
+static int open_regular(const char *path)
+{
+	_cleanup_close_ int fd = -1;
+	struct stat st;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return -ENOEXEC;
+	return TAKE_FD(fd);
+}
+
+/*
+ * elf_begin_fd() - an Elf for @fd. ELF_C_READ rather than an mmap: a file
+ * truncated under us would otherwise raise SIGBUS.
+ */
+static Elf *elf_begin_fd(int fd)
+{
+	Elf *e = elf_begin(fd, ELF_C_READ, NULL);
+
+	if (e && elf_kind(e) != ELF_K_ELF) {
+		elf_end(e);
+		return NULL;
+	}
+	return e;
+}
+
+/* elf_build_id_hex() - @e's GNU build ID in lowercase hex into @buf, "" if none. */
+static void elf_build_id_hex(Elf *e, char buf[static 2 * BUILD_ID_MAX_BYTES + 1])
+{
+	static const char hex[] = "0123456789abcdef";
+	const void *id = NULL;
+	ssize_t len = dwelf_elf_gnu_build_id(e, &id);
+
+	buf[0] = '\0';
+	if (len <= 0 || len > BUILD_ID_MAX_BYTES || !id)
+		return;
+	for (ssize_t i = 0; i < len; i++) {
+		unsigned char b = ((const unsigned char *)id)[i];
+
+		buf[2 * i] = hex[b >> 4];
+		buf[2 * i + 1] = hex[b & 15];
+	}
+	buf[2 * len] = '\0';
+}
+
+/* as_file_read_elf() - fill @f's build ID and PT_LOAD headers from @e; false if unreadable. */
+static bool as_file_read_elf(struct as_file *f, Elf *e)
+{
+	GElf_Ehdr ehdr;
+	size_t phnum;
+
+	if (!gelf_getehdr(e, &ehdr) || elf_getphdrnum(e, &phnum) < 0)
+		return false;
+	f->n_loads = 0;
+	for (size_t i = 0; i < phnum && f->n_loads < ELF_MAX_LOADS; i++) {
+		GElf_Phdr ph;
+
+		if (!gelf_getphdr(e, (int)i, &ph) || ph.p_type != PT_LOAD)
+			continue;
+		f->loads[f->n_loads++] = (struct elf_load){
+		    .vaddr = ph.p_vaddr,
+		    .offset = ph.p_offset,
+		    .filesz = ph.p_filesz,
+		    .exec = ph.p_flags & PF_X,
+		};
+	}
+	if (f->n_loads == 0)
+		return false;
+	elf_build_id_hex(e, f->build_id);
+	return true;
+}
+
+/* as_file_load() - read @f's ELF headers through the first way that opens it. */
+static void as_file_load(const struct addrspace *as, struct as_file *f, uint64_t start,
+			 uint64_t end)
+{
+	char buf[PATH_MAX + 64];
+
+	for (int how = 0; how < OPEN_N; how++) {
+		_cleanup_close_ int fd = -1;
+		_cleanup_(elf_endp) Elf *e = NULL;
+
+		if (open_path(as, start, end, f->path, how, buf, sizeof(buf)) < 0)
+			continue;
+		fd = open_regular(buf);
+		if (fd < 0)
+			continue;
+		e = elf_begin_fd(fd);
+		if (e && as_file_read_elf(f, e))
+			return;
+	}
+}
+
+/*
+ * mapping_load_bias() - runtime address minus ELF virtual address for a
+ * mapping of @f at @start from file offset @offset.
+ *
+ * The PT_LOAD holding @offset maps file offset X to virtual address
+ * p_vaddr + (X - p_offset), and the mapping puts X at start + (X - offset),
+ * so bias = start - offset - (p_vaddr - p_offset). For ET_EXEC the mapping
+ * sits at p_vaddr rounded down to a page and offset is p_offset rounded down
+ * the same way, which gives 0. Without readable headers the guess is
+ * p_vaddr == p_offset, true of the text of almost every linker's output.
+ */
+static uint64_t mapping_load_bias(const struct as_file *f, uint64_t start, uint64_t offset)
+{
+	const struct elf_load *best = NULL;
+
+	for (size_t i = 0; i < f->n_loads; i++) {
+		const struct elf_load *l = &f->loads[i];
+		/* the mapping's offset is p_offset rounded down to a page */
+		uint64_t lo = l->offset & ~(page_size() - 1);
+		uint64_t span = l->offset - lo;
+
+		span = l->filesz > UINT64_MAX - span ? UINT64_MAX : span + l->filesz;
+		if (l->filesz == 0 || offset < lo || offset - lo >= span)
+			continue;
+		if (!best || (l->exec && !best->exec))
+			best = l;
+	}
+	if (!best)
+		return start - offset;
+	return start - offset - (best->vaddr - best->offset);
+}
+
+/* as_file_get() - the file entry for @ml, created (and its ELF read) on first sight. */
+static struct as_file *as_file_get(struct addrspace *as, const struct maps_line *ml)
+{
+	struct as_file *f, **files;
+
+	for (size_t i = as->n_files; i-- > 0;) {
+		f = as->files[i];
+		if (f->ino == ml->ino && f->dev_major == ml->dev_major &&
+		    f->dev_minor == ml->dev_minor && strlen(f->path) == ml->path_len &&
+		    memcmp(f->path, ml->path, ml->path_len) == 0)
+			return f;
+	}
+	files = reallocarray(as->files, as->n_files + 1, sizeof(*files));
+	if (!files)
+		return NULL;
+	as->files = files;
+	f = calloc(1, sizeof(*f) + ml->path_len + 1);
+	if (!f)
+		return NULL;
+	memcpy(f->path, ml->path, ml->path_len);
+	f->dev_major = ml->dev_major;
+	f->dev_minor = ml->dev_minor;
+	f->ino = ml->ino;
+	as_file_load(as, f, ml->start, ml->end);
+	as->files[as->n_files++] = f;
+	return f;
+}
+
+/* A mapping read from maps, before it is merged into the address space. */
+struct pending {
+	struct mapping m;
+	struct as_file *file;
+};
+
+static int pending_cmp(const void *a, const void *b)
+{
+	const struct pending *x = a, *y = b;
+
+	return x->m.start < y->m.start ? -1 : x->m.start > y->m.start;
+}
+
+/* as_index() - index of the mapping holding @addr, or -1. */
+static ssize_t as_index(const struct addrspace *as, uint64_t addr)
+{
+	size_t lo = 0, hi = as->n_maps;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (as->maps[mid].start <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0 || addr >= as->maps[lo - 1].end)
+		return -1;
+	return (ssize_t)lo - 1;
+}
+
+static bool as_overlaps(const struct pending *p, size_t n, const struct mapping *m)
+{
+	size_t lo = 0, hi = n;
+
+	/* first pending entry ending after m->start; @p is sorted and disjoint */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (p[mid].m.end <= m->start)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < n && p[lo].m.start < m->end;
+}
+
+/*
+ * as_merge() - add the @n mappings in @p (sorted, disjoint) that @as does
+ * not hold yet. An old mapping overlapping a new one is dropped: the range
+ * was unmapped and reused, and new samples in it belong to the new file.
+ * Returns the number added or -ENOMEM (@as unchanged).
+ */
+static int as_merge(struct addrspace *as, struct pending *p, size_t n)
+{
+	_cleanup_free_ struct pending *all = NULL;
+	struct mapping *maps;
+	struct as_file **owners;
+	size_t n_all = 0, n_new = 0;
+
+	all = calloc(as->n_maps + n + 1, sizeof(*all));
+	if (!all)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		ssize_t j = as_index(as, p[i].m.start);
+
+		if (j >= 0 && as->maps[j].start == p[i].m.start && as->maps[j].end == p[i].m.end &&
+		    as->maps[j].file_offset == p[i].m.file_offset && as->owners[j] == p[i].file)
+			continue; /* already known */
+		all[n_all++] = p[i];
+		n_new++;
+	}
+	if (n_new == 0)
+		return 0;
+	for (size_t i = 0; i < as->n_maps; i++) {
+		if (as_overlaps(all, n_new, &as->maps[i]))
+			continue;
+		all[n_all++] = (struct pending){.m = as->maps[i], .file = as->owners[i]};
+	}
+	qsort(all, n_all, sizeof(*all), pending_cmp);
+
+	maps = calloc(n_all, sizeof(*maps));
+	owners = calloc(n_all, sizeof(*owners));
+	if (!maps || !owners) {
+		free(maps);
+		free(owners);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n_all; i++) {
+		maps[i] = all[i].m;
+		owners[i] = all[i].file;
+	}
+	free(as->maps);
+	free(as->owners);
+	as->maps = maps;
+	as->owners = owners;
+	as->n_maps = n_all;
+	return (int)MIN(n_new, (size_t)INT_MAX);
+}
+
+/*
+ * as_read_maps() - parse a maps stream @f into @as. Malformed lines are
+ * skipped; input beyond MAPS_MAX_BYTES is ignored. Returns the number of
+ * new mappings, -ENOMEM, or -errno of a read error (@as then unchanged but
+ * for unused file entries).
+ */
+static int as_read_maps(struct addrspace *as, FILE *f)
+{
+	_cleanup_free_ char *line = NULL;
+	_cleanup_free_ struct pending *p = NULL;
+	size_t line_cap = 0, n = 0, cap = 0;
+	uint64_t total = 0;
+	ssize_t len;
+
+	errno = 0;
+	while ((len = getline(&line, &line_cap, f)) > 0) {
+		struct maps_line ml;
+		struct as_file *file;
+
+		total += (uint64_t)len;
+		if (total > MAPS_MAX_BYTES)
+			break;
+		if ((size_t)len > LINE_MAX_BYTES || maps_parse_line(line, (size_t)len, &ml) < 0 ||
+		    !maps_line_wanted(&ml))
+			continue;
+		/* the kernel prints maps sorted; anything else is not /proc, drop it */
+		if (n > 0 && ml.start < p[n - 1].m.end)
+			continue;
+		file = as_file_get(as, &ml);
+		if (!file)
+			return -ENOMEM;
+		if (n == cap) {
+			struct pending *np = reallocarray(p, cap ? cap * 2 : 64, sizeof(*p));
+
+			if (!np)
+				return -ENOMEM;
+			p = np;
+			cap = cap ? cap * 2 : 64;
+		}
+		p[n].file = file;
+		p[n].m = (struct mapping){
+		    .start = ml.start,
+		    .end = ml.end,
+		    .file_offset = ml.offset,
+		    .load_bias = mapping_load_bias(file, ml.start, ml.offset),
+		    .path = file->path,
+		    .build_id = file->build_id,
+		};
+		n++;
+	}
+	if (ferror(f))
+		return -(errno ?: EIO);
+	return as_merge(as, p, n);
+}
+
+static int as_open_maps(pid_t pid, FILE **ret)
+{
+	char path[64];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? -ESRCH : -errno;
+	*ret = f;
+	return 0;
+}
+
+/*
+ * addrspace__new() - read /proc/@pid/maps and the ELF headers (build ID,
+ * PT_LOADs) of each executable file mapping, opened through
+ * /proc/@pid/map_files or /proc/@pid/root when the process allows it.
+ * @pid: a process ID (> 0).
+ * @ret_as: on success a new address space the caller frees with
+ *   addrspace__free().
+ *
+ * Returns 0, -ESRCH if the process is gone, -EACCES/-EPERM if its maps may
+ * not be read, -ENOMEM. A process without executable file mappings (a
+ * kernel thread) gives an empty address space. Blocks on /proc and file
+ * reads; does not log.
+ */
+int addrspace__new(pid_t pid, struct addrspace **ret_as)
+{
+	_cleanup_fclose_ FILE *f = NULL;
+	struct addrspace *as;
+	int r;
+
+	if (pid <= 0)
+		return -ESRCH;
+	elf_version(EV_CURRENT);
+	r = as_open_maps(pid, &f);
+	if (r < 0)
+		return r;
+	as = calloc(1, sizeof(*as));
+	if (!as)
+		return -ENOMEM;
+	as->pid = pid;
+	r = as_read_maps(as, f);
+	if (r < 0) {
+		addrspace__free(as);
+		return r;
+	}
+	*ret_as = as;
+	return 0;
+}
+
+/*
+ * addrspace__refresh() - re-read /proc/PID/maps (after a dlopen, say). New
+ * mappings are added; mappings that went away are kept (samples taken
+ * before an munmap may still arrive), except those a new mapping overlaps.
+ * The mapping array from addrspace__find()/addrspace__mappings() is
+ * reallocated by a refresh that returns > 0; the path and build_id strings
+ * of every mapping ever seen stay valid until addrspace__free().
+ *
+ * Returns the number of new mappings (>= 0), -ESRCH if the process is gone,
+ * -EACCES/-EPERM, -ENOMEM; on error @as is left unchanged. Blocks on file
+ * reads; does not log.
+ */
+int addrspace__refresh(struct addrspace *as)
+{
+	_cleanup_fclose_ FILE *f = NULL;
+	int r;
+
+	r = as_open_maps(as->pid, &f);
+	if (r < 0)
+		return r;
+	return as_read_maps(as, f);
+}
+
+/*
+ * addrspace__find() - the mapping holding @addr (a runtime address), or
+ * NULL. The pointer is valid until the next addrspace__refresh() that adds
+ * mappings, or addrspace__free(). O(log n), no allocation.
+ */
+const struct mapping *addrspace__find(const struct addrspace *as, uint64_t addr)
+{
+	ssize_t i = as_index(as, addr);
+
+	return i < 0 ? NULL : &as->maps[i];
+}
+
+/*
+ * addrspace__mappings() - all mappings, sorted by start and disjoint;
+ * count in *@ret_n. Same lifetime as addrspace__find()'s result.
+ */
+const struct mapping *addrspace__mappings(const struct addrspace *as, size_t *ret_n)
+{
+	*ret_n = as->n_maps;
+	return as->maps;
+}
+
+/* addrspace__free() - release @as and every string of its mappings. Accepts NULL. */
+void addrspace__free(struct addrspace *as)
+{
+	if (!as)
+		return;
+	for (size_t i = 0; i < as->n_files; i++)
+		free(as->files[i]);
+	free(as->files);
+	free(as->maps);
+	free(as->owners);
+	free(as);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The symbolizer */
+
+/* One ELF file, by path + build ID, opened in a Dwfl of its own. */
+struct module {
+	const char *path;     /* interned; the path in the maps */
+	const char *build_id; /* interned */
+	/* part of the key only when there is no build ID */
+	uint64_t dev_major, dev_minor, ino;
+	Dwfl *dwfl; /* NULL: no usable ELF */
+	Dwfl_Module *mod;
+	Dwarf_Addr bias;   /* Dwfl address - ELF virtual address */
+	uint64_t retry_ns; /* CLOCK_MONOTONIC time to try opening again when dwfl is NULL */
+};
+
+/* A cached lookup of one module address. */
+struct result {
+	const struct module *mod; /* NULL: free slot */
+	uint64_t vaddr;
+	const char *function, *file;
+	int line;
+};
+
+struct ksym {
+	uint64_t addr;
+	const char *name;   /* in the symbolizer's arena */
+	const char *module; /* interned "[mod]", or NULL for the kernel image */
+	uint32_t order;	    /* line number in kallsyms, for a stable sort */
+	bool global;
+};
+
+struct symbolizer {
+	struct strpool pool;
+	struct arena ksym_names;
+
+	struct hashmap modules; /* struct module, by path + build ID (+ inode) */
+	struct hashmap results; /* struct result, by module + address; emptied when full */
+
+	bool ksyms_loaded;
+	bool ksyms_hidden; /* kptr_restrict: every address read as 0 */
+	struct ksym *ksyms;
+	size_t n_ksyms;
+};
+
+static const Dwfl_Callbacks dwfl_callbacks = {
+    .find_elf = dwfl_build_id_find_elf,
+    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .section_address = dwfl_offline_section_address,
+};
+
+/*
+ * symbolizer__new() - an empty symbolizer: modules are opened and kallsyms
+ * read on first use. Returns NULL only on out-of-memory. Does not log.
+ */
+struct symbolizer *symbolizer__new(void)
+{
+	elf_version(EV_CURRENT);
+	return calloc(1, sizeof(struct symbolizer));
+}
+
+static void module_free(struct module *m)
+{
+	if (!m)
+		return;
+	if (m->dwfl)
+		dwfl_end(m->dwfl); /* closes the fd dwfl_report_elf() consumed */
+	free(m);
+}
+
+static void results_clear(struct symbolizer *s)
+{
+	for (size_t i = 0; i < s->results.cap; i++)
+		free(s->results.vals[i]);
+	hashmap__clear(&s->results);
+}
+
+/* symbolizer__free() - release all modules, caches and strings. Accepts NULL. */
+void symbolizer__free(struct symbolizer *s)
+{
+	if (!s)
+		return;
+	results_clear(s);
+	hashmap__free(&s->results);
+	for (size_t i = 0; i < s->modules.cap; i++)
+		module_free(s->modules.vals[i]);
+	hashmap__free(&s->modules);
+	free(s->ksyms);
+	arena_done(&s->ksym_names);
+	strpool_done(&s->pool);
+	free(s);
+}
+
+/* What identifies a module: interned strings compare by address. */
+struct module_key {
+	const char *path, *build_id;
+	uint64_t dev_major, dev_minor, ino;
+};
+
+static bool module_eq(const void *entry, const void *key)
+{
+	const struct module *m = entry;
+	const struct module_key *k = key;
+
+	return m->path == k->path && m->build_id == k->build_id && m->ino == k->ino &&
+	       m->dev_major == k->dev_major && m->dev_minor == k->dev_minor;
+}
+
+/*
+ * elf_fd_matches() - whether @fd is an ELF file with build ID @build_id
+ * ("" accepts any ELF: nothing to check against).
+ */
+static bool elf_fd_matches(int fd, const char *build_id)
+{
+	_cleanup_(elf_endp) Elf *e = elf_begin_fd(fd);
+	char id[2 * BUILD_ID_MAX_BYTES + 1];
+
+	if (!e)
+		return false;
+	if (!build_id[0])
+		return true;
+	elf_build_id_hex(e, id);
+	return strcmp(id, build_id) == 0;
+}
+
+/*
+ * module_open() - open @mod's file for the mapping @m of @as in a Dwfl of
+ * its own, trying the ways of open_path() in turn and refusing a file whose
+ * build ID differs from the one read when the maps were (a library replaced
+ * on disk: its symbols would be silently wrong). Leaves mod->dwfl NULL if no
+ * way works.
+ */
+static void module_open(struct module *mod, const struct addrspace *as, const struct mapping *m)
+{
+	char buf[PATH_MAX + 64];
+
+	for (int how = 0; how < OPEN_N; how++) {
+		_cleanup_close_ int fd = -1;
+		Dwarf_Addr bias, dwarf_bias;
+		Dwfl_Module *dm;
+		Dwfl *dwfl;
+
+		if (open_path(as, m->start, m->end, mod->path, how, buf, sizeof(buf)) < 0)
+			continue;
+		fd = open_regular(buf);
+		if (fd < 0 || !elf_fd_matches(fd, mod->build_id))
+			continue;
+		dwfl = dwfl_begin(&dwfl_callbacks);
+		if (!dwfl)
+			return;
+		dwfl_report_begin(dwfl);
+		/*
+		 * The file name is where .gnu_debuglink files are looked for
+		 * (next to it, in .debug/, under /usr/lib/debug): the path the
+		 * process sees, through its root while that exists.
+		 */
+		dm = dwfl_report_elf(dwfl, mod->path, how == OPEN_ROOT ? buf : mod->path, fd, 0,
+				     false);
+		if (dm)
+			TAKE_FD(fd); /* dwfl_report_elf() consumed it */
+		dwfl_report_end(dwfl, NULL, NULL);
+		if (!dm || !dwfl_module_getelf(dm, &bias)) {
+			dwfl_end(dwfl);
+			continue;
+		}
+		/*
+		 * Look for DWARF (in the file or a separate debug file) now,
+		 * while /proc/PID/root still leads to it.
+		 */
+		(void)dwfl_module_getdwarf(dm, &dwarf_bias);
+		mod->dwfl = dwfl;
+		mod->mod = dm;
+		mod->bias = bias;
+		return;
+	}
+}
+
+/*
+ * symbolizer_module() - the module for mapping @idx of @as, opened on first
+ * use (and again after MODULE_RETRY_NS while it cannot be). NULL on OOM.
+ */
+static struct module *symbolizer_module(struct symbolizer *s, const struct addrspace *as,
+					size_t idx)
+{
+	const struct mapping *m = &as->maps[idx];
+	const struct as_file *f = as->owners[idx];
+	struct module_key key = {};
+	struct module *mod;
+	uint64_t h;
+
+	key.path = strpool_intern(&s->pool, m->path);
+	key.build_id = strpool_intern(&s->pool, m->build_id);
+	if (!key.path || !key.build_id)
+		return NULL;
+	if (!key.build_id[0]) {
+		/* without a build ID, two files at one path (two containers) differ by inode */
+		key.dev_major = f->dev_major;
+		key.dev_minor = f->dev_minor;
+		key.ino = f->ino;
+	}
+	h = hash64(HASH64_INIT, &key, sizeof(key));
+	mod = hashmap__find(&s->modules, h, module_eq, &key);
+	if (!mod) {
+		mod = calloc(1, sizeof(*mod));
+		if (!mod)
+			return NULL;
+		*mod = (struct module){
+		    .path = key.path,
+		    .build_id = key.build_id,
+		    .dev_major = key.dev_major,
+		    .dev_minor = key.dev_minor,
+		    .ino = key.ino,
+		    /* [vdso]: no file to open */
+		    .retry_ns = key.path[0] == '/' ? 0 : UINT64_MAX,
+		};
+		if (hashmap__insert(&s->modules, h, mod) < 0) {
+			free(mod);
+			return NULL;
+		}
+	}
+	if (!mod->dwfl && mod->retry_ns != UINT64_MAX) {
+		uint64_t now = now_ns(CLOCK_MONOTONIC);
+
+		if (now >= mod->retry_ns) {
+			module_open(mod, as, m);
+			mod->retry_ns = now + MODULE_RETRY_NS;
+		}
+	}
+	return mod;
+}
+
+/*
+ * intern_symbol() - @name without a symbol version ("memcpy@@GLIBC_2.14",
+ * as a library's .symtab spells its versioned symbols: one function, one
+ * name), demangled if it is a C++ name, interned. NULL on OOM.
+ */
+static const char *intern_symbol(struct symbolizer *s, const char *name)
+{
+	_cleanup_free_ char *unversioned = NULL;
+	const char *at = strchr(name, '@');
+
+	if (at && at > name) {
+		unversioned = strndup(name, at - name);
+		if (!unversioned)
+			return NULL;
+		name = unversioned;
+	}
+	if (name[0] == '_' && name[1] == 'Z' &&
+	    strnlen(name, DEMANGLE_MAX_LEN + 1) <= DEMANGLE_MAX_LEN) {
+		int status = -1;
+		_cleanup_free_ char *d = __cxa_demangle(name, NULL, NULL, &status);
+
+		if (d && status == 0)
+			return strpool_intern(&s->pool, d);
+	}
+	return strpool_intern(&s->pool, name);
+}
+
+/*
+ * inline_call_site() - if @addr (a Dwfl address) is in code inlined into
+ * its function, the file and line of the outermost inlined call: the place
+ * in the function the symbol table names. Otherwise leaves *@file and *@line.
+ * The line table alone would give a line of the inlined callee (a header,
+ * say) next to the caller's name.
+ */
+static void inline_call_site(Dwfl_Module *dm, Dwarf_Addr addr, const char **file, int *line)
+{
+	_cleanup_free_ Dwarf_Die *scopes = NULL;
+	Dwarf_Attribute attr_mem;
+	Dwarf_Word call_file, call_line;
+	Dwarf_Files *files;
+	Dwarf_Addr cu_bias;
+	Dwarf_Die *cudie;
+	const char *src;
+	size_t n_files;
+	int n, outer = -1;
+
+	cudie = dwfl_module_addrdie(dm, addr, &cu_bias);
+	if (!cudie)
+		return;
+	n = dwarf_getscopes(cudie, addr - cu_bias, &scopes);
+	for (int i = 0; i < n; i++) {
+		int tag = dwarf_tag(&scopes[i]);
+
+		if (tag == DW_TAG_inlined_subroutine)
+			outer = i;
+		else if (tag == DW_TAG_subprogram)
+			break;
+	}
+	if (outer < 0)
+		return;
+	if (dwarf_formudata(dwarf_attr(&scopes[outer], DW_AT_call_file, &attr_mem), &call_file))
+		return;
+	if (dwarf_formudata(dwarf_attr(&scopes[outer], DW_AT_call_line, &attr_mem), &call_line) ||
+	    call_line == 0 || call_line > INT_MAX)
+		return;
+	if (dwarf_getsrcfiles(cudie, &files, &n_files) != 0 || call_file >= n_files)
+		return;
+	src = dwarf_filesrc(files, call_file, NULL, NULL);
+	if (!src)
+		return;
+	*file = src;
+	*line = (int)call_line;
+}
+
+/*
+ * intern_source() - @file made absolute with @comp_dir (DW_AT_comp_dir, may
+ * be NULL) as addr2line does, interned; NULL on OOM. Compilers write the
+ * name as given on their command line, relative for most build systems.
+ */
+static const char *intern_source(struct symbolizer *s, const char *comp_dir, const char *file)
+{
+	_cleanup_free_ char *full = NULL;
+
+	if (file[0] == '/' || !comp_dir || !comp_dir[0])
+		return strpool_intern(&s->pool, file);
+	if (asprintf(&full, "%s/%s", comp_dir, file) < 0) {
+		full = NULL; /* asprintf() leaves it undefined on failure */
+		return NULL;
+	}
+	return strpool_intern(&s->pool, full);
+}
+
+/*
+ * module_lookup() - function (demangled), file and line of ELF virtual
+ * address @vaddr in @mod, each interned; NULL/0 where unknown. Returns 0 or
+ * -ENOMEM.
+ */
+static int module_lookup(struct symbolizer *s, const struct module *mod, uint64_t vaddr,
+			 struct result *ret)
+{
+	Dwarf_Addr addr = vaddr + mod->bias;
+	const char *name, *file = NULL, *comp_dir = NULL;
+	Dwfl_Line *dl;
+	GElf_Off off;
+	GElf_Sym sym;
+	int line = 0;
+
+	ret->function = NULL;
+	ret->file = NULL;
+	ret->line = 0;
+
+	name = dwfl_module_addrinfo(mod->mod, addr, &off, &sym, NULL, NULL, NULL);
+	if (name && name[0] && GELF_ST_TYPE(sym.st_info) != STT_SECTION &&
+	    GELF_ST_TYPE(sym.st_info) != STT_FILE && GELF_ST_TYPE(sym.st_info) != STT_TLS) {
+		ret->function = intern_symbol(s, name);
+		if (!ret->function)
+			return -ENOMEM;
+	}
+
+	dl = dwfl_module_getsrc(mod->mod, addr);
+	if (dl) {
+		const char *src = dwfl_lineinfo(dl, NULL, &line, NULL, NULL, NULL);
+
+		if (src && line > 0) {
+			file = src;
+			comp_dir = dwfl_line_comp_dir(dl);
+		} else {
+			line = 0;
+		}
+	}
+	if (file)
+		inline_call_site(mod->mod, addr, &file, &line);
+	if (file) {
+		ret->file = intern_source(s, comp_dir, file);
+		if (!ret->file)
+			return -ENOMEM;
+		ret->line = line;
+	}
+	return 0;
+}
+
+static uint64_t result_hash(const struct module *mod, uint64_t vaddr)
+{
+	return hash64(hash64(HASH64_INIT, &mod, sizeof(mod)), &vaddr, sizeof(vaddr));
+}
+
+static bool result_eq(const void *entry, const void *key)
+{
+	const struct result *a = entry, *b = key;
+
+	return a->mod == b->mod && a->vaddr == b->vaddr;
+}
+
+/* results_add() - cache a copy of @r; failing to (OOM) only costs a later lookup. */
+static void results_add(struct symbolizer *s, const struct result *r)
+{
+	struct result *copy;
+
+	if (s->results.len >= RESULT_CACHE_MAX)
+		results_clear(s); /* start over rather than grow without bound */
+	copy = malloc(sizeof(*copy));
+	if (!copy)
+		return;
+	*copy = *r;
+	if (hashmap__insert(&s->results, result_hash(r->mod, r->vaddr), copy) < 0)
+		free(copy);
+}
+
+/*
+ * symbolizer__user() - symbolize user address @addr of a process whose
+ * mappings are @as.
+ * @addr: a runtime address in that process.
+ * @return_addr: true for a return address from an unwound stack (every frame
+ *   but the leaf): the lookup uses the ELF address - 1, so that a call at the
+ *   very end of a function is attributed to that function and its line;
+ *   ret->rel_addr is still that of @addr.
+ * @ret: filled in; its strings are owned by @s and valid until
+ *   symbolizer__free().
+ *
+ * The file of each mapping is opened once per (path, build ID) and kept
+ * open; its symbol table (.symtab, else .dynsym), separate debug info found
+ * by build ID or .gnu_debuglink, and DWARF line table are used. When @addr
+ * is in inlined code, function is the out-of-line function that holds it
+ * and file:line the place in it where the inlined code was called.
+ *
+ * Returns 0 when a mapping holds @addr: module/build_id/rel_addr are set,
+ * and function/file/line when the ELF or its debug info know them (function
+ * NULL for a stripped file, a file that cannot be opened or is corrupt, or a
+ * file replaced on disk by one with another build ID). Returns -ENOENT if no
+ * mapping holds @addr (module "[unknown]", rel_addr = @addr), -ENOMEM.
+ * Blocks on file I/O (and on debuginfod if DEBUGINFOD_URLS is set, through
+ * libdwfl). Does not log.
+ */
+int symbolizer__user(struct symbolizer *s, const struct addrspace *as, uint64_t addr,
+		     bool return_addr, struct frame_info *ret)
+{
+	struct result r = {}, *cached;
+	const struct mapping *m;
+	struct module *mod;
+	uint64_t rel;
+	ssize_t idx;
+	int err;
+
+	*ret = (struct frame_info){.module = "[unknown]", .build_id = "", .rel_addr = addr};
+	idx = as ? as_index(as, addr) : -1;
+	if (idx < 0)
+		return -ENOENT;
+	m = &as->maps[idx];
+	mod = symbolizer_module(s, as, (size_t)idx);
+	if (!mod)
+		return -ENOMEM;
+	rel = addr - m->load_bias;
+	ret->module = mod->path;
+	ret->build_id = mod->build_id;
+	ret->rel_addr = rel;
+	if (!mod->dwfl)
+		return 0;
+
+	r.mod = mod;
+	r.vaddr = return_addr && rel > 0 ? rel - 1 : rel;
+	cached = hashmap__find(&s->results, result_hash(mod, r.vaddr), result_eq, &r);
+	if (cached) {
+		r = *cached;
+	} else {
+		err = module_lookup(s, mod, r.vaddr, &r);
+		if (err < 0)
+			return err;
+		results_add(s, &r);
+	}
+	ret->function = r.function;
+	ret->file = r.file;
+	ret->line = r.line;
+	return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* /proc/kallsyms */
+
+/*
+ * kallsyms_parse_line() - parse "address type name[\t[module]]". Returns 0,
+ * or -EINVAL for a malformed line. @name and @module point into @line;
+ * *@module_len is 0 for the kernel image.
+ */
+static int kallsyms_parse_line(const char *line, size_t len, uint64_t *addr, char *type,
+			       const char **name, size_t *name_len, const char **module,
+			       size_t *module_len)
+{
+	const char *p = line, *end = line + len, *q;
+
+	if (len > 0 && end[-1] == '\n')
+		end--;
+	if (!parse_hex(&p, end, addr) || !parse_char(&p, end, ' ') || p >= end)
+		return -EINVAL;
+	*type = *p++;
+	if (!parse_char(&p, end, ' '))
+		return -EINVAL;
+	for (q = p; q < end && *q != '\t' && *q != ' ' && *q != '\0'; q++)
+		;
+	if (q == p || q - p > KSYM_NAME_MAX)
+		return -EINVAL;
+	*name = p;
+	*name_len = q - p;
+	*module = NULL;
+	*module_len = 0;
+	p = q;
+	skip_blanks(&p, end);
+	if (p < end) {
+		/* "[module]", possibly followed by more columns we do not use */
+		if (*p != '[')
+			return -EINVAL;
+		for (q = p; q < end && *q != ']' && *q != '\0'; q++)
+			;
+		if (q >= end || q - p > KSYM_NAME_MAX)
+			return -EINVAL;
+		*module = p;
+		*module_len = q - p + 1;
+	}
+	return 0;
+}
+
+static int ksym_cmp(const void *a, const void *b)
+{
+	const struct ksym *x = a, *y = b;
+
+	if (x->addr != y->addr)
+		return x->addr < y->addr ? -1 : 1;
+	if (x->global != y->global)
+		return x->global ? -1 : 1; /* at one address, prefer the global name */
+	return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/*
+ * ksyms_load_file() - read the text symbols (types t, T, w, W) of a
+ * kallsyms-format file @path into @s, sorted, one per address. Malformed
+ * lines are skipped; bytes past KALLSYMS_MAX_BYTES ignored. Returns 0 or
+ * -errno (open/read failure, -ENOMEM).
+ */
+static int ksyms_load_file(struct symbolizer *s, const char *path)
+{
+	_cleanup_fclose_ FILE *f = NULL;
+	_cleanup_free_ char *line = NULL;
+	_cleanup_free_ struct ksym *syms = NULL;
+	size_t line_cap = 0, n = 0, cap = 0, out;
+	uint64_t total = 0;
+	bool all_zero = true;
+	ssize_t len;
+
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while ((len = getline(&line, &line_cap, f)) > 0) {
+		const char *name, *module;
+		size_t name_len, module_len;
+		uint64_t addr;
+		char type, mod_name[KSYM_NAME_MAX + 2];
+		struct ksym k;
+
+		total += (uint64_t)len;
+		if (total > KALLSYMS_MAX_BYTES)
+			break;
+		if ((size_t)len > LINE_MAX_BYTES ||
+		    kallsyms_parse_line(line, (size_t)len, &addr, &type, &name, &name_len, &module,
+					&module_len) < 0)
+			continue;
+		if (type != 't' && type != 'T' && type != 'w' && type != 'W')
+			continue;
+		if (addr)
+			all_zero = false;
+		k = (struct ksym){
+		    .addr = addr,
+		    .order = (uint32_t)MIN(n, (size_t)UINT32_MAX),
+		    .global = type == 'T' || type == 'W',
+		};
+		k.name = arena_strndup(&s->ksym_names, name, name_len);
+		if (!k.name)
+			return -ENOMEM;
+		if (module_len) {
+			/* kallsyms_parse_line() bounds module_len by KSYM_NAME_MAX + 1 */
+			memcpy(mod_name, module, module_len);
+			mod_name[module_len] = '\0';
+			k.module = strpool_intern(&s->pool, mod_name);
+			if (!k.module)
+				return -ENOMEM;
+		}
+		if (n == cap) {
+			struct ksym *ns = reallocarray(syms, cap ? cap * 2 : 4096, sizeof(*syms));
+
+			if (!ns)
+				return -ENOMEM;
+			syms = ns;
+			cap = cap ? cap * 2 : 4096;
+		}
+		syms[n++] = k;
+	}
+	if (ferror(f))
+		return -EIO;
+
+	qsort(syms, n, sizeof(*syms), ksym_cmp);
+	for (size_t i = out = 0; i < n; i++)
+		if (out == 0 || syms[i].addr != syms[out - 1].addr)
+			syms[out++] = syms[i];
+	free(s->ksyms);
+	s->ksyms = TAKE_PTR(syms);
+	s->n_ksyms = out;
+	s->ksyms_hidden = n > 0 && all_zero;
+	return 0;
+}
+
+/*
+ * symbolizer__kernel() - symbolize kernel address @addr from /proc/kallsyms
+ * (read once, on first use; kernel modules or BPF programs loaded later are
+ * not seen).
+ * @return_addr: as for symbolizer__user(): look up @addr - 1.
+ *
+ * Returns 0 with function set (module "[kernel.kallsyms]" or "[modname]",
+ * rel_addr = @addr), or 0 with function NULL when kallsyms hides addresses
+ * (kptr_restrict), cannot be read, or has no symbol at most KSYM_MAX_DISTANCE
+ * below @addr. -ENOMEM if kallsyms could not be loaded for lack of memory
+ * (tried again next call). Reads a large /proc file on first use; does not
+ * log.
+ */
+int symbolizer__kernel(struct symbolizer *s, uint64_t addr, bool return_addr,
+		       struct frame_info *ret)
+{
+	uint64_t lookup = return_addr && addr > 0 ? addr - 1 : addr;
+	size_t lo = 0, hi;
+	const struct ksym *k;
+
+	*ret = (struct frame_info){
+	    .kernel = true,
+	    .module = "[kernel.kallsyms]",
+	    .build_id = "",
+	    .rel_addr = addr,
+	};
+	if (!s->ksyms_loaded) {
+		int r = ksyms_load_file(s, "/proc/kallsyms");
+
+		if (r == -ENOMEM)
+			return r;
+		s->ksyms_loaded = true; /* other failures: no kernel symbols, don't retry */
+	}
+	if (s->ksyms_hidden)
+		return 0;
+	hi = s->n_ksyms;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (s->ksyms[mid].addr <= lookup)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return 0;
+	k = &s->ksyms[lo - 1];
+	if (lookup - k->addr >= KSYM_MAX_DISTANCE)
+		return 0;
+	ret->function = k->name;
+	if (k->module)
+		ret->module = k->module;
+	return 0;
+}

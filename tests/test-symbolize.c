@@ -1,0 +1,1174 @@
+/*
+ * test-symbolize.c - unit test of daemon/symbolize.c on real processes and
+ * real ELF files: this process's libc, the fixtures of tests/fixtures/ (a
+ * PIE, a non-PIE, a stripped PIE, a C++ library loaded by dlopen()), a
+ * garbage and a truncated ELF mapped into this process, mutated copies of
+ * the PIE, a file replaced on disk, a running program whose file was
+ * deleted, malformed maps and kallsyms text, and the running kernel's
+ * /proc/kallsyms.
+ *
+ * Fixture paths come from the environment (set by tests/meson.build):
+ * PROFD_FIXTURE_PIE, PROFD_FIXTURE_NOPIE, PROFD_FIXTURE_PIE_STRIPPED,
+ * PROFD_FIXTURE_LIB, PROFD_FIXTURE_LIB_MAIN. PROFD_FUZZ_ITERS sets the
+ * number of mutated ELF files (default 300).
+ *
+ * Exit status: 0 all parts passed, 1 a check failed, 77 nothing failed but
+ * a part was skipped (the reason is printed), 99 setup error.
+ */
+#define RESULT_CACHE_MAX 64	 /* so that the cache fills and empties */
+#include "../daemon/symbolize.c" /* the static parsers are tested too */
+#include "check.h"
+
+#include <signal.h>
+#include <time.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+static int skipped;
+
+/* More checks in the shape of check.h's */
+#define CHECK_HEX_EQ(a, b)                                                                         \
+	do {                                                                                       \
+		uint64_t _a = (uint64_t)(a), _b = (uint64_t)(b);                                   \
+		if (_a != _b) {                                                                    \
+			fprintf(stderr, "%s:%d: %s == %s failed: %#" PRIx64 " != %#" PRIx64 "\n",  \
+				__FILE__, __LINE__, #a, #b, _a, _b);                               \
+			check_failures++;                                                          \
+		}                                                                                  \
+	} while (0)
+
+#define CHECK_STR_SUFFIX(a, suffix)                                                                \
+	do {                                                                                       \
+		const char *_a = (a), *_s = (suffix);                                              \
+		if (!_a || strlen(_a) < strlen(_s) || strcmp(_a + strlen(_a) - strlen(_s), _s)) {  \
+			fprintf(stderr, "%s:%d: %s ends with \"%s\" failed: \"%s\"\n", __FILE__,   \
+				__LINE__, #a, _s, _a ? _a : "(null)");                             \
+			check_failures++;                                                          \
+		}                                                                                  \
+	} while (0)
+
+#define SETUP_FAIL(...)                                                                            \
+	do {                                                                                       \
+		fprintf(stderr, "setup error: " __VA_ARGS__);                                      \
+		fputc('\n', stderr);                                                               \
+		exit(99);                                                                          \
+	} while (0)
+
+static void skip(const char *part, const char *reason)
+{
+	printf("SKIP %s: %s\n", part, reason);
+	skipped++;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Independent readers of the fixtures, with plain libelf. */
+
+/* elf_symbol_value() - st_value of @name in @path's .symtab, 0 if absent. */
+static uint64_t elf_symbol_value(const char *path, const char *name)
+{
+	uint64_t value = 0;
+	Elf_Scn *scn = NULL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	Elf *e;
+
+	if (fd < 0)
+		return 0;
+	e = elf_begin(fd, ELF_C_READ, NULL);
+	while (e && (scn = elf_nextscn(e, scn))) {
+		GElf_Shdr sh;
+		Elf_Data *d;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_SYMTAB || !sh.sh_entsize)
+			continue;
+		d = elf_getdata(scn, NULL);
+		for (size_t i = 0; d && i < sh.sh_size / sh.sh_entsize; i++) {
+			GElf_Sym sym;
+			const char *n;
+
+			if (!gelf_getsym(d, (int)i, &sym))
+				continue;
+			n = elf_strptr(e, sh.sh_link, sym.st_name);
+			if (n && strcmp(n, name) == 0)
+				value = sym.st_value;
+		}
+	}
+	elf_end(e);
+	close(fd);
+	return value;
+}
+
+/* elf_note_build_id() - build ID of @path from its SHT_NOTE sections, in hex into @buf. */
+static void elf_note_build_id(const char *path, char *buf, size_t size)
+{
+	Elf_Scn *scn = NULL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	Elf *e;
+
+	buf[0] = '\0';
+	if (fd < 0)
+		return;
+	e = elf_begin(fd, ELF_C_READ, NULL);
+	while (e && (scn = elf_nextscn(e, scn))) {
+		GElf_Shdr sh;
+		GElf_Nhdr nh;
+		size_t off = 0, name_off, desc_off;
+		Elf_Data *d;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_NOTE)
+			continue;
+		d = elf_getdata(scn, NULL);
+		while (d && (off = gelf_getnote(d, off, &nh, &name_off, &desc_off)) > 0) {
+			if (nh.n_type != NT_GNU_BUILD_ID || nh.n_namesz != 4 ||
+			    memcmp((char *)d->d_buf + name_off, "GNU", 4) != 0 ||
+			    nh.n_descsz * 2 + 1 > size)
+				continue;
+			for (size_t i = 0; i < nh.n_descsz; i++)
+				sprintf(buf + 2 * i, "%02x",
+					((unsigned char *)d->d_buf)[desc_off + i]);
+		}
+	}
+	elf_end(e);
+	close(fd);
+}
+
+static bool is_lower_hex(const char *s)
+{
+	if (!*s)
+		return false;
+	for (; *s; s++)
+		if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f')))
+			return false;
+	return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Child processes talking over pipes */
+
+struct child {
+	pid_t pid;
+	int in_fd; /* the child's stdin */
+	FILE *out; /* the child's stdout */
+};
+
+static void child_spawn(struct child *c, const char *path, const char *arg)
+{
+	int in[2], out[2];
+
+	if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0)
+		SETUP_FAIL("pipe2: %m");
+	c->pid = fork();
+	if (c->pid < 0)
+		SETUP_FAIL("fork: %m");
+	if (c->pid == 0) {
+		dup2(in[0], STDIN_FILENO);
+		dup2(out[1], STDOUT_FILENO);
+		execl(path, path, arg, (char *)NULL);
+		fprintf(stderr, "exec %s: %m\n", path);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	c->in_fd = in[1];
+	c->out = fdopen(out[0], "r");
+	if (!c->out)
+		SETUP_FAIL("fdopen: %m");
+}
+
+/* child_expect() - read lines up to one starting with "@key " (or equal to @key); its rest in @buf.
+ */
+static void child_expect(struct child *c, const char *key, char *buf, size_t size)
+{
+	char line[512];
+	size_t klen = strlen(key);
+
+	while (fgets(line, sizeof(line), c->out)) {
+		line[strcspn(line, "\n")] = '\0';
+		if (strncmp(line, key, klen) == 0 && (line[klen] == ' ' || line[klen] == '\0')) {
+			snprintf(buf, size, "%s", line[klen] ? line + klen + 1 : "");
+			return;
+		}
+	}
+	SETUP_FAIL("child %d ended before printing \"%s\"", (int)c->pid, key);
+}
+
+/* child_stop() - close the child's stdin (it exits on EOF) and reap it. */
+static void child_stop(struct child *c)
+{
+	int status;
+
+	close(c->in_fd);
+	fclose(c->out);
+	if (waitpid(c->pid, &status, 0) < 0)
+		SETUP_FAIL("waitpid: %m");
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		SETUP_FAIL("child %d ended with status %#x", (int)c->pid, status);
+}
+
+static char *real_path(const char *path)
+{
+	char *r = realpath(path, NULL);
+
+	if (!r)
+		SETUP_FAIL("realpath %s: %m", path);
+	return r;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Part: /proc/PID/maps parsing */
+
+static void test_maps_parser(void)
+{
+	static const char *const bad[] = {
+	    "",
+	    "\n",
+	    "zzzz-1000 r-xp 00000000 08:01 1 /bin/x\n",
+	    "1000 r-xp 00000000 08:01 1 /bin/x\n",
+	    "1000-2000\n",
+	    "1000-2000 r-x\n",
+	    "1000-2000 r-xq 00000000 08:01 1 /bin/x\n",
+	    "1000-2000 r-xp\n",
+	    "1000-2000 r-xp 0000000g 08:01 1 /bin/x\n",
+	    "1000-2000 r-xp 00000000 0801 1 /bin/x\n",
+	    "1000-2000 r-xp 00000000 08:01 x /bin/x\n",
+	    "1000-2000 r-xp 00000000 08:01 1x /bin/x\n",
+	    "2000-1000 r-xp 00000000 08:01 1 /bin/x\n",		       /* start > end */
+	    "1000-1000 r-xp 00000000 08:01 1 /bin/x\n",		       /* empty */
+	    "11112222333344445-2000 r-xp 00000000 08:01 1 /x\n",       /* 65-bit */
+	    "1000-2000 r-xp 00000000 08:01 99999999999999999999 /x\n", /* inode overflow */
+	};
+	struct maps_line ml;
+	const char *good =
+	    "7f0000001000-7f0000002000 r-xp 00001000 fd:01 123456    /usr/lib/a b.so\n";
+
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		if (maps_parse_line(bad[i], strlen(bad[i]), &ml) != -EINVAL) {
+			fprintf(stderr, "%s:%d: bad maps line %zu accepted: %s", __FILE__, __LINE__,
+				i, bad[i]);
+			check_failures++;
+		}
+	}
+	/* a NUL inside the line */
+	CHECK_INT_EQ(maps_parse_line("1000-2000 r-xp 0 0:0 1 /a\0b\n", 26, &ml), -EINVAL);
+
+	CHECK_INT_EQ(maps_parse_line(good, strlen(good), &ml), 0);
+	CHECK_HEX_EQ(ml.start, 0x7f0000001000);
+	CHECK_HEX_EQ(ml.end, 0x7f0000002000);
+	CHECK_HEX_EQ(ml.offset, 0x1000);
+	CHECK_HEX_EQ(ml.dev_major, 0xfd);
+	CHECK_HEX_EQ(ml.dev_minor, 1);
+	CHECK_INT_EQ(ml.ino, 123456);
+	CHECK_INT_EQ(ml.path_len, strlen("/usr/lib/a b.so"));
+	CHECK(memcmp(ml.path, "/usr/lib/a b.so", ml.path_len) == 0);
+	CHECK(maps_line_wanted(&ml));
+
+	/* anonymous mapping: no path */
+	CHECK_INT_EQ(maps_parse_line("1000-2000 rw-p 00000000 00:00 0 \n", 32, &ml), 0);
+	CHECK_INT_EQ(ml.path_len, 0);
+	CHECK(!maps_line_wanted(&ml));
+	CHECK_INT_EQ(maps_parse_line("1000-2000 r-xp 00000000 00:00 0", 31, &ml), 0);
+	CHECK(!maps_line_wanted(&ml));
+
+	/* a whole maps text: only executable file mappings and [vdso] are kept */
+	static const char maps[] =
+	    "00400000-00401000 r--p 00000000 08:01 10 /nonexistent/prog\n"
+	    "00401000-00402000 r-xp 00001000 08:01 10 /nonexistent/prog\n"
+	    "garbage line\n"
+	    "00500000-00600000 r-xp 00000000 00:00 0 \n"
+	    "7f0000000000-7f0000010000 r-xp 00002000 08:01 11 /nonexistent/lib.so (deleted)\n"
+	    "7f0000008000-7f0000020000 r-xp 00000000 08:01 12 /nonexistent/overlap.so\n"
+	    "7f0000100000-7f0000101000 rwxp 00000000 00:00 0 [heap]\n"
+	    "7fff00000000-7fff00002000 r-xp 00000000 00:00 0 [vdso]\n"
+	    "ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0 [vsyscall]\n";
+	struct addrspace *as = calloc(1, sizeof(*as));
+	const struct mapping *m;
+	size_t n;
+	FILE *f;
+
+	if (!as)
+		SETUP_FAIL("calloc");
+	f = fmemopen((void *)maps, sizeof(maps) - 1, "r");
+	if (!f)
+		SETUP_FAIL("fmemopen: %m");
+	CHECK_INT_EQ(as_read_maps(as, f), 3);
+	fclose(f);
+	m = addrspace__mappings(as, &n);
+	CHECK_INT_EQ(n, 3);
+	if (n == 3) {
+		CHECK_HEX_EQ(m[0].start, 0x401000);
+		CHECK_STR_EQ(m[0].path, "/nonexistent/prog");
+		CHECK_STR_EQ(m[0].build_id, "");
+		/* no ELF to read: p_vaddr == p_offset assumed */
+		CHECK_HEX_EQ(m[0].load_bias, 0x400000);
+		CHECK_STR_EQ(m[1].path, "/nonexistent/lib.so (deleted)");
+		CHECK_HEX_EQ(m[1].load_bias, 0x7f0000000000 - 0x2000);
+		CHECK_STR_EQ(m[2].path, "[vdso]");
+	}
+	CHECK(addrspace__find(as, 0x400fff) == NULL);
+	CHECK(addrspace__find(as, 0x401000) == &m[0]);
+	CHECK(addrspace__find(as, 0x401fff) == &m[0]);
+	CHECK(addrspace__find(as, 0x402000) == NULL);
+	CHECK(addrspace__find(as, 0x7f000000ffff) == &m[1]);
+	CHECK(addrspace__find(as, 0x7f0000010000) == NULL);
+	CHECK(addrspace__find(as, 0) == NULL);
+	CHECK(addrspace__find(as, UINT64_MAX) == NULL);
+
+	/* a second read: same mappings are not new, an overlapping one replaces the old */
+	static const char maps2[] =
+	    "00401000-00402000 r-xp 00001000 08:01 10 /nonexistent/prog\n"
+	    "7f0000008000-7f0000020000 r-xp 00000000 08:01 12 /nonexistent/new.so\n";
+	f = fmemopen((void *)maps2, sizeof(maps2) - 1, "r");
+	if (!f)
+		SETUP_FAIL("fmemopen: %m");
+	CHECK_INT_EQ(as_read_maps(as, f), 1);
+	fclose(f);
+	m = addrspace__mappings(as, &n);
+	CHECK_INT_EQ(n, 3);
+	if (n == 3) {
+		CHECK_STR_EQ(m[0].path, "/nonexistent/prog");
+		CHECK_STR_EQ(m[1].path, "/nonexistent/new.so");
+		CHECK_STR_EQ(m[2].path, "[vdso]");
+	}
+
+	/* symbolizing without a readable file: module and rel_addr, no function */
+	struct symbolizer *s = symbolizer__new();
+	struct frame_info fi;
+
+	if (!s)
+		SETUP_FAIL("symbolizer__new");
+	CHECK_INT_EQ(symbolizer__user(s, as, 0x401234, false, &fi), 0);
+	CHECK_STR_EQ(fi.module, "/nonexistent/prog");
+	CHECK_STR_EQ(fi.build_id, "");
+	CHECK_HEX_EQ(fi.rel_addr, 0x1234);
+	CHECK(fi.function == NULL && fi.file == NULL && fi.line == 0 && !fi.kernel);
+	CHECK_INT_EQ(symbolizer__user(s, as, 0x7fff00000010, true, &fi), 0);
+	CHECK_STR_EQ(fi.module, "[vdso]");
+	CHECK_HEX_EQ(fi.rel_addr, 0x10);
+	CHECK(fi.function == NULL);
+	CHECK_INT_EQ(symbolizer__user(s, as, 0x1234, false, &fi), -ENOENT);
+	CHECK_STR_EQ(fi.module, "[unknown]");
+	CHECK_STR_EQ(fi.build_id, "");
+	CHECK_HEX_EQ(fi.rel_addr, 0x1234);
+	CHECK(fi.function == NULL);
+	symbolizer__free(s);
+	addrspace__free(as);
+
+	/* a process that does not exist */
+	CHECK_INT_EQ(addrspace__new(0x7ffffff0, &as), -ESRCH);
+	CHECK_INT_EQ(addrspace__new(0, &as), -ESRCH);
+	addrspace__free(NULL);
+	symbolizer__free(NULL);
+	printf("ok maps parser\n");
+}
+
+/*
+ * This process's libc: a system library with a .dynsym (and a .symtab in
+ * separate debug info if libc6-dbg is installed, which spells symbols with
+ * their version: "clock_nanosleep@GLIBC_2.2.5").
+ */
+static void test_self_libc(void)
+{
+	struct addrspace *as = NULL;
+	struct symbolizer *s;
+	struct frame_info fi;
+	uint64_t addr = (uintptr_t)&clock_nanosleep;
+
+	CHECK_INT_EQ(addrspace__new(getpid(), &as), 0);
+	s = symbolizer__new();
+	if (!s || !as)
+		SETUP_FAIL("symbolizer__new/addrspace__new");
+	CHECK_INT_EQ(symbolizer__user(s, as, addr, false, &fi), 0);
+	if (!strstr(fi.module, "/libc.so")) {
+		skip("self libc", "clock_nanosleep() is not in a libc.so (not glibc?)");
+	} else {
+		CHECK(is_lower_hex(fi.build_id));
+		CHECK(fi.function && strstr(fi.function, "clock_nanosleep"));
+		CHECK(fi.function && !strchr(fi.function, '@'));
+		printf("ok self libc: %s %s:%d\n", fi.function,
+		       fi.file ? fi.file : "(no line info)", fi.line);
+	}
+	symbolizer__free(s);
+	addrspace__free(as);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Part: the PIE / non-PIE / stripped fixtures as running processes */
+
+struct pie_out {
+	uint64_t alpha, beta, ra_alpha, ra_beta;
+	int alpha_first, alpha_last, ra_alpha_line, ra_beta_line;
+};
+
+static void pie_read(struct child *c, struct pie_out *o)
+{
+	char buf[256];
+
+	child_expect(c, "alpha", buf, sizeof(buf));
+	if (sscanf(buf, "%" SCNx64 " %d %d", &o->alpha, &o->alpha_first, &o->alpha_last) != 3)
+		SETUP_FAIL("bad alpha line: %s", buf);
+	child_expect(c, "beta", buf, sizeof(buf));
+	if (sscanf(buf, "%" SCNx64, &o->beta) != 1)
+		SETUP_FAIL("bad beta line: %s", buf);
+	child_expect(c, "ra_alpha", buf, sizeof(buf));
+	if (sscanf(buf, "%" SCNx64 " %d", &o->ra_alpha, &o->ra_alpha_line) != 2)
+		SETUP_FAIL("bad ra_alpha line: %s", buf);
+	child_expect(c, "ra_beta", buf, sizeof(buf));
+	if (sscanf(buf, "%" SCNx64 " %d", &o->ra_beta, &o->ra_beta_line) != 2)
+		SETUP_FAIL("bad ra_beta line: %s", buf);
+	child_expect(c, "ready", buf, sizeof(buf));
+}
+
+static void test_pie(const char *env, bool pie)
+{
+	const char *path = getenv(env);
+	_cleanup_free_ char *real = NULL;
+	char build_id[2 * BUILD_ID_MAX_BYTES + 1];
+	struct addrspace *as = NULL;
+	struct symbolizer *s;
+	const struct mapping *m;
+	struct frame_info fi;
+	struct pie_out o;
+	struct child c;
+	uint64_t alpha_vaddr, beta_vaddr;
+	size_t n, n_after;
+
+	if (!path) {
+		skip(env, "variable not set (run from meson test)");
+		return;
+	}
+	real = real_path(path);
+	alpha_vaddr = elf_symbol_value(path, "fixture_alpha");
+	beta_vaddr = elf_symbol_value(path, "fixture_beta");
+	if (!alpha_vaddr || !beta_vaddr)
+		SETUP_FAIL("%s: no fixture_alpha/fixture_beta in .symtab", path);
+	elf_note_build_id(path, build_id, sizeof(build_id));
+
+	child_spawn(&c, path, NULL);
+	pie_read(&c, &o);
+
+	CHECK_INT_EQ(addrspace__new(c.pid, &as), 0);
+	if (!as) {
+		child_stop(&c);
+		return;
+	}
+	m = addrspace__find(as, o.alpha);
+	CHECK(m != NULL);
+	if (m) {
+		CHECK_STR_EQ(m->path, real);
+		CHECK(is_lower_hex(m->build_id));
+		CHECK_STR_EQ(m->build_id, build_id);
+		if (pie)
+			CHECK(m->load_bias != 0);
+		else
+			CHECK_HEX_EQ(m->load_bias, 0);
+		CHECK_HEX_EQ(o.alpha - m->load_bias, alpha_vaddr);
+	}
+
+	s = symbolizer__new();
+	if (!s)
+		SETUP_FAIL("symbolizer__new");
+
+	/* a function's entry */
+	CHECK_INT_EQ(symbolizer__user(s, as, o.alpha, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "fixture_alpha");
+	CHECK_STR_EQ(fi.module, real);
+	CHECK_STR_EQ(fi.build_id, build_id);
+	CHECK_HEX_EQ(fi.rel_addr, alpha_vaddr);
+	CHECK_STR_SUFFIX(fi.file, "fixture-pie.c");
+	CHECK(fi.file && fi.file[0] == '/'); /* joined with DW_AT_comp_dir */
+	CHECK(fi.line >= o.alpha_first && fi.line <= o.alpha_last);
+	CHECK(!fi.kernel);
+
+	CHECK_INT_EQ(symbolizer__user(s, as, o.beta, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "fixture_beta");
+	CHECK_HEX_EQ(fi.rel_addr, beta_vaddr);
+
+	/* a return address: the line of the call */
+	CHECK_INT_EQ(symbolizer__user(s, as, o.ra_alpha, true, &fi), 0);
+	CHECK_STR_EQ(fi.function, "fixture_alpha");
+	CHECK_STR_SUFFIX(fi.file, "fixture-pie.c");
+	CHECK_INT_EQ(fi.line, o.ra_alpha_line);
+	CHECK_HEX_EQ(fi.rel_addr, o.ra_alpha - (m ? m->load_bias : 0));
+	/* the same again, from the result cache */
+	CHECK_INT_EQ(symbolizer__user(s, as, o.ra_alpha, true, &fi), 0);
+	CHECK_STR_EQ(fi.function, "fixture_alpha");
+	CHECK_INT_EQ(fi.line, o.ra_alpha_line);
+
+	/* a return address inside inlined code: the outer function, the line of the inlined call */
+	CHECK_INT_EQ(symbolizer__user(s, as, o.ra_beta, true, &fi), 0);
+	CHECK_STR_EQ(fi.function, "fixture_beta");
+	CHECK_STR_SUFFIX(fi.file, "fixture-pie.c");
+	CHECK(fi.file && fi.file[0] == '/');
+	CHECK_INT_EQ(fi.line, o.ra_beta_line);
+
+	/* many addresses: the result cache fills and starts over, results stay right */
+	for (uint64_t a = o.alpha; a < o.alpha + 4 * RESULT_CACHE_MAX; a++)
+		CHECK_INT_EQ(symbolizer__user(s, as, a, a & 1, &fi), 0);
+	CHECK(s->results.len <= RESULT_CACHE_MAX);
+	CHECK_INT_EQ(symbolizer__user(s, as, o.ra_alpha, true, &fi), 0);
+	CHECK_STR_EQ(fi.function, "fixture_alpha");
+	CHECK_INT_EQ(fi.line, o.ra_alpha_line);
+
+	/* an address in no mapping */
+	CHECK_INT_EQ(symbolizer__user(s, as, 16, false, &fi), -ENOENT);
+	CHECK_STR_EQ(fi.module, "[unknown]");
+	CHECK_HEX_EQ(fi.rel_addr, 16);
+	CHECK(fi.function == NULL);
+
+	/* [vdso], if the kernel maps one: a module, no function */
+	m = addrspace__mappings(as, &n);
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(m[i].path, "[vdso]") != 0)
+			continue;
+		CHECK_INT_EQ(symbolizer__user(s, as, m[i].start + 1, false, &fi), 0);
+		CHECK_STR_EQ(fi.module, "[vdso]");
+		CHECK(fi.function == NULL);
+	}
+
+	/* the process exits: its mappings stay and still symbolize */
+	child_stop(&c);
+	CHECK_INT_EQ(addrspace__refresh(as), -ESRCH);
+	addrspace__mappings(as, &n_after);
+	CHECK_INT_EQ(n_after, n);
+	symbolizer__free(s);
+	s = symbolizer__new(); /* no cached module: the file is opened by its plain path */
+	if (!s)
+		SETUP_FAIL("symbolizer__new");
+	CHECK_INT_EQ(symbolizer__user(s, as, o.ra_alpha, true, &fi), 0);
+	CHECK_STR_EQ(fi.function, "fixture_alpha");
+	CHECK_INT_EQ(fi.line, o.ra_alpha_line);
+	CHECK_STR_EQ(fi.build_id, build_id);
+
+	symbolizer__free(s);
+	addrspace__free(as);
+	printf("ok %s\n", pie ? "pie" : "non-pie");
+}
+
+static void test_stripped(void)
+{
+	const char *path = getenv("PROFD_FIXTURE_PIE_STRIPPED");
+	const char *unstripped = getenv("PROFD_FIXTURE_PIE");
+	_cleanup_free_ char *real = NULL;
+	struct addrspace *as = NULL;
+	struct symbolizer *s;
+	struct frame_info fi;
+	struct pie_out o;
+	struct child c;
+	uint64_t alpha_vaddr;
+
+	if (!path || !unstripped) {
+		skip("stripped", "PROFD_FIXTURE_PIE_STRIPPED or PROFD_FIXTURE_PIE not set");
+		return;
+	}
+	real = real_path(path);
+	alpha_vaddr = elf_symbol_value(unstripped, "fixture_alpha");
+	if (!alpha_vaddr)
+		SETUP_FAIL("%s: no fixture_alpha in .symtab", unstripped);
+	if (elf_symbol_value(path, "fixture_alpha"))
+		SETUP_FAIL("%s is not stripped", path);
+
+	child_spawn(&c, path, NULL);
+	pie_read(&c, &o);
+	CHECK_INT_EQ(addrspace__new(c.pid, &as), 0);
+	s = symbolizer__new();
+	if (!s)
+		SETUP_FAIL("symbolizer__new");
+	if (as) {
+		CHECK_INT_EQ(symbolizer__user(s, as, o.alpha, false, &fi), 0);
+		CHECK(fi.function == NULL);
+		CHECK(fi.file == NULL);
+		CHECK_INT_EQ(fi.line, 0);
+		CHECK_HEX_EQ(fi.rel_addr, alpha_vaddr);
+		CHECK_STR_EQ(fi.module, real);
+		CHECK(is_lower_hex(fi.build_id)); /* objcopy keeps the note */
+		CHECK_INT_EQ(symbolizer__user(s, as, o.ra_beta, true, &fi), 0);
+		CHECK(fi.function == NULL);
+	}
+	child_stop(&c);
+	symbolizer__free(s);
+	addrspace__free(as);
+	printf("ok stripped\n");
+}
+
+/* ---------------------------------------------------------------------- */
+/* Part: a C++ shared library loaded by dlopen() after the maps were read */
+
+static void test_lib(void)
+{
+	const char *lib = getenv("PROFD_FIXTURE_LIB");
+	const char *main_path = getenv("PROFD_FIXTURE_LIB_MAIN");
+	_cleanup_free_ char *real = NULL;
+	char buf[256], build_id[2 * BUILD_ID_MAX_BYTES + 1];
+	struct addrspace *as = NULL;
+	const struct mapping *m;
+	struct symbolizer *s;
+	struct frame_info fi;
+	uint64_t twirl, spin_ra;
+	struct child c;
+
+	if (!lib || !main_path) {
+		skip("c++ library", "PROFD_FIXTURE_LIB or PROFD_FIXTURE_LIB_MAIN not set "
+				    "(no C++ compiler at configure time?)");
+		return;
+	}
+	real = real_path(lib);
+	elf_note_build_id(lib, build_id, sizeof(build_id));
+
+	child_spawn(&c, main_path, lib);
+	child_expect(&c, "ready0", buf, sizeof(buf));
+	CHECK_INT_EQ(addrspace__new(c.pid, &as), 0);
+	if (!as) {
+		child_stop(&c);
+		return;
+	}
+	if (write(c.in_fd, "go\n", 3) != 3)
+		SETUP_FAIL("write: %m");
+	child_expect(&c, "twirl", buf, sizeof(buf));
+	if (sscanf(buf, "%" SCNx64, &twirl) != 1)
+		SETUP_FAIL("bad twirl line: %s", buf);
+	child_expect(&c, "spin_ra", buf, sizeof(buf));
+	if (sscanf(buf, "%" SCNx64, &spin_ra) != 1)
+		SETUP_FAIL("bad spin_ra line: %s", buf);
+	child_expect(&c, "ready", buf, sizeof(buf));
+
+	/* the library came after the maps were read; a refresh finds it */
+	CHECK(addrspace__find(as, twirl) == NULL);
+	CHECK(addrspace__refresh(as) > 0);
+	CHECK_INT_EQ(addrspace__refresh(as), 0);
+	m = addrspace__find(as, twirl);
+	CHECK(m != NULL);
+	if (m) {
+		CHECK_STR_EQ(m->path, real);
+		CHECK(m->load_bias != 0);
+	}
+
+	s = symbolizer__new();
+	if (!s)
+		SETUP_FAIL("symbolizer__new");
+	CHECK_INT_EQ(symbolizer__user(s, as, twirl, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "fixture_ns::twirl(double)");
+	CHECK_STR_SUFFIX(fi.module, "/fixture-lib.so");
+	CHECK_STR_EQ(fi.module, real);
+	CHECK(is_lower_hex(fi.build_id));
+	CHECK_STR_EQ(fi.build_id, build_id);
+	CHECK_INT_EQ(strlen(fi.build_id), 40); /* --build-id=sha1 */
+	CHECK_STR_SUFFIX(fi.file, "fixture-lib.cc");
+	CHECK(fi.line > 0);
+	CHECK_HEX_EQ(fi.rel_addr, elf_symbol_value(lib, "_ZN10fixture_ns5twirlEd"));
+
+	CHECK_INT_EQ(symbolizer__user(s, as, spin_ra, true, &fi), 0);
+	CHECK_STR_EQ(fi.function, "fixture_ns::Widget::spin(int)");
+	CHECK_STR_SUFFIX(fi.file, "fixture-lib.cc");
+
+	child_stop(&c);
+	symbolizer__free(s);
+	addrspace__free(as);
+	printf("ok c++ library\n");
+}
+
+/* ---------------------------------------------------------------------- */
+/* Part: corrupt, replaced and deleted ELF files */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint64_t rng(void)
+{
+	rng_state ^= rng_state << 13; /* xorshift64 */
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+
+static void write_file(const char *path, const void *data, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+
+	if (fd < 0 || write(fd, data, len) != (ssize_t)len)
+		SETUP_FAIL("write %s: %m", path);
+	close(fd);
+}
+
+static void *read_file(const char *path, size_t *ret_len)
+{
+	struct stat st;
+	void *buf;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0 || fstat(fd, &st) < 0)
+		SETUP_FAIL("open %s: %m", path);
+	buf = malloc(st.st_size);
+	if (!buf || read(fd, buf, st.st_size) != st.st_size)
+		SETUP_FAIL("read %s: %m", path);
+	close(fd);
+	*ret_len = st.st_size;
+	return buf;
+}
+
+/* Garbage, an ELF header over garbage, and a truncated PIE, mapped executable into this process. */
+static void test_corrupt_mapped(const char *dir, const void *pie, size_t pie_len)
+{
+	static const char *const names[] = {"garbage", "elf-header", "truncated"};
+	char path[3][PATH_MAX];
+	unsigned char buf[16384];
+	void *addr[3] = {};
+	size_t addr_len[3] = {};
+	struct addrspace *as = NULL;
+	struct symbolizer *s;
+	struct frame_info fi;
+
+	for (int i = 0; i < 3; i++) {
+		size_t len = sizeof(buf);
+		int fd;
+
+		for (size_t j = 0; j < sizeof(buf); j++)
+			buf[j] = (unsigned char)rng();
+		if (i == 1)
+			memcpy(buf, pie,
+			       MIN(pie_len, (size_t)64)); /* phdrs, shdrs point into garbage */
+		if (i == 2) {
+			len = MIN(pie_len, (size_t)4096 + 100);
+			memcpy(buf, pie, len);
+		}
+		snprintf(path[i], sizeof(path[i]), "%s/%s", dir, names[i]);
+		write_file(path[i], buf, len);
+		fd = open(path[i], O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			SETUP_FAIL("open %s: %m", path[i]);
+		addr[i] = mmap(NULL, len, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
+		addr_len[i] = len;
+		close(fd);
+		if (addr[i] == MAP_FAILED) {
+			addr[i] = NULL;
+			skip("corrupt mapped", "cannot map a file executable (noexec?)");
+			goto out;
+		}
+	}
+
+	CHECK_INT_EQ(addrspace__new(getpid(), &as), 0);
+	s = symbolizer__new();
+	if (!s)
+		SETUP_FAIL("symbolizer__new");
+	for (int i = 0; as && i < 3; i++) {
+		const struct mapping *m = addrspace__find(as, (uintptr_t)addr[i] + 16);
+		_cleanup_free_ char *real = real_path(path[i]);
+
+		CHECK(m != NULL);
+		if (!m)
+			continue;
+		CHECK_STR_EQ(m->path, real);
+		if (i < 2)
+			CHECK_STR_EQ(m->build_id, "");
+		CHECK_INT_EQ(symbolizer__user(s, as, (uintptr_t)addr[i] + 16, false, &fi), 0);
+		CHECK_STR_EQ(fi.module, real);
+		CHECK(fi.function == NULL);
+		CHECK_INT_EQ(symbolizer__user(s, as, (uintptr_t)addr[i] + 100, true, &fi), 0);
+		CHECK(fi.function == NULL);
+	}
+	symbolizer__free(s);
+	addrspace__free(as);
+	printf("ok corrupt mapped\n");
+out:
+	for (int i = 0; i < 3; i++) {
+		if (addr[i])
+			munmap(addr[i], addr_len[i]);
+		unlink(path[i]);
+	}
+}
+
+/*
+ * Mutated copies of the PIE, each behind a made-up mapping: symbolizing must
+ * neither crash nor touch invalid memory (run under valgrind).
+ */
+static void test_corrupt_fuzz(const char *dir, const unsigned char *pie, size_t pie_len,
+			      uint64_t alpha_vaddr, uint64_t ra_alpha_vaddr)
+{
+	const char *env = getenv("PROFD_FUZZ_ITERS");
+	int iters = env ? atoi(env) : 300, named = 0;
+	unsigned char *buf = malloc(pie_len);
+	char path[PATH_MAX];
+
+	if (!buf)
+		SETUP_FAIL("malloc");
+	snprintf(path, sizeof(path), "%s/fuzz", dir);
+	for (int it = 0; it < iters; it++) {
+		struct addrspace *as = calloc(1, sizeof(*as));
+		struct symbolizer *s = symbolizer__new();
+		size_t len = pie_len;
+		char maps[PATH_MAX + 128];
+		struct frame_info fi;
+		FILE *f;
+
+		if (!as || !s)
+			SETUP_FAIL("calloc");
+		memcpy(buf, pie, pie_len);
+		if (it % 5 == 0) {
+			len = rng() % pie_len; /* truncated */
+		} else {
+			int k = 1 + (int)(rng() % 32);
+
+			for (int j = 0; j < k; j++) {
+				size_t pos;
+
+				switch (rng() % 3) {
+				case 0: /* ELF and program headers */
+					pos = rng() % MIN(pie_len, (size_t)4096);
+					break;
+				case 1: /* section headers, .symtab, .strtab, DWARF at the end */
+					pos = pie_len - 1 - rng() % MIN(pie_len, (size_t)8192);
+					break;
+				default:
+					pos = rng() % pie_len;
+					break;
+				}
+				buf[pos] = (unsigned char)rng();
+			}
+		}
+		write_file(path, buf, len);
+		/* mapped at 0x1000 from offset 0x1000: the bias is 0 if the headers survived */
+		snprintf(maps, sizeof(maps), "1000-100000 r-xp 00001000 00:00 %d %s\n", it + 1,
+			 path);
+		f = fmemopen(maps, strlen(maps), "r");
+		if (!f)
+			SETUP_FAIL("fmemopen: %m");
+		CHECK_INT_EQ(as_read_maps(as, f), 1);
+		fclose(f);
+		CHECK_INT_EQ(symbolizer__user(s, as, alpha_vaddr, false, &fi), 0);
+		if (fi.function && strcmp(fi.function, "fixture_alpha") == 0)
+			named++;
+		CHECK_INT_EQ(symbolizer__user(s, as, ra_alpha_vaddr, true, &fi), 0);
+		CHECK_INT_EQ(symbolizer__user(s, as, 0x1000, false, &fi), 0);
+		CHECK_INT_EQ(symbolizer__user(s, as, 0xfffff, true, &fi), 0);
+		symbolizer__free(s);
+		addrspace__free(as);
+	}
+	unlink(path);
+	free(buf);
+	printf("ok corrupt fuzz: %d mutated files, %d still named fixture_alpha\n", iters, named);
+}
+
+/*
+ * A file replaced on disk after the maps were read by the same code with
+ * another build ID (as after a rebuild): symbols read from the new file may
+ * be wrong, so none are given.
+ */
+static void test_replaced(const char *dir, const void *pie, size_t pie_len, uint64_t alpha_vaddr)
+{
+	char path[PATH_MAX], maps[PATH_MAX + 128], build_id[2 * BUILD_ID_MAX_BYTES + 1];
+	unsigned char raw_id[BUILD_ID_MAX_BYTES], *other, *hit;
+	struct addrspace *as = calloc(1, sizeof(*as));
+	struct symbolizer *s;
+	struct frame_info fi;
+	size_t id_len;
+	FILE *f;
+
+	other = malloc(pie_len);
+	if (!as || !other)
+		SETUP_FAIL("calloc");
+	snprintf(path, sizeof(path), "%s/replaced", dir);
+	write_file(path, pie, pie_len);
+	elf_note_build_id(path, build_id, sizeof(build_id));
+	id_len = strlen(build_id) / 2;
+	for (size_t i = 0; i < id_len; i++)
+		sscanf(build_id + 2 * i, "%2hhx", &raw_id[i]);
+	memcpy(other, pie, pie_len);
+	hit = id_len ? memmem(other, pie_len, raw_id, id_len) : NULL;
+	if (!hit)
+		SETUP_FAIL("no build ID bytes in the PIE");
+	hit[0] ^= 0xff;
+
+	snprintf(maps, sizeof(maps), "1000-100000 r-xp 00001000 00:00 1 %s\n", path);
+	f = fmemopen(maps, strlen(maps), "r");
+	if (!f)
+		SETUP_FAIL("fmemopen: %m");
+	CHECK_INT_EQ(as_read_maps(as, f), 1);
+	fclose(f);
+
+	s = symbolizer__new();
+	if (!s)
+		SETUP_FAIL("symbolizer__new");
+	CHECK_INT_EQ(symbolizer__user(s, as, alpha_vaddr, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "fixture_alpha");
+	symbolizer__free(s);
+
+	write_file(path, other, pie_len);
+	s = symbolizer__new();
+	if (!s)
+		SETUP_FAIL("symbolizer__new");
+	CHECK_INT_EQ(symbolizer__user(s, as, alpha_vaddr, false, &fi), 0);
+	CHECK(fi.function == NULL);
+	CHECK(fi.file == NULL);
+	CHECK_STR_EQ(fi.build_id, build_id);
+	CHECK_HEX_EQ(fi.rel_addr, alpha_vaddr);
+	symbolizer__free(s);
+	addrspace__free(as);
+	free(other);
+	unlink(path);
+	printf("ok replaced\n");
+}
+
+/*
+ * A running copy of the PIE whose file was deleted: the maps path ends in
+ * " (deleted)", and only /proc/PID/map_files still leads to the file.
+ */
+static void test_deleted(const char *dir, const void *pie, size_t pie_len)
+{
+	char path[PATH_MAX], probe[128];
+	struct addrspace *as = NULL;
+	const struct mapping *m;
+	struct symbolizer *s;
+	struct frame_info fi;
+	struct pie_out o;
+	struct child c;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/deleted-pie", dir);
+	write_file(path, pie, pie_len);
+	child_spawn(&c, path, NULL);
+	pie_read(&c, &o);
+	unlink(path);
+
+	CHECK_INT_EQ(addrspace__new(c.pid, &as), 0);
+	m = as ? addrspace__find(as, o.alpha) : NULL;
+	CHECK(m != NULL);
+	if (!m)
+		goto out;
+	CHECK_STR_SUFFIX(m->path, "/deleted-pie (deleted)");
+	snprintf(probe, sizeof(probe), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, (int)c.pid,
+		 m->start, m->end);
+	fd = open(probe, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		skip("deleted", "cannot open /proc/PID/map_files (needs CAP_SYS_ADMIN)");
+		goto out;
+	}
+	close(fd);
+	CHECK(is_lower_hex(m->build_id));
+	s = symbolizer__new();
+	if (!s)
+		SETUP_FAIL("symbolizer__new");
+	CHECK_INT_EQ(symbolizer__user(s, as, o.ra_alpha, true, &fi), 0);
+	CHECK_STR_EQ(fi.function, "fixture_alpha");
+	CHECK_INT_EQ(fi.line, o.ra_alpha_line);
+	symbolizer__free(s);
+	printf("ok deleted\n");
+out:
+	child_stop(&c);
+	addrspace__free(as);
+}
+
+/* test_corrupt() - the parts that need files of their own in a temporary directory. */
+static void test_corrupt(void)
+{
+	const char *pie_path = getenv("PROFD_FIXTURE_PIE");
+	char dir[] = "/tmp/test-symbolize.XXXXXX";
+	uint64_t alpha_vaddr, ra_vaddr;
+	_cleanup_free_ void *pie = NULL;
+	size_t pie_len;
+
+	if (!pie_path) {
+		skip("corrupt", "PROFD_FIXTURE_PIE not set");
+		return;
+	}
+	if (!mkdtemp(dir))
+		SETUP_FAIL("mkdtemp: %m");
+	pie = read_file(pie_path, &pie_len);
+	alpha_vaddr = elf_symbol_value(pie_path, "fixture_alpha");
+	ra_vaddr = elf_symbol_value(pie_path, "fixture_leaf") + 8;
+	test_corrupt_mapped(dir, pie, pie_len);
+	test_corrupt_fuzz(dir, pie, pie_len, alpha_vaddr, ra_vaddr);
+	test_replaced(dir, pie, pie_len, alpha_vaddr);
+	test_deleted(dir, pie, pie_len);
+	rmdir(dir);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Part: kernel symbols */
+
+static void test_kallsyms_text(void)
+{
+	static const char text[] = "ffffffff81000000 T _stext\n"
+				   "ffffffff81000000 t alias_local\n"
+				   "ffffffff81000100 T func_a\n"
+				   "ffffffff81000200 D data_sym\n"
+				   "ffffffff81000300 t func_b\n"
+				   "garbage line\n"
+				   "ffffffff81000400 W weak_c\n"
+				   "ffffffff81000480 T\n"
+				   "zzzz T bad_addr\n"
+				   "ffffffff81000490 T bad_module\t[unterminated\n"
+				   "ffffffffc0001000 t mod_func\t[mymod]\n"
+				   "ffffffffc0001100 T mod_func2\t[mymod]\n";
+	static const char hidden[] = "0000000000000000 T _stext\n"
+				     "0000000000000000 t func_a\n";
+	char path[] = "/tmp/test-symbolize-kallsyms.XXXXXX";
+	struct symbolizer *s = symbolizer__new();
+	struct frame_info fi;
+	int fd;
+
+	if (!s)
+		SETUP_FAIL("symbolizer__new");
+	fd = mkstemp(path);
+	if (fd < 0)
+		SETUP_FAIL("mkstemp: %m");
+	close(fd);
+	write_file(path, text, sizeof(text) - 1);
+	CHECK_INT_EQ(ksyms_load_file(s, path), 0);
+	s->ksyms_loaded = true;
+	CHECK_INT_EQ(s->n_ksyms, 6);
+
+	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffff81000000, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "_stext"); /* the global name of two at one address */
+	CHECK_STR_EQ(fi.module, "[kernel.kallsyms]");
+	CHECK_STR_EQ(fi.build_id, "");
+	CHECK(fi.kernel);
+	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffff81000150, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "func_a");
+	CHECK_HEX_EQ(fi.rel_addr, 0xffffffff81000150);
+	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffff81000100, true, &fi), 0);
+	CHECK_STR_EQ(fi.function, "_stext");
+	CHECK_HEX_EQ(fi.rel_addr, 0xffffffff81000100);
+	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffff81000101, true, &fi), 0);
+	CHECK_STR_EQ(fi.function, "func_a");
+	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffff81000250, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "func_a"); /* data symbols are not functions */
+	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffff81000480, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "weak_c");
+	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffffc0001010, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "mod_func");
+	CHECK_STR_EQ(fi.module, "[mymod]");
+	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffffc0001100, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "mod_func2");
+	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffff80000000, false, &fi), 0);
+	CHECK(fi.function == NULL); /* below every symbol */
+	CHECK_STR_EQ(fi.module, "[kernel.kallsyms]");
+	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffffc0001100 + (2 << 20), false, &fi), 0);
+	CHECK(fi.function == NULL); /* far past the last symbol */
+
+	write_file(path, hidden, sizeof(hidden) - 1);
+	CHECK_INT_EQ(ksyms_load_file(s, path), 0);
+	CHECK(s->ksyms_hidden);
+	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffff81000150, false, &fi), 0);
+	CHECK(fi.function == NULL);
+	CHECK_STR_EQ(fi.module, "[kernel.kallsyms]");
+
+	CHECK_INT_EQ(ksyms_load_file(s, "/nonexistent/kallsyms"), -ENOENT);
+	unlink(path);
+	symbolizer__free(s);
+	printf("ok kallsyms text\n");
+}
+
+struct text_sym {
+	uint64_t addr;
+	char name[128];
+	char module[64];
+	bool global;
+};
+
+static int text_sym_cmp(const void *a, const void *b)
+{
+	const struct text_sym *x = a, *y = b;
+
+	return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* test_kallsyms_real() - the running kernel: "schedule", or another function alone at its address.
+ */
+static void test_kallsyms_real(void)
+{
+	_cleanup_fclose_ FILE *f = fopen("/proc/kallsyms", "re");
+	_cleanup_free_ struct text_sym *syms = NULL;
+	const struct text_sym *kpick = NULL, *mpick = NULL;
+	size_t n = 0, cap = 0;
+	char line[512];
+	bool nonzero = false;
+	struct symbolizer *s;
+	struct frame_info fi;
+
+	if (!f) {
+		skip("kallsyms", "cannot open /proc/kallsyms");
+		return;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		struct text_sym t = {};
+		char type;
+
+		t.module[0] = '\0';
+		if (sscanf(line, "%" SCNx64 " %c %127s %63s", &t.addr, &type, t.name, t.module) < 3)
+			continue;
+		if (type != 't' && type != 'T' && type != 'w' && type != 'W')
+			continue;
+		t.global = type == 'T';
+		nonzero |= t.addr != 0;
+		if (n == cap) {
+			struct text_sym *ns =
+			    reallocarray(syms, cap ? cap * 2 : 4096, sizeof(*syms));
+
+			if (!ns)
+				SETUP_FAIL("reallocarray");
+			syms = ns;
+			cap = cap ? cap * 2 : 4096;
+		}
+		syms[n++] = t;
+	}
+	if (!nonzero) {
+		skip("kallsyms", "/proc/kallsyms shows no addresses (kptr_restrict, not root?)");
+		return;
+	}
+	qsort(syms, n, sizeof(*syms), text_sym_cmp);
+	for (size_t i = 0; i + 1 < n; i++) {
+		const struct text_sym *t = &syms[i];
+
+		if ((i > 0 && syms[i - 1].addr == t->addr) || syms[i + 1].addr == t->addr ||
+		    !t->global || syms[i + 1].addr - t->addr < 2)
+			continue; /* an alias would be as right as the name we expect */
+		if (!t->module[0] && (!kpick || strcmp(t->name, "schedule") == 0))
+			kpick = t;
+		if (t->module[0] == '[' && !mpick)
+			mpick = t;
+	}
+	if (!kpick)
+		SETUP_FAIL("no kernel function alone at its address in /proc/kallsyms");
+
+	s = symbolizer__new();
+	if (!s)
+		SETUP_FAIL("symbolizer__new");
+	CHECK_INT_EQ(symbolizer__kernel(s, kpick->addr, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, kpick->name);
+	CHECK_STR_EQ(fi.module, "[kernel.kallsyms]");
+	CHECK(fi.kernel);
+	CHECK_HEX_EQ(fi.rel_addr, kpick->addr);
+	CHECK_INT_EQ(symbolizer__kernel(s, kpick->addr + 1, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, kpick->name);
+	CHECK_INT_EQ(symbolizer__kernel(s, kpick->addr + 1, true, &fi), 0);
+	CHECK_STR_EQ(fi.function, kpick->name);
+	if (mpick) {
+		CHECK_INT_EQ(symbolizer__kernel(s, mpick->addr + 1, false, &fi), 0);
+		CHECK_STR_EQ(fi.function, mpick->name);
+		CHECK_STR_EQ(fi.module, mpick->module);
+	}
+	printf("ok kallsyms: %s at %#" PRIx64 "%s%s\n", kpick->name, kpick->addr,
+	       mpick ? ", module symbol " : "", mpick ? mpick->name : "");
+	symbolizer__free(s);
+}
+
+int main(void)
+{
+	/* a child that never prints would hang the test; fail instead */
+	alarm(600);
+	setvbuf(stdout, NULL, _IOLBF, 0); /* progress survives a crash */
+	signal(SIGPIPE, SIG_IGN);
+	elf_version(EV_CURRENT);
+
+	test_maps_parser();
+	test_self_libc();
+	test_pie("PROFD_FIXTURE_PIE", true);
+	test_pie("PROFD_FIXTURE_NOPIE", false);
+	test_stripped();
+	test_lib();
+	test_corrupt();
+	test_kallsyms_text();
+	test_kallsyms_real();
+
+	if (check_failures || !skipped)
+		return check_exit("test-symbolize");
+	printf("%d part(s) skipped, the rest passed\n", skipped);
+	return 77;
+}
