@@ -4,6 +4,7 @@ does not exist, PID 0, a string, a 10 MiB request, invalid JSON, an unknown
 command, an unknown session, a client that disconnects mid-line."""
 import json
 import os
+import shutil
 import socket
 import subprocess
 
@@ -99,6 +100,20 @@ def test():
               'no daemon: rc %d stderr %r' % (p.returncode, p.stderr))
 
         check(d.proc.poll() is None, 'profd died:\n' + d.logtext())
+
+    # Without CAP_BPF/CAP_PERFMON/CAP_SYS_ADMIN profd refuses to start, clearly.
+    capsh = shutil.which('capsh')
+    if capsh:
+        d2 = Profd()
+        p = subprocess.run([capsh, '--drop=cap_bpf,cap_perfmon,cap_sys_admin', '--',
+                            '-c', '"$0" --db "$1" --socket "$2"', d2.profd, d2.db, d2.socket],
+                           capture_output=True, text=True, timeout=30)
+        d2.log.close()
+        shutil.rmtree(d2.dir, ignore_errors=True)
+        check(p.returncode == 1 and 'CAP_BPF' in p.stderr,
+              'profd without capabilities: rc %d stderr %r' % (p.returncode, p.stderr))
+    else:
+        print('capsh not installed: capability refusal not checked')
 
 
 run(test)

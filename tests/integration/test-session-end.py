@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Sessions end three ways, and their data stays either way: the duration runs
-out (profctl attach --wait returns), profctl detach, and the target's exit."""
+out (profctl attach --wait returns), profctl detach, and the target's exit.
+Threads a target creates after the attach are sampled in its session."""
+import os
 import time
 
 from profdtest import Profd, check, require_root_bpf, run, wait_for_threads, binary
@@ -45,9 +47,20 @@ def test():
         check(s3['end_reason'] == 'target_exited', 'end_reason %r after kill' % s3['end_reason'])
         check(s3['samples'] > 0, 'killed target: no samples kept')
 
+        # Threads created after the attach are sampled too.
+        late = d.spawn(spin, '--seconds', '3', '--weights', '2,2', '--delay', '1')
+        wait_for_threads(late.pid, 1)
+        sid4 = d.json('attach', late.pid)['session']
+        check(len(os.listdir('/proc/%d/task' % late.pid)) == 1,
+              'workers started before the attach; the test cannot tell')
+        late.wait(timeout=30)
+        d.wait_ended(sid4, timeout=10)
+        names = {t['name'] for t in d.json('threads', sid4)['threads'] if t['samples'] > 0}
+        check({'worker-1', 'worker-2'} <= names, 'threads created after attach: %r' % names)
+
         # Sessions are listed newest first, all ended.
         ids = [x['id'] for x in d.json('sessions')['sessions']]
-        check(ids[:3] == [sid3, sid2, sid], 'sessions list order %r' % ids)
+        check(ids[:4] == [sid4, sid3, sid2, sid], 'sessions list order %r' % ids)
 
 
 run(test)

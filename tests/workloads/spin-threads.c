@@ -29,6 +29,7 @@
 #define MAX_LONG(a, b) ((a) > (b) ? (a) : (b))
 
 static double seconds = 10;
+static double delay_s; /* wait before starting the workers */
 static long unit_ms = 10;
 static long iterations;
 static int nr_threads = 3;
@@ -149,7 +150,8 @@ static void usage(FILE *f)
 		   "  --weights LIST    relative CPU time per thread (default 1,2,3)\n"
 		   "  --unit-ms MS      busy ms per 100 ms period per weight unit (default 10)\n"
 		   "  --iterations N    fixed-work mode: N ~1 ms units per thread, no sleeping\n"
-		   "  --threads N       threads in fixed-work mode (default 3)\n");
+		   "  --threads N       threads in fixed-work mode (default 3)\n"
+		   "  --delay S         sleep S seconds before starting the workers\n");
 }
 
 int main(int argc, char **argv)
@@ -160,6 +162,7 @@ int main(int argc, char **argv)
 		{ "unit-ms", required_argument, NULL, 'u' },
 		{ "iterations", required_argument, NULL, 'i' },
 		{ "threads", required_argument, NULL, 't' },
+		{ "delay", required_argument, NULL, 'd' },
 		{ "help", no_argument, NULL, 'h' },
 		{},
 	};
@@ -192,6 +195,9 @@ int main(int argc, char **argv)
 		case 't':
 			nr_threads = atoi(optarg);
 			break;
+		case 'd':
+			delay_s = atof(optarg);
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -206,6 +212,14 @@ int main(int argc, char **argv)
 	}
 	hot_spins = calibrate(hot_function, 900000);
 	warm_spins = calibrate(warm_function, 100000);
+	if (delay_s > 0) {
+		struct timespec ts = { (time_t)delay_s,
+				       (long)((delay_s - (double)(time_t)delay_s) * 1e9) };
+
+		printf("spin-threads: pid %d, workers start in %.1f s\n", getpid(), delay_s);
+		fflush(stdout);
+		nanosleep(&ts, NULL);
+	}
 	t0 = clock_ns(CLOCK_MONOTONIC);
 	for (long i = 0; i < nr_threads; i++)
 		pthread_create(&threads[i], NULL, worker_main, (void *)i);
