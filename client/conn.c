@@ -1,0 +1,275 @@
+/* conn.c - profctl's connection to profd: one JSON request line out, one response line in. */
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "conn.h"
+#include "protocol.h"
+
+struct conn {
+	int fd;
+	char *buf;  /* bytes read but not yet consumed */
+	size_t len; /* valid bytes in @buf */
+	size_t cap; /* allocated bytes in @buf, at most PROFCTL_MAX_RESPONSE_BYTES */
+};
+
+/*
+ * connect_wait() - finish a connect() that a signal interrupted. POSIX lets
+ * the connection proceed in the background after EINTR; a second connect()
+ * would fail with EALREADY, so wait for writability and read SO_ERROR instead.
+ */
+static int connect_wait(int fd)
+{
+	struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+	socklen_t len = sizeof(int);
+	int error = 0;
+
+	for (;;) {
+		if (poll(&pfd, 1, -1) >= 0)
+			break;
+		if (errno != EINTR)
+			return -errno;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) < 0)
+		return -errno;
+	return -error;
+}
+
+/*
+ * conn__open() - connect to profd's Unix stream socket at @path.
+ *
+ * Returns 0 with *@ret_conn (free with conn__free()), -ENAMETOOLONG if @path
+ * does not fit in sun_path, -ENOMEM, or the -errno of socket()/connect():
+ * -ENOENT or -ECONNREFUSED when no daemon listens there, -EACCES when the
+ * caller may not open the socket. The fd is O_CLOEXEC. Blocks; does not log.
+ */
+int conn__open(const char *path, struct conn **ret_conn)
+{
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	_cleanup_close_ int fd = -1;
+	struct conn *c;
+	int r;
+
+	if (strlen(path) >= sizeof(addr.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(addr.sun_path, path, strlen(path) + 1);
+
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		if (errno != EINTR)
+			return -errno;
+		r = connect_wait(fd);
+		if (r < 0)
+			return r;
+	}
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->fd = TAKE_FD(fd);
+	*ret_conn = c;
+	return 0;
+}
+
+/* conn__free() - close the connection and free @c; accepts NULL. */
+void conn__free(struct conn *c)
+{
+	if (!c)
+		return;
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c->buf);
+	free(c);
+}
+
+/* send_all() - write all @len bytes; -EPIPE if profd went away (no SIGPIPE). */
+static int send_all(int fd, const char *buf, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/*
+ * read_line() - read until @c->buf holds a '\n'; returns its offset, -ECONNRESET
+ * on EOF before one, -EMSGSIZE past PROFCTL_MAX_RESPONSE_BYTES, -ENOMEM, -errno.
+ */
+static ssize_t read_line(struct conn *c)
+{
+	size_t scanned = 0;
+
+	for (;;) {
+		char *nl = NULL;
+		ssize_t n;
+
+		/* c->buf is still NULL before the first read: memchr() wants a pointer. */
+		if (c->len > scanned)
+			nl = memchr(c->buf + scanned, '\n', c->len - scanned);
+		if (nl)
+			return nl - c->buf;
+		scanned = c->len;
+		if (c->len == c->cap) {
+			size_t cap = c->cap ? c->cap * 2 : 64 * 1024;
+			char *buf;
+
+			if (c->cap >= PROFCTL_MAX_RESPONSE_BYTES)
+				return -EMSGSIZE;
+			cap = MIN(cap, (size_t)PROFCTL_MAX_RESPONSE_BYTES);
+			buf = realloc(c->buf, cap);
+			if (!buf)
+				return -ENOMEM;
+			c->buf = buf;
+			c->cap = cap;
+		}
+		n = read(c->fd, c->buf + c->len, c->cap - c->len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		c->len += (size_t)n;
+	}
+}
+
+/*
+ * check_envelope() - check "v" and "ok" of response @resp and strip them.
+ * Returns 0 for "ok":true, -EREMOTEIO for an error response (*@ret_detail =
+ * its message), -EBADMSG for a malformed one (*@ret_detail says why).
+ */
+static int check_envelope(json_t *resp, char **ret_detail)
+{
+	json_t *v = json_object_get(resp, "v");
+	json_t *ok = json_object_get(resp, "ok");
+	json_t *error, *message, *code;
+
+	if (!json_is_integer(v)) {
+		*ret_detail = strdup("malformed response from profd: no protocol version \"v\"");
+		return -EBADMSG;
+	}
+	if (json_integer_value(v) != PROFD_PROTOCOL_VERSION) {
+		if (asprintf(ret_detail,
+			     "profd answered with protocol version %lld, profctl speaks %d",
+			     (long long)json_integer_value(v), PROFD_PROTOCOL_VERSION) < 0)
+			*ret_detail = NULL;
+		return -EBADMSG;
+	}
+	if (!json_is_boolean(ok)) {
+		*ret_detail =
+		    strdup("malformed response from profd: \"ok\" is missing or not a boolean");
+		return -EBADMSG;
+	}
+	if (json_is_true(ok)) {
+		json_object_del(resp, "v");
+		json_object_del(resp, "ok");
+		return 0;
+	}
+
+	error = json_object_get(resp, "error");
+	message = json_object_get(error, "message");
+	code = json_object_get(error, "code");
+	if (json_is_string(message) && json_string_length(message) > 0) {
+		*ret_detail = strdup(json_string_value(message));
+		return -EREMOTEIO;
+	}
+	if (json_is_string(code)) {
+		if (asprintf(ret_detail, "profd returned error %s", json_string_value(code)) < 0)
+			*ret_detail = NULL;
+		return -EREMOTEIO;
+	}
+	*ret_detail = strdup("malformed error response from profd: no \"error\" message");
+	return -EBADMSG;
+}
+
+/*
+ * conn__call() - send @request (one line) and read its response line.
+ * @request: a JSON object; not modified, still owned by the caller.
+ * @ret_reply: on success, the response object without "v" and "ok"; caller
+ *   owns it (json_decref()).
+ * @ret_detail: set to NULL, or to a malloc'ed text (caller frees) that
+ *   explains -EREMOTEIO or -EBADMSG.
+ *
+ * Returns 0; -EREMOTEIO when profd answered with an error (the detail is its
+ * message); -EBADMSG when the response is not a JSON object with "v":1 and a
+ * boolean "ok"; -EMSGSIZE if the response line exceeds
+ * PROFCTL_MAX_RESPONSE_BYTES; -E2BIG if @request exceeds
+ * PROFD_MAX_REQUEST_BYTES; -ECONNRESET if profd closed the connection
+ * before answering; -EPIPE or another -errno from the socket; -ENOMEM.
+ * Blocks until the answer arrives; signals (EINTR) do not interrupt it.
+ * Does not log.
+ */
+int conn__call(struct conn *c, const json_t *request, json_t **ret_reply, char **ret_detail)
+{
+	_cleanup_free_ char *line = NULL;
+	json_error_t jerr;
+	json_t *resp;
+	size_t len;
+	ssize_t nl;
+	int r;
+
+	*ret_detail = NULL;
+
+	line = json_dumps(request, JSON_COMPACT);
+	if (!line)
+		return -ENOMEM;
+	len = strlen(line);
+	if (len + 1 > PROFD_MAX_REQUEST_BYTES)
+		return -E2BIG;
+	/* json_dumps() allocates exactly len + 1; add the newline in a copy. */
+	{
+		char *framed = realloc(line, len + 2);
+
+		if (!framed)
+			return -ENOMEM;
+		line = framed;
+		line[len] = '\n';
+		line[len + 1] = '\0';
+	}
+
+	r = send_all(c->fd, line, len + 1);
+	if (r < 0)
+		return r;
+
+	nl = read_line(c);
+	if (nl < 0)
+		return (int)nl;
+
+	resp = json_loadb(c->buf, (size_t)nl, JSON_REJECT_DUPLICATES, &jerr);
+	/* Consume the line whatever it held, so the next call starts after it. */
+	c->len -= (size_t)nl + 1;
+	memmove(c->buf, c->buf + nl + 1, c->len);
+	if (!resp) {
+		if (asprintf(ret_detail, "malformed response from profd: %s (column %d)", jerr.text,
+			     jerr.column) < 0)
+			*ret_detail = NULL;
+		return -EBADMSG;
+	}
+	if (!json_is_object(resp)) {
+		json_decref(resp);
+		*ret_detail = strdup("malformed response from profd: not a JSON object");
+		return -EBADMSG;
+	}
+
+	r = check_envelope(resp, ret_detail);
+	if (r < 0) {
+		json_decref(resp);
+		return r;
+	}
+	*ret_reply = resp;
+	return 0;
+}
