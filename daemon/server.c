@@ -96,7 +96,7 @@ static int send_all(int fd, const char *buf, size_t len)
 
 static int send_response(struct client *c, json_t *resp)
 {
-	char *text = json_dumps(resp, JSON_COMPACT);
+	char *text = json_dumps(resp, JSON_COMPACT | JSON_REAL_PRECISION(15));
 	int r;
 
 	json_decref(resp);
@@ -167,7 +167,7 @@ static void server_on_event(struct watch *w, uint32_t events)
 		if (srv->nr_clients >= MAX_CLIENTS) {
 			json_t *resp = json_error_response(-EBUSY, "too many clients (%d)",
 							   MAX_CLIENTS);
-			char *text = json_dumps(resp, JSON_COMPACT);
+			char *text = json_dumps(resp, JSON_COMPACT | JSON_REAL_PRECISION(15));
 
 			if (text) {
 				send(fd, text, strlen(text), MSG_NOSIGNAL | MSG_DONTWAIT);

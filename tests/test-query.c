@@ -1,0 +1,550 @@
+/* test-query.c - query.c over a small synthetic session in an in-memory database. */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <sqlite3.h>
+
+#include "daemon/query.h"
+#include "util.h"
+
+#ifndef SCHEMA_DIR
+#error "SCHEMA_DIR must name the source tree's schema/ directory"
+#endif
+
+static int failures;
+
+#define CHECK(cond)                                                                                \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);   \
+			failures++;                                                                \
+		}                                                                                  \
+	} while (0)
+
+#define CHECK_INT(a, b)                                                                            \
+	do {                                                                                       \
+		long long _a = (long long)(a), _b = (long long)(b);                                \
+		if (_a != _b) {                                                                    \
+			fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", __FILE__,      \
+				__LINE__, #a, _a, #b, _b);                                         \
+			failures++;                                                                \
+		}                                                                                  \
+	} while (0)
+
+#define CHECK_REAL(a, b)                                                                           \
+	do {                                                                                       \
+		double _a = (a), _b = (b);                                                         \
+		if (!(fabs(_a - _b) < 1e-9)) {                                                     \
+			fprintf(stderr, "%s:%d: %s == %.17g, expected %.17g\n", __FILE__,          \
+				__LINE__, #a, _a, _b);                                             \
+			failures++;                                                                \
+		}                                                                                  \
+	} while (0)
+
+#define CHECK_STR(a, b)                                                                            \
+	do {                                                                                       \
+		const char *_a = (a), *_b = (b);                                                   \
+		if (!_a || !_b || strcmp(_a, _b) != 0) {                                           \
+			fprintf(stderr, "%s:%d: %s == \"%s\", expected \"%s\"\n", __FILE__,        \
+				__LINE__, #a, _a ? _a : "(null)", _b ? _b : "(null)");             \
+			failures++;                                                                \
+		}                                                                                  \
+	} while (0)
+
+/* Field accessors that tolerate a missing field (the CHECK then fails, no crash). */
+static json_t *get(json_t *o, const char *key)
+{
+	return json_object_get(o, key);
+}
+
+static json_t *at(json_t *o, const char *key, size_t i)
+{
+	return json_array_get(json_object_get(o, key), i);
+}
+
+static long long gi(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	return json_is_integer(v) ? json_integer_value(v) : -999999;
+}
+
+static double gr(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static const char *gs(json_t *o, const char *key)
+{
+	return json_string_value(json_object_get(o, key));
+}
+
+static void exec(sqlite3 *db, const char *sql)
+{
+	char *err = NULL;
+
+	if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
+		fprintf(stderr, "setup: %s\n  in: %.200s\n", err, sql);
+		sqlite3_free(err);
+		exit(99);
+	}
+}
+
+static int is_migration(const struct dirent *d)
+{
+	size_t len = strlen(d->d_name);
+
+	return d->d_name[0] >= '0' && d->d_name[0] <= '9' && len > 4 &&
+	       strcmp(d->d_name + len - 4, ".sql") == 0;
+}
+
+/* Runs every schema/NNNN-*.sql in order, as the store's migrations do: the current schema. */
+static void load_schema(sqlite3 *db)
+{
+	struct dirent **names = NULL;
+	int n;
+
+	n = scandir(SCHEMA_DIR, &names, is_migration, alphasort);
+	if (n <= 0) {
+		fprintf(stderr, "setup: no schema/*.sql in %s\n", SCHEMA_DIR);
+		exit(99);
+	}
+	for (int i = 0; i < n; i++) {
+		_cleanup_free_ char *path = NULL, *sql = NULL;
+		_cleanup_fclose_ FILE *f = NULL;
+		size_t len = 0;
+
+		if (asprintf(&path, "%s/%s", SCHEMA_DIR, names[i]->d_name) < 0)
+			exit(99);
+		f = fopen(path, "re");
+		if (!f || getdelim(&sql, &len, '\0', f) < 0) {
+			fprintf(stderr, "setup: cannot read %s\n", path);
+			exit(99);
+		}
+		exec(db, sql);
+		free(names[i]);
+	}
+	free(names);
+}
+
+/* Inserts stack @id with the frame ids @frames (leaf first, @n of them) in both forms. */
+static void insert_stack(sqlite3 *db, int64_t id, const int64_t *frames, int n)
+{
+	sqlite3_stmt *st;
+	unsigned char blob[8 * 16];
+
+	for (int i = 0; i < n; i++)
+		for (int b = 0; b < 8; b++)
+			blob[i * 8 + b] = (unsigned char)((uint64_t)frames[i] >> (8 * b));
+	if (sqlite3_prepare_v2(db, "INSERT INTO stacks (id, frame_ids, depth) VALUES (?, ?, ?)", -1,
+			       &st, NULL) != SQLITE_OK)
+		exit(99);
+	sqlite3_bind_int64(st, 1, id);
+	sqlite3_bind_blob(st, 2, blob, n * 8, SQLITE_TRANSIENT);
+	sqlite3_bind_int(st, 3, n);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		exit(99);
+	sqlite3_finalize(st);
+	for (int i = 0; i < n; i++) {
+		char sql[128];
+
+		snprintf(sql, sizeof(sql), "INSERT INTO stack_frames VALUES (%lld, %d, %lld)",
+			 (long long)id, i, (long long)frames[i]);
+		exec(db, sql);
+	}
+}
+
+/*
+ * Session 1 (ended): threads 101/102/103 with 10/20/30 samples and an idle
+ * 104; six stacks over three windows:
+ *   S1 hot_loop@0x1200 <- work@0x1100 <- main      20
+ *   S2 hot_loop@0x1210 <- work@0x1110 <- main      10  (same functions as S1)
+ *   S3 helper <- work <- main                       8
+ *   S4 fib@0x1410 <- fib@0x1400 <- work <- main     6  (recursion)
+ *   S5 libc+0x2a2f <- helper <- work <- main        4  (unsymbolized leaf)
+ *   S6 kernel timer irq <- hot_loop <- work <- main 12
+ * Session 2 (running) has 5 samples of S1, which must not leak into session 1.
+ */
+static void populate(sqlite3 *db)
+{
+	static const int64_t s1[] = {3, 2, 1}, s2[] = {4, 10, 1}, s3[] = {5, 2, 1},
+			     s4[] = {7, 6, 2, 1}, s5[] = {8, 5, 2, 1}, s6[] = {9, 3, 2, 1};
+
+	exec(db, "INSERT INTO sessions (id, pid, pid_start_ticks, comm, exe, uid, event, events,"
+		 " freq_hz, duration_ns, started_at_ns, ended_at_ns, state, end_reason, samples,"
+		 " lost_samples, truncated_stacks, missing_user_stacks, unsymbolized_frames) VALUES"
+		 " (1, 4242, 777, 'spin', '/usr/bin/spin', 0, 'cpu-clock', 'cpu,cycles', 99,"
+		 "  10000000000, 1700000000123456789, 1700000010623456789, 'ended', 'duration',"
+		 "  60, 3, 1, 2, 1),"
+		 " (2, 4343, 888, 'other', NULL, 1000, 'cycles', 'cpu', 99, NULL,"
+		 "  1700000100000000000, NULL, 'running', NULL, 5, 0, 0, 0, 0)");
+	exec(db, "INSERT INTO threads VALUES"
+		 " (1, 101, 'worker-1', 1700000000200000000, 1700000009000000000, 10),"
+		 " (1, 102, 'worker-2', 1700000000200000000, 1700000009000000000, 20),"
+		 " (1, 103, 'worker-3', 1700000000200000000, 1700000009000000000, 30),"
+		 " (1, 104, 'idle', 1700000000200000000, 1700000000200000000, 0),"
+		 " (2, 201, 'other', 1700000100000000000, 1700000100000000000, 5)");
+	exec(db,
+	     "INSERT INTO frames (id, kind, module, rel_addr, function, file, line) VALUES"
+	     " (1, 'user', '/usr/bin/spin', 4096, 'main', 'spin.c', 10),"
+	     " (2, 'user', '/usr/bin/spin', 4352, 'work', 'spin.c', 20),"
+	     " (3, 'user', '/usr/bin/spin', 4608, 'hot_loop', 'spin.c', 30),"
+	     " (4, 'user', '/usr/bin/spin', 4624, 'hot_loop', 'spin.c', 31),"
+	     " (5, 'user', '/usr/bin/spin', 4864, 'helper', 'spin.c', 40),"
+	     " (6, 'user', '/usr/bin/spin', 5120, 'fib', 'spin.c', 50),"
+	     " (7, 'user', '/usr/bin/spin', 5136, 'fib', 'spin.c', 51),"
+	     " (8, 'user', '/usr/lib/x86_64-linux-gnu/libc.so.6', 10799, NULL, NULL, NULL),"
+	     " (9, 'kernel', '[kernel.kallsyms]', -2118123456, 'asm_sysvec_apic_timer_interrupt',"
+	     "  NULL, NULL),"
+	     " (10, 'user', '/usr/bin/spin', 4368, 'work', 'spin.c', 21)");
+	insert_stack(db, 1, s1, ARRAY_SIZE(s1));
+	insert_stack(db, 2, s2, ARRAY_SIZE(s2));
+	insert_stack(db, 3, s3, ARRAY_SIZE(s3));
+	insert_stack(db, 4, s4, ARRAY_SIZE(s4));
+	insert_stack(db, 5, s5, ARRAY_SIZE(s5));
+	insert_stack(db, 6, s6, ARRAY_SIZE(s6));
+	/* (session, window, tid, stack, count): tid 101 = 10, 102 = 20, 103 = 30. */
+	exec(db, "INSERT INTO samples VALUES"
+		 " (1, 1700000000000000000, 101, 3, 8),"
+		 " (1, 1700000000000000000, 101, 5, 2),"
+		 " (1, 1700000000000000000, 102, 1, 10),"
+		 " (1, 1700000001000000000, 102, 2, 4),"
+		 " (1, 1700000001000000000, 102, 4, 6),"
+		 " (1, 1700000001000000000, 103, 1, 10),"
+		 " (1, 1700000000000000000, 103, 2, 6),"
+		 " (1, 1700000002000000000, 103, 5, 2),"
+		 " (1, 1700000002000000000, 103, 6, 12),"
+		 " (2, 1700000100000000000, 201, 1, 5)");
+	exec(db, "INSERT INTO windows (session_id, window_ns, samples) VALUES"
+		 " (1, 1700000000000000000, 26), (1, 1700000001000000000, 20),"
+		 " (1, 1700000002000000000, 14), (2, 1700000100000000000, 5)");
+}
+
+/* Checks one "functions" entry. */
+static void check_fn(json_t *f, const char *name, const char *module, int self, int total,
+		     double self_pct, double total_pct)
+{
+	CHECK(f != NULL);
+	CHECK_STR(gs(f, "function"), name);
+	CHECK_STR(gs(f, "module"), module);
+	CHECK_INT(gi(f, "self_samples"), self);
+	CHECK_INT(gi(f, "total_samples"), total);
+	CHECK_REAL(gr(f, "self_pct"), self_pct);
+	CHECK_REAL(gr(f, "total_pct"), total_pct);
+}
+
+static void test_top(sqlite3 *db)
+{
+	json_t *o = NULL, *f;
+	int r;
+
+	r = query__top(db, 1, 20, &o);
+	CHECK_INT(r, 0);
+	if (r < 0)
+		return;
+	CHECK_INT(gi(o, "session"), 1);
+	CHECK_STR(gs(o, "event"), "cpu-clock");
+	CHECK_INT(gi(o, "total_samples"), 60);
+	CHECK_INT(gi(o, "lost_samples"), 3);
+	CHECK_INT(gi(o, "truncated_stacks"), 1);
+	CHECK_INT(gi(o, "missing_user_stacks"), 2);
+	CHECK_INT(gi(o, "unsymbolized_frames"), 1);
+	CHECK_INT(json_array_size(get(o, "functions")), 7);
+
+	/* hot_loop: two addresses, one function; file/line of the address with most self. */
+	f = at(o, "functions", 0);
+	check_fn(f, "hot_loop", "/usr/bin/spin", 30, 42, 50.0, 70.0);
+	CHECK_STR(gs(f, "file"), "spin.c");
+	CHECK_INT(gi(f, "line"), 30);
+	f = at(o, "functions", 1);
+	check_fn(f, "asm_sysvec_apic_timer_interrupt", "[kernel.kallsyms]", 12, 12, 20.0, 20.0);
+	CHECK(json_is_null(get(f, "file")));
+	check_fn(at(o, "functions", 2), "helper", "/usr/bin/spin", 8, 12, 13.3, 20.0);
+	/* fib appears twice in S4: total counts the stack once (6, not 12). */
+	check_fn(at(o, "functions", 3), "fib", "/usr/bin/spin", 6, 6, 10.0, 10.0);
+	f = at(o, "functions", 4);
+	check_fn(f, "libc.so.6+0x2a2f", "/usr/lib/x86_64-linux-gnu/libc.so.6", 4, 4, 6.7, 6.7);
+	CHECK(json_is_null(get(f, "file")));
+	CHECK(json_is_null(get(f, "line")));
+	/* No self samples, same total: by name. */
+	check_fn(at(o, "functions", 5), "main", "/usr/bin/spin", 0, 60, 0.0, 100.0);
+	f = at(o, "functions", 6);
+	check_fn(f, "work", "/usr/bin/spin", 0, 60, 0.0, 100.0);
+	CHECK_INT(gi(f, "line"), 20);
+	json_decref(o);
+
+	o = NULL;
+	CHECK_INT(query__top(db, 1, 3, &o), 0);
+	CHECK_INT(json_array_size(get(o, "functions")), 3);
+	json_decref(o);
+
+	/* Session 2 sees only its own 5 samples of S1. */
+	o = NULL;
+	CHECK_INT(query__top(db, 2, 20, &o), 0);
+	CHECK_INT(gi(o, "total_samples"), 5);
+	check_fn(at(o, "functions", 0), "hot_loop", "/usr/bin/spin", 5, 5, 100.0, 100.0);
+	json_decref(o);
+}
+
+/* Checks the names and kinds of a path's frames, leaf first. */
+static void check_path(json_t *p, int samples, double pct, const char *const *names, size_t n)
+{
+	json_t *frames = get(p, "frames");
+
+	CHECK(p != NULL);
+	CHECK_INT(gi(p, "samples"), samples);
+	CHECK_REAL(gr(p, "pct"), pct);
+	CHECK_INT(json_array_size(frames), n);
+	for (size_t i = 0; i < n && i < json_array_size(frames); i++)
+		CHECK_STR(gs(json_array_get(frames, i), "function"), names[i]);
+}
+
+static void test_hotpaths(sqlite3 *db)
+{
+	static const char *const p0[] = {"hot_loop", "work", "main"};
+	static const char *const p1[] = {"asm_sysvec_apic_timer_interrupt", "hot_loop", "work",
+					 "main"};
+	static const char *const p2[] = {"helper", "work", "main"};
+	static const char *const p3[] = {"fib", "fib", "work", "main"};
+	static const char *const p4[] = {"libc.so.6+0x2a2f", "helper", "work", "main"};
+	json_t *o = NULL, *f;
+	int r;
+
+	r = query__hotpaths(db, 1, 10, &o);
+	CHECK_INT(r, 0);
+	if (r < 0)
+		return;
+	CHECK_INT(gi(o, "session"), 1);
+	CHECK_INT(gi(o, "total_samples"), 60);
+	CHECK_INT(gi(o, "lost_samples"), 3);
+	CHECK_INT(gi(o, "unsymbolized_frames"), 1);
+	CHECK_INT(json_array_size(get(o, "paths")), 5);
+	/* S1 and S2 differ only in addresses inside the same functions: one path. */
+	check_path(at(o, "paths", 0), 30, 50.0, p0, ARRAY_SIZE(p0));
+	/* Its frames are those of the heavier S1. */
+	f = json_array_get(get(at(o, "paths", 0), "frames"), 0);
+	CHECK_INT(gi(f, "line"), 30);
+	CHECK_STR(gs(f, "kind"), "user");
+	CHECK_STR(gs(f, "file"), "spin.c");
+	CHECK_STR(gs(f, "module"), "/usr/bin/spin");
+	CHECK_INT(gi(json_array_get(get(at(o, "paths", 0), "frames"), 1), "line"), 20);
+	check_path(at(o, "paths", 1), 12, 20.0, p1, ARRAY_SIZE(p1));
+	CHECK_STR(gs(json_array_get(get(at(o, "paths", 1), "frames"), 0), "kind"), "kernel");
+	check_path(at(o, "paths", 2), 8, 13.3, p2, ARRAY_SIZE(p2));
+	check_path(at(o, "paths", 3), 6, 10.0, p3, ARRAY_SIZE(p3));
+	check_path(at(o, "paths", 4), 4, 6.7, p4, ARRAY_SIZE(p4));
+	f = json_array_get(get(at(o, "paths", 4), "frames"), 0);
+	CHECK(json_is_null(get(f, "file")));
+	CHECK(json_is_null(get(f, "line")));
+	json_decref(o);
+
+	o = NULL;
+	CHECK_INT(query__hotpaths(db, 1, 2, &o), 0);
+	CHECK_INT(json_array_size(get(o, "paths")), 2);
+	json_decref(o);
+}
+
+static void test_threads(sqlite3 *db)
+{
+	json_t *o = NULL, *imb;
+	int r;
+
+	r = query__threads(db, 1, &o);
+	CHECK_INT(r, 0);
+	if (r < 0)
+		return;
+	CHECK_INT(gi(o, "session"), 1);
+	CHECK_INT(gi(o, "total_samples"), 60);
+	CHECK_INT(json_array_size(get(o, "threads")), 4);
+	CHECK_INT(gi(at(o, "threads", 0), "tid"), 103);
+	CHECK_STR(gs(at(o, "threads", 0), "name"), "worker-3");
+	CHECK_INT(gi(at(o, "threads", 0), "samples"), 30);
+	CHECK_REAL(gr(at(o, "threads", 0), "share_pct"), 50.0);
+	CHECK_INT(gi(at(o, "threads", 1), "tid"), 102);
+	CHECK_INT(gi(at(o, "threads", 1), "samples"), 20);
+	CHECK_REAL(gr(at(o, "threads", 1), "share_pct"), 33.3);
+	CHECK_INT(gi(at(o, "threads", 2), "tid"), 101);
+	CHECK_REAL(gr(at(o, "threads", 2), "share_pct"), 16.7);
+	/* An idle thread is listed with 0 and does not count in the imbalance. */
+	CHECK_INT(gi(at(o, "threads", 3), "tid"), 104);
+	CHECK_INT(gi(at(o, "threads", 3), "samples"), 0);
+	CHECK_REAL(gr(at(o, "threads", 3), "share_pct"), 0.0);
+
+	imb = get(o, "imbalance");
+	CHECK_INT(gi(imb, "threads"), 3);
+	CHECK_REAL(gr(imb, "mean_samples"), 20.0);
+	CHECK_INT(gi(imb, "max_samples"), 30);
+	CHECK_REAL(gr(imb, "max_over_mean"), 1.5);
+	/* Population stddev of 10, 20, 30 is 8.165: cv 0.41. */
+	CHECK_REAL(gr(imb, "cv"), 0.41);
+	CHECK_INT(gi(imb, "straggler_tid"), 103);
+	CHECK_STR(gs(imb, "straggler_name"), "worker-3");
+	json_decref(o);
+}
+
+/* A session without samples: imbalance nulls, empty lists, no division by zero. */
+static void test_empty(sqlite3 *db)
+{
+	json_t *o = NULL, *imb;
+
+	exec(db, "INSERT INTO sessions (id, pid, pid_start_ticks, comm, uid, event, events,"
+		 " freq_hz, started_at_ns, state) VALUES"
+		 " (3, 1, 1, 'init', 0, 'cpu-clock', 'cpu', 99, 1700000200000000000, 'running')");
+	CHECK_INT(query__threads(db, 3, &o), 0);
+	CHECK_INT(gi(o, "total_samples"), 0);
+	CHECK_INT(json_array_size(get(o, "threads")), 0);
+	imb = get(o, "imbalance");
+	CHECK_INT(gi(imb, "threads"), 0);
+	CHECK(json_is_null(get(imb, "cv")));
+	CHECK(json_is_null(get(imb, "max_over_mean")));
+	CHECK(json_is_null(get(imb, "straggler_tid")));
+	json_decref(o);
+	o = NULL;
+	CHECK_INT(query__top(db, 3, 20, &o), 0);
+	CHECK_INT(json_array_size(get(o, "functions")), 0);
+	json_decref(o);
+	o = NULL;
+	CHECK_INT(query__hotpaths(db, 3, 10, &o), 0);
+	CHECK_INT(json_array_size(get(o, "paths")), 0);
+	json_decref(o);
+	exec(db, "DELETE FROM sessions WHERE id = 3");
+}
+
+static void test_sessions(sqlite3 *db)
+{
+	json_t *o = NULL, *s;
+	int r;
+
+	r = query__session(db, 1, &o);
+	CHECK_INT(r, 0);
+	if (r == 0) {
+		s = o;
+		CHECK_INT(gi(s, "id"), 1);
+		CHECK_INT(gi(s, "pid"), 4242);
+		CHECK_STR(gs(s, "comm"), "spin");
+		CHECK_STR(gs(s, "exe"), "/usr/bin/spin");
+		CHECK_STR(gs(s, "state"), "ended");
+		CHECK_STR(gs(s, "end_reason"), "duration");
+		CHECK_STR(gs(s, "event"), "cpu-clock");
+		CHECK_INT(json_array_size(get(s, "events")), 2);
+		CHECK_STR(json_string_value(at(s, "events", 0)), "cpu");
+		CHECK_STR(json_string_value(at(s, "events", 1)), "cycles");
+		CHECK_STR(gs(s, "unwind"), "fp");
+		CHECK_REAL(gr(s, "duration_s"), 10.0);
+		CHECK_STR(gs(s, "started_at"), "2023-11-14T22:13:20Z");
+		CHECK_INT(gi(s, "started_at_ns"), 1700000000123456789LL);
+		CHECK_STR(gs(s, "ended_at"), "2023-11-14T22:13:30Z");
+		CHECK_INT(gi(s, "ended_at_ns"), 1700000010623456789LL);
+		CHECK_REAL(gr(s, "elapsed_s"), 10.5);
+		CHECK_INT(gi(s, "samples"), 60);
+		CHECK_INT(gi(s, "lost_samples"), 3);
+		CHECK_INT(gi(s, "threads"), 4);
+		json_decref(o);
+	}
+
+	o = NULL;
+	r = query__sessions(db, &o);
+	CHECK_INT(r, 0);
+	if (r < 0)
+		return;
+	CHECK_INT(json_array_size(get(o, "sessions")), 2);
+	/* Newest first; a running session has null end fields and elapsed_s up to now. */
+	s = at(o, "sessions", 0);
+	CHECK_INT(gi(s, "id"), 2);
+	CHECK_STR(gs(s, "state"), "running");
+	CHECK(json_is_null(get(s, "exe")));
+	CHECK(json_is_null(get(s, "end_reason")));
+	CHECK(json_is_null(get(s, "duration_s")));
+	CHECK(json_is_null(get(s, "ended_at")));
+	CHECK(json_is_null(get(s, "ended_at_ns")));
+	CHECK_STR(gs(s, "started_at"), "2023-11-14T22:15:00Z");
+	CHECK(gr(s, "elapsed_s") > 3e7); /* over a year: it runs to now */
+	CHECK_INT(gi(s, "threads"), 1);
+	CHECK_INT(gi(at(o, "sessions", 1), "id"), 1);
+	json_decref(o);
+}
+
+static void test_enoent(sqlite3 *db)
+{
+	json_t *o = NULL;
+
+	CHECK_INT(query__session(db, 99, &o), -ENOENT);
+	CHECK_INT(query__top(db, 99, 20, &o), -ENOENT);
+	CHECK_INT(query__hotpaths(db, 99, 10, &o), -ENOENT);
+	CHECK_INT(query__threads(db, 99, &o), -ENOENT);
+	CHECK(o == NULL);
+	CHECK_INT(query__top(db, 1, 0, &o), -EINVAL);
+}
+
+/* SQLite failures become -EIO: a database without the schema. */
+static void test_eio(void)
+{
+	sqlite3 *db;
+	json_t *o = NULL;
+
+	if (sqlite3_open(":memory:", &db) != SQLITE_OK)
+		exit(99);
+	CHECK_INT(query__sessions(db, &o), -EIO);
+	CHECK_INT(query__top(db, 1, 20, &o), -EIO);
+	CHECK(o == NULL);
+	sqlite3_close(db);
+}
+
+/* An inconsistent store (a frame_ids blob cut short) is -EIO, not a crash or a wrong answer. */
+static void test_corrupt(sqlite3 *db)
+{
+	json_t *o = NULL;
+
+	exec(db, "INSERT INTO sessions (id, pid, pid_start_ticks, comm, uid, event, events,"
+		 " freq_hz, started_at_ns, state) VALUES"
+		 " (4, 1, 1, 'bad', 0, 'cpu-clock', 'cpu', 99, 1700000300000000000, 'running');"
+		 " INSERT INTO stacks (id, frame_ids, depth) VALUES (40, x'0100000000', 1);"
+		 " INSERT INTO samples VALUES (4, 1700000300000000000, 1, 40, 1)");
+	CHECK_INT(query__top(db, 4, 20, &o), -EIO);
+	CHECK_INT(query__hotpaths(db, 4, 10, &o), -EIO);
+	CHECK(o == NULL);
+	/* A frame id with no frames row. */
+	exec(db, "UPDATE stacks SET frame_ids = x'e703000000000000' WHERE id = 40");
+	CHECK_INT(query__top(db, 4, 20, &o), -EIO);
+	CHECK(o == NULL);
+	exec(db, "DELETE FROM samples WHERE session_id = 4; DELETE FROM stacks WHERE id = 40;"
+		 " DELETE FROM sessions WHERE id = 4");
+}
+
+int main(void)
+{
+	sqlite3 *db;
+	int changes;
+
+	if (sqlite3_open(":memory:", &db) != SQLITE_OK)
+		return 99;
+	load_schema(db);
+	populate(db);
+	changes = sqlite3_total_changes(db);
+
+	test_top(db);
+	test_hotpaths(db);
+	test_threads(db);
+	test_sessions(db);
+	test_enoent(db);
+	/* Queries only read, and leave no transaction open. */
+	CHECK_INT(sqlite3_total_changes(db), changes);
+	CHECK(sqlite3_get_autocommit(db));
+	test_empty(db);
+	test_corrupt(db);
+	test_eio();
+
+	sqlite3_close(db);
+	if (failures) {
+		fprintf(stderr, "%d check(s) failed\n", failures);
+		return 1;
+	}
+	return 0;
+}
