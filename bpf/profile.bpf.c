@@ -12,6 +12,7 @@
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 
 #include "profile.h"
@@ -38,22 +39,85 @@ struct {
 	__type(value, struct slot_counters);
 } drops SEC(".maps");
 
-/* Scratch record: too large for the 512-byte BPF stack. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PROFILE_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct slot_config);
+} slot_configs SEC(".maps");
+
+/*
+ * Scratch record, one per CPU: too large for the 512-byte BPF stack and for
+ * a per-CPU map value (32 KiB limit), so an array indexed by CPU (a
+ * perf_event program runs with interrupts off: nothing else uses the slot).
+ * max_entries is set to the number of possible CPUs before load.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct sample_event);
 } scratch SEC(".maps");
 
+#define PAGE_BYTES 4096
 #define STACK_BYTES (PROFILE_MAX_FRAMES * sizeof(__u64))
+
+/*
+ * Copy the user registers (DWARF order) and the user stack from the page
+ * holding rsp, enough pages for @max bytes above rsp. bpf_probe_read_user()
+ * fails whole if any byte faults, and pages cannot be faulted in here, so
+ * copy page by page and stop at the first page that is not readable (above
+ * the top of the stack, or swapped out): what perf's PERF_SAMPLE_STACK_USER
+ * does with copy_from_user_nmi(). Whole pages at constant offsets keep every
+ * access provably inside the record for the verifier.
+ */
+static __always_inline void copy_user_stack(struct sample_event *e, __u32 max)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	__u64 sp, start, want;
+
+	e->regs[0] = BPF_CORE_READ(regs, ax);
+	e->regs[1] = BPF_CORE_READ(regs, dx);
+	e->regs[2] = BPF_CORE_READ(regs, cx);
+	e->regs[3] = BPF_CORE_READ(regs, bx);
+	e->regs[4] = BPF_CORE_READ(regs, si);
+	e->regs[5] = BPF_CORE_READ(regs, di);
+	e->regs[6] = BPF_CORE_READ(regs, bp);
+	e->regs[7] = BPF_CORE_READ(regs, sp);
+	e->regs[8] = BPF_CORE_READ(regs, r8);
+	e->regs[9] = BPF_CORE_READ(regs, r9);
+	e->regs[10] = BPF_CORE_READ(regs, r10);
+	e->regs[11] = BPF_CORE_READ(regs, r11);
+	e->regs[12] = BPF_CORE_READ(regs, r12);
+	e->regs[13] = BPF_CORE_READ(regs, r13);
+	e->regs[14] = BPF_CORE_READ(regs, r14);
+	e->regs[15] = BPF_CORE_READ(regs, r15);
+	e->regs[16] = BPF_CORE_READ(regs, ip);
+	e->flags |= SAMPLE_HAS_REGS;
+
+	sp = e->regs[7];
+	start = sp & ~((__u64)PAGE_BYTES - 1);
+	e->stack_offset = sp - start;
+	e->stack_size = 0;
+	want = (sp - start) + max;
+#pragma unroll
+	for (int i = 0; i < PROFILE_MAX_STACK_BYTES / PAGE_BYTES; i++) {
+		if ((__u64)i * PAGE_BYTES >= want)
+			break;
+		if (bpf_probe_read_user(&e->stack[i * PAGE_BYTES], PAGE_BYTES,
+					(void *)(start + (__u64)i * PAGE_BYTES)))
+			break;
+		e->stack_size = (i + 1) * PAGE_BYTES;
+	}
+}
 
 SEC("perf_event")
 int profile_sample(struct bpf_perf_event_data *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, zero = 0, slot, *target;
+	__u32 tgid = id >> 32, cpu = bpf_get_smp_processor_id(), slot, *target;
 	struct slot_counters *cnt;
+	struct slot_config *cfg;
 	struct sample_event *e;
 	long klen, ulen, size;
 
@@ -67,15 +131,20 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 	if (*target != slot + 1)
 		return 0;
 
-	e = bpf_map_lookup_elem(&scratch, &zero);
+	cfg = bpf_map_lookup_elem(&slot_configs, &slot);
+	if (!cfg)
+		return 0;
+	e = bpf_map_lookup_elem(&scratch, &cpu);
 	if (!e)
 		return 0;
 	e->time_ns = bpf_ktime_get_ns();
 	e->pid = tgid;
 	e->tid = (__u32)id;
 	e->slot = slot;
-	e->cpu = bpf_get_smp_processor_id();
+	e->cpu = cpu;
 	e->flags = 0;
+	e->stack_size = 0;
+	e->stack_offset = 0;
 	bpf_get_current_comm(&e->comm, sizeof(e->comm));
 
 	/* In user mode the kernel call chain is empty (get_perf_callchain()
@@ -95,20 +164,28 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 	/* The verifier needs the offset bounded to know the write stays in e->ips. */
 	if (klen < 0 || klen > PROFILE_MAX_FRAMES)
 		return 0;
-	ulen = bpf_get_stack(ctx, &e->ips[klen], STACK_BYTES, BPF_F_USER_STACK);
-	if (ulen <= 0) {
-		ulen = 0;
-		e->flags |= SAMPLE_USER_MISSING;
+	ulen = 0;
+	if (cfg->fp_stack) {
+		ulen = bpf_get_stack(ctx, &e->ips[klen], STACK_BYTES, BPF_F_USER_STACK);
+		if (ulen <= 0) {
+			ulen = 0;
+			e->flags |= SAMPLE_USER_MISSING;
+		}
+		ulen /= sizeof(__u64);
+		if (ulen >= PROFILE_MAX_FRAMES) {
+			ulen = PROFILE_MAX_FRAMES;
+			e->flags |= SAMPLE_USER_TRUNCATED;
+		}
 	}
-	ulen /= sizeof(__u64);
-	if (ulen >= PROFILE_MAX_FRAMES) {
-		ulen = PROFILE_MAX_FRAMES;
-		e->flags |= SAMPLE_USER_TRUNCATED;
-	}
+	if (cfg->copy_stack_bytes)
+		copy_user_stack(e, cfg->copy_stack_bytes);
 	e->kstack_len = klen;
 	e->ustack_len = ulen;
 
-	size = offsetof(struct sample_event, ips) + (klen + ulen) * sizeof(__u64);
+	if (e->flags & SAMPLE_HAS_REGS)
+		size = offsetof(struct sample_event, stack) + e->stack_size;
+	else
+		size = offsetof(struct sample_event, ips) + (klen + ulen) * sizeof(__u64);
 	if (size < offsetof(struct sample_event, ips) || size > sizeof(*e))
 		return 0;
 	if (bpf_ringbuf_output(&events, e, size, 0)) {

@@ -13,17 +13,36 @@
 /* Sessions that can sample at the same time (index = session slot). */
 #define PROFILE_MAX_SLOTS 64
 
+/* Largest user stack slice copied per sample for DWARF unwinding (bytes). */
+#define PROFILE_MAX_STACK_BYTES 32768
+/* x86-64 DWARF registers 0..16 (rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip). */
+#define PROFILE_NREGS 17
+
+/* Per-slot settings, written by user space before the slot's events are enabled. */
+struct slot_config {
+	__u32 copy_stack_bytes; /* 0: frame pointers only; else copy regs + up to this many stack bytes */
+	__u32 fp_stack;         /* 1: also walk frame pointers with bpf_get_stack() */
+};
+
 /* sample_event.flags */
 #define SAMPLE_USER_TRUNCATED (1u << 0)   /* user stack filled all PROFILE_MAX_FRAMES */
 #define SAMPLE_KERNEL_TRUNCATED (1u << 1) /* kernel stack filled all PROFILE_MAX_FRAMES */
 #define SAMPLE_USER_MISSING (1u << 2)     /* bpf_get_stack(user) failed or returned 0 frames */
 #define SAMPLE_KERNEL_MODE (1u << 3)      /* sampled while in the kernel */
+#define SAMPLE_HAS_REGS (1u << 4)         /* regs[] and stack[0..stack_size) are valid */
+/* Set by the unwinder in user space, never by BPF: */
+#define SAMPLE_DWARF_UNWOUND (1u << 8)    /* ustack comes from DWARF unwinding */
+#define SAMPLE_UNWIND_INCOMPLETE (1u << 9)/* the unwinder stopped before the outermost frame */
 
 /*
  * One CPU sample, written to the ring buffer by profile.bpf.c. Only the first
- * kstack_len + ustack_len addresses of the arrays are meaningful; the record
- * is variable-length: its size is offsetof(ips) + 8 * (kstack_len + ustack_len),
- * kernel frames first, each array leaf first.
+ * kstack_len + ustack_len addresses of ips[] are meaningful (kernel frames
+ * first, each part leaf first). The record is variable-length: without
+ * SAMPLE_HAS_REGS its size is offsetof(ips) + 8 * (kstack_len + ustack_len);
+ * with it, offsetof(stack) + stack_size, and stack[] holds stack_size bytes
+ * of user stack in whole pages from the page holding regs[7] (rsp), stopping
+ * at the first page that could not be read; the value at rsp is at
+ * stack[stack_offset] (stack_offset < 4096; stack_size 0 if no page was read).
  */
 struct sample_event {
 	__u64 time_ns;    /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
@@ -34,8 +53,12 @@ struct sample_event {
 	__u32 flags;      /* SAMPLE_* */
 	__u16 kstack_len; /* frames, 0..PROFILE_MAX_FRAMES */
 	__u16 ustack_len; /* frames, 0..PROFILE_MAX_FRAMES */
+	__u32 stack_size; /* bytes in stack[], a multiple of 4096, 0..PROFILE_MAX_STACK_BYTES */
+	__u32 stack_offset; /* where rsp points in stack[] */
 	char comm[16];    /* thread name at sample time */
+	__u64 regs[PROFILE_NREGS]; /* user registers, DWARF order (SAMPLE_HAS_REGS) */
 	__u64 ips[2 * PROFILE_MAX_FRAMES];
+	__u8 stack[PROFILE_MAX_STACK_BYTES];
 };
 
 /* Per-slot counters in the 'drops' per-CPU array, summed by user space. */

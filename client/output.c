@@ -182,8 +182,22 @@ static int print_counters(FILE *f, const json_t *o)
 		return r;
 	fprintf(f,
 		"lost samples: %lld, truncated stacks: %lld, missing user stacks: %lld, "
-		"unsymbolized frames: %lld\n",
+		"unsymbolized frames: %lld",
 		lost, truncated, missing, unsymbolized);
+	/* Shares, where the daemon sent them (null: nothing to divide by). */
+	{
+		const json_t *pct = json_object_get(o, "unsymbolized_pct");
+		const json_t *root = json_object_get(o, "root_pct");
+		const char *unwind = json_string_value(json_object_get(o, "unwind"));
+
+		if (json_is_number(pct))
+			fprintf(f, " (%.1f%%)", json_number_value(pct));
+		fputc('\n', f);
+		if (json_is_number(root))
+			fprintf(f, "complete stacks (reaching the thread's root): %.1f%% of samples%s%s\n",
+				json_number_value(root), unwind ? ", unwind " : "",
+				unwind ? unwind : "");
+	}
 	return 0;
 }
 

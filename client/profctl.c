@@ -32,6 +32,8 @@ enum operand { OPERAND_NONE, OPERAND_PID, OPERAND_SESSION, OPERAND_TOPIC };
 
 enum {
 	OPT_ASCII = 0x100,
+	OPT_UNWIND,
+	OPT_STACK_BYTES,
 };
 
 /* The parsed command line. */
@@ -47,6 +49,8 @@ struct args {
 	bool duration_integral; /* --duration was written as an integer: send it as one */
 	long long freq_hz;
 	const char *events;		  /* --events as given; validated */
+	const char *unwind;		  /* --unwind: fp, dwarf, auto; NULL: profd's default */
+	long long stack_bytes;		  /* --stack-bytes; 0: profd's default */
 	long long limit;		  /* 0: profd's default */
 	const struct command *help_topic; /* "help COMMAND" */
 };
@@ -359,6 +363,11 @@ static json_t *attach_request(const struct args *a)
 	if (json_object_set_new(request, "freq_hz",
 				json_integer(a->freq_hz ? a->freq_hz : PROFD_DEFAULT_FREQ_HZ)) < 0)
 		return NULL;
+	if (a->unwind && json_object_set_new(request, "unwind", json_string(a->unwind)) < 0)
+		return NULL;
+	if (a->stack_bytes &&
+	    json_object_set_new(request, "stack_bytes", json_integer(a->stack_bytes)) < 0)
+		return NULL;
 	events = json_array();
 	if (json_object_set_new(request, "events", events) < 0)
 		return NULL;
@@ -607,6 +616,8 @@ static const struct option attach_options[] = {
     {"freq", required_argument, NULL, 'f'},
     {"events", required_argument, NULL, 'e'},
     {"wait", no_argument, NULL, 'w'},
+    {"unwind", required_argument, NULL, OPT_UNWIND},
+    {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
     {},
 };
 
@@ -625,7 +636,7 @@ static const struct command commands[] = {
     {
 	.name = "attach",
 	.operand = OPERAND_PID,
-	.synopsis = "PID [--duration SECONDS] [--freq HZ] [--events LIST] [--wait]",
+	.synopsis = "PID [--duration SECONDS] [--freq HZ] [--events LIST] [--unwind MODE] [--wait]",
 	.summary = "start sampling a process; prints the new session's ID",
 	.details = "Start a session that samples process PID (all its threads) and stores\n"
 		   "the call stacks; prints the session ID the other commands take.\n"
@@ -638,6 +649,15 @@ static const struct command commands[] = {
 		   "                          (default 99)\n"
 		   "  -e, --events LIST       comma-separated events to sample (default: cpu;\n"
 		   "                          profd knows: cpu)\n"
+		   "      --unwind MODE       how user call stacks are unwound:\n"
+		   "                          fp     frame pointers only (cheapest; stacks stop\n"
+		   "                                 at code built without them)\n"
+		   "                          dwarf  CFI (.eh_frame/.debug_frame) on a copy of\n"
+		   "                                 the user stack, as perf --call-graph dwarf\n"
+		   "                          auto   both; per sample DWARF, unless the frame-\n"
+		   "                                 pointer walk got further (default)\n"
+		   "      --stack-bytes N     user stack copied per sample for dwarf/auto,\n"
+		   "                          512..32768 (default 16384)\n"
 		   "  -w, --wait              wait for the session to end, with progress on\n"
 		   "                          stderr if it is a terminal, then print the\n"
 		   "                          session summary; Ctrl-C detaches the session\n"
@@ -1056,6 +1076,18 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 			break;
 		case 'w':
 			a->wait = true;
+			break;
+		case OPT_UNWIND:
+			if (strcmp(optarg, "fp") != 0 && strcmp(optarg, "dwarf") != 0 &&
+			    strcmp(optarg, "auto") != 0) {
+				log_error("invalid --unwind '%s': fp, dwarf or auto", optarg);
+				return -EINVAL;
+			}
+			a->unwind = optarg;
+			break;
+		case OPT_STACK_BYTES:
+			if (parse_integer(optarg, "--stack-bytes", 512, 32768, &a->stack_bytes) < 0)
+				return -EINVAL;
 			break;
 		case 'n':
 			if (parse_integer(optarg, "--limit", 1, LIMIT_MAX, &a->limit) < 0)

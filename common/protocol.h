@@ -17,5 +17,7 @@
 
 #define PROFD_DEFAULT_FREQ_HZ 99
 #define PROFD_MAX_FREQ_HZ 10000
+/* User stack copied per sample for DWARF unwinding: deep enough for ~100 frames of typical C/C++. */
+#define PROFD_DEFAULT_STACK_BYTES 16384
 /* Aggregation window and flush interval: a crash loses at most this much. */
 #define PROFD_WINDOW_NS 1000000000ULL

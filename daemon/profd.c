@@ -25,10 +25,14 @@
 #include "session.h"
 #include "store.h"
 #include "symbolize.h"
+#include "unwind_worker.h"
 #include "util.h"
 
-/* Ring buffer between the BPF program and profd: 8 MiB holds ~4000 deep stacks. */
-#define RINGBUF_BYTES (8u << 20)
+/* Ring buffer between the BPF program and profd: 32 MiB holds ~2000 samples
+ * with 16 KiB stack copies, ~16000 frame-pointer samples. */
+#define RINGBUF_BYTES (32u << 20)
+/* Samples waiting for or in DWARF unwinding, at most (~20 KiB each). */
+#define UNWIND_QUEUE 1024
 /* How often the loop wakes up to end expired sessions; flushes are every PROFD_WINDOW_NS. */
 #define TICK_NS (200 * NSEC_PER_MSEC)
 
@@ -37,8 +41,9 @@ struct profd {
 	bool quit;
 	struct session_env env;
 	struct server *server;
+	struct unwind_worker *worker;
 	struct session *slots[PROFILE_MAX_SLOTS];
-	struct watch sampler_watch, timer_watch, signal_watch;
+	struct watch sampler_watch, timer_watch, signal_watch, worker_watch;
 	int timer_fd, signal_fd;
 	uint64_t last_flush_ns;
 	uint64_t flush_errors;
@@ -56,14 +61,30 @@ static struct options {
 	bool foreground;
 } opts = { PROFD_DEFAULT_DB, PROFD_DEFAULT_SOCKET, false };
 
-static void on_sample(void *ctx, const struct sample_event *e)
+/* A sample from the ring buffer, or back from the unwinding thread. */
+static void on_sample(void *ctx, const struct sample_event *e, size_t size)
 {
 	struct profd *p = ctx;
 	struct session *s = p->slots[e->slot];
 
 	/* A sample of a session that already ended (or never started) is dropped. */
-	if (s && (pid_t)e->pid == s->pid)
-		session__on_sample(s, e);
+	if (!s || (pid_t)e->pid != s->pid)
+		return;
+	if (e->flags & SAMPLE_HAS_REGS) {
+		if (unwind_worker__submit(p->worker, e, size, s->as, &s->as_lock, s->unwind) < 0)
+			session__count_dropped(s, e);
+		return;
+	}
+	session__on_sample(s, e);
+}
+
+/* Take everything the sampler and the unwinding thread have for us. */
+static void collect(struct profd *p, bool wait_for_unwinder)
+{
+	sampler__poll(p->env.sampler);
+	if (wait_for_unwinder)
+		unwind_worker__wait_idle(p->worker);
+	unwind_worker__drain(p->worker, on_sample, p);
 }
 
 /* Write every running session's pending samples in one transaction. */
@@ -116,7 +137,7 @@ static int end_session(struct profd *p, unsigned slot, const char *reason)
 	if (!s)
 		return -ENOENT;
 	session__stop(s, &p->env);
-	sampler__poll(p->env.sampler);
+	collect(p, true);
 	r = flush_all(p);
 	if (r == 0) {
 		r = store__session_end(p->env.store, s->id, reason, now_ns(CLOCK_REALTIME));
@@ -127,6 +148,7 @@ static int end_session(struct profd *p, unsigned slot, const char *reason)
 	log_info("session %lld ended (%s): %llu samples", (long long)s->id, reason,
 		 (unsigned long long)s->samples);
 	p->slots[slot] = NULL;
+	unwind_worker__forget(p->worker, s->as);
 	session__free(s);
 	return r;
 }
@@ -145,6 +167,13 @@ static void on_sampler(struct watch *w, uint32_t events)
 	sampler__poll(p->env.sampler);
 }
 
+static void on_worker(struct watch *w, uint32_t events)
+{
+	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, worker_watch));
+
+	unwind_worker__drain(p->worker, on_sample, p);
+}
+
 static void on_timer(struct watch *w, uint32_t events)
 {
 	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, timer_watch));
@@ -152,7 +181,7 @@ static void on_timer(struct watch *w, uint32_t events)
 
 	if (read(p->timer_fd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
 		return;
-	sampler__poll(p->env.sampler);
+	collect(p, false);
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		if (p->slots[i] && session__expired(p->slots[i], now))
 			end_session(p, i, "duration");
@@ -215,6 +244,8 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 		.freq_hz = req->freq_hz,
 		.duration_ns = req->duration_ns,
 		.events = req->events_str,
+		.unwind = req->unwind,
+		.stack_bytes = req->stack_bytes,
 	};
 	struct session *s;
 	json_t *fields;
@@ -258,8 +289,8 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &p->pid_watches[slot].watch };
 	if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, s->pidfd, &ev) < 0)
 		log_warning_errno(-errno, "Cannot watch PID %d for exit: %m", s->pid);
-	log_info("session %lld: attached to PID %d (%s), %s at %u Hz", (long long)s->id, s->pid,
-		 s->comm, s->event, req->freq_hz);
+	log_info("session %lld: attached to PID %d (%s), %s at %u Hz, unwind %s", (long long)s->id,
+		 s->pid, s->comm, s->event, req->freq_hz, unwind_mode_name(s->unwind));
 
 	r = query__session(store__db(p->env.store), s->id, &fields);
 	if (r < 0)
@@ -286,7 +317,7 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 
 	/* Reports read the store: give them what was sampled up to now. */
 	if (req.cmd != CMD_PING && req.cmd != CMD_ATTACH) {
-		sampler__poll(p->env.sampler);
+		collect(p, false);
 		flush_all(p);
 	}
 
@@ -458,6 +489,15 @@ static int run(void)
 	sigset_t mask;
 	int r;
 
+	/* Before any thread exists, so that every thread inherits the mask and
+	 * the signals reach the signalfd, not a default action in some thread. */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
 	r = check_capabilities();
 	if (r < 0)
 		return log_error_errno(r, "profd needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): "
@@ -492,13 +532,13 @@ static int run(void)
 		goto out;
 	}
 
+	r = unwind_worker__new(UNWIND_QUEUE, &p.worker);
+	if (r < 0) {
+		log_error_errno(r, "Failed to start the unwinding thread: %m");
+		goto out;
+	}
+
 	p.epfd = epoll_create1(EPOLL_CLOEXEC);
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGHUP);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
-	signal(SIGPIPE, SIG_IGN);
 	p.signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	p.timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (p.epfd < 0 || p.signal_fd < 0 || p.timer_fd < 0 ||
@@ -508,7 +548,8 @@ static int run(void)
 	}
 	if ((r = add_watch(p.epfd, sampler__fd(p.env.sampler), &p.sampler_watch, on_sampler)) < 0 ||
 	    (r = add_watch(p.epfd, p.timer_fd, &p.timer_watch, on_timer)) < 0 ||
-	    (r = add_watch(p.epfd, p.signal_fd, &p.signal_watch, on_signal)) < 0) {
+	    (r = add_watch(p.epfd, p.signal_fd, &p.signal_watch, on_signal)) < 0 ||
+	    (r = add_watch(p.epfd, unwind_worker__fd(p.worker), &p.worker_watch, on_worker)) < 0) {
 		log_error_errno(r, "Failed to set up the event loop: %m");
 		goto out;
 	}
@@ -549,6 +590,7 @@ static int run(void)
 		r = 0;
 out:
 	server__free(p.server);
+	unwind_worker__free(p.worker);
 	sampler__free(p.env.sampler);
 	symbolizer__free(p.env.sym);
 	store__close(p.env.store);

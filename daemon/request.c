@@ -9,6 +9,7 @@
 
 #include "protocol.h"
 #include "request.h"
+#include "unwind_worker.h"
 #include "util.h"
 
 static const struct {
@@ -96,7 +97,10 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 		   size_t errlen)
 {
 	_cleanup_(json_decrefp) json_t *root = NULL;
-	struct request req = { .freq_hz = PROFD_DEFAULT_FREQ_HZ, .events = EVENT_CPU };
+	struct request req = { .freq_hz = PROFD_DEFAULT_FREQ_HZ,
+			       .events = EVENT_CPU,
+			       .unwind = UNWIND_MODE_AUTO,
+			       .stack_bytes = PROFD_DEFAULT_STACK_BYTES };
 	json_error_t jerr;
 	const char *cmd;
 	json_t *v;
@@ -162,6 +166,19 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 			if (req.duration_ns == 0)
 				req.duration_ns = 1;
 		}
+		v = json_object_get(root, "unwind");
+		if (v && !json_is_null(v)) {
+			r = json_is_string(v) ? unwind_mode_parse(json_string_value(v)) : -EINVAL;
+			if (r < 0)
+				return fail(errbuf, errlen, -EINVAL,
+					    "\"unwind\" must be \"fp\", \"dwarf\" or \"auto\"");
+			req.unwind = r;
+		}
+		r = get_int(root, "stack_bytes", 512, PROFILE_MAX_STACK_BYTES, &n, errbuf, errlen);
+		if (r == 0)
+			req.stack_bytes = (unsigned)n;
+		else if (r != -ENOENT)
+			return r;
 		v = json_object_get(root, "events");
 		if (v && !json_is_null(v)) {
 			r = parse_events(v, &req, errbuf, errlen);

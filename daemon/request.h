@@ -31,6 +31,8 @@ struct request {
 	unsigned events;      /* attach: EVENT_* bits, EVENT_CPU at least */
 	char events_str[64];  /* attach: the events as a comma-separated list */
 	int limit;            /* top, hotpaths: 1..10000 */
+	int unwind;           /* attach: enum unwind_mode (unwind_worker.h), default auto */
+	unsigned stack_bytes; /* attach: 512..PROFILE_MAX_STACK_BYTES, default 16384 */
 };
 
 /*

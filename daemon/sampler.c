@@ -49,7 +49,14 @@ static int handle_record(void *ctx, void *data, size_t size)
 		s->bad_records++;
 		return 0;
 	}
-	s->fn(s->ctx, e);
+	if ((e->flags & SAMPLE_HAS_REGS) &&
+	    (e->stack_size > PROFILE_MAX_STACK_BYTES ||
+	     (e->stack_size && e->stack_offset >= e->stack_size) ||
+	     size < offsetof(struct sample_event, stack) + e->stack_size)) {
+		s->bad_records++;
+		return 0;
+	}
+	s->fn(s->ctx, e, size);
 	return 0;
 }
 
@@ -75,6 +82,10 @@ int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler 
 		goto fail;
 	}
 	r = bpf_map__set_max_entries(s->skel->maps.events, (__u32)ringbuf_bytes);
+	if (r < 0)
+		goto fail;
+	/* One scratch record per CPU, indexed by CPU number. */
+	r = bpf_map__set_max_entries(s->skel->maps.scratch, (__u32)s->nr_cpus);
 	if (r < 0)
 		goto fail;
 	r = profile_bpf__load(s->skel);
@@ -172,7 +183,7 @@ static int reset_drops(struct sampler *s, unsigned slot)
 }
 
 int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz,
-		   const char **ret_event)
+		   const struct slot_config *cfg, const char **ret_event)
 {
 	struct slot *sl;
 	const char *event = NULL;
@@ -196,6 +207,16 @@ int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz
 	r = reset_drops(s, slot);
 	if (r < 0)
 		goto fail;
+	/* Settings before the target: no sample of this slot is taken before both exist. */
+	{
+		__u32 k = slot;
+
+		if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.slot_configs), &k, cfg,
+					BPF_ANY) < 0) {
+			r = -errno;
+			goto fail;
+		}
+	}
 	r = bpf_map_update_elem(bpf_map__fd(s->skel->maps.targets), &key, &val, BPF_NOEXIST);
 	if (r < 0) {
 		r = errno == EEXIST ? -EBUSY : -errno;

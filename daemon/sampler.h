@@ -14,11 +14,12 @@
 struct sampler;
 
 /*
- * Called for each well-formed sample read from the ring buffer. @e is valid
- * only during the call; its ips[] hold e->kstack_len + e->ustack_len
- * addresses (already bounds-checked against the record size).
+ * Called for each well-formed sample read from the ring buffer. @e (@size
+ * bytes) is valid only during the call; its ips[] hold e->kstack_len +
+ * e->ustack_len addresses, and with SAMPLE_HAS_REGS stack[] holds
+ * e->stack_size bytes (both already checked against @size).
  */
-typedef void (*sampler_fn)(void *ctx, const struct sample_event *e);
+typedef void (*sampler_fn)(void *ctx, const struct sample_event *e, size_t size);
 
 /*
  * sampler__new() - load and verify profile.bpf.c.
@@ -44,13 +45,14 @@ uint64_t sampler__bad_records(struct sampler *s);
 /*
  * sampler__start() - open a sampling event on every online CPU at @freq_hz
  * samples per second, attach the BPF program with @slot as its cookie, and
- * add @pid as a target of @slot. The event is 'cycles' where the CPU has a
+ * add @pid as a target of @slot. @cfg says what each sample carries: a
+ * frame-pointer stack, and/or registers and a copy of the user stack. The event is 'cycles' where the CPU has a
  * PMU, 'cpu-clock' otherwise; *@ret_event names the one used (static string).
  * Returns 0, -EBUSY if @slot is in use or @pid is already a target,
  * -EOPNOTSUPP if neither event can be opened, -errno of perf_event_open().
  */
 int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz,
-		   const char **ret_event);
+		   const struct slot_config *cfg, const char **ret_event);
 
 /* sampler__stop() - close @slot's events and drop its targets. Idempotent. */
 void sampler__stop(struct sampler *s, unsigned slot);

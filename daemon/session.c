@@ -31,6 +31,7 @@ struct pending_sample {
 struct frame_cache {
 	uint64_t addr;
 	bool kernel;
+	bool root; /* the frame's function is a thread root (is_thread_root()) */
 	int64_t frame_id;
 };
 
@@ -190,7 +191,9 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->pid = p->pid;
 	s->uid = p->uid;
 	s->duration_ns = p->duration_ns;
+	s->unwind = p->unwind;
 	s->pidfd = -1;
+	pthread_rwlock_init(&s->as_lock, NULL);
 
 	/* The pidfd pins the process identity: from here on a reused PID cannot fool us. */
 	s->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
@@ -212,8 +215,17 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	r = addrspace__new(p->pid, &s->as);
 	if (r < 0)
 		goto fail;
+	s->jit = perfmap__new(p->pid);
+	if (!s->jit) {
+		r = -ENOMEM;
+		goto fail;
+	}
 
-	r = sampler__start(env->sampler, slot, p->pid, p->freq_hz, &s->event);
+	struct slot_config cfg = {
+		.copy_stack_bytes = p->unwind == UNWIND_MODE_FP ? 0 : p->stack_bytes,
+		.fp_stack = p->unwind != UNWIND_MODE_DWARF,
+	};
+	r = sampler__start(env->sampler, slot, p->pid, p->freq_hz, &cfg, &s->event);
 	if (r < 0)
 		goto fail;
 	s->started_mono_ns = now_ns(CLOCK_MONOTONIC);
@@ -228,7 +240,8 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 		.event = s->event,
 		.events = p->events,
 		.freq_hz = p->freq_hz,
-		.unwind = "fp",
+		.unwind = unwind_mode_name(p->unwind),
+		.stack_bytes = cfg.copy_stack_bytes,
 		.duration_ns = p->duration_ns,
 		.started_at_ns = s->started_real_ns,
 	};
@@ -342,6 +355,16 @@ static struct raw_stack *stack_get(struct session *s, const struct sample_event 
 	return st;
 }
 
+void session__count_dropped(struct session *s, const struct sample_event *e)
+{
+	uint64_t t = e->time_ns > s->started_mono_ns ? e->time_ns - s->started_mono_ns : 0;
+	struct window_acc *w = window_get(s, t / PROFD_WINDOW_NS);
+
+	if (w)
+		w->counts.lost_samples++;
+	s->unwind_dropped++;
+}
+
 void session__on_sample(struct session *s, const struct sample_event *e)
 {
 	uint64_t t = e->time_ns > s->started_mono_ns ? e->time_ns - s->started_mono_ns : 0;
@@ -401,9 +424,29 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 	th->samples++;
 }
 
+/*
+ * Functions where a thread's stack begins: a stack whose outermost user
+ * frame is one of them is complete (glibc: _start -> __libc_start_main ->
+ * __libc_start_call_main -> main; threads: clone3/clone -> start_thread).
+ */
+static bool is_thread_root(const char *function)
+{
+	static const char *const roots[] = {
+		"_start", "__libc_start_main", "__libc_start_call_main", "main",
+		"start_thread", "clone", "clone3", "__clone", "__clone3", "thread_start",
+	};
+
+	if (!function)
+		return false;
+	for (size_t i = 0; i < ARRAY_SIZE(roots); i++)
+		if (strcmp(function, roots[i]) == 0)
+			return true;
+	return false;
+}
+
 /* Frame row id of one address, symbolizing and storing it the first time. */
 static int frame_id(struct session *s, const struct session_env *env, uint64_t addr, bool kernel,
-		    bool return_addr, bool *refreshed, int64_t *ret_id)
+		    bool return_addr, bool *refreshed, int64_t *ret_id, bool *ret_root)
 {
 	struct frame_cache key = { .addr = addr, .kernel = kernel }, *fc;
 	uint64_t h = hash64(HASH64_INIT, &addr, sizeof(addr)) ^ kernel;
@@ -413,6 +456,7 @@ static int frame_id(struct session *s, const struct session_env *env, uint64_t a
 	fc = hashmap__find(&s->frames, h, frame_eq, &key);
 	if (fc) {
 		*ret_id = fc->frame_id;
+		*ret_root = fc->root;
 		return 0;
 	}
 	if (kernel) {
@@ -422,11 +466,27 @@ static int frame_id(struct session *s, const struct session_env *env, uint64_t a
 		/* Code mapped after the last read of /proc/PID/maps (dlopen): read it again, once a flush. */
 		if (r == -ENOENT && !*refreshed) {
 			*refreshed = true;
-			if (addrspace__refresh(s->as) > 0) {
+			int added;
+
+			pthread_rwlock_wrlock(&s->as_lock);
+			added = addrspace__refresh(s->as);
+			pthread_rwlock_unlock(&s->as_lock);
+			if (added > 0) {
 				r = store_new_mappings(s, env->store);
 				if (r < 0)
 					return r;
 				r = symbolizer__user(env->sym, s->as, addr, return_addr, &fi);
+			}
+		}
+		/* Outside every file mapping: JIT code, named by the JIT's perf map. */
+		if (r == -ENOENT) {
+			const char *name, *path;
+
+			if (perfmap__lookup(s->jit, addr, &name, &path) == 0) {
+				fi.module = path;
+				fi.function = name;
+				fi.rel_addr = addr;
+				fi.build_id = "";
 			}
 		}
 	}
@@ -437,6 +497,8 @@ static int frame_id(struct session *s, const struct session_env *env, uint64_t a
 		return r;
 	if (!fi.function)
 		s->unsymbolized_pending++;
+	s->frames_pending++;
+	key.root = !kernel && is_thread_root(fi.function);
 	fc = malloc(sizeof(*fc));
 	if (!fc)
 		return -ENOMEM;
@@ -447,6 +509,7 @@ static int frame_id(struct session *s, const struct session_env *env, uint64_t a
 		return r;
 	}
 	*ret_id = key.frame_id;
+	*ret_root = key.root;
 	return 0;
 }
 
@@ -462,6 +525,7 @@ static int resolve_stack(struct session *s, const struct session_env *env, struc
 {
 	int64_t ids[2 * PROFILE_MAX_FRAMES];
 	size_t n = (size_t)st->klen + st->ulen;
+	bool root = false;
 	int r;
 
 	if (st->stack_id)
@@ -472,17 +536,20 @@ static int resolve_stack(struct session *s, const struct session_env *env, struc
 		 * A user frame under kernel frames is the address after the syscall. */
 		bool return_addr = i > 0;
 
-		r = frame_id(s, env, st->ips[i], kernel, return_addr, refreshed, &ids[i]);
+		r = frame_id(s, env, st->ips[i], kernel, return_addr, refreshed, &ids[i], &root);
 		if (r < 0)
 			return r;
 	}
+	/* @root now holds the outermost frame's answer. */
+	if (st->ulen == 0)
+		root = false;
 	if (n == 0) {
 		r = store__frame_id(env->store, &missing_frame, &ids[0]);
 		if (r < 0)
 			return r;
 		n = 1;
 	}
-	return store__stack_id(env->store, ids, n, st->flags != 0, &st->stack_id);
+	return store__stack_id(env->store, ids, n, st->flags != 0, root, &st->stack_id);
 }
 
 int session__flush(struct session *s, const struct session_env *env)
@@ -537,6 +604,9 @@ int session__flush(struct session *s, const struct session_env *env)
 		total.missing_user_stacks += c.missing_user_stacks;
 	}
 	total.unsymbolized_frames = s->unsymbolized_pending;
+	total.unwind_dropped = s->unwind_dropped;
+	total.frames = s->frames_pending;
+	s->unwind_dropped_flushing = s->unwind_dropped;
 	r = store__session_add_counts(env->store, s->id, &total);
 	if (r < 0)
 		return r;
@@ -561,6 +631,8 @@ void session__flush_done(struct session *s)
 
 	s->lost_seen = s->lost_flushing;
 	s->unsymbolized_pending = 0;
+	s->frames_pending = 0;
+	s->unwind_dropped -= s->unwind_dropped_flushing;
 	hashmap__for_each(&s->pending, i, ps) free(ps);
 	hashmap__clear(&s->pending);
 	hashmap__for_each(&s->threads, i, th) free(th);
@@ -581,6 +653,7 @@ void session__flush_failed(struct session *s)
 	hashmap__for_each(&s->mappings_stored, i, v) free(v);
 	hashmap__clear(&s->mappings_stored);
 	s->unsymbolized_pending = 0;
+	s->frames_pending = 0;
 }
 
 void session__stop(struct session *s, const struct session_env *env)
@@ -618,5 +691,7 @@ void session__free(struct session *s)
 	free_all(&s->threads);
 	free_all(&s->windows);
 	addrspace__free(s->as);
+	perfmap__free(s->jit);
+	pthread_rwlock_destroy(&s->as_lock);
 	free(s);
 }

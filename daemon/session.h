@@ -5,14 +5,17 @@
  */
 #pragma once
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "hashmap.h"
+#include "perfmap.h"
 #include "sampler.h"
 #include "store.h"
 #include "symbolize.h"
+#include "unwind_worker.h"
 
 /* What a session needs from the daemon (all borrowed). */
 struct session_env {
@@ -27,6 +30,8 @@ struct session_params {
 	unsigned freq_hz;     /* 1..PROFD_MAX_FREQ_HZ */
 	uint64_t duration_ns; /* 0: until detach or exit */
 	const char *events;   /* comma-separated, validated by the caller */
+	enum unwind_mode unwind;
+	unsigned stack_bytes; /* user stack copied per sample (dwarf, auto), 512..PROFILE_MAX_STACK_BYTES */
 };
 
 struct session {
@@ -40,8 +45,12 @@ struct session {
 	uint64_t started_mono_ns;  /* CLOCK_MONOTONIC, as the BPF sample times */
 	uint64_t started_real_ns;  /* CLOCK_REALTIME at the same instant */
 	int pidfd;                 /* polls readable when the target exits */
+	enum unwind_mode unwind;
 
+	/* The unwinding thread reads @as under a read lock; refreshes take it for writing. */
+	pthread_rwlock_t as_lock;
 	struct addrspace *as;
+	struct perfmap *jit;            /* /tmp/perf-PID.map, for code outside any file mapping */
 	struct hashmap mappings_stored; /* struct mapping_key, mappings already in the store */
 	struct hashmap stacks;          /* struct raw_stack: stacks seen, by content */
 	struct hashmap frames;          /* struct frame_cache: address -> frame row */
@@ -51,6 +60,9 @@ struct session {
 	uint64_t lost_seen;             /* sampler__lost() at the last committed flush */
 	uint64_t lost_flushing;         /* sampler__lost() of the flush in progress */
 	uint64_t unsymbolized_pending;  /* new unsymbolized frames since the last flush */
+	uint64_t frames_pending;        /* new frames since the last flush */
+	uint64_t unwind_dropped;        /* samples the unwinding thread had no room for, not yet flushed */
+	uint64_t unwind_dropped_flushing;
 	uint64_t samples;               /* total so far (flushed or not) */
 };
 
@@ -67,6 +79,9 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 
 /* session__on_sample() - account one sample (the sampler callback, per sample). */
 void session__on_sample(struct session *s, const struct sample_event *e);
+
+/* session__count_dropped() - a sample of @s was lost before unwinding (queue full). */
+void session__count_dropped(struct session *s, const struct sample_event *e);
 
 /*
  * session__flush() - write what was aggregated since the last flush:

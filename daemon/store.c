@@ -30,13 +30,15 @@ enum stmt_id {
 static const char *const stmt_sql[_STMT_MAX] = {
 	[STMT_SESSION_INSERT] =
 		"INSERT INTO sessions (pid, pid_start_ticks, comm, exe, uid, event, events, freq_hz, "
-		"unwind, duration_ns, started_at_ns, state) "
-		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'running')",
+		"unwind, duration_ns, started_at_ns, stack_bytes, state) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'running')",
 	[STMT_SESSION_COUNTS] = "UPDATE sessions SET samples = samples + ?2, "
 				"lost_samples = lost_samples + ?3, "
 				"truncated_stacks = truncated_stacks + ?4, "
 				"missing_user_stacks = missing_user_stacks + ?5, "
-				"unsymbolized_frames = unsymbolized_frames + ?6 WHERE id = ?1",
+				"unsymbolized_frames = unsymbolized_frames + ?6, "
+				"unwind_dropped = unwind_dropped + ?7, "
+				"frames = frames + ?8 WHERE id = ?1",
 	[STMT_SESSION_END] = "UPDATE sessions SET state = 'ended', end_reason = ?2, "
 			     "ended_at_ns = ?3 WHERE id = ?1",
 	[STMT_WINDOW_ADD] =
@@ -59,7 +61,8 @@ static const char *const stmt_sql[_STMT_MAX] = {
 	[STMT_FRAME_INSERT] = "INSERT INTO frames (kind, module, build_id, rel_addr, function, "
 			      "file, line) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 	[STMT_STACK_FIND] = "SELECT id FROM stacks WHERE frame_ids = ?1",
-	[STMT_STACK_INSERT] = "INSERT INTO stacks (frame_ids, depth, truncated) VALUES (?1, ?2, ?3)",
+	[STMT_STACK_INSERT] = "INSERT INTO stacks (frame_ids, depth, truncated, reached_root) "
+			      "VALUES (?1, ?2, ?3, ?4)",
 	[STMT_STACK_FRAME_INSERT] =
 		"INSERT INTO stack_frames (stack_id, pos, frame_id) VALUES (?1, ?2, ?3)",
 	[STMT_SAMPLE_ADD] = "INSERT INTO samples (session_id, window_ns, tid, stack_id, count) "
@@ -256,6 +259,7 @@ int store__session_insert(struct store *st, const struct store_session *s, int64
 	if (s->duration_ns)
 		sqlite3_bind_int64(stmt, 10, (int64_t)s->duration_ns);
 	sqlite3_bind_int64(stmt, 11, (int64_t)s->started_at_ns);
+	sqlite3_bind_int(stmt, 12, (int)s->stack_bytes);
 	r = step_done(stmt);
 	if (r < 0)
 		return r;
@@ -273,6 +277,8 @@ int store__session_add_counts(struct store *st, int64_t id, const struct store_c
 	sqlite3_bind_int64(stmt, 4, (int64_t)c->truncated_stacks);
 	sqlite3_bind_int64(stmt, 5, (int64_t)c->missing_user_stacks);
 	sqlite3_bind_int64(stmt, 6, (int64_t)c->unsymbolized_frames);
+	sqlite3_bind_int64(stmt, 7, (int64_t)c->unwind_dropped);
+	sqlite3_bind_int64(stmt, 8, (int64_t)c->frames);
 	return step_done(stmt);
 }
 
@@ -358,7 +364,7 @@ int store__frame_id(struct store *st, const struct frame_info *f, int64_t *ret_i
 }
 
 int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool truncated,
-		    int64_t *ret_id)
+		    bool reached_root, int64_t *ret_id)
 {
 	sqlite3_stmt *stmt = st->stmt[STMT_STACK_FIND];
 	_cleanup_free_ unsigned char *blob = NULL;
@@ -382,6 +388,7 @@ int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool t
 	sqlite3_bind_blob(stmt, 1, blob, (int)(n * 8), SQLITE_STATIC);
 	sqlite3_bind_int64(stmt, 2, (int64_t)n);
 	sqlite3_bind_int(stmt, 3, truncated);
+	sqlite3_bind_int(stmt, 4, reached_root);
 	r = step_done(stmt);
 	if (r < 0)
 		return r;

@@ -24,7 +24,8 @@ struct store_session {
 	const char *event;     /* "cycles" or "cpu-clock" */
 	const char *events;    /* comma-separated, as asked */
 	unsigned freq_hz;
-	const char *unwind;    /* "fp" */
+	const char *unwind;    /* "fp", "dwarf" or "auto" */
+	unsigned stack_bytes;  /* user stack copied per sample, 0 with "fp" */
 	uint64_t duration_ns;  /* 0: none */
 	uint64_t started_at_ns;
 };
@@ -36,6 +37,8 @@ struct store_counts {
 	uint64_t truncated_stacks;
 	uint64_t missing_user_stacks;
 	uint64_t unsymbolized_frames;
+	uint64_t unwind_dropped;      /* session only: also counted in lost_samples */
+	uint64_t frames;              /* session only: distinct frames symbolized */
 };
 
 /*
@@ -79,9 +82,12 @@ int store__mapping_insert(struct store *st, int64_t session_id, const struct map
 
 /* store__frame_id() - id of the frame row for @f, inserted if new. */
 int store__frame_id(struct store *st, const struct frame_info *f, int64_t *ret_id);
-/* store__stack_id() - id of the stack of @n frame ids (leaf first), inserted if new. */
+/*
+ * store__stack_id() - id of the stack of @n frame ids (leaf first), inserted
+ * if new with @truncated and @reached_root (see schema/0002).
+ */
 int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool truncated,
-		    int64_t *ret_id);
+		    bool reached_root, int64_t *ret_id);
 /* store__sample_add() - add @count samples of @stack_id in @tid to a window. */
 int store__sample_add(struct store *st, int64_t session_id, uint64_t window_ns, int tid,
 		      int64_t stack_id, uint64_t count);

@@ -900,6 +900,44 @@ static bool elf_fd_matches(int fd, const char *build_id)
 }
 
 /*
+ * addrspace__open_file() - open the ELF file behind mapping @m of @as, the
+ * way the symbolizer does: the first of /proc/PID/map_files/START-END,
+ * /proc/PID/root/PATH and PATH that is a regular ELF file whose GNU build ID
+ * is @m->build_id (any ELF file when @m has none), so a library replaced on
+ * disk since is never taken for the one mapped.
+ * @m: a mapping of @as (from addrspace__find() or addrspace__mappings()).
+ * @ret_path: receives, NUL-terminated, the name under which separate debug
+ *   files are looked for next to the file: /proc/PID/root/PATH when opened
+ *   that way, else PATH (the path in the maps); @size bytes, PATH_MAX + 64
+ *   is always enough.
+ *
+ * Returns a read-only O_CLOEXEC fd the caller owns, -ENOENT when no way
+ * opens a matching file ([vdso], a file gone with its process),
+ * -ENAMETOOLONG when @size is too small. Blocks on file I/O; does not log.
+ */
+int addrspace__open_file(const struct addrspace *as, const struct mapping *m, char *ret_path,
+			 size_t size)
+{
+	char buf[PATH_MAX + 64];
+
+	for (int how = 0; how < OPEN_N; how++) {
+		_cleanup_close_ int fd = -1;
+		int n;
+
+		if (open_path(as, m->start, m->end, m->path, how, buf, sizeof(buf)) < 0)
+			continue;
+		fd = open_regular(buf);
+		if (fd < 0 || !elf_fd_matches(fd, m->build_id))
+			continue;
+		n = snprintf(ret_path, size, "%s", how == OPEN_ROOT ? buf : m->path);
+		if (n < 0 || (size_t)n >= size)
+			return -ENAMETOOLONG;
+		return TAKE_FD(fd);
+	}
+	return -ENOENT;
+}
+
+/*
  * module_open() - open @mod's file for the mapping @m of @as in a Dwfl of
  * its own, trying the ways of open_path() in turn and refusing a file whose
  * build ID differs from the one read when the maps were (a library replaced

@@ -49,6 +49,15 @@ const struct mapping *addrspace__mappings(const struct addrspace *as, size_t *re
 
 void addrspace__free(struct addrspace *as); /* accepts NULL */
 
+/*
+ * addrspace__open_file() - open the ELF file behind mapping @m of @as as the
+ * symbolizer does (/proc/PID/map_files, /proc/PID/root, the path; build ID
+ * checked). Returns an O_CLOEXEC fd and the name to look for debug files
+ * next to in @ret_path, or -ENOENT, -ENAMETOOLONG. Does not log.
+ */
+int addrspace__open_file(const struct addrspace *as, const struct mapping *m, char *ret_path,
+			 size_t size);
+
 /* Result of symbolizing one address. Strings are owned by the symbolizer and
  * stay valid until symbolizer__free(). */
 struct frame_info {

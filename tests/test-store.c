@@ -8,6 +8,8 @@
 #include "check.h"
 #include "store.h"
 
+extern const char *const store_migrations[];
+
 static long long query_int(struct store *st, const char *sql)
 {
 	sqlite3_stmt *stmt;
@@ -62,10 +64,10 @@ int main(void)
 	CHECK_INT_EQ(store__frame_id(st, &a, &s1), 0);
 	CHECK_INT_EQ(s1, f1);
 	int64_t ids1[] = { f3, f2, f1 }, ids2[] = { f2, f1 };
-	CHECK_INT_EQ(store__stack_id(st, ids1, 3, false, &s1), 0);
-	CHECK_INT_EQ(store__stack_id(st, ids2, 2, false, &s2), 0);
+	CHECK_INT_EQ(store__stack_id(st, ids1, 3, false, true, &s1), 0);
+	CHECK_INT_EQ(store__stack_id(st, ids2, 2, false, false, &s2), 0);
 	CHECK(s1 != s2);
-	CHECK_INT_EQ(store__stack_id(st, ids1, 3, false, &f1), 0);
+	CHECK_INT_EQ(store__stack_id(st, ids1, 3, false, true, &f1), 0);
 	CHECK_INT_EQ(f1, s1);
 	CHECK_INT_EQ(store__sample_add(st, sid, 1000, 7, s1, 5), 0);
 	CHECK_INT_EQ(store__sample_add(st, sid, 1000, 7, s1, 2), 0);
@@ -79,6 +81,7 @@ int main(void)
 				   "stack_id = (SELECT MIN(id) FROM stacks)"),
 		     f3);
 	CHECK_INT_EQ(query_int(st, "SELECT samples FROM sessions"), 7);
+	CHECK_INT_EQ(query_int(st, "SELECT sum(reached_root) FROM stacks"), 1);
 
 	/* A rolled-back transaction leaves nothing behind. */
 	CHECK_INT_EQ(store__begin(st), 0);
@@ -97,6 +100,34 @@ int main(void)
 				   "end_reason = 'interrupted' AND ended_at_ns = 1000001000"),
 		     1);
 	CHECK_INT_EQ(store__mark_interrupted(st), 0);
+
+	/* A database at schema 1 with data, as the first release left it: migrated
+	 * in place, data kept, new columns at their defaults. */
+	{
+		char old[160];
+		sqlite3 *db;
+
+		store__close(st);
+		snprintf(old, sizeof(old), "%s/v1.db", dir);
+		CHECK_INT_EQ(sqlite3_open(old, &db), SQLITE_OK);
+		CHECK_INT_EQ(sqlite3_exec(db, store_migrations[0], NULL, NULL, NULL), SQLITE_OK);
+		CHECK_INT_EQ(sqlite3_exec(db,
+					  "PRAGMA user_version = 1;"
+					  "INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
+					  "events, freq_hz, started_at_ns, state, samples) VALUES "
+					  "(9, 1, 'old', 0, 'cpu-clock', 'cpu', 99, 5, 'ended', 42);"
+					  "INSERT INTO stacks (frame_ids, depth) VALUES (x'01', 1);",
+					  NULL, NULL, NULL),
+			     SQLITE_OK);
+		sqlite3_close(db);
+		CHECK_INT_EQ(store__open(old, &st), 0);
+		CHECK_INT_EQ(store__schema_version(st), store__latest_version());
+		CHECK_INT_EQ(query_int(st, "SELECT samples FROM sessions WHERE comm = 'old'"), 42);
+		CHECK_INT_EQ(query_int(st, "SELECT stack_bytes + unwind_dropped FROM sessions"), 0);
+		CHECK_INT_EQ(query_int(st, "SELECT reached_root FROM stacks"), 0);
+		store__close(st);
+		CHECK_INT_EQ(store__open(path, &st), 0);
+	}
 
 	/* A database from a newer profd is refused, not downgraded. */
 	CHECK_INT_EQ(sqlite3_exec(store__db(st), "PRAGMA user_version = 999", NULL, NULL, NULL),
