@@ -503,6 +503,19 @@ static int run(void)
 		return log_error_errno(r, "profd needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): "
 					  "run it as root");
 
+	/* The symbolizer and the unwinder keep one fd per mapped file of every
+	 * target (a PyTorch job maps hundreds of libraries): raise the soft
+	 * limit to the hard one. Failing that, files past the limit show up as
+	 * unsymbolized frames, and are retried. */
+	{
+		struct rlimit rl;
+
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = rl.rlim_max;
+			(void)setrlimit(RLIMIT_NOFILE, &rl);
+		}
+	}
+
 	r = store__open(opts.db_path, &p.env.store);
 	if (r < 0) {
 		if (r == -EPROTO)
