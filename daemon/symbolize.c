@@ -1,8 +1,9 @@
 /*
  * symbolize.c - process address spaces read from /proc/PID/maps, user
  * addresses turned into function/file:line with libdwfl (symbol tables,
- * separate debug info, DWARF lines, C++ demangling), kernel addresses
- * turned into symbols from /proc/kallsyms.
+ * separate debug info, DWARF lines, C++ demangling; [vdso] from a copy of
+ * the daemon's own vDSO), kernel addresses turned into symbols from
+ * /proc/kallsyms.
  *
  * Everything read here is untrusted: /proc files are parsed with bounds
  * checks and size caps, and an ELF or DWARF file libelf/libdw cannot read is
@@ -23,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -45,6 +48,8 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define KSYM_NAME_MAX 1024    /* kernel KSYM_NAME_LEN is 512 since 6.1 */
 #define ELF_MAX_LOADS 64      /* PT_LOAD headers kept per file */
 #define BUILD_ID_MAX_BYTES 64 /* GNU build IDs are 16 (md5/uuid) or 20 (sha1) bytes */
+/* x86-64 vDSOs are 2 pages; a [vdso] this big is not one */
+#define VDSO_MAX_BYTES (1ULL << 20)
 /*
  * __cxa_demangle() recurses on nested template arguments; a crafted symbol
  * can exhaust the stack (e.g. GCC PR 87335). Real C++ names stay far below
@@ -266,13 +271,18 @@ static int maps_parse_line(const char *line, size_t len, struct maps_line *ret)
 	return 0;
 }
 
+static bool is_vdso(const char *path, size_t len)
+{
+	return len == strlen("[vdso]") && memcmp(path, "[vdso]", len) == 0;
+}
+
 static bool maps_line_wanted(const struct maps_line *ml)
 {
 	if (ml->perms[2] != 'x' || ml->path_len == 0)
 		return false;
 	if (ml->path[0] == '/')
 		return true;
-	return ml->path_len == strlen("[vdso]") && memcmp(ml->path, "[vdso]", ml->path_len) == 0;
+	return is_vdso(ml->path, ml->path_len);
 }
 
 /* One PT_LOAD program header. */
@@ -281,9 +291,15 @@ struct elf_load {
 	bool exec;
 };
 
-/* A file mapped by the process, shared by all its mappings. */
+/*
+ * A file mapped by the process, shared by all its mappings; or its [vdso],
+ * one entry per place it was seen at (an exec maps a new one).
+ */
 struct as_file {
 	uint64_t dev_major, dev_minor, ino;
+	/* [vdso]: the mapping, and whether it is the image of the daemon's own vDSO */
+	uint64_t vdso_start, vdso_end;
+	bool vdso_self;
 	size_t n_loads; /* 0: the file could not be read as ELF */
 	struct elf_load loads[ELF_MAX_LOADS];
 	char build_id[2 * BUILD_ID_MAX_BYTES + 1]; /* lowercase hex, "" if none */
@@ -430,12 +446,138 @@ static bool as_file_read_elf(struct as_file *f, Elf *e)
 	return true;
 }
 
+/*
+ * self_vdso() - the daemon's own vDSO: its address (AT_SYSINFO_EHDR) in
+ * *@ret_start, its mapping's size in bytes from /proc/self/maps returned;
+ * 0 when there is none (booted with vdso=0, or run by valgrind, which maps
+ * none for the program it runs), maps cannot be read, or it is not an ELF
+ * image of at most VDSO_MAX_BYTES. Reads a small /proc file.
+ */
+static uint64_t self_vdso(uint64_t *ret_start)
+{
+	uint64_t start = getauxval(AT_SYSINFO_EHDR);
+	_cleanup_fclose_ FILE *f = NULL;
+	_cleanup_free_ char *line = NULL;
+	size_t line_cap = 0;
+	ssize_t len;
+
+#ifdef TEST_SELF_VDSO
+	/* the unit test, under valgrind, stands another process's vDSO in for ours */
+	uint64_t test_size = TEST_SELF_VDSO(ret_start);
+
+	if (test_size)
+		return test_size;
+#endif
+	if (!start)
+		return 0;
+	f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return 0;
+	while ((len = getline(&line, &line_cap, f)) > 0) {
+		struct maps_line ml;
+
+		if ((size_t)len > LINE_MAX_BYTES || maps_parse_line(line, (size_t)len, &ml) < 0 ||
+		    ml.start != start)
+			continue;
+		if (!is_vdso(ml.path, ml.path_len) || ml.end - ml.start > VDSO_MAX_BYTES ||
+		    ml.end - ml.start < SELFMAG ||
+		    memcmp((const void *)(uintptr_t)start, ELFMAG, SELFMAG) != 0)
+			return 0;
+		*ret_start = start;
+		return ml.end - ml.start;
+	}
+	return 0;
+}
+
+/* elf_image_read() - fill @f from the ELF image in @image (@size bytes); false if unreadable. */
+static bool elf_image_read(struct as_file *f, char *image, size_t size)
+{
+	_cleanup_(elf_endp) Elf *e = elf_memory(image, size);
+
+	return e && elf_kind(e) == ELF_K_ELF && as_file_read_elf(f, e);
+}
+
+/* elf_image_build_id() - GNU build ID (hex, "" if none) of the ELF image in @image. */
+static void elf_image_build_id(char *image, size_t size,
+			       char buf[static 2 * BUILD_ID_MAX_BYTES + 1])
+{
+	_cleanup_(elf_endp) Elf *e = elf_memory(image, size);
+
+	buf[0] = '\0';
+	if (e && elf_kind(e) == ELF_K_ELF)
+		elf_build_id_hex(e, buf);
+}
+
+/* vdso_read_target() - read @size bytes at @start of process @pid's memory; false if not all. */
+static bool vdso_read_target(pid_t pid, uint64_t start, char *buf, size_t size)
+{
+	_cleanup_close_ int fd = -1;
+	char path[64];
+
+	if (pid <= 0 || start > (uint64_t)INT64_MAX - size)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	return fd >= 0 && pread(fd, buf, size, (off_t)start) == (ssize_t)size;
+}
+
+/*
+ * as_file_load_vdso() - fill the [vdso] entry @f from the ELF headers of the
+ * process's vDSO, and set vdso_self when it is the daemon's own image, the
+ * one the symbolizer reads symbols from.
+ *
+ * The image is read from /proc/PID/mem (the daemon may, as it may open
+ * /proc/PID/map_files): it is ours if it has our size and our bytes or our
+ * build ID (a process may have patched its copy). When it cannot be read (no
+ * ptrace access, the process gone, maps text without a process), a vDSO of
+ * our size is taken for ours, as daemon/unwind.c does: the kernel maps one
+ * and the same 64-bit image into every x86-64 process; 32-bit and x32
+ * processes get other images (vdso-image-32.c, vdso-image-x32.c). Leaves
+ * @f unread (n_loads 0, no build ID, load bias from p_vaddr == 0) when
+ * neither works.
+ */
+static void as_file_load_vdso(const struct addrspace *as, struct as_file *f)
+{
+	uint64_t size = f->vdso_end - f->vdso_start, self_start = 0, self_size;
+	char self_id[2 * BUILD_ID_MAX_BYTES + 1];
+	_cleanup_free_ char *image = NULL;
+	bool theirs, same;
+
+	if (size > VDSO_MAX_BYTES)
+		return;
+	image = malloc(size);
+	if (!image)
+		return;
+	self_size = self_vdso(&self_start);
+	theirs = vdso_read_target(as->pid, f->vdso_start, image, size);
+	if (!theirs) {
+		if (size != self_size)
+			return;
+		memcpy(image, (const void *)(uintptr_t)self_start, size);
+	}
+	/* compared before libelf reads the image (it may convert data in place) */
+	same = size == self_size && memcmp(image, (const void *)(uintptr_t)self_start, size) == 0;
+	if (!elf_image_read(f, image, size) || size != self_size)
+		return;
+	if (same) {
+		f->vdso_self = true;
+		return;
+	}
+	memcpy(image, (const void *)(uintptr_t)self_start, size);
+	elf_image_build_id(image, size, self_id);
+	f->vdso_self = f->build_id[0] && strcmp(f->build_id, self_id) == 0;
+}
+
 /* as_file_load() - read @f's ELF headers through the first way that opens it. */
 static void as_file_load(const struct addrspace *as, struct as_file *f, uint64_t start,
 			 uint64_t end)
 {
 	char buf[PATH_MAX + 64];
 
+	if (is_vdso(f->path, strlen(f->path))) {
+		as_file_load_vdso(as, f);
+		return;
+	}
 	for (int how = 0; how < OPEN_N; how++) {
 		_cleanup_close_ int fd = -1;
 		_cleanup_(elf_endp) Elf *e = NULL;
@@ -486,13 +628,15 @@ static uint64_t mapping_load_bias(const struct as_file *f, uint64_t start, uint6
 /* as_file_get() - the file entry for @ml, created (and its ELF read) on first sight. */
 static struct as_file *as_file_get(struct addrspace *as, const struct maps_line *ml)
 {
+	bool vdso = is_vdso(ml->path, ml->path_len);
 	struct as_file *f, **files;
 
 	for (size_t i = as->n_files; i-- > 0;) {
 		f = as->files[i];
 		if (f->ino == ml->ino && f->dev_major == ml->dev_major &&
 		    f->dev_minor == ml->dev_minor && strlen(f->path) == ml->path_len &&
-		    memcmp(f->path, ml->path, ml->path_len) == 0)
+		    memcmp(f->path, ml->path, ml->path_len) == 0 &&
+		    (!vdso || (f->vdso_start == ml->start && f->vdso_end == ml->end)))
 			return f;
 	}
 	files = reallocarray(as->files, as->n_files + 1, sizeof(*files));
@@ -506,6 +650,10 @@ static struct as_file *as_file_get(struct addrspace *as, const struct maps_line 
 	f->dev_major = ml->dev_major;
 	f->dev_minor = ml->dev_minor;
 	f->ino = ml->ino;
+	if (vdso) {
+		f->vdso_start = ml->start;
+		f->vdso_end = ml->end;
+	}
 	as_file_load(as, f, ml->start, ml->end);
 	as->files[as->n_files++] = f;
 	return f;
@@ -682,7 +830,9 @@ static int as_open_maps(pid_t pid, FILE **ret)
 /*
  * addrspace__new() - read /proc/@pid/maps and the ELF headers (build ID,
  * PT_LOADs) of each executable file mapping, opened through
- * /proc/@pid/map_files or /proc/@pid/root when the process allows it.
+ * /proc/@pid/map_files or /proc/@pid/root when the process allows it, and
+ * of its [vdso] (read from /proc/@pid/mem, else taken to be the daemon's own
+ * vDSO when of its size: see as_file_load_vdso()).
  * @pid: a process ID (> 0).
  * @ret_as: on success a new address space the caller frees with
  *   addrspace__free().
@@ -784,6 +934,9 @@ struct module {
 	const char *build_id; /* interned */
 	/* part of the key only when there is no build ID */
 	uint64_t dev_major, dev_minor, ino;
+	/* [vdso]: the mapping's size, whether it is our own image; 0/false for files */
+	uint64_t vdso_bytes;
+	bool vdso_self;
 	Dwfl *dwfl; /* NULL: no usable ELF */
 	Dwfl_Module *mod;
 	Dwarf_Addr bias;   /* Dwfl address - ELF virtual address */
@@ -817,6 +970,11 @@ struct symbolizer {
 	bool ksyms_hidden; /* kptr_restrict: every address read as 0 */
 	struct ksym *ksyms;
 	size_t n_ksyms;
+
+	/* a memfd with a copy of our own vDSO, made on first use (vdso_load()) */
+	bool vdso_tried;     /* false: vdso_fd and vdso_bytes are not set yet */
+	int vdso_fd;	     /* -1: we have no vDSO */
+	uint64_t vdso_bytes; /* its size */
 };
 
 static const Dwfl_Callbacks dwfl_callbacks = {
@@ -864,13 +1022,17 @@ void symbolizer__free(struct symbolizer *s)
 	free(s->ksyms);
 	arena_done(&s->ksym_names);
 	strpool_done(&s->pool);
+	if (s->vdso_tried && s->vdso_fd >= 0)
+		close(s->vdso_fd);
 	free(s);
 }
 
-/* What identifies a module: interned strings compare by address. */
+/* What identifies a module: interned strings compare by address. Hashed as bytes. */
 struct module_key {
 	const char *path, *build_id;
 	uint64_t dev_major, dev_minor, ino;
+	uint64_t vdso_bytes;
+	bool vdso_self;
 };
 
 static bool module_eq(const void *entry, const void *key)
@@ -879,7 +1041,8 @@ static bool module_eq(const void *entry, const void *key)
 	const struct module_key *k = key;
 
 	return m->path == k->path && m->build_id == k->build_id && m->ino == k->ino &&
-	       m->dev_major == k->dev_major && m->dev_minor == k->dev_minor;
+	       m->dev_major == k->dev_major && m->dev_minor == k->dev_minor &&
+	       m->vdso_bytes == k->vdso_bytes && m->vdso_self == k->vdso_self;
 }
 
 /*
@@ -938,6 +1101,42 @@ int addrspace__open_file(const struct addrspace *as, const struct mapping *m, ch
 }
 
 /*
+ * module_report() - give @mod a Dwfl of its own with the ELF file @fd
+ * (consumed) named @file_name. Returns 0, -ENOMEM, or -EINVAL if libdwfl
+ * cannot use the file.
+ */
+static int module_report(struct module *mod, const char *file_name, int fd)
+{
+	Dwarf_Addr bias, dwarf_bias;
+	Dwfl_Module *dm;
+	Dwfl *dwfl;
+
+	dwfl = dwfl_begin(&dwfl_callbacks);
+	if (!dwfl) {
+		close(fd);
+		return -ENOMEM;
+	}
+	dwfl_report_begin(dwfl);
+	dm = dwfl_report_elf(dwfl, mod->path, file_name, fd, 0, false);
+	if (!dm)
+		close(fd); /* consumed only on success */
+	dwfl_report_end(dwfl, NULL, NULL);
+	if (!dm || !dwfl_module_getelf(dm, &bias)) {
+		dwfl_end(dwfl);
+		return -EINVAL;
+	}
+	/*
+	 * Look for DWARF (in the file or a separate debug file) now, while
+	 * /proc/PID/root still leads to it.
+	 */
+	(void)dwfl_module_getdwarf(dm, &dwarf_bias);
+	mod->dwfl = dwfl;
+	mod->mod = dm;
+	mod->bias = bias;
+	return 0;
+}
+
+/*
  * module_open() - open @mod's file for the mapping @m of @as in a Dwfl of
  * its own, trying the ways of open_path() in turn and refusing a file whose
  * build ID differs from the one read when the maps were (a library replaced
@@ -950,43 +1149,72 @@ static void module_open(struct module *mod, const struct addrspace *as, const st
 
 	for (int how = 0; how < OPEN_N; how++) {
 		_cleanup_close_ int fd = -1;
-		Dwarf_Addr bias, dwarf_bias;
-		Dwfl_Module *dm;
-		Dwfl *dwfl;
+		int r;
 
 		if (open_path(as, m->start, m->end, mod->path, how, buf, sizeof(buf)) < 0)
 			continue;
 		fd = open_regular(buf);
 		if (fd < 0 || !elf_fd_matches(fd, mod->build_id))
 			continue;
-		dwfl = dwfl_begin(&dwfl_callbacks);
-		if (!dwfl)
-			return;
-		dwfl_report_begin(dwfl);
 		/*
 		 * The file name is where .gnu_debuglink files are looked for
 		 * (next to it, in .debug/, under /usr/lib/debug): the path the
 		 * process sees, through its root while that exists.
 		 */
-		dm = dwfl_report_elf(dwfl, mod->path, how == OPEN_ROOT ? buf : mod->path, fd, 0,
-				     false);
-		if (dm)
-			TAKE_FD(fd); /* dwfl_report_elf() consumed it */
-		dwfl_report_end(dwfl, NULL, NULL);
-		if (!dm || !dwfl_module_getelf(dm, &bias)) {
-			dwfl_end(dwfl);
-			continue;
-		}
-		/*
-		 * Look for DWARF (in the file or a separate debug file) now,
-		 * while /proc/PID/root still leads to it.
-		 */
-		(void)dwfl_module_getdwarf(dm, &dwarf_bias);
-		mod->dwfl = dwfl;
-		mod->mod = dm;
-		mod->bias = bias;
-		return;
+		r = module_report(mod, how == OPEN_ROOT ? buf : mod->path, TAKE_FD(fd));
+		if (r == 0 || r == -ENOMEM)
+			return;
 	}
+}
+
+/*
+ * vdso_load() - copy our own vDSO into a memfd, once per symbolizer. Leaves
+ * vdso_fd -1 when we have none (or no memory for it).
+ */
+static void vdso_load(struct symbolizer *s)
+{
+	uint64_t start = 0, size = self_vdso(&start);
+	_cleanup_close_ int fd = -1;
+
+	s->vdso_tried = true;
+	s->vdso_fd = -1;
+	if (!size)
+		return;
+	fd = memfd_create("profd-vdso", MFD_CLOEXEC);
+	if (fd < 0)
+		return;
+	for (uint64_t done = 0; done < size;) {
+		ssize_t w = write(fd, (const char *)(uintptr_t)start + done, size - done);
+
+		if (w <= 0)
+			return;
+		done += (uint64_t)w;
+	}
+	s->vdso_bytes = size;
+	s->vdso_fd = TAKE_FD(fd);
+}
+
+/*
+ * module_open_vdso() - open the [vdso] module @mod from the copy of our own
+ * vDSO, when addrspace found the process's vDSO to be the same image
+ * (as_file_load_vdso()). Its symbols are in .dynsym; at one address the
+ * vDSO has both a weak (clock_gettime) and a global name
+ * (__vdso_clock_gettime), and libdwfl prefers the global one, as perf
+ * shows it. Leaves mod->dwfl NULL otherwise.
+ */
+static void module_open_vdso(struct symbolizer *s, struct module *mod)
+{
+	_cleanup_close_ int fd = -1;
+
+	if (!s->vdso_tried)
+		vdso_load(s);
+	if (!mod->vdso_self || s->vdso_fd < 0 || mod->vdso_bytes != s->vdso_bytes)
+		return;
+	/* libelf reads with pread, so the offset shared with vdso_fd does not matter */
+	fd = fcntl(s->vdso_fd, F_DUPFD_CLOEXEC, 3);
+	if (fd < 0 || !elf_fd_matches(fd, mod->build_id))
+		return;
+	(void)module_report(mod, mod->path, TAKE_FD(fd));
 }
 
 /*
@@ -998,10 +1226,11 @@ static struct module *symbolizer_module(struct symbolizer *s, const struct addrs
 {
 	const struct mapping *m = &as->maps[idx];
 	const struct as_file *f = as->owners[idx];
-	struct module_key key = {};
+	struct module_key key;
 	struct module *mod;
 	uint64_t h;
 
+	memset(&key, 0, sizeof(key)); /* padding too: the key is hashed as bytes */
 	key.path = strpool_intern(&s->pool, m->path);
 	key.build_id = strpool_intern(&s->pool, m->build_id);
 	if (!key.path || !key.build_id)
@@ -1011,6 +1240,11 @@ static struct module *symbolizer_module(struct symbolizer *s, const struct addrs
 		key.dev_major = f->dev_major;
 		key.dev_minor = f->dev_minor;
 		key.ino = f->ino;
+	}
+	if (is_vdso(m->path, strlen(m->path))) {
+		/* every [vdso] has inode 0: tell images apart by size and by being ours */
+		key.vdso_bytes = m->end - m->start;
+		key.vdso_self = f->vdso_self;
 	}
 	h = hash64(HASH64_INIT, &key, sizeof(key));
 	mod = hashmap__find(&s->modules, h, module_eq, &key);
@@ -1024,8 +1258,10 @@ static struct module *symbolizer_module(struct symbolizer *s, const struct addrs
 		    .dev_major = key.dev_major,
 		    .dev_minor = key.dev_minor,
 		    .ino = key.ino,
-		    /* [vdso]: no file to open */
-		    .retry_ns = key.path[0] == '/' ? 0 : UINT64_MAX,
+		    .vdso_bytes = key.vdso_bytes,
+		    .vdso_self = key.vdso_self,
+		    /* [vdso] is opened from our own copy, once; nothing else has a file */
+		    .retry_ns = key.path[0] == '/' || key.vdso_self ? 0 : UINT64_MAX,
 		};
 		if (hashmap__insert(&s->modules, h, mod) < 0) {
 			free(mod);
@@ -1035,7 +1271,10 @@ static struct module *symbolizer_module(struct symbolizer *s, const struct addrs
 	if (!mod->dwfl && mod->retry_ns != UINT64_MAX) {
 		uint64_t now = now_ns(CLOCK_MONOTONIC);
 
-		if (now >= mod->retry_ns) {
+		if (now >= mod->retry_ns && mod->path[0] != '/') {
+			module_open_vdso(s, mod);
+			mod->retry_ns = UINT64_MAX; /* our vDSO does not change */
+		} else if (now >= mod->retry_ns) {
 			module_open(mod, as, m);
 			mod->retry_ns = now + MODULE_RETRY_NS;
 		}
@@ -1226,7 +1465,11 @@ static void results_add(struct symbolizer *s, const struct result *r)
  * open; its symbol table (.symtab, else .dynsym), separate debug info found
  * by build ID or .gnu_debuglink, and DWARF line table are used. When @addr
  * is in inlined code, function is the out-of-line function that holds it
- * and file:line the place in it where the inlined code was called.
+ * and file:line the place in it where the inlined code was called. A
+ * [vdso] that is the same image as the daemon's own vDSO is symbolized from
+ * a copy of that (names from its .dynsym, the __vdso_ ones where it has
+ * two, build ID of the image); another [vdso] (a 32-bit process's) gets
+ * function NULL.
  *
  * Returns 0 when a mapping holds @addr: module/build_id/rel_addr are set,
  * and function/file/line when the ELF or its debug info know them (function

@@ -2,7 +2,8 @@
  * test-symbolize.c - unit test of daemon/symbolize.c on real processes and
  * real ELF files: this process's libc, the fixtures of tests/fixtures/ (a
  * PIE, a non-PIE, a stripped PIE, a C++ library loaded by dlopen()), a
- * garbage and a truncated ELF mapped into this process, mutated copies of
+ * garbage and a truncated ELF mapped into this process, a child's [vdso] and
+ * fake ones of other images, mutated copies of
  * the PIE, a file replaced on disk, a running program whose file was
  * deleted, malformed maps and kallsyms text, and the running kernel's
  * /proc/kallsyms.
@@ -15,12 +16,16 @@
  * Exit status: 0 all parts passed, 1 a check failed, 77 nothing failed but
  * a part was skipped (the reason is printed), 99 setup error.
  */
-#define RESULT_CACHE_MAX 64	 /* so that the cache fills and empties */
+#define RESULT_CACHE_MAX 64	      /* so that the cache fills and empties */
+#define TEST_SELF_VDSO test_self_vdso /* valgrind gives us no vDSO: a child's stands in */
+#include <stdint.h>
+static uint64_t test_self_vdso(uint64_t *ret_start);
 #include "../daemon/symbolize.c" /* the static parsers are tested too */
 #include "check.h"
 
 #include <signal.h>
 #include <time.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 
@@ -63,8 +68,8 @@ static void skip(const char *part, const char *reason)
 /* ---------------------------------------------------------------------- */
 /* Independent readers of the fixtures, with plain libelf. */
 
-/* elf_symbol_value() - st_value of @name in @path's .symtab, 0 if absent. */
-static uint64_t elf_symbol_value(const char *path, const char *name)
+/* elf_symbol_value_in() - st_value of @name in @path's section of type @sh_type, 0 if absent. */
+static uint64_t elf_symbol_value_in(const char *path, const char *name, uint32_t sh_type)
 {
 	uint64_t value = 0;
 	Elf_Scn *scn = NULL;
@@ -78,7 +83,7 @@ static uint64_t elf_symbol_value(const char *path, const char *name)
 		GElf_Shdr sh;
 		Elf_Data *d;
 
-		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_SYMTAB || !sh.sh_entsize)
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != sh_type || !sh.sh_entsize)
 			continue;
 		d = elf_getdata(scn, NULL);
 		for (size_t i = 0; d && i < sh.sh_size / sh.sh_entsize; i++) {
@@ -95,6 +100,38 @@ static uint64_t elf_symbol_value(const char *path, const char *name)
 	elf_end(e);
 	close(fd);
 	return value;
+}
+
+/* elf_symbol_value() - st_value of @name in @path's .symtab, 0 if absent. */
+static uint64_t elf_symbol_value(const char *path, const char *name)
+{
+	return elf_symbol_value_in(path, name, SHT_SYMTAB);
+}
+
+/* elf_first_load_vaddr() - p_vaddr of @path's first PT_LOAD; UINT64_MAX if none. */
+static uint64_t elf_first_load_vaddr(const char *path)
+{
+	uint64_t vaddr = UINT64_MAX;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t phnum = 0;
+	Elf *e;
+
+	if (fd < 0)
+		return vaddr;
+	e = elf_begin(fd, ELF_C_READ, NULL);
+	if (e && elf_getphdrnum(e, &phnum) == 0) {
+		for (size_t i = 0; i < phnum; i++) {
+			GElf_Phdr ph;
+
+			if (gelf_getphdr(e, (int)i, &ph) && ph.p_type == PT_LOAD) {
+				vaddr = ph.p_vaddr;
+				break;
+			}
+		}
+	}
+	elf_end(e);
+	close(fd);
+	return vaddr;
 }
 
 /* elf_note_build_id() - build ID of @path from its SHT_NOTE sections, in hex into @buf. */
@@ -666,6 +703,281 @@ static void test_lib(void)
 }
 
 /* ---------------------------------------------------------------------- */
+/* Part: [vdso], symbolized from a copy of our own vDSO */
+
+/* A process's vDSO, read here without symbolize.c's help. */
+struct vdso_copy {
+	uint64_t start, size; /* the mapping */
+	char *image;	      /* a copy of it */
+	char path[64];	      /* /proc/self/fd/N: the copy in a memfd */
+	int fd;
+	uint64_t text_vaddr; /* p_vaddr of the first PT_LOAD */
+	uint64_t cgt_vaddr;  /* __vdso_clock_gettime in .dynsym */
+	char build_id[2 * BUILD_ID_MAX_BYTES + 1];
+};
+
+/* Set while this process has no vDSO of its own (under valgrind): the child's. */
+static const struct vdso_copy *stand_in_vdso;
+
+static uint64_t test_self_vdso(uint64_t *ret_start)
+{
+	if (!stand_in_vdso)
+		return 0;
+	*ret_start = (uintptr_t)stand_in_vdso->image;
+	return stand_in_vdso->size;
+}
+
+/*
+ * vdso_copy_read() - fill @v with the [vdso] of process @pid, read through
+ * /proc/PID/maps and /proc/PID/mem; false (the reason in @why) if there is
+ * nothing to test.
+ */
+static bool vdso_copy_read(struct vdso_copy *v, pid_t pid, const char **why)
+{
+	char line[512];
+	FILE *f;
+	int mem;
+
+	*v = (struct vdso_copy){.fd = -1};
+	snprintf(line, sizeof(line), "/proc/%d/maps", (int)pid);
+	f = fopen(line, "re");
+	if (!f)
+		SETUP_FAIL("%s: %m", line);
+	while (fgets(line, sizeof(line), f)) {
+		uint64_t lo, hi;
+
+		if (strstr(line, "[vdso]") && sscanf(line, "%" SCNx64 "-%" SCNx64, &lo, &hi) == 2) {
+			v->start = lo;
+			v->size = hi - lo;
+		}
+	}
+	fclose(f);
+	if (!v->size) {
+		*why = "no [vdso] mapping";
+		return false;
+	}
+	v->image = malloc(v->size);
+	v->fd = memfd_create("test-vdso", MFD_CLOEXEC);
+	if (!v->image || v->fd < 0)
+		SETUP_FAIL("malloc/memfd_create: %m");
+	snprintf(line, sizeof(line), "/proc/%d/mem", (int)pid);
+	mem = open(line, O_RDONLY | O_CLOEXEC);
+	if (mem < 0 || pread(mem, v->image, v->size, (off_t)v->start) != (ssize_t)v->size)
+		SETUP_FAIL("read [vdso] from %s: %m", line);
+	close(mem);
+	if (write(v->fd, v->image, v->size) != (ssize_t)v->size)
+		SETUP_FAIL("write memfd: %m");
+	snprintf(v->path, sizeof(v->path), "/proc/self/fd/%d", v->fd);
+	v->text_vaddr = elf_first_load_vaddr(v->path);
+	v->cgt_vaddr = elf_symbol_value_in(v->path, "__vdso_clock_gettime", SHT_DYNSYM);
+	elf_note_build_id(v->path, v->build_id, sizeof(v->build_id));
+	if (v->text_vaddr == UINT64_MAX || !v->cgt_vaddr) {
+		*why = "the vDSO has no PT_LOAD or no __vdso_clock_gettime (not x86-64?)";
+		return false;
+	}
+	return true;
+}
+
+static void vdso_copy_free(struct vdso_copy *v)
+{
+	free(v->image);
+	if (v->fd >= 0)
+		close(v->fd);
+}
+
+/* as_from_text() - an address space read from maps text @maps, as if of process @pid. */
+static struct addrspace *as_from_text(pid_t pid, const char *maps)
+{
+	struct addrspace *as = calloc(1, sizeof(*as));
+	FILE *f;
+
+	if (!as)
+		SETUP_FAIL("calloc");
+	as->pid = pid;
+	f = fmemopen((void *)maps, strlen(maps), "r");
+	if (!f)
+		SETUP_FAIL("fmemopen: %m");
+	CHECK_INT_EQ(as_read_maps(as, f), 1);
+	fclose(f);
+	return as;
+}
+
+/*
+ * vdso_check_fake() - a [vdso] of @size bytes at @start in a maps text of
+ * process @pid, symbolized with @s: named __vdso_clock_gettime iff @named.
+ */
+static void vdso_check_fake(struct symbolizer *s, const struct vdso_copy *v, pid_t pid,
+			    uint64_t start, uint64_t size, bool named, const char *what)
+{
+	char maps[128];
+	struct addrspace *as;
+	struct frame_info fi;
+
+	snprintf(maps, sizeof(maps), "%" PRIx64 "-%" PRIx64 " r-xp 00000000 00:00 0 [vdso]\n",
+		 start, start + size);
+	as = as_from_text(pid, maps);
+	CHECK_INT_EQ(symbolizer__user(s, as, start + v->cgt_vaddr - v->text_vaddr, false, &fi), 0);
+	CHECK_STR_EQ(fi.module, "[vdso]");
+	CHECK_HEX_EQ(fi.rel_addr, v->cgt_vaddr);
+	if (named) {
+		CHECK_STR_EQ(fi.function, "__vdso_clock_gettime");
+		CHECK_STR_EQ(fi.build_id, v->build_id);
+	} else if (fi.function) {
+		fprintf(stderr, "%s:%d: %s: [vdso] named \"%s\", not our image\n", __FILE__,
+			__LINE__, what, fi.function);
+		check_failures++;
+	}
+	addrspace__free(as);
+}
+
+static void test_vdso(void)
+{
+	const char *path = getenv("PROFD_FIXTURE_PIE"), *why = NULL;
+	struct addrspace *as = NULL;
+	struct symbolizer *s, *s2;
+	const struct mapping *m = NULL, *maps;
+	struct frame_info fi;
+	struct vdso_copy v;
+	struct pie_out o;
+	struct child c;
+	uint64_t cgt, page = (uint64_t)sysconf(_SC_PAGESIZE);
+	unsigned char raw_id[BUILD_ID_MAX_BYTES];
+	size_t n, id_len;
+	char *fake, *at;
+	bool ok, stand_in;
+
+	if (!path) {
+		skip("vdso", "PROFD_FIXTURE_PIE not set (run from meson test)");
+		return;
+	}
+	child_spawn(&c, path, NULL);
+	pie_read(&c, &o);
+	if (getauxval(AT_SYSINFO_EHDR)) {
+		stand_in = false;
+		ok = vdso_copy_read(&v, getpid(), &why);
+	} else {
+		/* valgrind maps no vDSO for us, but the child runs outside it */
+		stand_in = true;
+		ok = vdso_copy_read(&v, c.pid, &why);
+		if (ok)
+			stand_in_vdso = &v;
+	}
+	if (!ok) {
+		skip("vdso", why);
+		child_stop(&c);
+		vdso_copy_free(&v);
+		return;
+	}
+
+	/* a running process's [vdso]: the kernel maps the image we have */
+	CHECK_INT_EQ(addrspace__new(c.pid, &as), 0);
+	if (!as)
+		SETUP_FAIL("addrspace__new");
+	maps = addrspace__mappings(as, &n);
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(maps[i].path, "[vdso]") == 0)
+			m = &maps[i];
+	if (!m || m->end - m->start != v.size) {
+		skip("vdso", "the child has no [vdso] of our vDSO's size");
+		child_stop(&c);
+		addrspace__free(as);
+		stand_in_vdso = NULL;
+		vdso_copy_free(&v);
+		return;
+	}
+	CHECK_HEX_EQ(m->load_bias, m->start - v.text_vaddr);
+	CHECK_STR_EQ(m->build_id, v.build_id);
+	cgt = m->load_bias + v.cgt_vaddr;
+
+	s = symbolizer__new();
+	if (!s)
+		SETUP_FAIL("symbolizer__new");
+	/* the entry: both clock_gettime and __vdso_clock_gettime are there, perf's name wins */
+	CHECK_INT_EQ(symbolizer__user(s, as, cgt, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "__vdso_clock_gettime");
+	CHECK_STR_EQ(fi.module, "[vdso]");
+	CHECK_STR_EQ(fi.build_id, v.build_id);
+	CHECK_HEX_EQ(fi.rel_addr, v.cgt_vaddr);
+	CHECK(!fi.kernel);
+	/* a return address inside it */
+	CHECK_INT_EQ(symbolizer__user(s, as, cgt + 8, true, &fi), 0);
+	CHECK_STR_EQ(fi.function, "__vdso_clock_gettime");
+	CHECK_HEX_EQ(fi.rel_addr, v.cgt_vaddr + 8);
+	/* the ELF header and the end of the mapping are in no symbol */
+	CHECK_INT_EQ(symbolizer__user(s, as, m->start + 1, false, &fi), 0);
+	CHECK_STR_EQ(fi.module, "[vdso]");
+	CHECK_HEX_EQ(fi.rel_addr, v.text_vaddr + 1);
+	CHECK(fi.function == NULL && fi.file == NULL && fi.line == 0);
+	CHECK_INT_EQ(symbolizer__user(s, as, m->end - 1, false, &fi), 0);
+	CHECK_STR_EQ(fi.module, "[vdso]");
+	CHECK(fi.function == NULL);
+
+	/* the process exits: its [vdso] still symbolizes, from our copy, in a new symbolizer */
+	child_stop(&c);
+	s2 = symbolizer__new();
+	if (!s2)
+		SETUP_FAIL("symbolizer__new");
+	CHECK_INT_EQ(symbolizer__user(s2, as, cgt, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "__vdso_clock_gettime");
+	symbolizer__free(s2);
+	addrspace__free(as);
+
+	/*
+	 * Other [vdso] images, in the symbolizer that has ours cached: none
+	 * may be named from it. Without a process to read, the size decides:
+	 * one page more is another image (a 32-bit process's), ours is ours.
+	 */
+	vdso_check_fake(s, &v, 0, 0x7fff00000000, v.size + page, false, "larger, no process");
+	vdso_check_fake(s, &v, 0, 0x7fff00000000, v.size, true, "same size, no process");
+
+	/*
+	 * With a process to read (this one, a maps text pointing at a buffer),
+	 * its bytes decide: our image is ours, one with another build ID or
+	 * not an ELF file is not, though of our size.
+	 */
+	fake = mmap(NULL, v.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (fake == MAP_FAILED)
+		SETUP_FAIL("mmap: %m");
+	memcpy(fake, v.image, v.size);
+	vdso_check_fake(s, &v, getpid(), (uintptr_t)fake, v.size, true, "our bytes");
+	id_len = strlen(v.build_id) / 2;
+	for (size_t i = 0; i < id_len; i++)
+		sscanf(v.build_id + 2 * i, "%2hhx", &raw_id[i]);
+	at = id_len ? memmem(fake, v.size, raw_id, id_len) : NULL;
+	if (at) {
+		char text[128];
+
+		at[0] ^= 0xff;
+		vdso_check_fake(s, &v, getpid(), (uintptr_t)fake, v.size, false, "other build ID");
+		/* and the mapping reports the image's own build ID */
+		snprintf(text, sizeof(text),
+			 "%" PRIx64 "-%" PRIx64 " r-xp 00000000 00:00 0 [vdso]\n",
+			 (uint64_t)(uintptr_t)fake, (uint64_t)(uintptr_t)fake + v.size);
+		as = as_from_text(getpid(), text);
+		maps = addrspace__mappings(as, &n);
+		CHECK_INT_EQ(n, 1);
+		CHECK(n == 1 && is_lower_hex(maps[0].build_id));
+		CHECK(n == 1 && strcmp(maps[0].build_id, v.build_id) != 0);
+		addrspace__free(as);
+	} else {
+		skip("vdso other build ID", "our vDSO has no build ID");
+	}
+	memset(fake, 0, v.size);
+	vdso_check_fake(s, &v, getpid(), (uintptr_t)fake, v.size, false, "zeros");
+	munmap(fake, v.size);
+
+	/* ours again, after all those: still named */
+	vdso_check_fake(s, &v, 0, 0x7ffe00000000, v.size, true, "same size, again");
+
+	symbolizer__free(s);
+	stand_in_vdso = NULL;
+	vdso_copy_free(&v);
+	printf("ok vdso: __vdso_clock_gettime at [vdso]+%#" PRIx64 ", build ID %s%s\n",
+	       v.cgt_vaddr - v.text_vaddr, v.build_id[0] ? v.build_id : "(none)",
+	       stand_in ? " (no vDSO here, valgrind?: the child's stood in for ours)" : "");
+}
+
+/* ---------------------------------------------------------------------- */
 /* Part: corrupt, replaced and deleted ELF files */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
@@ -1163,6 +1475,7 @@ int main(void)
 	test_pie("PROFD_FIXTURE_NOPIE", false);
 	test_stripped();
 	test_lib();
+	test_vdso();
 	test_corrupt();
 	test_kallsyms_text();
 	test_kallsyms_real();
