@@ -57,9 +57,9 @@ static const char *const stmt_sql[_STMT_MAX] = {
 	[STMT_MAPPING_INSERT] = "INSERT INTO mappings (session_id, start_addr, end_addr, "
 				"file_offset, path, build_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
 	[STMT_FRAME_FIND] = "SELECT id FROM frames WHERE kind = ?1 AND module = ?2 AND "
-			    "build_id = ?3 AND rel_addr = ?4",
+			    "build_id = ?3 AND rel_addr = ?4 AND inline_depth = ?8",
 	[STMT_FRAME_INSERT] = "INSERT INTO frames (kind, module, build_id, rel_addr, function, "
-			      "file, line) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+			      "file, line, inline_depth) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
 	[STMT_STACK_FIND] = "SELECT id FROM stacks WHERE frame_ids = ?1",
 	[STMT_STACK_INSERT] = "INSERT INTO stacks (frame_ids, depth, truncated, reached_root) "
 			      "VALUES (?1, ?2, ?3, ?4)",
@@ -96,6 +96,20 @@ static int exec(struct store *st, const char *sql)
 	return sqlite3_exec(st->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -EIO;
 }
 
+/* Rows that break a foreign key (PRAGMA foreign_key_check): 0, > 0, or -EIO. */
+static int foreign_key_violations(struct store *st)
+{
+	sqlite3_stmt *stmt;
+	int n = 0, rc;
+
+	if (sqlite3_prepare_v2(st->db, "PRAGMA foreign_key_check", -1, &stmt, NULL) != SQLITE_OK)
+		return -EIO;
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		n++;
+	sqlite3_finalize(stmt);
+	return rc == SQLITE_DONE ? n : -EIO;
+}
+
 int store__schema_version(struct store *st)
 {
 	sqlite3_stmt *stmt;
@@ -109,28 +123,43 @@ int store__schema_version(struct store *st)
 	return v;
 }
 
-/* Apply migrations user_version+1 .. latest, each atomically with its version bump. */
+/*
+ * Apply migrations user_version+1 .. latest, each atomically with its version
+ * bump. Foreign keys are off meanwhile, since a migration may rebuild a
+ * table others refer to (schema/0003), and checked before each COMMIT.
+ */
 static int migrate(struct store *st)
 {
-	int version = store__schema_version(st);
+	int version = store__schema_version(st), r = 0;
 	char pragma[64];
 
 	if (version < 0)
 		return version;
 	if (version > (int)store_migrations_count)
 		return -EPROTO;
-	for (int v = version; v < (int)store_migrations_count; v++) {
-		if (exec(st, "BEGIN IMMEDIATE") < 0)
-			return -EIO;
+	if (version == (int)store_migrations_count)
+		return 0;
+	/* A no-op inside a transaction, so before BEGIN. */
+	if (exec(st, "PRAGMA foreign_keys = OFF") < 0)
+		return -EIO;
+	for (int v = version; v < (int)store_migrations_count && r == 0; v++) {
+		if (exec(st, "BEGIN IMMEDIATE") < 0) {
+			r = -EIO;
+			break;
+		}
 		snprintf(pragma, sizeof(pragma), "PRAGMA user_version = %d", v + 1);
-		if (exec(st, store_migrations[v]) < 0 || exec(st, pragma) < 0) {
+		if (exec(st, store_migrations[v]) < 0 || exec(st, pragma) < 0 ||
+		    foreign_key_violations(st) != 0) {
 			store__rollback(st);
-			return -EIO;
+			r = -EIO;
+			break;
 		}
 		if (exec(st, "COMMIT") < 0)
-			return -EIO;
+			r = -EIO;
 	}
-	return 0;
+	if (exec(st, "PRAGMA foreign_keys = ON") < 0 && r == 0)
+		r = -EIO;
+	return r;
 }
 
 int store__open(const char *path, struct store **ret_store)
@@ -338,6 +367,7 @@ static void bind_frame_key(sqlite3_stmt *stmt, const struct frame_info *f)
 	sqlite3_bind_text(stmt, 2, f->module, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(stmt, 3, f->build_id ? f->build_id : "", -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(stmt, 4, (int64_t)f->rel_addr);
+	sqlite3_bind_int(stmt, 8, f->inline_depth);
 }
 
 int store__frame_id(struct store *st, const struct frame_info *f, int64_t *ret_id)

@@ -68,6 +68,8 @@ struct frame_info {
 	const char *function; /* demangled name, NULL if unsymbolized */
 	const char *file;     /* source file from DWARF, NULL without line info */
 	int line;             /* 0 without line info */
+	int inline_depth;     /* 0: the function the symbol table names; k > 0: the k-th
+			       * level of inlining inside it (see symbolizer__user_inline()) */
 };
 
 /* Caches opened ELF files (by path + build ID) and the kernel symbol table. */
@@ -100,3 +102,48 @@ int symbolizer__user(struct symbolizer *s, const struct addrspace *as, uint64_t 
  */
 int symbolizer__kernel(struct symbolizer *s, uint64_t addr, bool return_addr,
 		       struct frame_info *ret);
+
+/*
+ * symbolizer__user_inline() - symbolizer__user() with inlined calls expanded
+ * into frames of their own, from the DWARF scopes at the address
+ * (DW_TAG_inlined_subroutine, dwarf_getscopes()).
+ * @ret: receives up to @max frames, innermost first: ret[0] is the deepest
+ *   inlined function with the file:line of @addr itself; each next frame is
+ *   the function that inlined the previous one, with the file:line of that
+ *   call (DW_AT_call_file/DW_AT_call_line); the last, inline_depth 0, is the
+ *   function the symbol table names. All share module, build_id, rel_addr;
+ *   inline_depth counts down from n - 1 to 0.
+ * Without DWARF scopes (no debug info, or no inlining at @addr) it gives the
+ * one frame symbolizer__user() gives. Returns the number of frames, 1..@max
+ * (@max >= 1; deeper inlining is cut, keeping the innermost), -ENOENT as
+ * symbolizer__user() (one frame in ret[0]), -ENOMEM. Does not log.
+ */
+int symbolizer__user_inline(struct symbolizer *s, const struct addrspace *as, uint64_t addr,
+			    bool return_addr, struct frame_info *ret, size_t max);
+
+/*
+ * symbolizer__new_with() - a symbolizer with options.
+ * @debuginfod: fetch missing debug info through libdebuginfod when the
+ *   environment sets DEBUGINFOD_URLS (may block on the network for minutes:
+ *   never for the symbolizer that runs on the sampling path).
+ * @debug_path: extra directories searched for separate debug files (by
+ *   build ID under DIR/.build-id/xx/rest.debug, and by .gnu_debuglink under
+ *   DIR/<dir of the file>/), colon-separated, before /usr/lib/debug; NULL
+ *   for none. Copied.
+ * symbolizer__new() is symbolizer__new_with(false, getenv("PROFD_DEBUG_PATH")).
+ * NULL only on out-of-memory.
+ */
+struct symbolizer *symbolizer__new_with(bool debuginfod, const char *debug_path);
+
+/*
+ * symbolizer__file() - symbolize @rel_addr of the ELF file @path whose build
+ * ID is @build_id ("" if unknown): for frames stored earlier, whose process
+ * is gone (profctl resymbolize). The file is used only if its build ID
+ * matches; else its separate debug info is looked up by build ID (and, with
+ * debuginfod, fetched). Fills up to @max frames as symbolizer__user_inline().
+ * Returns the number of frames (>= 1, function NULL when still unknown),
+ * -ENOENT if neither the file nor its debug info can be found, -ENOMEM.
+ * May block on file I/O (and the network with debuginfod). Does not log.
+ */
+int symbolizer__file(struct symbolizer *s, const char *path, const char *build_id,
+		     uint64_t rel_addr, struct frame_info *ret, size_t max);
