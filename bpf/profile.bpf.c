@@ -195,3 +195,45 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 	}
 	return 0;
 }
+
+/*
+ * A target that forks: with follow_children, the child process (a new tgid;
+ * a new thread keeps its tgid and needs nothing) becomes a target of the
+ * same slot before it runs, so its first instructions are sampled too.
+ */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(profile_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = BPF_CORE_READ(parent, tgid), ctgid = BPF_CORE_READ(child, tgid);
+	__u32 *target, slot;
+	struct slot_config *cfg;
+
+	if (ptgid == ctgid)
+		return 0;
+	target = bpf_map_lookup_elem(&targets, &ptgid);
+	if (!target)
+		return 0;
+	slot = *target - 1;
+	cfg = bpf_map_lookup_elem(&slot_configs, &slot);
+	if (!cfg || !cfg->follow_children)
+		return 0;
+	bpf_map_update_elem(&targets, &ctgid, target, BPF_NOEXIST);
+	return 0;
+}
+
+/*
+ * A target process exits: forget it, so that a new process that reuses its
+ * PID is never sampled by mistake. Only when the whole thread group is gone:
+ * do_exit() decrements signal->live before this tracepoint, and the last
+ * thread to exit (not always the leader) sees 0.
+ */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(profile_exit, struct task_struct *task)
+{
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+
+	if (BPF_CORE_READ(task, signal, live.counter) > 0)
+		return 0;
+	bpf_map_delete_elem(&targets, &tgid);
+	return 0;
+}

@@ -22,6 +22,8 @@
 struct slot_config {
 	__u32 copy_stack_bytes; /* 0: frame pointers only; else copy regs + up to this many stack bytes */
 	__u32 fp_stack;         /* 1: also walk frame pointers with bpf_get_stack() */
+	__u32 follow_children;  /* 1: processes a target forks become targets of the slot */
+	__u32 pad;
 };
 
 /* sample_event.flags */

@@ -587,8 +587,8 @@ static void tree_print_node(struct tree_printer *p, const struct node *n, size_t
 	const char *module = n->module;
 	size_t len = prefix_len;
 
-	fprintf(p->f, "%*lld  %5.1f%%  %.*s%s%s", p->width, n->samples, pct, (int)prefix_len,
-		p->prefix, glyph, n->function);
+	fprintf(p->f, "%*lld  %5.1f%%  %.*s%s%s%s", p->width, n->samples, pct, (int)prefix_len,
+		p->prefix, glyph, n->function, str_eq(n->kind, "inline") ? " (inlined)" : "");
 	if (module && module[0] == '[')
 		fprintf(p->f, " %s", module);
 	else if (module)
@@ -686,6 +686,9 @@ int output__hotpaths(FILE *f, const json_t *reply, bool ascii)
 			    (r = get_opt_str(fr, "file", &file)) < 0 ||
 			    (r = get_opt_int(fr, "line", &line, &has_line)) < 0)
 				return r;
+			/* An inlined call is a node of its own, marked when printed. */
+			if (json_is_true(json_object_get(fr, "inlined")))
+				kind = "inline";
 			n = node__child(n, function, module, kind, file, has_line ? line : 0,
 					&order);
 			if (!n)

@@ -34,6 +34,8 @@ enum {
 	OPT_ASCII = 0x100,
 	OPT_UNWIND,
 	OPT_STACK_BYTES,
+	OPT_DEBUGINFOD,
+	OPT_CHILDREN,
 };
 
 /* The parsed command line. */
@@ -51,6 +53,8 @@ struct args {
 	const char *events;		  /* --events as given; validated */
 	const char *unwind;		  /* --unwind: fp, dwarf, auto; NULL: profd's default */
 	long long stack_bytes;		  /* --stack-bytes; 0: profd's default */
+	bool debuginfod;		  /* resymbolize --debuginfod */
+	bool children;			  /* attach --children */
 	long long limit;		  /* 0: profd's default */
 	const struct command *help_topic; /* "help COMMAND" */
 };
@@ -365,6 +369,8 @@ static json_t *attach_request(const struct args *a)
 		return NULL;
 	if (a->unwind && json_object_set_new(request, "unwind", json_string(a->unwind)) < 0)
 		return NULL;
+	if (a->children && json_object_set_new(request, "children", json_true()) < 0)
+		return NULL;
 	if (a->stack_bytes &&
 	    json_object_set_new(request, "stack_bytes", json_integer(a->stack_bytes)) < 0)
 		return NULL;
@@ -588,6 +594,28 @@ static int run_threads(struct conn *c, const struct args *a)
 	return render_end(&out, output__threads(out.f, reply, json_object_get(session, "session")));
 }
 
+static int run_resymbolize(struct conn *c, const struct args *a)
+{
+	_cleanup_(json_decrefp) json_t *reply = NULL;
+	json_t *request = request_session("resymbolize", a->id);
+	long long checked, named, left;
+	int r;
+
+	if (request && a->debuginfod && json_object_set_new(request, "debuginfod", json_true()) < 0)
+		request = NULL;
+	r = call(c, request, &reply);
+	if (r < 0)
+		return r;
+	if (a->json)
+		return print_json(reply);
+	checked = json_integer_value(json_object_get(reply, "frames_checked"));
+	named = json_integer_value(json_object_get(reply, "frames_named"));
+	left = json_integer_value(json_object_get(reply, "unsymbolized_frames"));
+	printf("session %lld: %lld unsymbolized frames looked up again, %lld named, %lld left\n",
+	       a->id, checked, named, left);
+	return 0;
+}
+
 static int run_ping(struct conn *c, const struct args *a)
 {
 	_cleanup_(json_decrefp) json_t *reply = NULL;
@@ -618,6 +646,12 @@ static const struct option attach_options[] = {
     {"wait", no_argument, NULL, 'w'},
     {"unwind", required_argument, NULL, OPT_UNWIND},
     {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
+    {"children", no_argument, NULL, OPT_CHILDREN},
+    {},
+};
+
+static const struct option resymbolize_options[] = {
+    {"debuginfod", no_argument, NULL, OPT_DEBUGINFOD},
     {},
 };
 
@@ -636,7 +670,8 @@ static const struct command commands[] = {
     {
 	.name = "attach",
 	.operand = OPERAND_PID,
-	.synopsis = "PID [--duration SECONDS] [--freq HZ] [--events LIST] [--unwind MODE] [--wait]",
+	.synopsis = "PID [--duration SECONDS] [--freq HZ] [--events LIST] [--unwind MODE]\n"
+		    "        [--children] [--wait]",
 	.summary = "start sampling a process; prints the new session's ID",
 	.details = "Start a session that samples process PID (all its threads) and stores\n"
 		   "the call stacks; prints the session ID the other commands take.\n"
@@ -656,6 +691,8 @@ static const struct command commands[] = {
 		   "                                 the user stack, as perf --call-graph dwarf\n"
 		   "                          auto   both; per sample DWARF, unless the frame-\n"
 		   "                                 pointer walk got further (default)\n"
+		   "      --children          also sample the processes PID forks after the\n"
+		   "                          attach (data-loader workers), in this session\n"
 		   "      --stack-bytes N     user stack copied per sample for dwarf/auto,\n"
 		   "                          512..32768 (default 16384)\n"
 		   "  -w, --wait              wait for the session to end, with progress on\n"
@@ -770,6 +807,27 @@ static const struct command commands[] = {
 		   "  profctl threads 7\n",
 	.shortopts = "",
 	.run = run_threads,
+    },
+    {
+	.name = "resymbolize",
+	.operand = OPERAND_SESSION,
+	.synopsis = "SESSION [--debuginfod]",
+	.summary = "name frames left unsymbolized, from debug info found since",
+	.details = "Look up again every frame of session SESSION that has no function\n"
+		   "name, by the build ID and address stored with it, and store what is\n"
+		   "found: after installing a -dbg/-dbgsym package, or putting debug files\n"
+		   "under a directory in profd's PROFD_DEBUG_PATH.\n"
+		   "\n"
+		   "Options:\n"
+		   "      --debuginfod        also fetch debug info with libdebuginfod, from\n"
+		   "                          the servers in profd's DEBUGINFOD_URLS; profd\n"
+		   "                          answers nothing else until the downloads end\n"
+		   "\n"
+		   "Example:\n"
+		   "  profctl resymbolize 7 && profctl top 7\n",
+	.shortopts = "",
+	.longopts = resymbolize_options,
+	.run = run_resymbolize,
     },
     {
 	.name = "ping",
@@ -1084,6 +1142,12 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 				return -EINVAL;
 			}
 			a->unwind = optarg;
+			break;
+		case OPT_DEBUGINFOD:
+			a->debuginfod = true;
+			break;
+		case OPT_CHILDREN:
+			a->children = true;
 			break;
 		case OPT_STACK_BYTES:
 			if (parse_integer(optarg, "--stack-bytes", 512, 32768, &a->stack_bytes) < 0)

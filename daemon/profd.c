@@ -20,6 +20,7 @@
 #include "protocol.h"
 #include "query.h"
 #include "request.h"
+#include "resymbolize.h"
 #include "sampler.h"
 #include "server.h"
 #include "session.h"
@@ -67,11 +68,20 @@ static void on_sample(void *ctx, const struct sample_event *e, size_t size)
 	struct profd *p = ctx;
 	struct session *s = p->slots[e->slot];
 
+	struct proc *proc;
+
 	/* A sample of a session that already ended (or never started) is dropped. */
-	if (!s || (pid_t)e->pid != s->pid)
+	if (!s)
 		return;
+	proc = session__proc(s, (pid_t)e->pid);
+	if (!proc) {
+		/* Not the session's process, or a child gone before its mappings were read. */
+		if ((pid_t)e->pid != s->pid && s->follow_children)
+			session__count_dropped(s, e);
+		return;
+	}
 	if (e->flags & SAMPLE_HAS_REGS) {
-		if (unwind_worker__submit(p->worker, e, size, s->as, &s->as_lock, s->unwind) < 0)
+		if (unwind_worker__submit(p->worker, e, size, proc->as, &proc->as_lock, s->unwind) < 0)
 			session__count_dropped(s, e);
 		return;
 	}
@@ -148,7 +158,11 @@ static int end_session(struct profd *p, unsigned slot, const char *reason)
 	log_info("session %lld ended (%s): %llu samples", (long long)s->id, reason,
 		 (unsigned long long)s->samples);
 	p->slots[slot] = NULL;
-	unwind_worker__forget(p->worker, s->as);
+	{
+		struct proc *proc;
+
+		hashmap__for_each(&s->procs, i, proc) unwind_worker__forget(p->worker, proc->as);
+	}
 	session__free(s);
 	return r;
 }
@@ -246,6 +260,7 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 		.events = req->events_str,
 		.unwind = req->unwind,
 		.stack_bytes = req->stack_bytes,
+		.follow_children = req->children,
 	};
 	struct session *s;
 	json_t *fields;
@@ -363,6 +378,12 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 		return query_response(r, fields, req.session);
 	case CMD_THREADS:
 		r = query__threads(store__db(p->env.store), req.session, &fields);
+		return query_response(r, fields, req.session);
+	case CMD_RESYMBOLIZE:
+		r = resymbolize__session(p->env.store, req.session, req.debuginfod, &fields);
+		if (r == -EIO)
+			return json_error_response(r, "resymbolize failed: %s",
+						   store__errmsg(p->env.store));
 		return query_response(r, fields, req.session);
 	}
 	return json_error_response(-EINVAL, "unknown command");

@@ -204,7 +204,7 @@ static json_t *json_pct(int64_t part, int64_t whole)
 	" s.freq_hz, s.unwind, s.duration_ns, s.started_at_ns, s.ended_at_ns, s.samples,"          \
 	" s.lost_samples, s.truncated_stacks, s.missing_user_stacks, s.unsymbolized_frames,"       \
 	" (SELECT count(*) FROM threads t WHERE t.session_id = s.id),"                             \
-	" s.stack_bytes, s.unwind_dropped, s.frames"                                               \
+	" s.stack_bytes, s.unwind_dropped, s.frames, s.follow_children"                            \
 	" FROM sessions s"
 
 enum {
@@ -231,6 +231,7 @@ enum {
 	SC_STACK_BYTES,
 	SC_UNWIND_DROPPED,
 	SC_FRAMES,
+	SC_FOLLOW_CHILDREN,
 };
 
 /* The SESSION object of docs/protocol.md from a row of SESSION_SELECT; @now: CLOCK_REALTIME ns. */
@@ -280,6 +281,8 @@ static int session_from_row(sqlite3_stmt *st, int64_t now, json_t **ret)
 	fail |= json_object_set_new(o, "stack_bytes", json_col_int(st, SC_STACK_BYTES));
 	fail |= json_object_set_new(o, "unwind_dropped", json_col_int(st, SC_UNWIND_DROPPED));
 	fail |= json_object_set_new(o, "frames", json_col_int(st, SC_FRAMES));
+	fail |= json_object_set_new(o, "children",
+				    json_boolean(sqlite3_column_int(st, SC_FOLLOW_CHILDREN)));
 	fail |= json_object_set_new(o, "unsymbolized_pct",
 				    json_pct(sqlite3_column_int64(st, SC_UNSYMBOLIZED_FRAMES),
 					     sqlite3_column_int64(st, SC_FRAMES)));
@@ -431,6 +434,7 @@ struct qframe {
 	char *file; /* NULL without line info, and always for unsymbolized frames */
 	char *name; /* function, or "<module basename>+0x<rel_addr>" */
 	bool kernel;
+	bool inlined; /* frames.inline_depth > 0: a call the compiler inlined (schema 0003) */
 	bool has_line;
 	int64_t self; /* samples with this frame as leaf */
 	size_t group;
@@ -575,6 +579,7 @@ static int qframe_load(sqlite3_stmt *st, struct qframe *f)
 	f->kernel = sqlite3_column_bytes(st, 0) == 6 &&
 		    memcmp(sqlite3_column_text(st, 0), "kernel", 6) == 0;
 	f->rel_addr = sqlite3_column_int64(st, 2);
+	f->inlined = sqlite3_column_int64(st, 6) > 0;
 	r = col_strdup(st, 1, &f->module);
 	if (r >= 0)
 		r = col_strdup(st, 3, &f->function);
@@ -712,7 +717,7 @@ static int profile__load(struct profile *p, sqlite3 *db, int64_t session_id)
 	}
 
 	r = stmt_prepare(
-	    db, "SELECT kind, module, rel_addr, function, file, line FROM frames WHERE id = ?1",
+	    db, "SELECT kind, module, rel_addr, function, file, line, inline_depth FROM frames WHERE id = ?1",
 	    &st);
 	if (r < 0)
 		return r;
@@ -774,8 +779,10 @@ static json_t *qframe_json(const struct qframe *f, bool with_kind)
 	fail |= json_object_set_new(o, "file",
 				    f->file ? json_text(f->file, strlen(f->file)) : json_null());
 	fail |= json_object_set_new(o, "line", f->has_line ? json_integer(f->line) : json_null());
-	if (with_kind)
+	if (with_kind) {
 		fail |= json_object_set_new(o, "kind", json_string(f->kernel ? "kernel" : "user"));
+		fail |= json_object_set_new(o, "inlined", json_boolean(f->inlined));
+	}
 	return fail ? NULL : TAKE_PTR(o);
 }
 
@@ -1067,10 +1074,10 @@ int query__threads(sqlite3 *db, int64_t session_id, json_t **ret)
 	r = stmt_prepare(db,
 			 "WITH s(tid, n) AS ("
 			 "  SELECT tid, sum(count) FROM samples WHERE session_id = ?1 GROUP BY tid)"
-			 " SELECT t.tid, t.name, coalesce(s.n, 0) AS n"
+			 " SELECT t.tid, t.name, coalesce(s.n, 0) AS n, t.pid"
 			 "  FROM threads t LEFT JOIN s ON s.tid = t.tid WHERE t.session_id = ?1"
 			 " UNION ALL"
-			 " SELECT s.tid, NULL, s.n FROM s"
+			 " SELECT s.tid, NULL, s.n, NULL FROM s"
 			 "  WHERE NOT EXISTS (SELECT 1 FROM threads t"
 			 "                    WHERE t.session_id = ?1 AND t.tid = s.tid)"
 			 " ORDER BY n DESC, 1",
@@ -1101,6 +1108,7 @@ int query__threads(sqlite3 *db, int64_t session_id, json_t **ret)
 			return -ENOMEM;
 		fail |= json_object_set_new(t, "tid", json_col_int(st, 0));
 		fail |= json_object_set_new(t, "name", json_col_text(st, 1));
+		fail |= json_object_set_new(t, "pid", json_col_int(st, 3));
 		fail |= json_object_set_new(t, "samples", json_integer(n));
 		if (fail)
 			return -ENOMEM;

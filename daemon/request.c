@@ -21,6 +21,7 @@ static const struct {
 	{ "detach", CMD_DETACH, true },	     { "session", CMD_SESSION, true },
 	{ "sessions", CMD_SESSIONS, false }, { "top", CMD_TOP, true },
 	{ "hotpaths", CMD_HOTPATHS, true },  { "threads", CMD_THREADS, true },
+	{ "resymbolize", CMD_RESYMBOLIZE, true },
 };
 
 static const char *const event_names[] = { "cpu" };
@@ -174,6 +175,10 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 					    "\"unwind\" must be \"fp\", \"dwarf\" or \"auto\"");
 			req.unwind = r;
 		}
+		v = json_object_get(root, "children");
+		if (v && !json_is_boolean(v))
+			return fail(errbuf, errlen, -EINVAL, "\"children\" must be true or false");
+		req.children = json_is_true(v);
 		r = get_int(root, "stack_bytes", 512, PROFILE_MAX_STACK_BYTES, &n, errbuf, errlen);
 		if (r == 0)
 			req.stack_bytes = (unsigned)n;
@@ -195,6 +200,12 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 			req.limit = (int)n;
 		else if (r != -ENOENT)
 			return r;
+		break;
+	case CMD_RESYMBOLIZE:
+		v = json_object_get(root, "debuginfod");
+		if (v && !json_is_boolean(v))
+			return fail(errbuf, errlen, -EINVAL, "\"debuginfod\" must be true or false");
+		req.debuginfod = json_is_true(v);
 		break;
 	default:
 		break;

@@ -5,6 +5,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +18,7 @@ enum request_cmd {
 	CMD_TOP,
 	CMD_HOTPATHS,
 	CMD_THREADS,
+	CMD_RESYMBOLIZE,
 };
 
 /* Event names a session can ask for (bit i = event_names[i]). */
@@ -33,6 +35,8 @@ struct request {
 	int limit;            /* top, hotpaths: 1..10000 */
 	int unwind;           /* attach: enum unwind_mode (unwind_worker.h), default auto */
 	unsigned stack_bytes; /* attach: 512..PROFILE_MAX_STACK_BYTES, default 16384 */
+	bool debuginfod;      /* resymbolize: may fetch through libdebuginfod */
+	bool children;        /* attach: follow processes the target forks */
 };
 
 /*

@@ -23,6 +23,7 @@ struct slot {
 
 struct sampler {
 	struct profile_bpf *skel;
+	struct bpf_link *fork_link, *exit_link; /* process lifetime tracepoints */
 	struct ring_buffer *rb;
 	sampler_fn fn;
 	void *ctx;
@@ -91,6 +92,18 @@ int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler 
 	r = profile_bpf__load(s->skel);
 	if (r < 0)
 		goto fail;
+	/* Process lifetime: children of targets become targets (when the slot
+	 * follows children), and exited targets are forgotten (PID reuse). */
+	s->fork_link = bpf_program__attach(s->skel->progs.profile_fork);
+	if (!s->fork_link) {
+		r = -errno;
+		goto fail;
+	}
+	s->exit_link = bpf_program__attach(s->skel->progs.profile_exit);
+	if (!s->exit_link) {
+		r = -errno;
+		goto fail;
+	}
 	s->rb = ring_buffer__new(bpf_map__fd(s->skel->maps.events), handle_record, s, NULL);
 	if (!s->rb) {
 		r = -errno;
@@ -110,6 +123,8 @@ void sampler__free(struct sampler *s)
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		sampler__stop(s, i);
 	ring_buffer__free(s->rb);
+	bpf_link__destroy(s->fork_link);
+	bpf_link__destroy(s->exit_link);
 	profile_bpf__destroy(s->skel);
 	free(s);
 }
@@ -265,14 +280,21 @@ void sampler__stop(struct sampler *s, unsigned slot)
 	for (int cpu = 0; sl->fds && cpu < sl->nr_cpus; cpu++)
 		if (sl->fds[cpu] >= 0)
 			close(sl->fds[cpu]);
-	key = (__u32)sl->pid;
-	/* Remove the target only if it is still ours. */
+	/* Remove the slot's targets: the process, and children it was following. */
 	{
-		__u32 val;
+		int fd = bpf_map__fd(s->skel->maps.targets);
+		__u32 next, val, *prev = NULL;
 
-		if (bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.targets), &key, &val) == 0 &&
-		    val == slot + 1)
-			bpf_map_delete_elem(bpf_map__fd(s->skel->maps.targets), &key);
+		while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+			key = next;
+			if (bpf_map_lookup_elem(fd, &key, &val) == 0 && val == slot + 1) {
+				bpf_map_delete_elem(fd, &key);
+				/* Deleting the current key restarts the walk: keys are few. */
+				prev = NULL;
+				continue;
+			}
+			prev = &key;
+		}
 	}
 	free(sl->fds);
 	free(sl->links);

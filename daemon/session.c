@@ -15,6 +15,7 @@
 /* A call stack as the BPF program saw it: raw addresses, kernel frames first. */
 struct raw_stack {
 	uint64_t hash;
+	pid_t pid;        /* user addresses are the process's */
 	int64_t stack_id; /* row in the store, 0 until the first flush that needs it */
 	uint16_t klen, ulen;
 	uint32_t flags;   /* SAMPLE_* bits that matter for the stack's identity */
@@ -28,14 +29,22 @@ struct pending_sample {
 	uint64_t count;
 };
 
+/* Inlined calls kept per address; deeper inlining keeps the innermost (symbolize.h). */
+#define MAX_INLINE 8
+/* Frames per stored stack, inline frames included: more are cut, and the stack marked truncated. */
+#define MAX_STACK_FRAMES 512
+
 struct frame_cache {
 	uint64_t addr;
+	pid_t pid;        /* 0 for kernel frames */
 	bool kernel;
-	bool root; /* the frame's function is a thread root (is_thread_root()) */
-	int64_t frame_id;
+	bool root;        /* the address's function is a thread root (is_thread_root()) */
+	unsigned n;       /* frames at this address: 1, or more with inlined calls */
+	int64_t ids[MAX_INLINE]; /* frame rows, innermost first */
 };
 
 struct thread_acc {
+	int pid;
 	int tid;
 	char name[16];
 	uint64_t last_seen_ns; /* CLOCK_MONOTONIC */
@@ -50,6 +59,7 @@ struct window_acc {
 struct mapping_key {
 	uint64_t start, end, file_offset;
 	const char *path;
+	pid_t pid;
 };
 
 int proc_start_ticks(pid_t pid, uint64_t *ret_ticks)
@@ -129,7 +139,7 @@ static bool mapping_key_eq(const void *entry, const void *key)
 	const struct mapping_key *a = entry, *b = key;
 
 	return a->start == b->start && a->end == b->end && a->file_offset == b->file_offset &&
-	       strcmp(a->path, b->path) == 0;
+	       a->pid == b->pid && strcmp(a->path, b->path) == 0;
 }
 
 static uint64_t mapping_key_hash(const struct mapping_key *k)
@@ -137,26 +147,27 @@ static uint64_t mapping_key_hash(const struct mapping_key *k)
 	uint64_t h = hash64(HASH64_INIT, &k->start, sizeof(k->start));
 
 	h = hash64(h, &k->end, sizeof(k->end));
+	h = hash64(h, &k->pid, sizeof(k->pid));
 	return hash64(h, k->path, strlen(k->path));
 }
 
-/* Store the mappings of the address space that are not in the store yet. */
-static int store_new_mappings(struct session *s, struct store *store)
+/* Store the mappings of @proc's address space that are not in the store yet. */
+static int store_new_mappings(struct session *s, struct proc *proc, struct store *store)
 {
 	const struct mapping *maps;
 	size_t n;
 	int r;
 
-	maps = addrspace__mappings(s->as, &n);
+	maps = addrspace__mappings(proc->as, &n);
 	for (size_t i = 0; i < n; i++) {
 		struct mapping_key key = { maps[i].start, maps[i].end, maps[i].file_offset,
-					   maps[i].path };
+					   maps[i].path, proc->pid };
 		uint64_t h = mapping_key_hash(&key);
 		struct mapping_key *k;
 
 		if (hashmap__find(&s->mappings_stored, h, mapping_key_eq, &key))
 			continue;
-		r = store__mapping_insert(store, s->id, &maps[i]);
+		r = store__mapping_insert(store, s->id, proc->pid, &maps[i]);
 		if (r < 0)
 			return r;
 		k = malloc(sizeof(*k));
@@ -171,6 +182,60 @@ static int store_new_mappings(struct session *s, struct store *store)
 		}
 	}
 	return 0;
+}
+
+static bool proc_eq(const void *entry, const void *key)
+{
+	return ((const struct proc *)entry)->pid == *(const pid_t *)key;
+}
+
+static void proc_free(struct proc *proc)
+{
+	if (!proc)
+		return;
+	addrspace__free(proc->as);
+	perfmap__free(proc->jit);
+	pthread_rwlock_destroy(&proc->as_lock);
+	free(proc);
+}
+
+/* Read @pid's mappings into a new process entry of @s. */
+static int proc_add(struct session *s, pid_t pid, struct proc **ret)
+{
+	struct proc *proc = calloc(1, sizeof(*proc));
+	int r;
+
+	if (!proc)
+		return -ENOMEM;
+	proc->pid = pid;
+	pthread_rwlock_init(&proc->as_lock, NULL);
+	r = addrspace__new(pid, &proc->as);
+	if (r < 0)
+		goto fail;
+	proc->jit = perfmap__new(pid);
+	r = proc->jit ? hashmap__insert(&s->procs, hash64(HASH64_INIT, &pid, sizeof(pid)), proc)
+		      : -ENOMEM;
+	if (r < 0)
+		goto fail;
+	*ret = proc;
+	return 0;
+fail:
+	proc_free(proc);
+	return r;
+}
+
+struct proc *session__proc(struct session *s, pid_t pid)
+{
+	struct proc *proc = hashmap__find(&s->procs, hash64(HASH64_INIT, &pid, sizeof(pid)),
+					  proc_eq, &pid);
+
+	if (proc || (pid != s->pid && !s->follow_children))
+		return proc;
+	/* A child seen for the first time. Its mappings are stored at the next flush. */
+	if (proc_add(s, pid, &proc) < 0)
+		return NULL;
+	s->procs_added = true;
+	return proc;
 }
 
 int session__new(const struct session_env *env, unsigned slot, const struct session_params *p,
@@ -192,8 +257,8 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->uid = p->uid;
 	s->duration_ns = p->duration_ns;
 	s->unwind = p->unwind;
+	s->follow_children = p->follow_children;
 	s->pidfd = -1;
-	pthread_rwlock_init(&s->as_lock, NULL);
 
 	/* The pidfd pins the process identity: from here on a reused PID cannot fool us. */
 	s->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
@@ -212,18 +277,14 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	n = readlink(path, exe, sizeof(exe) - 1);
 	exe[n > 0 ? n : 0] = '\0';
 
-	r = addrspace__new(p->pid, &s->as);
+	r = proc_add(s, p->pid, &s->main);
 	if (r < 0)
 		goto fail;
-	s->jit = perfmap__new(p->pid);
-	if (!s->jit) {
-		r = -ENOMEM;
-		goto fail;
-	}
 
 	struct slot_config cfg = {
 		.copy_stack_bytes = p->unwind == UNWIND_MODE_FP ? 0 : p->stack_bytes,
 		.fp_stack = p->unwind != UNWIND_MODE_DWARF,
+		.follow_children = p->follow_children,
 	};
 	r = sampler__start(env->sampler, slot, p->pid, p->freq_hz, &cfg, &s->event);
 	if (r < 0)
@@ -242,6 +303,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 		.freq_hz = p->freq_hz,
 		.unwind = unwind_mode_name(p->unwind),
 		.stack_bytes = cfg.copy_stack_bytes,
+		.follow_children = p->follow_children,
 		.duration_ns = p->duration_ns,
 		.started_at_ns = s->started_real_ns,
 	};
@@ -250,7 +312,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 		goto fail_sampling;
 	r = store__session_insert(env->store, &row, &s->id);
 	if (r == 0)
-		r = store_new_mappings(s, env->store);
+		r = store_new_mappings(s, s->main, env->store);
 	if (r == 0)
 		r = store__commit(env->store);
 	if (r < 0) {
@@ -274,7 +336,7 @@ static bool raw_stack_eq(const void *entry, const void *key)
 	const struct raw_stack *a = entry, *b = key;
 
 	return a->klen == b->klen && a->ulen == b->ulen && a->flags == b->flags &&
-	       memcmp(a->ips, b->ips, sizeof(uint64_t) * (a->klen + a->ulen)) == 0;
+	       a->pid == b->pid && memcmp(a->ips, b->ips, sizeof(uint64_t) * (a->klen + a->ulen)) == 0;
 }
 
 static bool pending_eq(const void *entry, const void *key)
@@ -298,7 +360,7 @@ static bool frame_eq(const void *entry, const void *key)
 {
 	const struct frame_cache *a = entry, *b = key;
 
-	return a->addr == b->addr && a->kernel == b->kernel;
+	return a->addr == b->addr && a->kernel == b->kernel && a->pid == b->pid;
 }
 
 static struct window_acc *window_get(struct session *s, uint64_t window)
@@ -332,12 +394,14 @@ static struct raw_stack *stack_get(struct session *s, const struct sample_event 
 	} k;
 
 	key = &k.rs;
+	key->pid = (pid_t)e->pid;
 	key->klen = e->kstack_len;
 	key->ulen = e->ustack_len;
 	key->flags = e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED);
 	memcpy(key->ips, e->ips, n * sizeof(uint64_t));
 	h = hash64(HASH64_INIT, key->ips, n * sizeof(uint64_t));
 	h = hash64(h, &key->klen, sizeof(key->klen));
+	h = hash64(h, &key->pid, sizeof(key->pid));
 	key->hash = h;
 
 	st = hashmap__find(&s->stacks, h, raw_stack_eq, key);
@@ -417,6 +481,7 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 			return;
 		}
 		th->tid = tid;
+		th->pid = (int)e->pid;
 	}
 	memcpy(th->name, e->comm, sizeof(th->name));
 	th->name[sizeof(th->name) - 1] = '\0';
@@ -444,61 +509,75 @@ static bool is_thread_root(const char *function)
 	return false;
 }
 
-/* Frame row id of one address, symbolizing and storing it the first time. */
-static int frame_id(struct session *s, const struct session_env *env, uint64_t addr, bool kernel,
-		    bool return_addr, bool *refreshed, int64_t *ret_id, bool *ret_root)
+/*
+ * Frame rows of one address, symbolizing and storing them the first time:
+ * one row, or one per inlined call and one for the function around them.
+ * Returns the cache entry (owned by the session) in *@ret.
+ */
+static int frame_ids(struct session *s, const struct session_env *env, struct proc *proc,
+		     uint64_t addr, bool kernel, bool return_addr, bool *refreshed,
+		     const struct frame_cache **ret)
 {
-	struct frame_cache key = { .addr = addr, .kernel = kernel }, *fc;
-	uint64_t h = hash64(HASH64_INIT, &addr, sizeof(addr)) ^ kernel;
-	struct frame_info fi;
-	int r;
+	struct frame_cache key = { .addr = addr, .kernel = kernel, .pid = kernel ? 0 : proc->pid },
+			   *fc;
+	uint64_t h = hash64(hash64(HASH64_INIT, &addr, sizeof(addr)), &key.pid, sizeof(key.pid)) ^
+		     kernel;
+	struct frame_info fi[MAX_INLINE] = { 0 };
+	int r, n = 1;
 
 	fc = hashmap__find(&s->frames, h, frame_eq, &key);
 	if (fc) {
-		*ret_id = fc->frame_id;
-		*ret_root = fc->root;
+		*ret = fc;
 		return 0;
 	}
 	if (kernel) {
-		r = symbolizer__kernel(env->sym, addr, return_addr, &fi);
+		r = symbolizer__kernel(env->sym, addr, return_addr, &fi[0]);
 	} else {
-		r = symbolizer__user(env->sym, s->as, addr, return_addr, &fi);
+		r = symbolizer__user_inline(env->sym, proc->as, addr, return_addr, fi, MAX_INLINE);
 		/* Code mapped after the last read of /proc/PID/maps (dlopen): read it again, once a flush. */
 		if (r == -ENOENT && !*refreshed) {
-			*refreshed = true;
 			int added;
 
-			pthread_rwlock_wrlock(&s->as_lock);
-			added = addrspace__refresh(s->as);
-			pthread_rwlock_unlock(&s->as_lock);
+			*refreshed = true;
+			pthread_rwlock_wrlock(&proc->as_lock);
+			added = addrspace__refresh(proc->as);
+			pthread_rwlock_unlock(&proc->as_lock);
 			if (added > 0) {
-				r = store_new_mappings(s, env->store);
+				r = store_new_mappings(s, proc, env->store);
 				if (r < 0)
 					return r;
-				r = symbolizer__user(env->sym, s->as, addr, return_addr, &fi);
+				r = symbolizer__user_inline(env->sym, proc->as, addr, return_addr, fi,
+							    MAX_INLINE);
 			}
 		}
 		/* Outside every file mapping: JIT code, named by the JIT's perf map. */
 		if (r == -ENOENT) {
 			const char *name, *path;
 
-			if (perfmap__lookup(s->jit, addr, &name, &path) == 0) {
-				fi.module = path;
-				fi.function = name;
-				fi.rel_addr = addr;
-				fi.build_id = "";
+			if (perfmap__lookup(proc->jit, addr, &name, &path) == 0) {
+				fi[0].module = path;
+				fi[0].function = name;
+				fi[0].rel_addr = addr;
+				fi[0].build_id = "";
 			}
 		}
+		if (r > 0)
+			n = MIN(r, MAX_INLINE);
 	}
 	if (r < 0 && r != -ENOENT)
 		return r;
-	r = store__frame_id(env->store, &fi, &key.frame_id);
-	if (r < 0)
-		return r;
-	if (!fi.function)
-		s->unsymbolized_pending++;
-	s->frames_pending++;
-	key.root = !kernel && is_thread_root(fi.function);
+	/* Kernel frames and lookups that failed have no inlining: depth 0, from the zeroing. */
+	for (int i = 0; i < n; i++) {
+		r = store__frame_id(env->store, &fi[i], &key.ids[i]);
+		if (r < 0)
+			return r;
+		if (!fi[i].function)
+			s->unsymbolized_pending++;
+		s->frames_pending++;
+	}
+	key.n = (unsigned)n;
+	/* The function the symbol table names is last; it decides rootness. */
+	key.root = !kernel && is_thread_root(fi[n - 1].function);
 	fc = malloc(sizeof(*fc));
 	if (!fc)
 		return -ENOMEM;
@@ -508,8 +587,7 @@ static int frame_id(struct session *s, const struct session_env *env, uint64_t a
 		free(fc);
 		return r;
 	}
-	*ret_id = key.frame_id;
-	*ret_root = key.root;
+	*ret = fc;
 	return 0;
 }
 
@@ -523,33 +601,46 @@ static const struct frame_info missing_frame = {
 static int resolve_stack(struct session *s, const struct session_env *env, struct raw_stack *st,
 			 bool *refreshed)
 {
-	int64_t ids[2 * PROFILE_MAX_FRAMES];
-	size_t n = (size_t)st->klen + st->ulen;
-	bool root = false;
+	int64_t ids[MAX_STACK_FRAMES];
+	size_t n = (size_t)st->klen + st->ulen, depth = 0;
+	bool root = false, cut = false;
+	struct proc *proc;
 	int r;
 
 	if (st->stack_id)
 		return 0;
-	for (size_t i = 0; i < n; i++) {
+	proc = session__proc(s, st->pid);
+	if (!proc)
+		return -ESRCH; /* cannot happen: a stack is taken only with its process */
+	for (size_t i = 0; i < n && !cut; i++) {
+		const struct frame_cache *fc;
 		bool kernel = i < st->klen;
 		/* Every frame but the sampled instruction holds a return address.
 		 * A user frame under kernel frames is the address after the syscall. */
 		bool return_addr = i > 0;
 
-		r = frame_id(s, env, st->ips[i], kernel, return_addr, refreshed, &ids[i], &root);
+		r = frame_ids(s, env, proc, st->ips[i], kernel, return_addr, refreshed, &fc);
 		if (r < 0)
 			return r;
+		for (unsigned k = 0; k < fc->n; k++) {
+			if (depth == MAX_STACK_FRAMES) {
+				cut = true;
+				break;
+			}
+			ids[depth++] = fc->ids[k];
+		}
+		root = fc->root;
 	}
-	/* @root now holds the outermost frame's answer. */
-	if (st->ulen == 0)
+	/* @root now holds the outermost address's answer. */
+	if (st->ulen == 0 || cut)
 		root = false;
-	if (n == 0) {
+	if (depth == 0) {
 		r = store__frame_id(env->store, &missing_frame, &ids[0]);
 		if (r < 0)
 			return r;
-		n = 1;
+		depth = 1;
 	}
-	return store__stack_id(env->store, ids, n, st->flags != 0, root, &st->stack_id);
+	return store__stack_id(env->store, ids, depth, st->flags != 0 || cut, root, &st->stack_id);
 }
 
 int session__flush(struct session *s, const struct session_env *env)
@@ -561,6 +652,17 @@ int session__flush(struct session *s, const struct session_env *env)
 	bool refreshed = false;
 	uint64_t lost;
 	int r;
+
+	if (s->procs_added) {
+		struct proc *proc;
+
+		hashmap__for_each(&s->procs, i, proc)
+		{
+			r = store_new_mappings(s, proc, env->store);
+			if (r < 0)
+				return r;
+		}
+	}
 
 	hashmap__for_each(&s->pending, i, ps)
 	{
@@ -614,7 +716,8 @@ int session__flush(struct session *s, const struct session_env *env)
 	{
 		uint64_t seen = s->started_real_ns + (th->last_seen_ns - s->started_mono_ns);
 
-		r = store__thread_upsert(env->store, s->id, th->tid, th->name, seen, th->samples);
+		r = store__thread_upsert(env->store, s->id, th->pid, th->tid, th->name, seen,
+					 th->samples);
 		if (r < 0)
 			return r;
 	}
@@ -630,6 +733,7 @@ void session__flush_done(struct session *s)
 	struct thread_acc *th;
 
 	s->lost_seen = s->lost_flushing;
+	s->procs_added = false;
 	s->unsymbolized_pending = 0;
 	s->frames_pending = 0;
 	s->unwind_dropped -= s->unwind_dropped_flushing;
@@ -690,8 +794,11 @@ void session__free(struct session *s)
 	free_all(&s->pending);
 	free_all(&s->threads);
 	free_all(&s->windows);
-	addrspace__free(s->as);
-	perfmap__free(s->jit);
-	pthread_rwlock_destroy(&s->as_lock);
+	{
+		struct proc *proc;
+
+		hashmap__for_each(&s->procs, i, proc) proc_free(proc);
+		hashmap__free(&s->procs);
+	}
 	free(s);
 }

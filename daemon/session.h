@@ -12,6 +12,7 @@
 
 #include "hashmap.h"
 #include "perfmap.h"
+#include "unwind_worker.h"
 #include "sampler.h"
 #include "store.h"
 #include "symbolize.h"
@@ -32,6 +33,16 @@ struct session_params {
 	const char *events;   /* comma-separated, validated by the caller */
 	enum unwind_mode unwind;
 	unsigned stack_bytes; /* user stack copied per sample (dwarf, auto), 512..PROFILE_MAX_STACK_BYTES */
+	bool follow_children; /* processes the target forks after the attach join the session */
+};
+
+/* One process of a session: the target, or a child it forked (follow_children). */
+struct proc {
+	pid_t pid;
+	/* The unwinding thread reads @as under a read lock; refreshes take it for writing. */
+	pthread_rwlock_t as_lock;
+	struct addrspace *as;
+	struct perfmap *jit; /* /tmp/perf-PID.map, for code outside any file mapping */
 };
 
 struct session {
@@ -46,11 +57,11 @@ struct session {
 	uint64_t started_real_ns;  /* CLOCK_REALTIME at the same instant */
 	int pidfd;                 /* polls readable when the target exits */
 	enum unwind_mode unwind;
+	bool follow_children;
 
-	/* The unwinding thread reads @as under a read lock; refreshes take it for writing. */
-	pthread_rwlock_t as_lock;
-	struct addrspace *as;
-	struct perfmap *jit;            /* /tmp/perf-PID.map, for code outside any file mapping */
+	struct hashmap procs;           /* struct proc, by PID: the target and followed children */
+	struct proc *main;              /* the target's entry in @procs */
+	bool procs_added;               /* children whose mappings are not stored yet */
 	struct hashmap mappings_stored; /* struct mapping_key, mappings already in the store */
 	struct hashmap stacks;          /* struct raw_stack: stacks seen, by content */
 	struct hashmap frames;          /* struct frame_cache: address -> frame row */
@@ -76,6 +87,14 @@ struct session {
  */
 int session__new(const struct session_env *env, unsigned slot, const struct session_params *p,
 		 struct session **ret);
+
+/*
+ * session__proc() - the process @pid of the session: the target, or a child
+ * of it when the session follows children (its mappings are read the first
+ * time). NULL if @pid is not the session's or its mappings cannot be read
+ * (it already exited); the caller counts such samples as lost.
+ */
+struct proc *session__proc(struct session *s, pid_t pid);
 
 /* session__on_sample() - account one sample (the sampler callback, per sample). */
 void session__on_sample(struct session *s, const struct sample_event *e);

@@ -30,8 +30,8 @@ enum stmt_id {
 static const char *const stmt_sql[_STMT_MAX] = {
 	[STMT_SESSION_INSERT] =
 		"INSERT INTO sessions (pid, pid_start_ticks, comm, exe, uid, event, events, freq_hz, "
-		"unwind, duration_ns, started_at_ns, stack_bytes, state) "
-		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'running')",
+		"unwind, duration_ns, started_at_ns, stack_bytes, follow_children, state) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, 'running')",
 	[STMT_SESSION_COUNTS] = "UPDATE sessions SET samples = samples + ?2, "
 				"lost_samples = lost_samples + ?3, "
 				"truncated_stacks = truncated_stacks + ?4, "
@@ -50,12 +50,12 @@ static const char *const stmt_sql[_STMT_MAX] = {
 		"truncated_stacks = truncated_stacks + excluded.truncated_stacks, "
 		"missing_user_stacks = missing_user_stacks + excluded.missing_user_stacks",
 	[STMT_THREAD_UPSERT] =
-		"INSERT INTO threads (session_id, tid, name, first_seen_ns, last_seen_ns, samples) "
-		"VALUES (?1, ?2, ?3, ?4, ?4, ?5) ON CONFLICT (session_id, tid) DO UPDATE SET "
+		"INSERT INTO threads (session_id, tid, name, first_seen_ns, last_seen_ns, samples, pid) "
+		"VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6) ON CONFLICT (session_id, tid) DO UPDATE SET "
 		"name = excluded.name, last_seen_ns = MAX(last_seen_ns, excluded.last_seen_ns), "
 		"samples = samples + excluded.samples",
 	[STMT_MAPPING_INSERT] = "INSERT INTO mappings (session_id, start_addr, end_addr, "
-				"file_offset, path, build_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+				"file_offset, path, build_id, pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 	[STMT_FRAME_FIND] = "SELECT id FROM frames WHERE kind = ?1 AND module = ?2 AND "
 			    "build_id = ?3 AND rel_addr = ?4 AND inline_depth = ?8",
 	[STMT_FRAME_INSERT] = "INSERT INTO frames (kind, module, build_id, rel_addr, function, "
@@ -289,6 +289,7 @@ int store__session_insert(struct store *st, const struct store_session *s, int64
 		sqlite3_bind_int64(stmt, 10, (int64_t)s->duration_ns);
 	sqlite3_bind_int64(stmt, 11, (int64_t)s->started_at_ns);
 	sqlite3_bind_int(stmt, 12, (int)s->stack_bytes);
+	sqlite3_bind_int(stmt, 13, s->follow_children);
 	r = step_done(stmt);
 	if (r < 0)
 		return r;
@@ -335,7 +336,7 @@ int store__window_add(struct store *st, int64_t session_id, uint64_t window_ns,
 	return step_done(stmt);
 }
 
-int store__thread_upsert(struct store *st, int64_t session_id, int tid, const char *name,
+int store__thread_upsert(struct store *st, int64_t session_id, int pid, int tid, const char *name,
 			 uint64_t seen_ns, uint64_t samples)
 {
 	sqlite3_stmt *stmt = st->stmt[STMT_THREAD_UPSERT];
@@ -345,10 +346,11 @@ int store__thread_upsert(struct store *st, int64_t session_id, int tid, const ch
 	sqlite3_bind_text(stmt, 3, name, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(stmt, 4, (int64_t)seen_ns);
 	sqlite3_bind_int64(stmt, 5, (int64_t)samples);
+	sqlite3_bind_int(stmt, 6, pid);
 	return step_done(stmt);
 }
 
-int store__mapping_insert(struct store *st, int64_t session_id, const struct mapping *m)
+int store__mapping_insert(struct store *st, int64_t session_id, int pid, const struct mapping *m)
 {
 	sqlite3_stmt *stmt = st->stmt[STMT_MAPPING_INSERT];
 
@@ -358,6 +360,7 @@ int store__mapping_insert(struct store *st, int64_t session_id, const struct map
 	sqlite3_bind_int64(stmt, 4, (int64_t)m->file_offset);
 	sqlite3_bind_text(stmt, 5, m->path, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(stmt, 6, m->build_id ? m->build_id : "", -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int(stmt, 7, pid);
 	return step_done(stmt);
 }
 

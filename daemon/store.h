@@ -26,6 +26,7 @@ struct store_session {
 	unsigned freq_hz;
 	const char *unwind;    /* "fp", "dwarf" or "auto" */
 	unsigned stack_bytes;  /* user stack copied per sample, 0 with "fp" */
+	bool follow_children;  /* processes the target forks join the session */
 	uint64_t duration_ns;  /* 0: none */
 	uint64_t started_at_ns;
 };
@@ -76,9 +77,9 @@ int store__session_end(struct store *st, int64_t id, const char *reason, uint64_
 
 int store__window_add(struct store *st, int64_t session_id, uint64_t window_ns,
 		      const struct store_counts *c);
-int store__thread_upsert(struct store *st, int64_t session_id, int tid, const char *name,
+int store__thread_upsert(struct store *st, int64_t session_id, int pid, int tid, const char *name,
 			 uint64_t seen_ns, uint64_t samples);
-int store__mapping_insert(struct store *st, int64_t session_id, const struct mapping *m);
+int store__mapping_insert(struct store *st, int64_t session_id, int pid, const struct mapping *m);
 
 /* store__frame_id() - id of the frame row for @f, inserted if new. */
 int store__frame_id(struct store *st, const struct frame_info *f, int64_t *ret_id);

@@ -1,15 +1,17 @@
 /*
  * symbolize.c - process address spaces read from /proc/PID/maps, user
  * addresses turned into function/file:line with libdwfl (symbol tables,
- * separate debug info, DWARF lines, C++ demangling; [vdso] from a copy of
- * the daemon's own vDSO), kernel addresses turned into symbols from
- * /proc/kallsyms.
+ * separate debug info found locally or, when asked for, through
+ * debuginfod, DWARF lines and inlined calls, C++ demangling; [vdso] from a
+ * copy of the daemon's own vDSO), addresses of ELF files without a process
+ * (stored frames), kernel addresses turned into symbols from /proc/kallsyms.
  *
  * Everything read here is untrusted: /proc files are parsed with bounds
  * checks and size caps, and an ELF or DWARF file libelf/libdw cannot read is
  * an unsymbolized frame, never an error of the caller's. Not thread-safe:
  * one symbolizer and its address spaces belong to one thread.
  */
+#include <dlfcn.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwelf.h>
@@ -27,6 +29,7 @@
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "hashmap.h"
@@ -65,8 +68,15 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define KSYM_MAX_DISTANCE (1ULL << 20)
 /* the test makes it small */
 #ifndef RESULT_CACHE_MAX
-#define RESULT_CACHE_MAX 200000 /* cached lookups, ~15 MiB */
+#define RESULT_CACHE_MAX 200000 /* cached lookups, ~20 MiB (more with inlining) */
 #endif
+/*
+ * Inlining at one address: DIE nesting followed from the CU down, and
+ * inlined calls kept (innermost first). Real code nests a few levels; the
+ * caps bound what a crafted DWARF file costs.
+ */
+#define SCOPE_MAX_DEPTH 128
+#define INLINE_MAX 32
 /* A file that could not be opened is tried again after this long. */
 #define MODULE_RETRY_NS (10 * NSEC_PER_SEC)
 
@@ -928,7 +938,10 @@ void addrspace__free(struct addrspace *as)
 /* ---------------------------------------------------------------------- */
 /* The symbolizer */
 
-/* One ELF file, by path + build ID, opened in a Dwfl of its own. */
+/*
+ * One ELF file, by path + build ID, opened in a Dwfl of its own: a file
+ * mapped by a process, or (@file) a file named by symbolizer__file().
+ */
 struct module {
 	const char *path;     /* interned; the path in the maps */
 	const char *build_id; /* interned */
@@ -937,18 +950,29 @@ struct module {
 	/* [vdso]: the mapping's size, whether it is our own image; 0/false for files */
 	uint64_t vdso_bytes;
 	bool vdso_self;
+	bool file;  /* opened by symbolizer__file(): by path, else debug info by build ID */
 	Dwfl *dwfl; /* NULL: no usable ELF */
 	Dwfl_Module *mod;
 	Dwarf_Addr bias;   /* Dwfl address - ELF virtual address */
 	uint64_t retry_ns; /* CLOCK_MONOTONIC time to try opening again when dwfl is NULL */
 };
 
+/* One level of inlining at an address: the inlined function and where in it. */
+struct inline_frame {
+	const char *function, *file; /* interned; NULL where unknown */
+	int line;
+};
+
 /* A cached lookup of one module address. */
 struct result {
 	const struct module *mod; /* NULL: free slot */
 	uint64_t vaddr;
+	/* the function the symbol table names, and the line in it */
 	const char *function, *file;
 	int line;
+	/* the inlined calls at the address, innermost first; malloc'd, owned by the entry */
+	struct inline_frame *inlined;
+	size_t n_inlined;
 };
 
 struct ksym {
@@ -975,22 +999,294 @@ struct symbolizer {
 	bool vdso_tried;     /* false: vdso_fd and vdso_bytes are not set yet */
 	int vdso_fd;	     /* -1: we have no vDSO */
 	uint64_t vdso_bytes; /* its size */
-};
 
-static const Dwfl_Callbacks dwfl_callbacks = {
-    .find_elf = dwfl_build_id_find_elf,
-    .find_debuginfo = dwfl_standard_find_debuginfo,
-    .section_address = dwfl_offline_section_address,
+	/*
+	 * Where separate debug files are looked for, in libdwfl's format
+	 * (libdwfl.h, "Standard callbacks"): ":.debug:ROOT...:/usr/lib/debug".
+	 * The Dwfls point at @callbacks, which points at @debuginfo_path.
+	 */
+	char *debuginfo_path;
+	Dwfl_Callbacks callbacks;
+	bool debuginfod;
+	/* symbolizer__file() with debuginfod: a Dwfl kept only for its debuginfod client */
+	Dwfl *debuginfod_dwfl;
 };
 
 /*
- * symbolizer__new() - an empty symbolizer: modules are opened and kallsyms
- * read on first use. Returns NULL only on out-of-memory. Does not log.
+ * Caps on the debug files looked for by name: a file without a build ID is
+ * checked by the CRC of its contents, read whole.
+ */
+#define DEBUGLINK_CRC_MAX_BYTES (4ULL << 30)
+
+/* find_elf_none() - Dwfl_Callbacks.find_elf: every module comes with its file already open. */
+static int find_elf_none(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
+			 char **file_name, Elf **elfp)
+{
+	(void)mod, (void)userdata, (void)modname, (void)base, (void)file_name, (void)elfp;
+	return -1;
+}
+
+/* path_next() - next colon-separated entry of *@p in *@ret; its length, -1 at the end. */
+static ssize_t path_next(const char **p, const char **ret)
+{
+	const char *end;
+
+	if (!*p)
+		return -1;
+	end = strchrnul(*p, ':');
+	*ret = *p;
+	*p = *end ? end + 1 : NULL;
+	return end - *ret;
+}
+
+/* fd_same_file() - whether @fd is the file @path names. */
+static bool fd_same_file(int fd, const char *path)
+{
+	struct stat a, b;
+
+	return path && fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+	       a.st_ino == b.st_ino;
+}
+
+/* fd_has_build_id() - whether @fd is an ELF file whose GNU build ID is the @len bytes at @id. */
+static bool fd_has_build_id(int fd, const unsigned char *id, int len)
+{
+	_cleanup_(elf_endp) Elf *e = elf_begin_fd(fd);
+	const void *fid = NULL;
+
+	return e && len > 0 && dwelf_elf_gnu_build_id(e, &fid) == len && fid &&
+	       memcmp(fid, id, (size_t)len) == 0;
+}
+
+/*
+ * fd_crc_matches() - whether the CRC-32 (as .gnu_debuglink has it: the
+ * zlib/IEEE one) of all of @fd is @crc. Reads the file, at most
+ * DEBUGLINK_CRC_MAX_BYTES of it (a bigger one does not match).
+ */
+static bool fd_crc_matches(int fd, uint32_t crc)
+{
+	uint32_t table[256], c = 0xffffffffU;
+	unsigned char buf[16384];
+	uint64_t total = 0;
+	ssize_t n;
+
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t v = i;
+
+		for (int k = 0; k < 8; k++)
+			v = v & 1 ? 0xedb88320U ^ (v >> 1) : v >> 1;
+		table[i] = v;
+	}
+	while ((n = pread(fd, buf, sizeof(buf), (off_t)total)) > 0) {
+		total += (uint64_t)n;
+		if (total > DEBUGLINK_CRC_MAX_BYTES)
+			return false;
+		for (ssize_t i = 0; i < n; i++)
+			c = table[(c ^ buf[i]) & 0xff] ^ (c >> 8);
+	}
+	return n == 0 && (c ^ 0xffffffffU) == crc;
+}
+
+/*
+ * debuglink_try() - open @path as the debug file of @dm (main file
+ * @file_name): not the main file itself, and with the module's build ID, or
+ * for a module without one the debuglink's CRC @crc (0: nothing to check it
+ * by, refused). Returns the fd and *@ret_name (malloc'd), or -1.
+ */
+static int debuglink_try(Dwfl_Module *dm, const char *path, const char *file_name, uint32_t crc,
+			 char **ret_name)
+{
+	_cleanup_close_ int fd = -1;
+	const unsigned char *id;
+	GElf_Addr id_vaddr;
+	int id_len = dwfl_module_build_id(dm, &id, &id_vaddr);
+
+	fd = open_regular(path);
+	if (fd < 0 || fd_same_file(fd, file_name))
+		return -1;
+	if (id_len > 0 ? !fd_has_build_id(fd, id, id_len) : !crc || !fd_crc_matches(fd, crc))
+		return -1;
+	*ret_name = strdup(path);
+	if (!*ret_name)
+		return -1;
+	return TAKE_FD(fd);
+}
+
+/*
+ * debuglink_find() - the debug file named @debuglink (from .gnu_debuglink)
+ * of module @dm whose main file is @file_name, looked for along
+ * @debuginfo_path where libdwfl's find_debuginfo_in_path() looks: an empty
+ * entry is the file's directory, a relative one a subdirectory of it, an
+ * absolute ROOT is ROOT/<file's directory>/ and then, as libdwfl does (for
+ * a file opened through /proc/PID/root/...), the same with the leading
+ * directories dropped one at a time. Returns an fd and *@ret_name, or -1.
+ */
+static int debuglink_find(Dwfl_Module *dm, const char *debuginfo_path, const char *file_name,
+			  const char *debuglink, uint32_t crc, char **ret_name)
+{
+	const char *slash = strrchr(file_name, '/'), *p = debuginfo_path, *entry;
+	int dir_len = slash ? (int)(slash - file_name) : 0;
+	ssize_t len;
+
+	if (!slash || dir_len >= PATH_MAX)
+		return -1;
+	while ((len = path_next(&p, &entry)) >= 0) {
+		char path[PATH_MAX];
+		int n, fd;
+
+		if (len >= PATH_MAX)
+			continue;
+		if (len == 0 || entry[0] != '/') {
+			/* the file's directory, or a subdirectory of it */
+			n = snprintf(path, sizeof(path), "%.*s/%.*s%s%s", dir_len, file_name,
+				     (int)len, entry, len ? "/" : "", debuglink);
+			if (n < 0 || (size_t)n >= sizeof(path))
+				continue;
+			fd = debuglink_try(dm, path, file_name, crc, ret_name);
+			if (fd >= 0)
+				return fd;
+			continue;
+		}
+		if (file_name[0] != '/')
+			continue;
+		/* ROOT/usr/lib/x/, ROOT/lib/x/, ROOT/x/ for a file in /usr/lib/x/ */
+		for (const char *sub = file_name + 1; sub && sub <= slash;) {
+			n = snprintf(path, sizeof(path), "%.*s/%.*s%s", (int)len, entry,
+				     (int)(slash + 1 - sub), sub, debuglink);
+			if (n >= 0 && (size_t)n < sizeof(path)) {
+				fd = debuglink_try(dm, path, file_name, crc, ret_name);
+				if (fd >= 0)
+					return fd;
+			}
+			sub = sub < slash ? strchr(sub, '/') : NULL;
+			if (sub)
+				sub++;
+		}
+	}
+	return -1;
+}
+
+/*
+ * find_debuginfo_local() - Dwfl_Callbacks.find_debuginfo of a symbolizer
+ * made without debuginfod: dwfl_standard_find_debuginfo() less its last
+ * resort. libdwfl's standard callback (elfutils 0.188, find-debuginfo.c)
+ * asks libdebuginfod (dlopen()ed on first use) whenever DEBUGINFOD_URLS is
+ * set and the local search failed, which may block on the network for
+ * minutes; the environment of a multithreaded daemon cannot be changed
+ * around the call, so the local search is done here instead: by build ID
+ * under the absolute entries of the path (dwfl_build_id_find_debuginfo(),
+ * which never asks debuginfod), then by .gnu_debuglink as in
+ * debuglink_find(), for the file name and for its realpath(). An alternate
+ * (dwz) file named by a path is left to libdw, which opens it itself
+ * (dwarf_getalt()). The module's userdata is its symbolizer.
+ */
+static int find_debuginfo_local(Dwfl_Module *dm, void **userdata, const char *modname,
+				GElf_Addr base, const char *file_name, const char *debuglink,
+				GElf_Word crc, char **ret_name)
+{
+	const struct symbolizer *s = *userdata;
+	_cleanup_free_ char *canon = NULL, *invented = NULL;
+	int fd;
+
+	fd = dwfl_build_id_find_debuginfo(dm, userdata, modname, base, file_name, debuglink, crc,
+					  ret_name);
+	if (fd >= 0 || !s || !file_name)
+		return fd;
+	if (!debuglink) {
+		/* libdwfl tries FILE.debug then (checked by build ID only) */
+		const char *base_name = strrchr(file_name, '/');
+
+		if (asprintf(&invented, "%s.debug", base_name ? base_name + 1 : file_name) < 0) {
+			invented = NULL;
+			return -1;
+		}
+		debuglink = invented;
+		crc = 0;
+	}
+	if (!debuglink[0] || strchr(debuglink, '/'))
+		return -1;
+	fd = debuglink_find(dm, s->debuginfo_path, file_name, debuglink, crc, ret_name);
+	if (fd >= 0)
+		return fd;
+	canon = realpath(file_name, NULL);
+	if (!canon || strcmp(canon, file_name) == 0)
+		return -1;
+	return debuglink_find(dm, s->debuginfo_path, canon, debuglink, crc, ret_name);
+}
+
+/*
+ * debuginfo_path_new() - libdwfl's search path for @debug_path (absolute
+ * directories separated by colons; relative and empty entries are ignored,
+ * as libdwfl would take them for subdirectories of the file's directory):
+ * ":.debug:ROOT...:/usr/lib/debug", malloc'd; NULL on OOM.
+ */
+static char *debuginfo_path_new(const char *debug_path)
+{
+	const char *p = debug_path, *entry;
+	size_t size = sizeof(":.debug::/usr/lib/debug") + (debug_path ? strlen(debug_path) : 0);
+	char *path = malloc(size), *w;
+	ssize_t len;
+
+	if (!path)
+		return NULL;
+	w = stpcpy(path, ":.debug");
+	while ((len = path_next(&p, &entry)) >= 0) {
+		if (len == 0 || entry[0] != '/')
+			continue;
+		*w++ = ':';
+		w = mempcpy(w, entry, (size_t)len);
+	}
+	strcpy(w, ":/usr/lib/debug");
+	return path;
+}
+
+/*
+ * symbolizer__new_with() - an empty symbolizer: modules are opened and
+ * kallsyms read on first use.
+ * @debuginfod: let libdwfl fetch debug info missing locally through
+ *   libdebuginfod when DEBUGINFOD_URLS is set (dwfl_standard_find_debuginfo()),
+ *   and symbolizer__file() too. Lookups may then block on the network for
+ *   minutes: never for the symbolizer of the sampling path. When false,
+ *   libdebuginfod is never loaded on our behalf (find_debuginfo_local()).
+ * @debug_path: NULL, or directories separated by colons, searched before
+ *   /usr/lib/debug for separate debug files: by build ID as
+ *   DIR/.build-id/xx/rest.debug, and by .gnu_debuglink as DIR/<directory of
+ *   the file>/NAME (and DIR/<that directory less leading components>/NAME,
+ *   as libdwfl does). Only absolute entries are used. Copied.
+ *
+ * Returns NULL only on out-of-memory. Does not log.
+ */
+struct symbolizer *symbolizer__new_with(bool debuginfod, const char *debug_path)
+{
+	struct symbolizer *s;
+
+	elf_version(EV_CURRENT);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->debuginfo_path = debuginfo_path_new(debug_path);
+	if (!s->debuginfo_path) {
+		free(s);
+		return NULL;
+	}
+	s->debuginfod = debuginfod;
+	s->callbacks = (Dwfl_Callbacks){
+	    .find_elf = debuginfod ? dwfl_build_id_find_elf : find_elf_none,
+	    .find_debuginfo = debuginfod ? dwfl_standard_find_debuginfo : find_debuginfo_local,
+	    .section_address = dwfl_offline_section_address,
+	    .debuginfo_path = &s->debuginfo_path,
+	};
+	return s;
+}
+
+/*
+ * symbolizer__new() - symbolizer__new_with(false, $PROFD_DEBUG_PATH): the
+ * symbolizer of the sampling path, which never asks debuginfod. NULL only
+ * on out-of-memory. Does not log.
  */
 struct symbolizer *symbolizer__new(void)
 {
-	elf_version(EV_CURRENT);
-	return calloc(1, sizeof(struct symbolizer));
+	return symbolizer__new_with(false, getenv("PROFD_DEBUG_PATH"));
 }
 
 static void module_free(struct module *m)
@@ -1004,8 +1300,13 @@ static void module_free(struct module *m)
 
 static void results_clear(struct symbolizer *s)
 {
-	for (size_t i = 0; i < s->results.cap; i++)
-		free(s->results.vals[i]);
+	for (size_t i = 0; i < s->results.cap; i++) {
+		struct result *r = s->results.vals[i];
+
+		if (r)
+			free(r->inlined);
+		free(r);
+	}
 	hashmap__clear(&s->results);
 }
 
@@ -1024,6 +1325,9 @@ void symbolizer__free(struct symbolizer *s)
 	strpool_done(&s->pool);
 	if (s->vdso_tried && s->vdso_fd >= 0)
 		close(s->vdso_fd);
+	if (s->debuginfod_dwfl)
+		dwfl_end(s->debuginfod_dwfl);
+	free(s->debuginfo_path);
 	free(s);
 }
 
@@ -1033,6 +1337,7 @@ struct module_key {
 	uint64_t dev_major, dev_minor, ino;
 	uint64_t vdso_bytes;
 	bool vdso_self;
+	bool file;
 };
 
 static bool module_eq(const void *entry, const void *key)
@@ -1042,7 +1347,7 @@ static bool module_eq(const void *entry, const void *key)
 
 	return m->path == k->path && m->build_id == k->build_id && m->ino == k->ino &&
 	       m->dev_major == k->dev_major && m->dev_minor == k->dev_minor &&
-	       m->vdso_bytes == k->vdso_bytes && m->vdso_self == k->vdso_self;
+	       m->vdso_bytes == k->vdso_bytes && m->vdso_self == k->vdso_self && m->file == k->file;
 }
 
 /*
@@ -1101,17 +1406,18 @@ int addrspace__open_file(const struct addrspace *as, const struct mapping *m, ch
 }
 
 /*
- * module_report() - give @mod a Dwfl of its own with the ELF file @fd
- * (consumed) named @file_name. Returns 0, -ENOMEM, or -EINVAL if libdwfl
- * cannot use the file.
+ * module_report() - give @mod a Dwfl of its own, with @s's callbacks, with
+ * the ELF file @fd (consumed) named @file_name. Returns 0, -ENOMEM, or
+ * -EINVAL if libdwfl cannot use the file.
  */
-static int module_report(struct module *mod, const char *file_name, int fd)
+static int module_report(struct symbolizer *s, struct module *mod, const char *file_name, int fd)
 {
 	Dwarf_Addr bias, dwarf_bias;
 	Dwfl_Module *dm;
 	Dwfl *dwfl;
+	void **userdata;
 
-	dwfl = dwfl_begin(&dwfl_callbacks);
+	dwfl = dwfl_begin(&s->callbacks);
 	if (!dwfl) {
 		close(fd);
 		return -ENOMEM;
@@ -1125,6 +1431,9 @@ static int module_report(struct module *mod, const char *file_name, int fd)
 		dwfl_end(dwfl);
 		return -EINVAL;
 	}
+	/* find_debuginfo_local() reads the search path from the symbolizer */
+	if (dwfl_module_info(dm, &userdata, NULL, NULL, NULL, NULL, NULL, NULL))
+		*userdata = s;
 	/*
 	 * Look for DWARF (in the file or a separate debug file) now, while
 	 * /proc/PID/root still leads to it.
@@ -1143,7 +1452,8 @@ static int module_report(struct module *mod, const char *file_name, int fd)
  * on disk: its symbols would be silently wrong). Leaves mod->dwfl NULL if no
  * way works.
  */
-static void module_open(struct module *mod, const struct addrspace *as, const struct mapping *m)
+static void module_open(struct symbolizer *s, struct module *mod, const struct addrspace *as,
+			const struct mapping *m)
 {
 	char buf[PATH_MAX + 64];
 
@@ -1161,7 +1471,7 @@ static void module_open(struct module *mod, const struct addrspace *as, const st
 		 * (next to it, in .debug/, under /usr/lib/debug): the path the
 		 * process sees, through its root while that exists.
 		 */
-		r = module_report(mod, how == OPEN_ROOT ? buf : mod->path, TAKE_FD(fd));
+		r = module_report(s, mod, how == OPEN_ROOT ? buf : mod->path, TAKE_FD(fd));
 		if (r == 0 || r == -ENOMEM)
 			return;
 	}
@@ -1214,7 +1524,7 @@ static void module_open_vdso(struct symbolizer *s, struct module *mod)
 	fd = fcntl(s->vdso_fd, F_DUPFD_CLOEXEC, 3);
 	if (fd < 0 || !elf_fd_matches(fd, mod->build_id))
 		return;
-	(void)module_report(mod, mod->path, TAKE_FD(fd));
+	(void)module_report(s, mod, mod->path, TAKE_FD(fd));
 }
 
 /*
@@ -1275,7 +1585,7 @@ static struct module *symbolizer_module(struct symbolizer *s, const struct addrs
 			module_open_vdso(s, mod);
 			mod->retry_ns = UINT64_MAX; /* our vDSO does not change */
 		} else if (now >= mod->retry_ns) {
-			module_open(mod, as, m);
+			module_open(s, mod, as, m);
 			mod->retry_ns = now + MODULE_RETRY_NS;
 		}
 	}
@@ -1310,50 +1620,70 @@ static const char *intern_symbol(struct symbolizer *s, const char *name)
 }
 
 /*
- * inline_call_site() - if @addr (a Dwfl address) is in code inlined into
- * its function, the file and line of the outermost inlined call: the place
- * in the function the symbol table names. Otherwise leaves *@file and *@line.
- * The line table alone would give a line of the inlined callee (a header,
- * say) next to the caller's name.
+ * scope_chain() - the DW_TAG_subprogram and DW_TAG_inlined_subroutine DIEs
+ * of CU @cudie whose ranges hold @pc (a CU address, as dwarf_getscopes()
+ * takes), outermost first, into @ret (SCOPE_MAX_DEPTH entries); returns how
+ * many.
+ *
+ * Not dwarf_getscopes(): past the innermost inlined instance it returns the
+ * scopes around that function's abstract definition, not the concrete
+ * instances the instance sits in (elfutils 0.188 libdw/dwarf_getscopes.c),
+ * so a second level of inlining would be lost; eu-addr2line -i goes on with
+ * dwarf_getscopes_die(), which walks the whole CU. This descends once from
+ * the CU through the one child at each level whose ranges hold @pc, the
+ * first pass of dwarf_getscopes() (which likewise does not look into DIEs
+ * without ranges: GCC and clang put a namespace's function definitions at
+ * CU level). Each step moves forward in the CU, so a corrupt tree ends.
  */
-static void inline_call_site(Dwfl_Module *dm, Dwarf_Addr addr, const char **file, int *line)
+static size_t scope_chain(Dwarf_Die *cudie, Dwarf_Addr pc, Dwarf_Die *ret)
 {
-	_cleanup_free_ Dwarf_Die *scopes = NULL;
+	Dwarf_Die die = *cudie, child, next;
+	size_t n = 0;
+
+	for (size_t depth = 0; depth < SCOPE_MAX_DEPTH && dwarf_child(&die, &child) == 0; depth++) {
+		bool found;
+		int tag;
+
+		while (!(found = dwarf_haspc(&child, pc) > 0) &&
+		       dwarf_siblingof(&child, &next) == 0)
+			child = next;
+		if (!found)
+			break;
+		tag = dwarf_tag(&child);
+		if (tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine)
+			ret[n++] = child;
+		die = child;
+	}
+	return n;
+}
+
+/*
+ * call_site() - DW_AT_call_file (through CU @cudie's file table) and
+ * DW_AT_call_line of the inlined instance @die, in *@ret_file (libdw's
+ * string) and *@ret_line; false (both untouched) if either is missing or
+ * out of range.
+ */
+static bool call_site(Dwarf_Die *cudie, Dwarf_Die *die, const char **ret_file, int *ret_line)
+{
 	Dwarf_Attribute attr_mem;
 	Dwarf_Word call_file, call_line;
 	Dwarf_Files *files;
-	Dwarf_Addr cu_bias;
-	Dwarf_Die *cudie;
-	const char *src;
 	size_t n_files;
-	int n, outer = -1;
+	const char *src;
 
-	cudie = dwfl_module_addrdie(dm, addr, &cu_bias);
-	if (!cudie)
-		return;
-	n = dwarf_getscopes(cudie, addr - cu_bias, &scopes);
-	for (int i = 0; i < n; i++) {
-		int tag = dwarf_tag(&scopes[i]);
-
-		if (tag == DW_TAG_inlined_subroutine)
-			outer = i;
-		else if (tag == DW_TAG_subprogram)
-			break;
-	}
-	if (outer < 0)
-		return;
-	if (dwarf_formudata(dwarf_attr(&scopes[outer], DW_AT_call_file, &attr_mem), &call_file))
-		return;
-	if (dwarf_formudata(dwarf_attr(&scopes[outer], DW_AT_call_line, &attr_mem), &call_line) ||
+	if (dwarf_formudata(dwarf_attr(die, DW_AT_call_file, &attr_mem), &call_file))
+		return false;
+	if (dwarf_formudata(dwarf_attr(die, DW_AT_call_line, &attr_mem), &call_line) ||
 	    call_line == 0 || call_line > INT_MAX)
-		return;
+		return false;
 	if (dwarf_getsrcfiles(cudie, &files, &n_files) != 0 || call_file >= n_files)
-		return;
+		return false;
 	src = dwarf_filesrc(files, call_file, NULL, NULL);
 	if (!src)
-		return;
-	*file = src;
-	*line = (int)call_line;
+		return false;
+	*ret_file = src;
+	*ret_line = (int)call_line;
+	return true;
 }
 
 /*
@@ -1375,23 +1705,126 @@ static const char *intern_source(struct symbolizer *s, const char *comp_dir, con
 }
 
 /*
- * module_lookup() - function (demangled), file and line of ELF virtual
- * address @vaddr in @mod, each interned; NULL/0 where unknown. Returns 0 or
- * -ENOMEM.
+ * die_function() - the name of the function @die (an inlined instance) is
+ * of, from its abstract origin (dwarf_attr_integrate() follows
+ * DW_AT_abstract_origin and DW_AT_specification): the linkage name,
+ * demangled as intern_symbol() does, else DW_AT_name; interned into
+ * *@ret, NULL when it has neither. Returns 0 or -ENOMEM.
+ */
+static int die_function(struct symbolizer *s, Dwarf_Die *die, const char **ret)
+{
+	Dwarf_Attribute attr_mem;
+	const char *name;
+
+	name = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_linkage_name, &attr_mem));
+	if (!name)
+		name =
+		    dwarf_formstring(dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr_mem));
+	if (name && name[0]) {
+		*ret = intern_symbol(s, name);
+		return *ret ? 0 : -ENOMEM;
+	}
+	name = dwarf_diename(die);
+	if (!name || !name[0]) {
+		*ret = NULL;
+		return 0;
+	}
+	*ret = strpool_intern(&s->pool, name);
+	return *ret ? 0 : -ENOMEM;
+}
+
+/* intern_source_or_null() - intern_source() of @file, NULL for NULL; false on OOM. */
+static bool intern_source_or_null(struct symbolizer *s, const char *comp_dir, const char *file,
+				  const char **ret)
+{
+	*ret = file ? intern_source(s, comp_dir, file) : NULL;
+	return !file || *ret;
+}
+
+/*
+ * module_inline() - fill @ret's inline frames for Dwfl address @addr of
+ * @mod and, when it is in inlined code, set *@file, *@line and *@comp_dir
+ * (libdw's strings) to the call site of the outermost inlined call: the
+ * depth-0 frame's place. @line_file, @line_line and @line_comp_dir are what
+ * the line table says of @addr (NULL/0 if nothing): the innermost frame's
+ * place. Keeps the INLINE_MAX innermost inlined calls. Returns 0 or -ENOMEM
+ * (ret->inlined may then be set, for the caller to free).
+ */
+static int module_inline(struct symbolizer *s, const struct module *mod, Dwarf_Addr addr,
+			 const char *line_file, int line_line, const char *line_comp_dir,
+			 const char **file, int *line, const char **comp_dir, struct result *ret)
+{
+	Dwarf_Die chain[SCOPE_MAX_DEPTH], *cudie;
+	Dwarf_Attribute attr_mem;
+	Dwarf_Addr cu_bias;
+	const char *cu_comp_dir;
+	size_t n, first, k;
+
+	cudie = dwfl_module_addrdie(mod->mod, addr, &cu_bias);
+	if (!cudie)
+		return 0;
+	n = scope_chain(cudie, addr - cu_bias, chain);
+	/* the inlined instances inside the innermost out-of-line function */
+	for (first = n; first > 0 && dwarf_tag(&chain[first - 1]) == DW_TAG_inlined_subroutine;)
+		first--;
+	k = n - first;
+	if (k == 0)
+		return 0;
+	cu_comp_dir = dwarf_formstring(dwarf_attr(cudie, DW_AT_comp_dir, &attr_mem));
+	/* the depth-0 frame: where the function called the outermost inlined one */
+	if (call_site(cudie, &chain[first], file, line))
+		*comp_dir = cu_comp_dir;
+
+	ret->inlined = calloc(MIN(k, (size_t)INLINE_MAX), sizeof(*ret->inlined));
+	if (!ret->inlined)
+		return -ENOMEM;
+	for (size_t i = 0; i < k && i < INLINE_MAX; i++) {
+		/* innermost first: chain[n - 1] is the deepest */
+		struct inline_frame *f = &ret->inlined[i];
+		const char *src = NULL, *dir = cu_comp_dir;
+		int src_line = 0;
+
+		if (die_function(s, &chain[n - 1 - i], &f->function) < 0)
+			return -ENOMEM;
+		if (i == 0) {
+			/* the address itself: the line table */
+			src = line_file;
+			src_line = line_line;
+			dir = line_comp_dir;
+		} else {
+			/* where it was called from, in the next deeper one */
+			(void)call_site(cudie, &chain[n - i], &src, &src_line);
+		}
+		if (!intern_source_or_null(s, dir, src, &f->file))
+			return -ENOMEM;
+		f->line = src ? src_line : 0;
+		ret->n_inlined = i + 1;
+	}
+	return 0;
+}
+
+/*
+ * module_lookup() - what ELF virtual address @vaddr of @mod is: the function
+ * the symbol table names (demangled), the file and line in it (of the
+ * outermost inlined call when @vaddr is in inlined code), and the inlined
+ * calls, each string interned; NULL/0 where unknown. Returns 0 or -ENOMEM
+ * (nothing to free in @ret then).
  */
 static int module_lookup(struct symbolizer *s, const struct module *mod, uint64_t vaddr,
 			 struct result *ret)
 {
 	Dwarf_Addr addr = vaddr + mod->bias;
-	const char *name, *file = NULL, *comp_dir = NULL;
+	const char *name, *src = NULL, *src_comp_dir = NULL, *file, *comp_dir;
 	Dwfl_Line *dl;
 	GElf_Off off;
 	GElf_Sym sym;
-	int line = 0;
+	int src_line = 0, line, r;
 
 	ret->function = NULL;
 	ret->file = NULL;
 	ret->line = 0;
+	ret->inlined = NULL;
+	ret->n_inlined = 0;
 
 	name = dwfl_module_addrinfo(mod->mod, addr, &off, &sym, NULL, NULL, NULL);
 	if (name && name[0] && GELF_ST_TYPE(sym.st_info) != STT_SECTION &&
@@ -1403,23 +1836,27 @@ static int module_lookup(struct symbolizer *s, const struct module *mod, uint64_
 
 	dl = dwfl_module_getsrc(mod->mod, addr);
 	if (dl) {
-		const char *src = dwfl_lineinfo(dl, NULL, &line, NULL, NULL, NULL);
-
-		if (src && line > 0) {
-			file = src;
-			comp_dir = dwfl_line_comp_dir(dl);
+		src = dwfl_lineinfo(dl, NULL, &src_line, NULL, NULL, NULL);
+		if (src && src_line > 0) {
+			src_comp_dir = dwfl_line_comp_dir(dl);
 		} else {
-			line = 0;
+			src = NULL;
+			src_line = 0;
 		}
 	}
-	if (file)
-		inline_call_site(mod->mod, addr, &file, &line);
-	if (file) {
-		ret->file = intern_source(s, comp_dir, file);
-		if (!ret->file)
-			return -ENOMEM;
-		ret->line = line;
+	file = src;
+	line = src_line;
+	comp_dir = src_comp_dir;
+	r = module_inline(s, mod, addr, src, src_line, src_comp_dir, &file, &line, &comp_dir, ret);
+	if (r >= 0 && !intern_source_or_null(s, comp_dir, file, &ret->file))
+		r = -ENOMEM;
+	if (r < 0) {
+		free(ret->inlined);
+		ret->inlined = NULL;
+		ret->n_inlined = 0;
+		return r;
 	}
+	ret->line = file ? line : 0;
 	return 0;
 }
 
@@ -1435,7 +1872,10 @@ static bool result_eq(const void *entry, const void *key)
 	return a->mod == b->mod && a->vaddr == b->vaddr;
 }
 
-/* results_add() - cache a copy of @r; failing to (OOM) only costs a later lookup. */
+/*
+ * results_add() - cache @r, taking its inline frames; failing to (OOM)
+ * frees them and only costs a later lookup.
+ */
 static void results_add(struct symbolizer *s, const struct result *r)
 {
 	struct result *copy;
@@ -1443,11 +1883,122 @@ static void results_add(struct symbolizer *s, const struct result *r)
 	if (s->results.len >= RESULT_CACHE_MAX)
 		results_clear(s); /* start over rather than grow without bound */
 	copy = malloc(sizeof(*copy));
-	if (!copy)
+	if (!copy) {
+		free(r->inlined);
 		return;
+	}
 	*copy = *r;
-	if (hashmap__insert(&s->results, result_hash(r->mod, r->vaddr), copy) < 0)
+	if (hashmap__insert(&s->results, result_hash(r->mod, r->vaddr), copy) < 0) {
+		free(copy->inlined);
 		free(copy);
+	}
+}
+
+/*
+ * module_frames() - the frames of ELF virtual address @vaddr of @mod (whose
+ * Dwfl is open), looked up at @lookup (@vaddr or @vaddr - 1), into @ret as
+ * symbolizer__user_inline() documents, from the result cache or looked up
+ * and cached. Returns the number of frames (1..@max, @max >= 1) or -ENOMEM.
+ */
+static int module_frames(struct symbolizer *s, const struct module *mod, uint64_t vaddr,
+			 uint64_t lookup, struct frame_info *ret, size_t max)
+{
+	struct result r = {.mod = mod, .vaddr = lookup}, *cached;
+	size_t n_in;
+	int err;
+
+	cached = hashmap__find(&s->results, result_hash(mod, lookup), result_eq, &r);
+	if (cached) {
+		r = *cached;
+	} else {
+		err = module_lookup(s, mod, lookup, &r);
+		if (err < 0)
+			return err;
+	}
+	/* too many: the innermost, and the depth-0 frame last */
+	n_in = MIN(r.n_inlined, max - 1);
+	for (size_t i = 0; i < n_in; i++)
+		ret[i] = (struct frame_info){
+		    .module = mod->path,
+		    .build_id = mod->build_id,
+		    .rel_addr = vaddr,
+		    .function = r.inlined[i].function,
+		    .file = r.inlined[i].file,
+		    .line = r.inlined[i].line,
+		    .inline_depth = (int)(n_in - i),
+		};
+	ret[n_in] = (struct frame_info){
+	    .module = mod->path,
+	    .build_id = mod->build_id,
+	    .rel_addr = vaddr,
+	    .function = r.function,
+	    .file = r.file,
+	    .line = r.line,
+	};
+	if (!cached)
+		results_add(s, &r); /* after the copy: it may free r.inlined */
+	return (int)(n_in + 1);
+}
+
+/*
+ * symbolizer__user_inline() - symbolize user address @addr of a process
+ * whose mappings are @as, with inlined calls as frames of their own.
+ * @addr: a runtime address in that process.
+ * @return_addr: true for a return address from an unwound stack (every frame
+ *   but the leaf): the lookup uses the ELF address - 1, so that a call at the
+ *   very end of a function is attributed to that function and its line;
+ *   rel_addr is still that of @addr.
+ * @ret: @max >= 1 frames to fill, innermost first. When DWARF says @addr is
+ *   in code inlined into its function (DW_TAG_inlined_subroutine DIEs whose
+ *   ranges hold it), ret[0] is the innermost inlined function (named from
+ *   its abstract origin's linkage name, demangled, else its DW_AT_name)
+ *   with the file:line of the address from the line table; each next one
+ *   is the function that inlined the previous one, with the file:line of
+ *   that call (DW_AT_call_file/DW_AT_call_line); the last is the frame
+ *   symbolizer__user() gives: the function the symbol table names (names
+ *   stay those of the symbol table, as on every other path) with the place
+ *   where it called the outermost inlined function. inline_depth counts
+ *   down to 0 for the last. With more than @max frames the innermost
+ *   @max - 1 are kept and the last is still the depth-0 one, whose
+ *   inline_depth is 0; the kept ones are numbered @max - 1 .. 1 (the levels
+ *   cut away are not counted). At most INLINE_MAX levels are kept per
+ *   address. All frames share module, build_id and rel_addr; strings are
+ *   owned by @s and valid until symbolizer__free().
+ *
+ * Files are opened, searched for separate debug info and cached as for
+ * symbolizer__user(); lookups are cached per module and address.
+ *
+ * Returns the number of frames (1..@max): 1 without debug info or without
+ * inlining at @addr. Returns -ENOENT if no mapping holds @addr (ret[0] then
+ * has module "[unknown]", rel_addr = @addr), -ENOMEM, -EINVAL for @max 0.
+ * Blocks on file I/O (and on debuginfod for a symbolizer made with it);
+ * does not log.
+ */
+int symbolizer__user_inline(struct symbolizer *s, const struct addrspace *as, uint64_t addr,
+			    bool return_addr, struct frame_info *ret, size_t max)
+{
+	const struct mapping *m;
+	struct module *mod;
+	uint64_t rel;
+	ssize_t idx;
+
+	if (max < 1)
+		return -EINVAL;
+	ret[0] = (struct frame_info){.module = "[unknown]", .build_id = "", .rel_addr = addr};
+	idx = as ? as_index(as, addr) : -1;
+	if (idx < 0)
+		return -ENOENT;
+	m = &as->maps[idx];
+	mod = symbolizer_module(s, as, (size_t)idx);
+	if (!mod)
+		return -ENOMEM;
+	rel = addr - m->load_bias;
+	ret[0].module = mod->path;
+	ret[0].build_id = mod->build_id;
+	ret[0].rel_addr = rel;
+	if (!mod->dwfl)
+		return 1;
+	return module_frames(s, mod, rel, return_addr && rel > 0 ? rel - 1 : rel, ret, max);
 }
 
 /*
@@ -1463,62 +2014,254 @@ static void results_add(struct symbolizer *s, const struct result *r)
  *
  * The file of each mapping is opened once per (path, build ID) and kept
  * open; its symbol table (.symtab, else .dynsym), separate debug info found
- * by build ID or .gnu_debuglink, and DWARF line table are used. When @addr
- * is in inlined code, function is the out-of-line function that holds it
- * and file:line the place in it where the inlined code was called. A
- * [vdso] that is the same image as the daemon's own vDSO is symbolized from
- * a copy of that (names from its .dynsym, the __vdso_ ones where it has
- * two, build ID of the image); another [vdso] (a 32-bit process's) gets
- * function NULL.
+ * by build ID or .gnu_debuglink (see symbolizer__new_with()), and DWARF
+ * line table are used. When @addr is in inlined code, function is the
+ * out-of-line function that holds it and file:line the place in it where
+ * the outermost inlined code was called: the last frame of
+ * symbolizer__user_inline(). A [vdso] that is the same image as the
+ * daemon's own vDSO is symbolized from a copy of that (names from its
+ * .dynsym, the __vdso_ ones where it has two, build ID of the image);
+ * another [vdso] (a 32-bit process's) gets function NULL.
  *
  * Returns 0 when a mapping holds @addr: module/build_id/rel_addr are set,
  * and function/file/line when the ELF or its debug info know them (function
  * NULL for a stripped file, a file that cannot be opened or is corrupt, or a
  * file replaced on disk by one with another build ID). Returns -ENOENT if no
  * mapping holds @addr (module "[unknown]", rel_addr = @addr), -ENOMEM.
- * Blocks on file I/O (and on debuginfod if DEBUGINFOD_URLS is set, through
- * libdwfl). Does not log.
+ * Blocks on file I/O (and on debuginfod for a symbolizer made with it).
+ * Does not log.
  */
 int symbolizer__user(struct symbolizer *s, const struct addrspace *as, uint64_t addr,
 		     bool return_addr, struct frame_info *ret)
 {
-	struct result r = {}, *cached;
-	const struct mapping *m;
-	struct module *mod;
-	uint64_t rel;
-	ssize_t idx;
-	int err;
+	int r = symbolizer__user_inline(s, as, addr, return_addr, ret, 1);
 
-	*ret = (struct frame_info){.module = "[unknown]", .build_id = "", .rel_addr = addr};
-	idx = as ? as_index(as, addr) : -1;
-	if (idx < 0)
+	return r < 0 ? r : 0;
+}
+
+/* build_id_bytes() - lowercase hex @hex as bytes into @buf; their count, 0 if not such hex. */
+static size_t build_id_bytes(const char *hex, unsigned char buf[static BUILD_ID_MAX_BYTES])
+{
+	size_t len = strnlen(hex, 2 * BUILD_ID_MAX_BYTES + 1);
+
+	if (len < 2 || len % 2 || len > 2 * BUILD_ID_MAX_BYTES)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		int d = hex[i] >= '0' && hex[i] <= '9'	 ? hex[i] - '0'
+			: hex[i] >= 'a' && hex[i] <= 'f' ? hex[i] - 'a' + 10
+							 : -1;
+
+		if (d < 0)
+			return 0;
+		if (i % 2)
+			buf[i / 2] |= (unsigned char)d;
+		else
+			buf[i / 2] = (unsigned char)(d << 4);
+	}
+	return len / 2;
+}
+
+/* The libdebuginfod call we make ourselves (elfutils debuginfod/debuginfod.h). */
+typedef int debuginfod_find_fn(debuginfod_client *client, const unsigned char *build_id,
+			       int build_id_len, char **path);
+
+/*
+ * debuginfod_fetch() - the debug file with build ID @id (@len bytes) from
+ * libdebuginfod, as an fd; -1 if there is no client (no DEBUGINFOD_URLS, no
+ * libdebuginfod) or it has nothing. libdwfl loads libdebuginfod with
+ * dlopen() for its own client (dwfl_get_debuginfod_client()); we borrow
+ * that client, from a Dwfl kept for it, and look the function up in the
+ * library already loaded. Blocks on the network.
+ */
+static int debuginfod_fetch(struct symbolizer *s, const unsigned char *id, size_t len)
+{
+	debuginfod_find_fn *find;
+	debuginfod_client *client;
+	char *path = NULL;
+	void *so;
+	int fd;
+
+	if (!s->debuginfod_dwfl) {
+		s->debuginfod_dwfl = dwfl_begin(&s->callbacks);
+		if (!s->debuginfod_dwfl)
+			return -1;
+	}
+	client = dwfl_get_debuginfod_client(s->debuginfod_dwfl);
+	if (!client)
+		return -1;
+	so = dlopen("libdebuginfod.so.1", RTLD_LAZY | RTLD_NOLOAD);
+	if (!so)
+		return -1;
+	find = (debuginfod_find_fn *)dlsym(so, "debuginfod_find_debuginfo");
+	fd = find ? find(client, id, (int)len, &path) : -1;
+	free(path);
+	dlclose(so);
+	return fd;
+}
+
+/*
+ * module_open_file() - open the file module @mod (symbolizer__file()): the
+ * file at its path if its build ID is the module's (any ELF when the module
+ * has none), its separate debug info found from there as for a mapping;
+ * else the debug file with the module's build ID, under each root's
+ * .build-id/ (@s's debug path, then /usr/lib/debug), then from debuginfod
+ * when @s may use it. The debug file alone has the symbol table and DWARF
+ * (objcopy --only-keep-debug keeps .symtab and the program headers). Leaves
+ * mod->dwfl NULL when nothing is found.
+ */
+static void module_open_file(struct symbolizer *s, struct module *mod)
+{
+	unsigned char id[BUILD_ID_MAX_BYTES];
+	const char *p = s->debuginfo_path, *root;
+	size_t id_len;
+	ssize_t len;
+	int fd;
+
+	fd = open_regular(mod->path);
+	if (fd >= 0 && elf_fd_matches(fd, mod->build_id)) {
+		int r = module_report(s, mod, mod->path, fd);
+
+		if (r == 0 || r == -ENOMEM)
+			return;
+	} else if (fd >= 0) {
+		close(fd);
+	}
+	id_len = build_id_bytes(mod->build_id, id);
+	if (id_len == 0)
+		return;
+	while ((len = path_next(&p, &root)) >= 0) {
+		char path[PATH_MAX];
+		int n;
+
+		if (len == 0 || root[0] != '/')
+			continue;
+		n = snprintf(path, sizeof(path), "%.*s/.build-id/%.2s/%s.debug", (int)len, root,
+			     mod->build_id, mod->build_id + 2);
+		if (n < 0 || (size_t)n >= sizeof(path))
+			continue;
+		fd = open_regular(path);
+		if (fd >= 0 && elf_fd_matches(fd, mod->build_id)) {
+			int r = module_report(s, mod, path, fd);
+
+			if (r == 0 || r == -ENOMEM)
+				return;
+		} else if (fd >= 0) {
+			close(fd);
+		}
+	}
+	if (!s->debuginfod)
+		return;
+	fd = debuginfod_fetch(s, id, id_len);
+	if (fd >= 0 && elf_fd_matches(fd, mod->build_id))
+		(void)module_report(s, mod, mod->path, fd);
+	else if (fd >= 0)
+		close(fd);
+}
+
+/*
+ * symbolizer_file_module() - the module of file @path with build ID
+ * @build_id for symbolizer__file(), opened on first use (and again after
+ * MODULE_RETRY_NS while it cannot be); NULL on OOM. Without a build ID the
+ * file's inode is part of the key, as for mappings. Kept apart from the
+ * modules of mappings, which are opened only from the file.
+ */
+static struct module *symbolizer_file_module(struct symbolizer *s, const char *path,
+					     const char *build_id)
+{
+	struct module_key key;
+	struct module *mod;
+	uint64_t h;
+
+	memset(&key, 0, sizeof(key)); /* padding too: the key is hashed as bytes */
+	key.path = strpool_intern(&s->pool, path);
+	key.build_id = strpool_intern(&s->pool, build_id);
+	key.file = true;
+	if (!key.path || !key.build_id)
+		return NULL;
+	if (!key.build_id[0]) {
+		struct stat st;
+
+		if (stat(path, &st) == 0) {
+			key.dev_major = major(st.st_dev);
+			key.dev_minor = minor(st.st_dev);
+			key.ino = st.st_ino;
+		}
+	}
+	h = hash64(HASH64_INIT, &key, sizeof(key));
+	mod = hashmap__find(&s->modules, h, module_eq, &key);
+	if (!mod) {
+		mod = calloc(1, sizeof(*mod));
+		if (!mod)
+			return NULL;
+		*mod = (struct module){
+		    .path = key.path,
+		    .build_id = key.build_id,
+		    .dev_major = key.dev_major,
+		    .dev_minor = key.dev_minor,
+		    .ino = key.ino,
+		    .file = true,
+		};
+		if (hashmap__insert(&s->modules, h, mod) < 0) {
+			free(mod);
+			return NULL;
+		}
+	}
+	if (!mod->dwfl) {
+		uint64_t now = now_ns(CLOCK_MONOTONIC);
+
+		if (now >= mod->retry_ns) {
+			module_open_file(s, mod);
+			mod->retry_ns = now + MODULE_RETRY_NS;
+		}
+	}
+	return mod;
+}
+
+/*
+ * symbolizer__file() - symbolize ELF virtual address @rel_addr of the file
+ * @path whose GNU build ID is @build_id, without a process: for frames
+ * stored earlier (profctl resymbolize).
+ * @path: absolute path of the file in our mount namespace.
+ * @build_id: lowercase hex, "" if unknown (then any ELF file at @path is
+ *   taken, and nothing else).
+ * @rel_addr: looked up as given: for a return address the caller passes the
+ *   stored rel_addr - 1 if it wants the call's line (there is no
+ *   return_addr here).
+ * @ret, @max: as symbolizer__user_inline(); module is @path, build_id
+ *   @build_id (interned), rel_addr @rel_addr.
+ *
+ * The file is used only if its build ID is @build_id (a file rebuilt or
+ * upgraded since would give silently wrong names); else, and for a file
+ * gone, the separate debug file with that build ID is used alone: under
+ * DIR/.build-id/ of the symbolizer's debug path and /usr/lib/debug, then
+ * fetched by libdebuginfod when the symbolizer was made with debuginfod.
+ * Opened files are cached by (path, build ID) like those of mappings; one
+ * not found is looked for again after MODULE_RETRY_NS.
+ *
+ * Returns the number of frames (1..@max; function NULL when the file has no
+ * symbol there), -ENOENT when neither a matching file nor its debug info
+ * was found (ret[0] has module, build_id, rel_addr and function NULL),
+ * -ENOMEM, -EINVAL for @max 0. Blocks on file I/O (and on the network with
+ * debuginfod); does not log.
+ */
+int symbolizer__file(struct symbolizer *s, const char *path, const char *build_id,
+		     uint64_t rel_addr, struct frame_info *ret, size_t max)
+{
+	struct module *mod;
+
+	if (max < 1)
+		return -EINVAL;
+	ret[0] = (struct frame_info){.module = "[unknown]", .build_id = "", .rel_addr = rel_addr};
+	if (!path || path[0] != '/' || strnlen(path, PATH_MAX) >= PATH_MAX)
 		return -ENOENT;
-	m = &as->maps[idx];
-	mod = symbolizer_module(s, as, (size_t)idx);
+	mod = symbolizer_file_module(s, path, build_id ? build_id : "");
 	if (!mod)
 		return -ENOMEM;
-	rel = addr - m->load_bias;
-	ret->module = mod->path;
-	ret->build_id = mod->build_id;
-	ret->rel_addr = rel;
+	ret[0].module = mod->path;
+	ret[0].build_id = mod->build_id;
 	if (!mod->dwfl)
-		return 0;
-
-	r.mod = mod;
-	r.vaddr = return_addr && rel > 0 ? rel - 1 : rel;
-	cached = hashmap__find(&s->results, result_hash(mod, r.vaddr), result_eq, &r);
-	if (cached) {
-		r = *cached;
-	} else {
-		err = module_lookup(s, mod, r.vaddr, &r);
-		if (err < 0)
-			return err;
-		results_add(s, &r);
-	}
-	ret->function = r.function;
-	ret->file = r.file;
-	ret->line = r.line;
-	return 0;
+		return -ENOENT;
+	return module_frames(s, mod, rel_addr, rel_addr, ret, max);
 }
 
 /* ---------------------------------------------------------------------- */

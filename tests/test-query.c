@@ -185,7 +185,7 @@ static void populate(sqlite3 *db)
 		 "  60, 3, 1, 2, 1),"
 		 " (2, 4343, 888, 'other', NULL, 1000, 'cycles', 'cpu', 99, NULL,"
 		 "  1700000100000000000, NULL, 'running', NULL, 5, 0, 0, 0, 0)");
-	exec(db, "INSERT INTO threads VALUES"
+	exec(db, "INSERT INTO threads (session_id, tid, name, first_seen_ns, last_seen_ns, samples) VALUES"
 		 " (1, 101, 'worker-1', 1700000000200000000, 1700000009000000000, 10),"
 		 " (1, 102, 'worker-2', 1700000000200000000, 1700000009000000000, 20),"
 		 " (1, 103, 'worker-3', 1700000000200000000, 1700000009000000000, 30),"

@@ -5,13 +5,19 @@
  * garbage and a truncated ELF mapped into this process, a child's [vdso] and
  * fake ones of other images, mutated copies of
  * the PIE, a file replaced on disk, a running program whose file was
- * deleted, malformed maps and kallsyms text, and the running kernel's
- * /proc/kallsyms.
+ * deleted, an -O2 program with nested inlining (frames per inlined call;
+ * the file symbolized without its process; stripped copies whose debug
+ * info is found by build ID under a root or by .gnu_debuglink), malformed
+ * maps and kallsyms text, and the running kernel's /proc/kallsyms. With
+ * DEBUGINFOD_URLS set, symbolizers made without debuginfod must not load
+ * libdebuginfod; one made with it fetches from a fake server on loopback.
  *
- * Fixture paths come from the environment (set by tests/meson.build):
- * PROFD_FIXTURE_PIE, PROFD_FIXTURE_NOPIE, PROFD_FIXTURE_PIE_STRIPPED,
- * PROFD_FIXTURE_LIB, PROFD_FIXTURE_LIB_MAIN. PROFD_FUZZ_ITERS sets the
- * number of mutated ELF files (default 300).
+ * Fixture paths come from the environment (set by tests/meson.build from
+ * tests/fixtures/meson.build): PROFD_FIXTURE_PIE, PROFD_FIXTURE_NOPIE,
+ * PROFD_FIXTURE_PIE_STRIPPED, PROFD_FIXTURE_LIB, PROFD_FIXTURE_LIB_MAIN,
+ * PROFD_FIXTURE_INLINE, PROFD_FIXTURE_INLINE_DEBUG,
+ * PROFD_FIXTURE_INLINE_STRIPPED, PROFD_FIXTURE_INLINE_DEBUGLINK.
+ * PROFD_FUZZ_ITERS sets the number of mutated ELF files (default 300).
  *
  * Exit status: 0 all parts passed, 1 a check failed, 77 nothing failed but
  * a part was skipped (the reason is printed), 99 setup error.
@@ -23,13 +29,19 @@ static uint64_t test_self_vdso(uint64_t *ret_start);
 #include "../daemon/symbolize.c" /* the static parsers are tested too */
 #include "check.h"
 
+#include <arpa/inet.h>
+#include <ftw.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <time.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 static int skipped;
+static char debuginfod_cache[] = "/tmp/test-symbolize-debuginfod.XXXXXX";
 
 /* More checks in the shape of check.h's */
 #define CHECK_HEX_EQ(a, b)                                                                         \
@@ -1292,6 +1304,622 @@ static void test_corrupt(void)
 }
 
 /* ---------------------------------------------------------------------- */
+/* Part: inlined calls as frames, separate debug info, files without a process */
+
+/* What tests/fixtures/fixture-inline.c prints. */
+struct inline_out {
+	uint64_t fn, ra;
+	int inner_line, outer_line, fn_line;
+};
+
+static void inline_read(struct child *c, struct inline_out *o)
+{
+	char buf[256];
+
+	child_expect(c, "fn", buf, sizeof(buf));
+	if (sscanf(buf, "%" SCNx64, &o->fn) != 1)
+		SETUP_FAIL("bad fn line: %s", buf);
+	child_expect(c, "ra", buf, sizeof(buf));
+	if (sscanf(buf, "%" SCNx64 " %d %d %d", &o->ra, &o->inner_line, &o->outer_line,
+		   &o->fn_line) != 4)
+		SETUP_FAIL("bad ra line: %s", buf);
+	child_expect(c, "ready", buf, sizeof(buf));
+}
+
+/*
+ * check_inline_frames() - @fi (@n frames) are those of the return address in
+ * fixture-inline's inner helper: the inner helper at the leaf call, the outer
+ * helper at its call of the inner one, fixture_inline_fn at its call of the
+ * outer one; depths 2, 1, 0; one module, build ID and address.
+ */
+#define check_inline_frames(fi, n, o, want_module, want_build_id, want_rel)                        \
+	do {                                                                                       \
+		CHECK_INT_EQ(n, 3);                                                                \
+		if ((n) != 3)                                                                      \
+			break;                                                                     \
+		CHECK_STR_EQ((fi)[0].function, "fixture_inline_inner");                            \
+		CHECK_STR_SUFFIX((fi)[0].file, "/fixture-inline.c");                               \
+		CHECK_INT_EQ((fi)[0].line, (o)->inner_line);                                       \
+		CHECK_INT_EQ((fi)[0].inline_depth, 2);                                             \
+		CHECK_STR_EQ((fi)[1].function, "fixture_inline_outer");                            \
+		CHECK_STR_SUFFIX((fi)[1].file, "/fixture-inline.c");                               \
+		CHECK_INT_EQ((fi)[1].line, (o)->outer_line);                                       \
+		CHECK_INT_EQ((fi)[1].inline_depth, 1);                                             \
+		CHECK_STR_EQ((fi)[2].function, "fixture_inline_fn");                               \
+		CHECK_STR_SUFFIX((fi)[2].file, "/fixture-inline.c");                               \
+		CHECK((fi)[2].file && (fi)[2].file[0] == '/');                                     \
+		CHECK_INT_EQ((fi)[2].line, (o)->fn_line);                                          \
+		CHECK_INT_EQ((fi)[2].inline_depth, 0);                                             \
+		for (int _i = 0; _i < 3; _i++) {                                                   \
+			CHECK_STR_EQ((fi)[_i].module, want_module);                                \
+			CHECK_STR_EQ((fi)[_i].build_id, want_build_id);                            \
+			CHECK_HEX_EQ((fi)[_i].rel_addr, want_rel);                                 \
+			CHECK(!(fi)[_i].kernel);                                                   \
+		}                                                                                  \
+	} while (0)
+
+static void test_inline(void)
+{
+	const char *path = getenv("PROFD_FIXTURE_INLINE");
+	const char *pie_path = getenv("PROFD_FIXTURE_PIE");
+	_cleanup_free_ char *real = NULL;
+	char build_id[2 * BUILD_ID_MAX_BYTES + 1], wrong_id[2 * BUILD_ID_MAX_BYTES + 1];
+	struct frame_info fi[8], one;
+	struct addrspace *as = NULL;
+	const struct mapping *m;
+	struct symbolizer *s;
+	struct inline_out o;
+	struct child c;
+	uint64_t rel = 0, fn_vaddr;
+	int n;
+
+	if (!path) {
+		skip("inline", "PROFD_FIXTURE_INLINE not set (run from meson test)");
+		return;
+	}
+	real = real_path(path);
+	elf_note_build_id(path, build_id, sizeof(build_id));
+	fn_vaddr = elf_symbol_value(path, "fixture_inline_fn");
+	if (!is_lower_hex(build_id) || !fn_vaddr)
+		SETUP_FAIL("%s: no build ID or no fixture_inline_fn", path);
+	child_spawn(&c, path, NULL);
+	inline_read(&c, &o);
+	CHECK_INT_EQ(addrspace__new(c.pid, &as), 0);
+	s = symbolizer__new();
+	if (!s || !as)
+		SETUP_FAIL("symbolizer__new/addrspace__new");
+	m = addrspace__find(as, o.ra);
+	CHECK(m != NULL);
+	if (m)
+		rel = o.ra - m->load_bias;
+
+	/* three frames, innermost first; again from the result cache */
+	for (int pass = 0; pass < 2; pass++) {
+		memset(fi, 0xa5, sizeof(fi));
+		n = symbolizer__user_inline(s, as, o.ra, true, fi, ARRAY_SIZE(fi));
+		check_inline_frames(fi, n, &o, real, build_id, rel);
+	}
+	/* symbolizer__user(): exactly the depth-0 frame */
+	CHECK_INT_EQ(symbolizer__user(s, as, o.ra, true, &one), 0);
+	CHECK_STR_EQ(one.function, "fixture_inline_fn");
+	CHECK_INT_EQ(one.line, o.fn_line);
+	CHECK_INT_EQ(one.inline_depth, 0);
+	CHECK(one.function == fi[2].function && one.file == fi[2].file); /* interned */
+
+	/* too few slots: the innermost, then the depth-0 frame */
+	n = symbolizer__user_inline(s, as, o.ra, true, fi, 2);
+	CHECK_INT_EQ(n, 2);
+	CHECK_STR_EQ(fi[0].function, "fixture_inline_inner");
+	CHECK_INT_EQ(fi[0].line, o.inner_line);
+	CHECK_INT_EQ(fi[0].inline_depth, 1);
+	CHECK_STR_EQ(fi[1].function, "fixture_inline_fn");
+	CHECK_INT_EQ(fi[1].line, o.fn_line);
+	CHECK_INT_EQ(fi[1].inline_depth, 0);
+	n = symbolizer__user_inline(s, as, o.ra, true, fi, 1);
+	CHECK_INT_EQ(n, 1);
+	CHECK_STR_EQ(fi[0].function, "fixture_inline_fn");
+	CHECK_INT_EQ(fi[0].line, o.fn_line);
+	CHECK_INT_EQ(fi[0].inline_depth, 0);
+	CHECK_INT_EQ(symbolizer__user_inline(s, as, o.ra, true, fi, 0), -EINVAL);
+
+	/* no mapping: one frame, -ENOENT */
+	CHECK_INT_EQ(symbolizer__user_inline(s, as, 16, false, fi, 4), -ENOENT);
+	CHECK_STR_EQ(fi[0].module, "[unknown]");
+	CHECK(fi[0].function == NULL && fi[0].inline_depth == 0);
+
+	/* every address of the function: the last frame is what symbolizer__user() says */
+	for (uint64_t a = o.fn; a < o.fn + 4 * RESULT_CACHE_MAX; a++) {
+		n = symbolizer__user_inline(s, as, a, a & 1, fi, ARRAY_SIZE(fi));
+		CHECK(n >= 1 && n <= (int)ARRAY_SIZE(fi));
+		if (n < 1)
+			continue;
+		CHECK_INT_EQ(symbolizer__user(s, as, a, a & 1, &one), 0);
+		CHECK(one.function == fi[n - 1].function && one.file == fi[n - 1].file &&
+		      one.line == fi[n - 1].line);
+		for (int i = 0; i < n; i++)
+			CHECK_INT_EQ(fi[i].inline_depth, n - 1 - i);
+	}
+	CHECK(s->results.len <= RESULT_CACHE_MAX);
+
+	/* at -O0 with one always_inline level (fixture-pie's fixture_beta): two frames */
+	if (pie_path) {
+		struct addrspace *pas = NULL;
+		struct pie_out po;
+		struct child pc;
+
+		child_spawn(&pc, pie_path, NULL);
+		pie_read(&pc, &po);
+		CHECK_INT_EQ(addrspace__new(pc.pid, &pas), 0);
+		if (pas) {
+			n = symbolizer__user_inline(s, pas, po.ra_beta, true, fi, ARRAY_SIZE(fi));
+			CHECK_INT_EQ(n, 2);
+			CHECK_STR_EQ(fi[0].function, "fixture_inlined");
+			CHECK_STR_SUFFIX(fi[0].file, "/fixture-pie.c");
+			CHECK(fi[0].line > 0 && fi[0].line != po.ra_beta_line);
+			CHECK_STR_EQ(fi[1].function, "fixture_beta");
+			CHECK_INT_EQ(fi[1].line, po.ra_beta_line);
+			/* no inlining: one frame */
+			n = symbolizer__user_inline(s, pas, po.ra_alpha, true, fi, ARRAY_SIZE(fi));
+			CHECK_INT_EQ(n, 1);
+			CHECK_STR_EQ(fi[0].function, "fixture_alpha");
+			CHECK_INT_EQ(fi[0].line, po.ra_alpha_line);
+		}
+		child_stop(&pc);
+		addrspace__free(pas);
+	}
+
+	/* the file without its process: by path and build ID */
+	n = symbolizer__file(s, path, build_id, rel - 1, fi, ARRAY_SIZE(fi));
+	check_inline_frames(fi, n, &o, path, build_id, rel - 1);
+	n = symbolizer__file(s, path, build_id, fn_vaddr, fi, ARRAY_SIZE(fi));
+	CHECK(n >= 1);
+	CHECK_STR_EQ(fi[n > 0 ? n - 1 : 0].function, "fixture_inline_fn");
+	/* build ID unknown: the file at the path */
+	n = symbolizer__file(s, path, "", rel - 1, fi, ARRAY_SIZE(fi));
+	check_inline_frames(fi, n, &o, path, "", rel - 1);
+	/* another build ID: not this file's names, and no debug file has that ID */
+	snprintf(wrong_id, sizeof(wrong_id), "%s", build_id);
+	wrong_id[0] = wrong_id[0] == '0' ? '1' : '0';
+	for (int pass = 0; pass < 2; pass++) {
+		n = symbolizer__file(s, path, wrong_id, rel - 1, fi, ARRAY_SIZE(fi));
+		CHECK_INT_EQ(n, -ENOENT);
+		CHECK(fi[0].function == NULL);
+		CHECK_STR_EQ(fi[0].module, path);
+		CHECK_STR_EQ(fi[0].build_id, wrong_id);
+		CHECK_HEX_EQ(fi[0].rel_addr, rel - 1);
+	}
+	CHECK_INT_EQ(symbolizer__file(s, path, "not hex/../x", rel - 1, fi, 4), -ENOENT);
+	CHECK(fi[0].function == NULL);
+	CHECK_INT_EQ(symbolizer__file(s, "/nonexistent/fixture-inline", build_id, rel - 1, fi, 4),
+		     -ENOENT);
+	CHECK_INT_EQ(symbolizer__file(s, "/nonexistent/fixture-inline", "", rel - 1, fi, 4),
+		     -ENOENT);
+	CHECK_INT_EQ(symbolizer__file(s, "fixture-inline", build_id, rel - 1, fi, 4), -ENOENT);
+	CHECK_INT_EQ(symbolizer__file(s, path, build_id, rel - 1, fi, 0), -EINVAL);
+	/* the process's module is still fine */
+	n = symbolizer__user_inline(s, as, o.ra, true, fi, ARRAY_SIZE(fi));
+	check_inline_frames(fi, n, &o, real, build_id, rel);
+
+	child_stop(&c);
+	symbolizer__free(s);
+	addrspace__free(as);
+	printf("ok inline: %s:%d < %s:%d < %s:%d\n", "fixture_inline_inner", o.inner_line,
+	       "fixture_inline_outer", o.outer_line, "fixture_inline_fn", o.fn_line);
+}
+
+/* fmt_path() - snprintf() into @buf, a setup error if it does not fit. */
+static __attribute__((format(printf, 3, 4))) void fmt_path(char *buf, size_t size, const char *fmt,
+							   ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, size, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= size)
+		SETUP_FAIL("path too long: %s...", buf);
+}
+
+static void mkdir_p(const char *path)
+{
+	char buf[PATH_MAX];
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			SETUP_FAIL("mkdir %s: %m", buf);
+		*p = '/';
+	}
+	if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+		SETUP_FAIL("mkdir %s: %m", buf);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+	size_t len;
+	_cleanup_free_ void *data = read_file(from, &len);
+
+	write_file(to, data, len);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st, (void)flag, (void)ftw;
+	return remove(path);
+}
+
+static void rm_rf(const char *path)
+{
+	nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/*
+ * symbolize_child() - start @path (a fixture-inline build), symbolize its
+ * inner return address with @s into @fi (8 frames), stop it; the frame
+ * count returned, its output in *@o, the address's rel_addr in *@ret_rel.
+ */
+static int symbolize_child(struct symbolizer *s, const char *path, struct frame_info *fi,
+			   struct inline_out *o, uint64_t *ret_rel)
+{
+	struct addrspace *as = NULL;
+	const struct mapping *m;
+	struct child c;
+	int n = -1;
+
+	child_spawn(&c, path, NULL);
+	inline_read(&c, o);
+	CHECK_INT_EQ(addrspace__new(c.pid, &as), 0);
+	if (as) {
+		m = addrspace__find(as, o->ra);
+		CHECK(m != NULL);
+		*ret_rel = m ? o->ra - m->load_bias : 0;
+		n = symbolizer__user_inline(s, as, o->ra, true, fi, 8);
+	}
+	child_stop(&c);
+	addrspace__free(as);
+	return n;
+}
+
+/* fd_crc_matches(), debuginfo_path_new(): known answers */
+static void test_debug_path_helpers(const char *dir)
+{
+	char path[PATH_MAX];
+	char *p;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/crc", dir);
+	write_file(path, "123456789", 9);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		SETUP_FAIL("open %s: %m", path);
+	CHECK(fd_crc_matches(fd, 0xcbf43926)); /* the CRC-32 check value */
+	CHECK(!fd_crc_matches(fd, 0xcbf43927));
+	close(fd);
+	unlink(path);
+
+	p = debuginfo_path_new(NULL);
+	CHECK_STR_EQ(p, ":.debug:/usr/lib/debug");
+	free(p);
+	p = debuginfo_path_new("/a:rel::/b/c/:+x");
+	CHECK_STR_EQ(p, ":.debug:/a:/b/c/:/usr/lib/debug");
+	free(p);
+}
+
+/*
+ * Stripped copies of fixture-inline whose debug info is in a separate file:
+ * found by build ID under a root given to symbolizer__new_with() (and in
+ * PROFD_DEBUG_PATH), by .gnu_debuglink next to the file and under a root;
+ * and not found without the root.
+ */
+static void test_separate_debug(void)
+{
+	const char *debug = getenv("PROFD_FIXTURE_INLINE_DEBUG");
+	const char *stripped = getenv("PROFD_FIXTURE_INLINE_STRIPPED");
+	const char *debuglink = getenv("PROFD_FIXTURE_INLINE_DEBUGLINK");
+	char dir[] = "/tmp/test-symbolize-debug.XXXXXX", root[PATH_MAX], link_root[PATH_MAX],
+	     bin_dir[PATH_MAX], path[PATH_MAX + 64], copy[PATH_MAX], list[3 * PATH_MAX],
+	     build_id[2 * BUILD_ID_MAX_BYTES + 1];
+	_cleanup_free_ char *real_stripped = NULL, *real_debuglink = NULL, *real_copy = NULL;
+	_cleanup_free_ char *real_dir = NULL;
+	struct frame_info fi[8];
+	struct symbolizer *s;
+	struct inline_out o;
+	uint64_t rel = 0;
+	int n;
+
+	if (!debug || !stripped || !debuglink) {
+		skip("separate debug", "PROFD_FIXTURE_INLINE_DEBUG/_STRIPPED/_DEBUGLINK not set "
+				       "(no objcopy?)");
+		return;
+	}
+	if (!mkdtemp(dir))
+		SETUP_FAIL("mkdtemp: %m");
+	real_dir = real_path(dir);
+	test_debug_path_helpers(real_dir);
+	real_stripped = real_path(stripped);
+	real_debuglink = real_path(debuglink);
+	elf_note_build_id(stripped, build_id, sizeof(build_id));
+	if (!is_lower_hex(build_id) || elf_symbol_value(stripped, "fixture_inline_fn"))
+		SETUP_FAIL("%s: no build ID, or not stripped", stripped);
+
+	/* ROOT/.build-id/xx/rest.debug */
+	fmt_path(root, sizeof(root), "%s/root", real_dir);
+	fmt_path(path, sizeof(path), "%s/.build-id/%.2s", root, build_id);
+	mkdir_p(path);
+	fmt_path(path, sizeof(path), "%s/.build-id/%.2s/%s.debug", root, build_id, build_id + 2);
+	copy_file(debug, path);
+
+	/* no root: nothing but the module */
+	s = symbolizer__new_with(false, NULL);
+	if (!s)
+		SETUP_FAIL("symbolizer__new_with");
+	n = symbolize_child(s, stripped, fi, &o, &rel);
+	CHECK_INT_EQ(n, 1);
+	CHECK(fi[0].function == NULL && fi[0].file == NULL);
+	CHECK_STR_EQ(fi[0].module, real_stripped);
+	CHECK_STR_EQ(fi[0].build_id, build_id);
+	/* the file matches its build ID but knows no names: a frame, function NULL */
+	n = symbolizer__file(s, stripped, build_id, rel - 1, fi, 8);
+	CHECK_INT_EQ(n, 1);
+	CHECK(fi[0].function == NULL);
+	symbolizer__free(s);
+
+	/* the root, among entries that are not used */
+	fmt_path(list, sizeof(list), "relative/dir::/nonexistent:%s", root);
+	s = symbolizer__new_with(false, list);
+	if (!s)
+		SETUP_FAIL("symbolizer__new_with");
+	n = symbolize_child(s, stripped, fi, &o, &rel);
+	check_inline_frames(fi, n, &o, real_stripped, build_id, rel);
+	/* without a process: through the stripped file, and from the debug file alone */
+	n = symbolizer__file(s, stripped, build_id, rel - 1, fi, 8);
+	check_inline_frames(fi, n, &o, stripped, build_id, rel - 1);
+	n = symbolizer__file(s, "/nonexistent/fixture-inline", build_id, rel - 1, fi, 8);
+	check_inline_frames(fi, n, &o, "/nonexistent/fixture-inline", build_id, rel - 1);
+	symbolizer__free(s);
+
+	/* PROFD_DEBUG_PATH is symbolizer__new()'s root */
+	setenv("PROFD_DEBUG_PATH", root, 1);
+	s = symbolizer__new();
+	unsetenv("PROFD_DEBUG_PATH");
+	if (!s)
+		SETUP_FAIL("symbolizer__new");
+	n = symbolize_child(s, stripped, fi, &o, &rel);
+	check_inline_frames(fi, n, &o, real_stripped, build_id, rel);
+	symbolizer__free(s);
+
+	/* .gnu_debuglink to the debug file next to the binary */
+	s = symbolizer__new_with(false, NULL);
+	if (!s)
+		SETUP_FAIL("symbolizer__new_with");
+	n = symbolize_child(s, debuglink, fi, &o, &rel);
+	check_inline_frames(fi, n, &o, real_debuglink, build_id, rel);
+	n = symbolizer__file(s, debuglink, build_id, rel - 1, fi, 8);
+	check_inline_frames(fi, n, &o, debuglink, build_id, rel - 1);
+
+	/* a copy of it elsewhere: its debug file is not next to it, but under ROOT/<dir>/ */
+	fmt_path(bin_dir, sizeof(bin_dir), "%s/bin", real_dir);
+	mkdir_p(bin_dir);
+	fmt_path(copy, sizeof(copy), "%s/fixture-inline-debuglink", bin_dir);
+	copy_file(debuglink, copy);
+	real_copy = real_path(copy);
+	fmt_path(link_root, sizeof(link_root), "%s/link-root", real_dir);
+	fmt_path(path, sizeof(path), "%s%s", link_root, bin_dir);
+	mkdir_p(path);
+	fmt_path(path, sizeof(path), "%s%s/fixture-inline.debug", link_root, bin_dir);
+	copy_file(debug, path);
+	n = symbolize_child(s, copy, fi, &o, &rel); /* @s has no root */
+	CHECK_INT_EQ(n, 1);
+	CHECK(fi[0].function == NULL);
+	symbolizer__free(s);
+	s = symbolizer__new_with(false, link_root);
+	if (!s)
+		SETUP_FAIL("symbolizer__new_with");
+	n = symbolize_child(s, copy, fi, &o, &rel);
+	check_inline_frames(fi, n, &o, real_copy, build_id, rel);
+	symbolizer__free(s);
+
+	/* a debug file with another build ID at the debuglink's name is not taken */
+	fmt_path(path, sizeof(path), "%s%s/fixture-inline.debug", link_root, bin_dir);
+	copy_file(getenv("PROFD_FIXTURE_PIE") ?: debuglink, path);
+	s = symbolizer__new_with(false, link_root);
+	if (!s)
+		SETUP_FAIL("symbolizer__new_with");
+	n = symbolize_child(s, copy, fi, &o, &rel);
+	CHECK_INT_EQ(n, 1);
+	CHECK(fi[0].function == NULL);
+	symbolizer__free(s);
+
+	rm_rf(dir);
+	printf("ok separate debug: by build ID under a root, by debuglink next to the file and "
+	       "under a root\n");
+}
+
+/* libdebuginfod_loaded() - whether libdebuginfod is mapped into this process. */
+static bool libdebuginfod_loaded(void)
+{
+	_cleanup_fclose_ FILE *f = fopen("/proc/self/maps", "re");
+	char line[PATH_MAX + 128];
+	bool mapped = false;
+	void *h;
+
+	if (!f)
+		SETUP_FAIL("/proc/self/maps: %m");
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, "libdebuginfod"))
+			mapped = true;
+	h = dlopen("libdebuginfod.so.1", RTLD_LAZY | RTLD_NOLOAD);
+	if (h)
+		dlclose(h);
+	CHECK_INT_EQ(mapped, h != NULL);
+	return mapped;
+}
+
+/*
+ * With DEBUGINFOD_URLS set (main() sets it to a closed loopback port), a
+ * symbolizer made without debuginfod must not even load libdebuginfod
+ * while it looks for debug info it does not find (libdwfl's standard
+ * callback would). Runs after every part that uses symbolizer__new().
+ */
+static void test_debuginfod_off(void)
+{
+	const char *stripped = getenv("PROFD_FIXTURE_INLINE_STRIPPED");
+	char build_id[2 * BUILD_ID_MAX_BYTES + 1];
+	struct frame_info fi[8];
+	struct symbolizer *s;
+	struct inline_out o;
+	uint64_t rel = 0;
+	int n;
+
+	if (!stripped) {
+		skip("debuginfod off", "PROFD_FIXTURE_INLINE_STRIPPED not set (no objcopy?)");
+		return;
+	}
+	CHECK(getenv("DEBUGINFOD_URLS") != NULL);
+	CHECK(!libdebuginfod_loaded());
+	elf_note_build_id(stripped, build_id, sizeof(build_id));
+	s = symbolizer__new_with(false, NULL);
+	if (!s)
+		SETUP_FAIL("symbolizer__new_with");
+	n = symbolize_child(s, stripped, fi, &o, &rel);
+	CHECK_INT_EQ(n, 1);
+	CHECK(fi[0].function == NULL);
+	n = symbolizer__file(s, stripped, build_id, rel - 1, fi, 8);
+	CHECK_INT_EQ(n, 1);
+	CHECK(fi[0].function == NULL);
+	n = symbolizer__file(s, "/nonexistent/fixture-inline", build_id, rel - 1, fi, 8);
+	CHECK_INT_EQ(n, -ENOENT);
+	symbolizer__free(s);
+	CHECK(!libdebuginfod_loaded());
+	printf("ok debuginfod off: DEBUGINFOD_URLS=%s, libdebuginfod not loaded\n",
+	       getenv("DEBUGINFOD_URLS"));
+}
+
+/*
+ * serve_debuginfo() - in a child, a debuginfod server on @listen_fd with
+ * one file: GET /buildid/@build_id/debuginfo is @debug; anything else 404.
+ * Serves until killed; returns its pid.
+ */
+static pid_t serve_debuginfo(int listen_fd, const char *build_id, const char *debug)
+{
+	size_t len;
+	void *data = read_file(debug, &len);
+	char want[256];
+	pid_t pid;
+
+	snprintf(want, sizeof(want), "GET /buildid/%s/debuginfo ", build_id);
+	pid = fork();
+	if (pid < 0)
+		SETUP_FAIL("fork: %m");
+	if (pid > 0) {
+		free(data);
+		return pid;
+	}
+	for (;;) {
+		char req[4096], head[256];
+		ssize_t got = 0, r;
+		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+
+		if (fd < 0)
+			continue;
+		/* the request head, up to the blank line */
+		while (got < (ssize_t)sizeof(req) - 1 &&
+		       (r = read(fd, req + got, sizeof(req) - 1 - got)) > 0) {
+			got += r;
+			req[got] = '\0';
+			if (strstr(req, "\r\n\r\n"))
+				break;
+		}
+		req[got > 0 ? got : 0] = '\0';
+		if (strncmp(req, want, strlen(want)) == 0) {
+			int hl = snprintf(head, sizeof(head),
+					  "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n"
+					  "Content-Type: application/octet-stream\r\n"
+					  "Connection: close\r\n\r\n",
+					  len);
+
+			if (write(fd, head, hl) == hl && write(fd, data, len) == (ssize_t)len)
+				(void)0;
+		} else {
+			static const char nf[] = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+						 "Connection: close\r\n\r\n";
+
+			if (write(fd, nf, sizeof(nf) - 1) < 0)
+				(void)0;
+		}
+		close(fd);
+	}
+}
+
+/*
+ * symbolizer__new_with(true, ...) with a debuginfod server (a fake one on
+ * loopback, in a child): the stripped fixture gets its debug info fetched,
+ * in a process and by build ID alone.
+ */
+static void test_debuginfod_on(void)
+{
+	const char *debug = getenv("PROFD_FIXTURE_INLINE_DEBUG");
+	const char *stripped = getenv("PROFD_FIXTURE_INLINE_STRIPPED");
+	char build_id[2 * BUILD_ID_MAX_BYTES + 1], url[64], unknown[2 * BUILD_ID_MAX_BYTES + 1];
+	_cleanup_free_ char *real_stripped = NULL;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sa_len = sizeof(sa);
+	struct frame_info fi[8];
+	struct symbolizer *s;
+	struct inline_out o;
+	uint64_t rel = 0;
+	pid_t server;
+	void *h;
+	int n, fd;
+
+	if (!debug || !stripped) {
+		skip("debuginfod on", "PROFD_FIXTURE_INLINE_DEBUG/_STRIPPED not set (no objcopy?)");
+		return;
+	}
+	h = dlopen("libdebuginfod.so.1", RTLD_LAZY);
+	if (!h) {
+		skip("debuginfod on", "libdebuginfod.so.1 is not installed");
+		return;
+	}
+	dlclose(h);
+	real_stripped = real_path(stripped);
+	elf_note_build_id(stripped, build_id, sizeof(build_id));
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 16) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&sa, &sa_len) < 0)
+		SETUP_FAIL("loopback socket: %m");
+	server = serve_debuginfo(fd, build_id, debug);
+	close(fd);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/", ntohs(sa.sin_port));
+	setenv("DEBUGINFOD_URLS", url, 1);
+
+	s = symbolizer__new_with(true, NULL);
+	if (!s)
+		SETUP_FAIL("symbolizer__new_with");
+	/* found by libdwfl's standard callback, which asks debuginfod last */
+	n = symbolize_child(s, stripped, fi, &o, &rel);
+	check_inline_frames(fi, n, &o, real_stripped, build_id, rel);
+	CHECK(libdebuginfod_loaded());
+	/* no file: the debug file by build ID (from the client's cache by now) */
+	n = symbolizer__file(s, "/nonexistent/fixture-inline", build_id, rel - 1, fi, 8);
+	check_inline_frames(fi, n, &o, "/nonexistent/fixture-inline", build_id, rel - 1);
+	/* a build ID the server does not have */
+	snprintf(unknown, sizeof(unknown), "%s", build_id);
+	unknown[0] = unknown[0] == '0' ? '1' : '0';
+	n = symbolizer__file(s, "/nonexistent/fixture-inline", unknown, rel - 1, fi, 8);
+	CHECK_INT_EQ(n, -ENOENT);
+	symbolizer__free(s);
+
+	kill(server, SIGKILL);
+	waitpid(server, NULL, 0);
+	printf("ok debuginfod on: fetched from %s\n", url);
+}
+
+/* ---------------------------------------------------------------------- */
 /* Part: kernel symbols */
 
 static void test_kallsyms_text(void)
@@ -1468,6 +2096,16 @@ int main(void)
 	setvbuf(stdout, NULL, _IOLBF, 0); /* progress survives a crash */
 	signal(SIGPIPE, SIG_IGN);
 	elf_version(EV_CURRENT);
+	/*
+	 * A debuginfod server that does not answer (a closed loopback port):
+	 * no symbolizer here but test_debuginfod_on()'s may use it, and
+	 * test_debuginfod_off() checks that libdebuginfod was never loaded.
+	 * Its client's cache, if it comes to that, in a directory of ours.
+	 */
+	setenv("DEBUGINFOD_URLS", "http://127.0.0.1:9/", 1);
+	if (!mkdtemp(debuginfod_cache))
+		SETUP_FAIL("mkdtemp: %m");
+	setenv("DEBUGINFOD_CACHE_PATH", debuginfod_cache, 1);
 
 	test_maps_parser();
 	test_self_libc();
@@ -1477,8 +2115,14 @@ int main(void)
 	test_lib();
 	test_vdso();
 	test_corrupt();
+	test_inline();
+	test_separate_debug();
 	test_kallsyms_text();
 	test_kallsyms_real();
+	test_debuginfod_off(); /* after every part that could have loaded libdebuginfod */
+	test_debuginfod_on();
+	if (debuginfod_cache[0])
+		rm_rf(debuginfod_cache);
 
 	if (check_failures || !skipped)
 		return check_exit("test-symbolize");

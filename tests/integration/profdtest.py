@@ -48,7 +48,7 @@ def check(cond, message):
 class Profd:
     """A profd on a temporary socket and database, stopped on exit."""
 
-    def __init__(self, extra_args=()):
+    def __init__(self, extra_args=(), env=None):
         self.dir = tempfile.mkdtemp(prefix='profd-test-')
         self.socket = os.path.join(self.dir, 'profd.sock')
         self.db = os.path.join(self.dir, 'profd.db')
@@ -56,6 +56,7 @@ class Profd:
         self.profd = binary('PROFD')
         self.profctl = binary('PROFCTL')
         self.extra_args = list(extra_args)
+        self.env = dict(os.environ, **(env or {}))
         self.proc = None
         self.children = []
 
@@ -66,7 +67,7 @@ class Profd:
     def start(self):
         self.proc = subprocess.Popen(
             [self.profd, '--db', self.db, '--socket', self.socket, '--foreground'] + self.extra_args,
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.time() + 20
         while time.time() < deadline:
             if self.proc.poll() is not None:
