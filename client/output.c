@@ -731,6 +731,157 @@ int output__hotpaths(FILE *f, const json_t *reply, bool ascii)
 
 /* output__threads() - samples per thread and the imbalance line; @session (may be NULL) adds the
  * counters. */
+/* A number, or "-" for null/absent, into a table cell. */
+static int cell_num(struct table *t, const json_t *v, const char *fmt)
+{
+	if (json_is_number(v))
+		return table__cellf(t, fmt, json_number_value(v));
+	return table__cellf(t, "-");
+}
+
+/* A counter's cell: its value, or its status when it has none ("unsupported" is never 0). */
+static int cell_counter(struct table *t, const json_t *counters, const char *name)
+{
+	const json_t *c = json_object_get(counters, name);
+	const json_t *v = json_object_get(c, "value");
+
+	if (json_is_integer(v))
+		return table__cellf(t, "%lld", (long long)json_integer_value(v));
+	if (json_string_value(json_object_get(c, "status")))
+		return table__cellf(t, "%s", json_string_value(json_object_get(c, "status")));
+	return table__cellf(t, "-");
+}
+
+static void print_stragglers(FILE *f, const json_t *imbalance)
+{
+	const json_t *list = json_object_get(imbalance, "stragglers"), *x;
+	size_t i;
+
+	if (json_array_size(list) == 0)
+		return;
+	fprintf(f, "stragglers (over 1.2x the mean):");
+	json_array_foreach(list, i, x)
+	{
+		const char *name = json_string_value(json_object_get(x, "name"));
+
+		fprintf(f, "%s %s (TID %lld, %lld samples)", i ? "," : "", name ? name : "?",
+			(long long)json_integer_value(json_object_get(x, "tid")),
+			(long long)json_integer_value(json_object_get(x, "samples")));
+	}
+	fputc('\n', f);
+}
+
+/*
+ * threads_details() - what newer daemons add to "threads": stragglers, time
+ * on and off the CPU and counters per thread, groups, windows. Each part only
+ * when present in @reply.
+ */
+static int threads_details(FILE *f, const json_t *reply)
+{
+	static const struct table_column time_columns[] = {
+	    {"TID", TABLE_RIGHT, 0},	    {"NAME", TABLE_LEFT, 0},
+	    {"ON-CPU s", TABLE_RIGHT, 0},   {"SLEEP s", TABLE_RIGHT, 0},
+	    {"IO s", TABLE_RIGHT, 0},	    {"RUNQ s", TABLE_RIGHT, 0},
+	    {"VOL-CS", TABLE_RIGHT, 0},	    {"INVOL-CS", TABLE_RIGHT, 0},
+	    {"FAULTS", TABLE_RIGHT, 0},	    {"IPC", TABLE_RIGHT, 0},
+	    {"MISS%", TABLE_RIGHT, 0},
+	};
+	static const struct table_column group_columns[] = {
+	    {"GROUP", TABLE_LEFT, 0},	 {"THREADS", TABLE_RIGHT, 0}, {"SAMPLES", TABLE_RIGHT, 0},
+	    {"SHARE%", TABLE_RIGHT, 0},	 {"MAX/MEAN", TABLE_RIGHT, 0}, {"CV", TABLE_RIGHT, 0},
+	    {"STRAGGLER", TABLE_LEFT, 0},
+	};
+	static const struct table_column window_columns[] = {
+	    {"FROM s", TABLE_RIGHT, 0},	  {"TO s", TABLE_RIGHT, 0}, {"SAMPLES", TABLE_RIGHT, 0},
+	    {"MAX/MEAN", TABLE_RIGHT, 0}, {"CV", TABLE_RIGHT, 0},   {"STRAGGLER", TABLE_LEFT, 0},
+	};
+	const json_t *threads = json_object_get(reply, "threads"), *x;
+	const json_t *groups = json_object_get(reply, "groups");
+	const json_t *windows = json_object_get(reply, "windows");
+	size_t i;
+
+	print_stragglers(f, json_object_get(reply, "imbalance"));
+	if (json_object_get(json_array_get(threads, 0), "on_cpu_s")) {
+		_cleanup_(table__freep) struct table *t =
+		    table__new(time_columns, ARRAY_SIZE(time_columns));
+		const char *source = json_string_value(
+		    json_object_get(json_array_get(threads, 0), "on_cpu_source"));
+
+		if (!t)
+			return -ENOMEM;
+		json_array_foreach(threads, i, x)
+		{
+			const json_t *off = json_object_get(x, "off_cpu_s");
+			const json_t *c = json_object_get(x, "counters");
+			const json_t *d = json_object_get(x, "derived");
+			const char *name = json_string_value(json_object_get(x, "name"));
+
+			if (table__cellf(t, "%lld",
+					 (long long)json_integer_value(json_object_get(x, "tid"))) < 0 ||
+			    table__cellf(t, "%s", name ? name : "?") < 0 ||
+			    cell_num(t, json_object_get(x, "on_cpu_s"), "%.3f") < 0 ||
+			    cell_num(t, json_object_get(off, "sleeping"), "%.3f") < 0 ||
+			    cell_num(t, json_object_get(off, "io"), "%.3f") < 0 ||
+			    cell_num(t, json_object_get(off, "runnable"), "%.3f") < 0 ||
+			    cell_counter(t, c, "voluntary-context-switches") < 0 ||
+			    cell_counter(t, c, "involuntary-context-switches") < 0 ||
+			    cell_counter(t, c, "page-faults") < 0 ||
+			    cell_num(t, json_object_get(d, "ipc"), "%.2f") < 0 ||
+			    cell_num(t, json_object_get(d, "cache_miss_pct"), "%.1f") < 0)
+				return -ENOMEM;
+		}
+		fprintf(f, "\ntime and counters per thread (on-CPU from %s; - = not measured):\n",
+			source ? source : "?");
+		table__print(t, f);
+	}
+	if (json_is_array(groups)) {
+		_cleanup_(table__freep) struct table *t =
+		    table__new(group_columns, ARRAY_SIZE(group_columns));
+
+		if (!t)
+			return -ENOMEM;
+		json_array_foreach(groups, i, x)
+		{
+			const json_t *imb = json_object_get(x, "imbalance");
+			const char *sn = json_string_value(json_object_get(imb, "straggler_name"));
+
+			if (table__cellf(t, "%s", json_string_value(json_object_get(x, "group"))) < 0 ||
+			    cell_num(t, json_object_get(x, "threads"), "%.0f") < 0 ||
+			    cell_num(t, json_object_get(x, "samples"), "%.0f") < 0 ||
+			    cell_num(t, json_object_get(x, "share_pct"), "%.1f") < 0 ||
+			    cell_num(t, json_object_get(imb, "max_over_mean"), "%.2f") < 0 ||
+			    cell_num(t, json_object_get(imb, "cv"), "%.2f") < 0 ||
+			    table__cellf(t, "%s", sn ? sn : "-") < 0)
+				return -ENOMEM;
+		}
+		fprintf(f, "\nby thread name (digits as *):\n");
+		table__print(t, f);
+	}
+	if (json_is_array(windows)) {
+		_cleanup_(table__freep) struct table *t =
+		    table__new(window_columns, ARRAY_SIZE(window_columns));
+
+		if (!t)
+			return -ENOMEM;
+		json_array_foreach(windows, i, x)
+		{
+			const json_t *imb = json_object_get(x, "imbalance");
+			const char *sn = json_string_value(json_object_get(imb, "straggler_name"));
+
+			if (cell_num(t, json_object_get(x, "start_s"), "%.1f") < 0 ||
+			    cell_num(t, json_object_get(x, "end_s"), "%.1f") < 0 ||
+			    cell_num(t, json_object_get(x, "samples"), "%.0f") < 0 ||
+			    cell_num(t, json_object_get(imb, "max_over_mean"), "%.2f") < 0 ||
+			    cell_num(t, json_object_get(imb, "cv"), "%.2f") < 0 ||
+			    table__cellf(t, "%s", sn ? sn : "-") < 0)
+				return -ENOMEM;
+		}
+		fprintf(f, "\nimbalance per window:\n");
+		table__print(t, f);
+	}
+	return 0;
+}
+
 int output__threads(FILE *f, const json_t *reply, const json_t *session)
 {
 	static const struct table_column columns[] = {
@@ -812,5 +963,5 @@ int output__threads(FILE *f, const json_t *reply, const json_t *session)
 				straggler_name ? straggler_name : "?");
 		fputc('\n', f);
 	}
-	return 0;
+	return threads_details(f, reply);
 }

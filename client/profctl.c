@@ -36,6 +36,8 @@ enum {
 	OPT_STACK_BYTES,
 	OPT_DEBUGINFOD,
 	OPT_CHILDREN,
+	OPT_GROUP_BY,
+	OPT_WINDOW,
 };
 
 /* The parsed command line. */
@@ -55,6 +57,8 @@ struct args {
 	long long stack_bytes;		  /* --stack-bytes; 0: profd's default */
 	bool debuginfod;		  /* resymbolize --debuginfod */
 	bool children;			  /* attach --children */
+	bool group_by_name;		  /* threads --group-by name */
+	double window_s;		  /* threads --window SECONDS; 0: none */
 	long long limit;		  /* 0: profd's default */
 	const struct command *help_topic; /* "help COMMAND" */
 };
@@ -579,7 +583,17 @@ static int run_threads(struct conn *c, const struct args *a)
 	struct render out;
 	int r;
 
-	r = call(c, request_session("threads", a->id), &reply);
+	{
+		json_t *request = request_session("threads", a->id);
+
+		if (request && a->group_by_name &&
+		    json_object_set_new(request, "group_by", json_string("name")) < 0)
+			request = NULL;
+		if (request && a->window_s > 0 &&
+		    json_object_set_new(request, "window_s", json_real(a->window_s)) < 0)
+			request = NULL;
+		r = call(c, request, &reply);
+	}
 	if (r < 0)
 		return r;
 	if (a->json)
@@ -647,6 +661,12 @@ static const struct option attach_options[] = {
     {"unwind", required_argument, NULL, OPT_UNWIND},
     {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
     {"children", no_argument, NULL, OPT_CHILDREN},
+    {},
+};
+
+static const struct option threads_options[] = {
+    {"group-by", required_argument, NULL, OPT_GROUP_BY},
+    {"window", required_argument, NULL, OPT_WINDOW},
     {},
 };
 
@@ -797,15 +817,27 @@ static const struct command commands[] = {
     {
 	.name = "threads",
 	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION",
+	.synopsis = "SESSION [--group-by name] [--window SECONDS]",
 	.summary = "samples per thread and load imbalance",
 	.details = "Print the samples of each thread of session SESSION and its share,\n"
 		   "busiest first, and how uneven the load is: the busiest thread over the\n"
-		   "mean (1.00 = even), the coefficient of variation, and the straggler.\n"
+		   "mean (1.00 = even), the coefficient of variation, and the stragglers\n"
+		   "(threads over 1.2x the mean). Then each thread's time on the CPU, off\n"
+		   "it by state (sleeping, waiting for I/O, runnable but not running),\n"
+		   "context switches, page faults and, where the CPU has a PMU, IPC and\n"
+		   "cache-miss rate (\"unsupported\" where it has none).\n"
 		   "\n"
-		   "Example:\n"
-		   "  profctl threads 7\n",
+		   "Options:\n"
+		   "      --group-by name     also per group of threads whose names differ\n"
+		   "                          only in digits (worker-1, worker-2: worker-*)\n"
+		   "      --window SECONDS    also the imbalance per window of SECONDS, to\n"
+		   "                          see it appear and disappear\n"
+		   "\n"
+		   "Examples:\n"
+		   "  profctl threads 7\n"
+		   "  profctl threads 7 --group-by name --window 5\n",
 	.shortopts = "",
+	.longopts = threads_options,
 	.run = run_threads,
     },
     {
@@ -1149,6 +1181,20 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 		case OPT_CHILDREN:
 			a->children = true;
 			break;
+		case OPT_GROUP_BY:
+			if (strcmp(optarg, "name") != 0) {
+				log_error("invalid --group-by '%s': only 'name' is known", optarg);
+				return -EINVAL;
+			}
+			a->group_by_name = true;
+			break;
+		case OPT_WINDOW: {
+			bool integral;
+
+			if (parse_seconds(optarg, &a->window_s, &integral) < 0)
+				return -EINVAL;
+			break;
+		}
 		case OPT_STACK_BYTES:
 			if (parse_integer(optarg, "--stack-bytes", 512, 32768, &a->stack_bytes) < 0)
 				return -EINVAL;

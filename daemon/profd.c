@@ -26,6 +26,7 @@
 #include "session.h"
 #include "store.h"
 #include "symbolize.h"
+#include "threads_report.h"
 #include "unwind_worker.h"
 #include "util.h"
 
@@ -376,9 +377,16 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 	case CMD_HOTPATHS:
 		r = query__hotpaths(store__db(p->env.store), req.session, req.limit, &fields);
 		return query_response(r, fields, req.session);
-	case CMD_THREADS:
+	case CMD_THREADS: {
+		struct threads_opts topts = { .group_by_name = req.group_by_name,
+					      .window_s = req.window_s };
+
 		r = query__threads(store__db(p->env.store), req.session, &fields);
+		if (r == 0)
+			r = threads_report__extend(store__db(p->env.store), req.session, &topts,
+						   fields);
 		return query_response(r, fields, req.session);
+	}
 	case CMD_RESYMBOLIZE:
 		r = resymbolize__session(p->env.store, req.session, req.debuginfod, &fields);
 		if (r == -EIO)

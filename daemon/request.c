@@ -201,6 +201,23 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 		else if (r != -ENOENT)
 			return r;
 		break;
+	case CMD_THREADS:
+		v = json_object_get(root, "group_by");
+		if (v && !json_is_null(v)) {
+			if (!json_is_string(v) || strcmp(json_string_value(v), "name") != 0)
+				return fail(errbuf, errlen, -EINVAL, "\"group_by\" must be \"name\"");
+			req.group_by_name = true;
+		}
+		v = json_object_get(root, "window_s");
+		if (v && !json_is_null(v)) {
+			double d = json_number_value(v);
+
+			if (!json_is_number(v) || !isfinite(d) || d < 0.001 || d > 366 * 86400.0)
+				return fail(errbuf, errlen, -EINVAL,
+					    "\"window_s\" must be a number of seconds >= 0.001");
+			req.window_s = d;
+		}
+		break;
 	case CMD_RESYMBOLIZE:
 		v = json_object_get(root, "debuginfod");
 		if (v && !json_is_boolean(v))

@@ -37,6 +37,8 @@ struct request {
 	unsigned stack_bytes; /* attach: 512..PROFILE_MAX_STACK_BYTES, default 16384 */
 	bool debuginfod;      /* resymbolize: may fetch through libdebuginfod */
 	bool children;        /* attach: follow processes the target forks */
+	bool group_by_name;   /* threads: group like-named threads */
+	double window_s;      /* threads: > 0, imbalance per window of this many seconds */
 };
 
 /*
