@@ -739,6 +739,23 @@ static int cell_num(struct table *t, const json_t *v, const char *fmt)
 	return table__cellf(t, "-");
 }
 
+/*
+ * A derived figure's cell: its value; else "unsupported" when an input
+ * counter is unsupported on this machine (never 0), else "-".
+ */
+static int cell_derived(struct table *t, const json_t *v, const json_t *counters,
+			const char *in1, const char *in2, const char *fmt)
+{
+	const char *s1 = json_string_value(json_object_get(json_object_get(counters, in1), "status"));
+	const char *s2 = json_string_value(json_object_get(json_object_get(counters, in2), "status"));
+
+	if (json_is_number(v))
+		return table__cellf(t, fmt, json_number_value(v));
+	if ((s1 && strcmp(s1, "ok") != 0) || (s2 && strcmp(s2, "ok") != 0))
+		return table__cellf(t, "%s", s1 && strcmp(s1, "ok") != 0 ? s1 : s2);
+	return table__cellf(t, "-");
+}
+
 /* A counter's cell: its value, or its status when it has none ("unsupported" is never 0). */
 static int cell_counter(struct table *t, const json_t *counters, const char *name)
 {
@@ -826,8 +843,10 @@ static int threads_details(FILE *f, const json_t *reply)
 			    cell_counter(t, c, "voluntary-context-switches") < 0 ||
 			    cell_counter(t, c, "involuntary-context-switches") < 0 ||
 			    cell_counter(t, c, "page-faults") < 0 ||
-			    cell_num(t, json_object_get(d, "ipc"), "%.2f") < 0 ||
-			    cell_num(t, json_object_get(d, "cache_miss_pct"), "%.1f") < 0)
+			    cell_derived(t, json_object_get(d, "ipc"), c, "instructions", "cycles",
+					 "%.2f") < 0 ||
+			    cell_derived(t, json_object_get(d, "cache_miss_pct"), c, "cache-misses",
+					 "cache-references", "%.1f") < 0)
 				return -ENOMEM;
 		}
 		fprintf(f, "\ntime and counters per thread (on-CPU from %s; - = not measured):\n",
@@ -964,4 +983,56 @@ int output__threads(FILE *f, const json_t *reply, const json_t *session)
 		fputc('\n', f);
 	}
 	return threads_details(f, reply);
+}
+
+/*
+ * output__offcpu() - the blocking stacks of an "offcpu" response, longest
+ * first: state, time, share, then the frames from the blocking call down.
+ */
+int output__offcpu(FILE *f, const json_t *reply)
+{
+	const json_t *stacks = json_object_get(reply, "stacks"), *by = json_object_get(reply, "by_state");
+	const json_t *x, *v;
+	const char *state;
+	size_t i, k;
+
+	if (!json_is_array(stacks) || !json_is_number(json_object_get(reply, "total_off_cpu_s")))
+		return -EBADMSG;
+	fprintf(f, "session %lld: %.3f s off-CPU",
+		(long long)json_integer_value(json_object_get(reply, "session")),
+		json_number_value(json_object_get(reply, "total_off_cpu_s")));
+	json_object_foreach((json_t *)by, state, v)
+		fprintf(f, ", %s %.3f s", state, json_number_value(v));
+	fprintf(f, "\nlost off-CPU intervals: %lld\n",
+		(long long)json_integer_value(json_object_get(reply, "offcpu_lost")));
+	json_array_foreach(stacks, i, x)
+	{
+		const json_t *frames = json_object_get(x, "frames"), *fr;
+
+		fprintf(f, "\n%.3f s  %5.1f%%  %s, %lld intervals, %lld thread%s\n",
+			json_number_value(json_object_get(x, "total_s")),
+			json_number_value(json_object_get(x, "pct")),
+			json_string_value(json_object_get(x, "state")),
+			(long long)json_integer_value(json_object_get(x, "count")),
+			(long long)json_integer_value(json_object_get(x, "threads")),
+			json_integer_value(json_object_get(x, "threads")) == 1 ? "" : "s");
+		json_array_foreach(frames, k, fr)
+		{
+			const char *fn = json_string_value(json_object_get(fr, "function"));
+			const char *module = json_string_value(json_object_get(fr, "module"));
+			const char *file = json_string_value(json_object_get(fr, "file"));
+			const json_t *line = json_object_get(fr, "line");
+
+			module = module ? module_name(module) : "?";
+			fprintf(f, module[0] == '[' ? "    %s%s %s" : "    %s%s [%s]", fn ? fn : "?",
+				json_is_true(json_object_get(fr, "inlined")) ? " (inlined)" : "",
+				module);
+			if (file && json_is_integer(line))
+				fprintf(f, " %s:%lld", file_name(file), (long long)json_integer_value(line));
+			fputc('\n', f);
+		}
+	}
+	if (json_array_size(stacks) == 0)
+		fprintf(f, "\nno off-CPU time recorded (was the session attached with the offcpu event?)\n");
+	return 0;
 }

@@ -21,4 +21,5 @@ int output__top(FILE *f, const json_t *reply);
 int output__hotpaths(FILE *f, const json_t *reply, bool ascii);
 int output__threads(FILE *f, const json_t *reply, const json_t *session);
 int output__progress(FILE *f, const json_t *session);
+int output__offcpu(FILE *f, const json_t *reply);
 const char *output__error(void);

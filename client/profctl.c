@@ -378,10 +378,13 @@ static json_t *attach_request(const struct args *a)
 	if (a->stack_bytes &&
 	    json_object_set_new(request, "stack_bytes", json_integer(a->stack_bytes)) < 0)
 		return NULL;
+	/* Without --events, profd's default set (cpu,offcpu,counters). */
+	if (!a->events)
+		return TAKE_PTR(request);
 	events = json_array();
 	if (json_object_set_new(request, "events", events) < 0)
 		return NULL;
-	while (events_next(a->events ? a->events : "cpu", &pos, &name, &len))
+	while (events_next(a->events, &pos, &name, &len))
 		if (json_array_append_new(events, json_stringn(name, len)) < 0)
 			return NULL;
 	return TAKE_PTR(request);
@@ -608,6 +611,22 @@ static int run_threads(struct conn *c, const struct args *a)
 	return render_end(&out, output__threads(out.f, reply, json_object_get(session, "session")));
 }
 
+static int run_offcpu(struct conn *c, const struct args *a)
+{
+	_cleanup_(json_decrefp) json_t *reply = NULL;
+	struct render out;
+	int r;
+
+	r = call(c, request_report("offcpu", a), &reply);
+	if (r < 0)
+		return r;
+	if (a->json)
+		return print_json(reply);
+	if ((r = render_begin(&out)) < 0)
+		return r;
+	return render_end(&out, output__offcpu(out.f, reply));
+}
+
 static int run_resymbolize(struct conn *c, const struct args *a)
 {
 	_cleanup_(json_decrefp) json_t *reply = NULL;
@@ -702,8 +721,10 @@ static const struct command commands[] = {
 		   "                          process exits\n"
 		   "  -f, --freq HZ           samples per second of CPU time, 1..10000\n"
 		   "                          (default 99)\n"
-		   "  -e, --events LIST       comma-separated events to sample (default: cpu;\n"
-		   "                          profd knows: cpu)\n"
+		   "  -e, --events LIST       comma-separated: cpu (CPU samples with call\n"
+		   "                          stacks), offcpu (time blocked, per blocking\n"
+		   "                          stack and state), counters (per-thread perf\n"
+		   "                          counters); default: all three\n"
 		   "      --unwind MODE       how user call stacks are unwound:\n"
 		   "                          fp     frame pointers only (cheapest; stacks stop\n"
 		   "                                 at code built without them)\n"
@@ -839,6 +860,26 @@ static const struct command commands[] = {
 	.shortopts = "",
 	.longopts = threads_options,
 	.run = run_threads,
+    },
+    {
+	.name = "offcpu",
+	.operand = OPERAND_SESSION,
+	.synopsis = "SESSION [--limit N]",
+	.summary = "where threads wait: the top blocking stacks by off-CPU time",
+	.details = "Print the call stacks in which the threads of session SESSION spent\n"
+		   "the most time off the CPU, and in which state: sleeping (futex waits,\n"
+		   "sleeps, poll), io (uninterruptible: disk I/O), runnable (ready but\n"
+		   "waiting for a CPU). Needs the offcpu event (on by default). Blocks\n"
+		   "shorter than 10 us are not recorded.\n"
+		   "\n"
+		   "Options:\n"
+		   "  -n, --limit N           stacks to print, 1..10000 (default 10)\n"
+		   "\n"
+		   "Example:\n"
+		   "  profctl offcpu 7 --limit 5\n",
+	.shortopts = "n:",
+	.longopts = limit_options,
+	.run = run_offcpu,
     },
     {
 	.name = "resymbolize",

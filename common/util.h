@@ -39,6 +39,13 @@ static inline void fclosep(FILE **f)
 }
 
 #define _cleanup_(f) __attribute__((cleanup(f)))
+
+#include <dirent.h>
+static inline void closedirp(DIR **d)
+{
+	if (*d)
+		closedir(*d);
+}
 #define _cleanup_free_ _cleanup_(freep)
 #define _cleanup_close_ _cleanup_(closep)
 #define _cleanup_fclose_ _cleanup_(fclosep)

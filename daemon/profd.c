@@ -16,7 +16,9 @@
 
 #include <bpf/libbpf.h>
 
+#include "counters.h"
 #include "log.h"
+#include "offcpu.h"
 #include "protocol.h"
 #include "query.h"
 #include "request.h"
@@ -35,6 +37,10 @@
 #define RINGBUF_BYTES (32u << 20)
 /* Samples waiting for or in DWARF unwinding, at most (~20 KiB each). */
 #define UNWIND_QUEUE 1024
+/* Off-CPU intervals: the ring buffer, and the shortest interval recorded. Shorter
+ * blocks are not counted (a lock handed over in microseconds is noise here). */
+#define OFFCPU_RINGBUF_BYTES (16u << 20)
+#define OFFCPU_MIN_BLOCK_NS (10 * NSEC_PER_USEC)
 /* How often the loop wakes up to end expired sessions; flushes are every PROFD_WINDOW_NS. */
 #define TICK_NS (200 * NSEC_PER_MSEC)
 
@@ -44,8 +50,11 @@ struct profd {
 	struct session_env env;
 	struct server *server;
 	struct unwind_worker *worker;
+	struct offcpu *offcpu;
+	struct unwinder *unwinder;        /* the main thread's, for off-CPU stacks */
+	struct counters_support counters; /* what this machine can count */
 	struct session *slots[PROFILE_MAX_SLOTS];
-	struct watch sampler_watch, timer_watch, signal_watch, worker_watch;
+	struct watch sampler_watch, timer_watch, signal_watch, worker_watch, offcpu_watch;
 	int timer_fd, signal_fd;
 	uint64_t last_flush_ns;
 	uint64_t flush_errors;
@@ -89,9 +98,75 @@ static void on_sample(void *ctx, const struct sample_event *e, size_t size)
 	session__on_sample(s, e);
 }
 
+static const char *const offcpu_state_names[OFFCPU_NR_STATES] = {
+	[OFFCPU_STATE_RUNNABLE] = "runnable",
+	[OFFCPU_STATE_SLEEPING] = "sleeping",
+	[OFFCPU_STATE_IO] = "io",
+	[OFFCPU_STATE_OTHER] = "other",
+};
+
+/* An off-CPU interval from the BPF program: split into its blocked and its runnable part. */
+static void on_offcpu(void *ctx, const struct offcpu_event *e, size_t size)
+{
+	struct profd *p = ctx;
+	struct session *s = e->slot < PROFILE_MAX_SLOTS ? p->slots[e->slot] : NULL;
+	uint64_t ips[2 * OFFCPU_MAX_FRAMES];
+	uint32_t flags = 0;
+	struct proc *proc;
+	int ulen;
+
+	if (!s || !(s->events & EVENT_OFFCPU))
+		return;
+	proc = session__proc(s, (pid_t)e->pid);
+	if (!proc) {
+		session__count_offcpu_lost(s, 1);
+		return;
+	}
+	memcpy(ips, e->ips, e->kstack_len * sizeof(uint64_t));
+	pthread_rwlock_rdlock(&proc->as_lock);
+	ulen = offcpu__user_stack(p->unwinder, proc->as, e, ips + e->kstack_len,
+				  OFFCPU_MAX_FRAMES, &flags);
+	pthread_rwlock_unlock(&proc->as_lock);
+	if (ulen < 0)
+		ulen = 0;
+	if (e->state < OFFCPU_NR_STATES && e->duration_ns > e->runq_ns)
+		session__on_offcpu(s, (pid_t)e->pid, (pid_t)e->tid, e->comm,
+				   e->time_ns + e->duration_ns, offcpu_state_names[e->state], e->duration_ns - e->runq_ns, ips,
+				   e->kstack_len, (unsigned)ulen);
+	/* Woken but waiting for a CPU: runnable time, in the same blocking stack. */
+	if (e->runq_ns && e->state != OFFCPU_STATE_RUNNABLE)
+		session__on_offcpu(s, (pid_t)e->pid, (pid_t)e->tid, e->comm,
+				   e->time_ns + e->duration_ns, "runnable", e->runq_ns, ips, e->kstack_len, (unsigned)ulen);
+}
+
+static void on_offcpu_ready(struct watch *w, uint32_t events)
+{
+	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, offcpu_watch));
+
+	offcpu__poll(p->offcpu);
+}
+
+/* Off-CPU intervals lost in the kernel (a running total per slot), charged to their sessions. */
+static void collect_offcpu_lost(struct profd *p)
+{
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++) {
+		struct session *s = p->slots[i];
+		uint64_t lost;
+
+		if (!s || !p->offcpu)
+			continue;
+		lost = offcpu__lost(p->offcpu, i);
+		if (lost > s->offcpu_lost_kernel)
+			session__count_offcpu_lost(s, lost - s->offcpu_lost_kernel);
+		s->offcpu_lost_kernel = lost;
+	}
+}
+
 /* Take everything the sampler and the unwinding thread have for us. */
 static void collect(struct profd *p, bool wait_for_unwinder)
 {
+	if (p->offcpu)
+		offcpu__poll(p->offcpu);
 	sampler__poll(p->env.sampler);
 	if (wait_for_unwinder)
 		unwind_worker__wait_idle(p->worker);
@@ -147,8 +222,13 @@ static int end_session(struct profd *p, unsigned slot, const char *reason)
 
 	if (!s)
 		return -ENOENT;
+	/* The last counter values, before the events stop. */
+	session__read_counters(s, &p->env);
 	session__stop(s, &p->env);
+	if (p->offcpu)
+		offcpu__remove_target(p->offcpu, slot, s->pid);
 	collect(p, true);
+	collect_offcpu_lost(p);
 	r = flush_all(p);
 	if (r == 0) {
 		r = store__session_end(p->env.store, s->id, reason, now_ns(CLOCK_REALTIME));
@@ -200,8 +280,14 @@ static void on_timer(struct watch *w, uint32_t events)
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		if (p->slots[i] && session__expired(p->slots[i], now))
 			end_session(p, i, "duration");
-	if (now - p->last_flush_ns >= PROFD_WINDOW_NS && flush_all(p) == 0)
-		p->flush_errors = 0;
+	if (now - p->last_flush_ns >= PROFD_WINDOW_NS) {
+		collect_offcpu_lost(p);
+		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+			if (p->slots[i])
+				session__read_counters(p->slots[i], &p->env);
+		if (flush_all(p) == 0)
+			p->flush_errors = 0;
+	}
 }
 
 static void on_signal(struct watch *w, uint32_t events)
@@ -262,6 +348,7 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 		.unwind = req->unwind,
 		.stack_bytes = req->stack_bytes,
 		.follow_children = req->children,
+		.event_bits = req->events,
 	};
 	struct session *s;
 	json_t *fields;
@@ -301,6 +388,13 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 					   strerror(-r));
 	}
 	p->slots[slot] = s;
+	if ((req->events & EVENT_OFFCPU) && p->offcpu) {
+		s->offcpu_lost_kernel = offcpu__lost(p->offcpu, slot);
+		r = offcpu__add_target(p->offcpu, slot, s->pid);
+		if (r < 0)
+			log_warning_errno(r, "Session %lld: off-CPU tracing not started: %m",
+					  (long long)s->id);
+	}
 	p->pid_watches[slot] = (struct pid_watch){ { on_pid_exit }, p, slot };
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &p->pid_watches[slot].watch };
 	if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, s->pidfd, &ev) < 0)
@@ -387,6 +481,9 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 						   fields);
 		return query_response(r, fields, req.session);
 	}
+	case CMD_OFFCPU:
+		r = query__offcpu(store__db(p->env.store), req.session, req.limit, &fields);
+		return query_response(r, fields, req.session);
 	case CMD_RESYMBOLIZE:
 		r = resymbolize__session(p->env.store, req.session, req.debuginfod, &fields);
 		if (r == -EIO)
@@ -574,6 +671,23 @@ static int run(void)
 		goto out;
 	}
 
+	r = counters__probe(&p.counters);
+	if (r < 0)
+		log_warning_errno(r, "Cannot probe perf counters: %m");
+	else
+		p.env.counters = &p.counters;
+	p.unwinder = unwinder__new();
+	if (!p.unwinder) {
+		r = log_error_errno(-ENOMEM, "Out of memory");
+		goto out;
+	}
+	r = offcpu__new(OFFCPU_RINGBUF_BYTES, OFFCPU_MIN_BLOCK_NS, on_offcpu, &p, &p.offcpu);
+	if (r < 0) {
+		/* Off-CPU time is one report among others: run without it, and say so. */
+		log_warning_errno(r, "Off-CPU tracing unavailable (sched_switch BPF program): %m");
+		p.offcpu = NULL;
+	}
+
 	r = unwind_worker__new(UNWIND_QUEUE, &p.worker);
 	if (r < 0) {
 		log_error_errno(r, "Failed to start the unwinding thread: %m");
@@ -591,7 +705,9 @@ static int run(void)
 	if ((r = add_watch(p.epfd, sampler__fd(p.env.sampler), &p.sampler_watch, on_sampler)) < 0 ||
 	    (r = add_watch(p.epfd, p.timer_fd, &p.timer_watch, on_timer)) < 0 ||
 	    (r = add_watch(p.epfd, p.signal_fd, &p.signal_watch, on_signal)) < 0 ||
-	    (r = add_watch(p.epfd, unwind_worker__fd(p.worker), &p.worker_watch, on_worker)) < 0) {
+	    (r = add_watch(p.epfd, unwind_worker__fd(p.worker), &p.worker_watch, on_worker)) < 0 ||
+	    (p.offcpu &&
+	     (r = add_watch(p.epfd, offcpu__fd(p.offcpu), &p.offcpu_watch, on_offcpu_ready)) < 0)) {
 		log_error_errno(r, "Failed to set up the event loop: %m");
 		goto out;
 	}
@@ -633,6 +749,8 @@ static int run(void)
 out:
 	server__free(p.server);
 	unwind_worker__free(p.worker);
+	offcpu__free(p.offcpu);
+	unwinder__free(p.unwinder);
 	sampler__free(p.env.sampler);
 	symbolizer__free(p.env.sym);
 	store__close(p.env.store);

@@ -21,10 +21,10 @@ static const struct {
 	{ "detach", CMD_DETACH, true },	     { "session", CMD_SESSION, true },
 	{ "sessions", CMD_SESSIONS, false }, { "top", CMD_TOP, true },
 	{ "hotpaths", CMD_HOTPATHS, true },  { "threads", CMD_THREADS, true },
-	{ "resymbolize", CMD_RESYMBOLIZE, true },
+	{ "resymbolize", CMD_RESYMBOLIZE, true }, { "offcpu", CMD_OFFCPU, true },
 };
 
-static const char *const event_names[] = { "cpu" };
+static const char *const event_names[] = { "cpu", "offcpu", "counters" };
 
 static int fail(char *errbuf, size_t errlen, int err, const char *fmt, ...)
 {
@@ -75,8 +75,8 @@ static int parse_events(json_t *v, struct request *req, char *errbuf, size_t err
 				known = true;
 			}
 		if (!known)
-			return fail(errbuf, errlen, -EINVAL, "unknown event '%.32s' (known: cpu)",
-				    name);
+			return fail(errbuf, errlen, -EINVAL,
+				    "unknown event '%.32s' (known: cpu, offcpu, counters)", name);
 	}
 	if (!(req->events & EVENT_CPU))
 		return fail(errbuf, errlen, -EINVAL, "\"events\" must include \"cpu\"");
@@ -99,7 +99,7 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 {
 	_cleanup_(json_decrefp) json_t *root = NULL;
 	struct request req = { .freq_hz = PROFD_DEFAULT_FREQ_HZ,
-			       .events = EVENT_CPU,
+			       .events = EVENT_DEFAULT,
 			       .unwind = UNWIND_MODE_AUTO,
 			       .stack_bytes = PROFD_DEFAULT_STACK_BYTES };
 	json_error_t jerr;
@@ -194,6 +194,7 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 		break;
 	case CMD_TOP:
 	case CMD_HOTPATHS:
+	case CMD_OFFCPU:
 		req.limit = req.cmd == CMD_TOP ? 20 : 10;
 		r = get_int(root, "limit", 1, 10000, &n, errbuf, errlen);
 		if (r == 0)

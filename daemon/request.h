@@ -19,10 +19,14 @@ enum request_cmd {
 	CMD_HOTPATHS,
 	CMD_THREADS,
 	CMD_RESYMBOLIZE,
+	CMD_OFFCPU,
 };
 
-/* Event names a session can ask for (bit i = event_names[i]). */
-#define EVENT_CPU (1u << 0)
+/* Event names a session can ask for (bit i = event_names[i] in request.c). */
+#define EVENT_CPU (1u << 0)      /* "cpu": CPU samples with call stacks */
+#define EVENT_OFFCPU (1u << 1)   /* "offcpu": off-CPU intervals with blocking stacks */
+#define EVENT_COUNTERS (1u << 2) /* "counters": per-thread counters (counting mode) */
+#define EVENT_DEFAULT (EVENT_CPU | EVENT_OFFCPU | EVENT_COUNTERS)
 
 struct request {
 	enum request_cmd cmd;
@@ -32,7 +36,7 @@ struct request {
 	unsigned freq_hz;     /* attach: 1..PROFD_MAX_FREQ_HZ */
 	unsigned events;      /* attach: EVENT_* bits, EVENT_CPU at least */
 	char events_str[64];  /* attach: the events as a comma-separated list */
-	int limit;            /* top, hotpaths: 1..10000 */
+	int limit;            /* top, hotpaths, offcpu: 1..10000 */
 	int unwind;           /* attach: enum unwind_mode (unwind_worker.h), default auto */
 	unsigned stack_bytes; /* attach: 512..PROFILE_MAX_STACK_BYTES, default 16384 */
 	bool debuginfod;      /* resymbolize: may fetch through libdebuginfod */

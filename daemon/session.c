@@ -5,10 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "protocol.h"
+#include "request.h"
 #include "session.h"
 #include "util.h"
 
@@ -184,6 +186,9 @@ static int store_new_mappings(struct session *s, struct proc *proc, struct store
 	return 0;
 }
 
+static int store_counter_support(struct session *s, const struct session_env *env);
+static int counters_scan(struct session *s, const struct session_env *env, struct proc *proc);
+
 static bool proc_eq(const void *entry, const void *key)
 {
 	return ((const struct proc *)entry)->pid == *(const pid_t *)key;
@@ -258,6 +263,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->duration_ns = p->duration_ns;
 	s->unwind = p->unwind;
 	s->follow_children = p->follow_children;
+	s->events = p->event_bits;
 	s->pidfd = -1;
 
 	/* The pidfd pins the process identity: from here on a reused PID cannot fool us. */
@@ -286,6 +292,12 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 		.fp_stack = p->unwind != UNWIND_MODE_DWARF,
 		.follow_children = p->follow_children,
 	};
+	/* Counters from the start, so that the first window is counted whole. */
+	if ((s->events & EVENT_COUNTERS) && env->counters) {
+		r = counters_scan(s, env, s->main);
+		if (r < 0)
+			goto fail;
+	}
 	r = sampler__start(env->sampler, slot, p->pid, p->freq_hz, &cfg, &s->event);
 	if (r < 0)
 		goto fail;
@@ -313,6 +325,8 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	r = store__session_insert(env->store, &row, &s->id);
 	if (r == 0)
 		r = store_new_mappings(s, s->main, env->store);
+	if (r == 0)
+		r = store_counter_support(s, env);
 	if (r == 0)
 		r = store__commit(env->store);
 	if (r < 0) {
@@ -382,9 +396,34 @@ static struct window_acc *window_get(struct session *s, uint64_t window)
 }
 
 /* Intern the stack of @e; NULL only on out-of-memory. */
-static struct raw_stack *stack_get(struct session *s, const struct sample_event *e)
+/* Note thread @tid (name @comm, 16 bytes) as seen at @time_ns, with @samples more samples. */
+static void thread_seen(struct session *s, int pid, int tid, const char *comm, uint64_t time_ns,
+			uint64_t samples)
 {
-	size_t n = (size_t)e->kstack_len + e->ustack_len;
+	uint64_t h = hash64(HASH64_INIT, &tid, sizeof(tid));
+	struct thread_acc *th = hashmap__find(&s->threads, h, thread_eq, &tid);
+
+	if (!th) {
+		th = calloc(1, sizeof(*th));
+		if (!th || hashmap__insert(&s->threads, h, th) < 0) {
+			free(th);
+			return;
+		}
+		th->tid = tid;
+		th->pid = pid;
+	}
+	memcpy(th->name, comm, sizeof(th->name));
+	th->name[sizeof(th->name) - 1] = '\0';
+	if (time_ns > th->last_seen_ns)
+		th->last_seen_ns = time_ns;
+	th->samples += samples;
+}
+
+/* Intern a stack of process @pid (@klen kernel then @ulen user frames); NULL only on OOM. */
+static struct raw_stack *stack_intern(struct session *s, pid_t pid, const uint64_t *ips,
+				      unsigned klen, unsigned ulen, uint32_t flags)
+{
+	size_t n = (size_t)klen + ulen;
 	struct raw_stack *key, *st;
 	uint64_t h;
 	/* A stack-sized key on the heap would cost a malloc per sample; this is 2 KiB. */
@@ -393,12 +432,14 @@ static struct raw_stack *stack_get(struct session *s, const struct sample_event 
 		char buf[sizeof(struct raw_stack) + 2 * PROFILE_MAX_FRAMES * sizeof(uint64_t)];
 	} k;
 
+	if (klen > PROFILE_MAX_FRAMES || ulen > PROFILE_MAX_FRAMES)
+		return NULL;
 	key = &k.rs;
-	key->pid = (pid_t)e->pid;
-	key->klen = e->kstack_len;
-	key->ulen = e->ustack_len;
-	key->flags = e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED);
-	memcpy(key->ips, e->ips, n * sizeof(uint64_t));
+	key->pid = pid;
+	key->klen = (uint16_t)klen;
+	key->ulen = (uint16_t)ulen;
+	key->flags = flags;
+	memcpy(key->ips, ips, n * sizeof(uint64_t));
 	h = hash64(HASH64_INIT, key->ips, n * sizeof(uint64_t));
 	h = hash64(h, &key->klen, sizeof(key->klen));
 	h = hash64(h, &key->pid, sizeof(key->pid));
@@ -419,6 +460,199 @@ static struct raw_stack *stack_get(struct session *s, const struct sample_event 
 	return st;
 }
 
+static struct raw_stack *stack_get(struct session *s, const struct sample_event *e)
+{
+	return stack_intern(s, (pid_t)e->pid, (const uint64_t *)e->ips, e->kstack_len, e->ustack_len,
+			    e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED));
+}
+
+/* Off-CPU intervals since the last flush, per window, thread, stack and state. */
+struct offcpu_acc {
+	uint64_t window;
+	int pid, tid;
+	struct raw_stack *stack;
+	const char *state; /* static string */
+	uint64_t count, total_ns;
+};
+
+static bool offcpu_eq(const void *entry, const void *key)
+{
+	const struct offcpu_acc *a = entry, *b = key;
+
+	return a->window == b->window && a->tid == b->tid && a->stack == b->stack &&
+	       a->state == b->state;
+}
+
+void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *comm,
+			uint64_t time_ns, const char *state, uint64_t total_ns, const uint64_t *ips,
+			unsigned klen, unsigned ulen)
+{
+	uint64_t t = time_ns > s->started_mono_ns ? time_ns - s->started_mono_ns : 0;
+	struct offcpu_acc key = { .window = t / PROFD_WINDOW_NS, .pid = pid, .tid = tid,
+				  .state = state },
+			  *acc;
+	uint64_t h;
+
+	key.stack = stack_intern(s, pid, ips, klen, ulen, 0);
+	if (!key.stack) {
+		s->offcpu_lost++;
+		return;
+	}
+	h = hash64(HASH64_INIT, &key.window, sizeof(key.window));
+	h = hash64(h, &key.tid, sizeof(key.tid));
+	h = hash64(h, &key.stack, sizeof(key.stack));
+	h = hash64(h, &key.state, sizeof(key.state));
+	acc = hashmap__find(&s->offcpu, h, offcpu_eq, &key);
+	if (!acc) {
+		acc = malloc(sizeof(*acc));
+		if (!acc || hashmap__insert(&s->offcpu, h, acc) < 0) {
+			free(acc);
+			s->offcpu_lost++;
+			return;
+		}
+		*acc = key;
+	}
+	acc->count++;
+	acc->total_ns += total_ns;
+	/* A thread that only waits has no CPU samples: list it all the same. */
+	thread_seen(s, pid, tid, comm, time_ns, 0);
+}
+
+void session__count_offcpu_lost(struct session *s, uint64_t n)
+{
+	s->offcpu_lost += n;
+}
+
+/* One thread's counters. */
+struct counters_entry {
+	int pid, tid;
+	struct thread_counters *tc;
+	bool seen; /* found in /proc at the last scan */
+};
+
+/* Values read for one thread in one window, kept until the flush that commits them. */
+struct counter_row {
+	uint64_t window;
+	int tid;
+	struct counter_values v;
+};
+
+static bool counters_entry_eq(const void *entry, const void *key)
+{
+	return ((const struct counters_entry *)entry)->tid == *(const int *)key;
+}
+
+static const char *counter_status_db(enum counter_status st)
+{
+	switch (st) {
+	case COUNTER_OK:
+		return "ok";
+	case COUNTER_UNSUPPORTED:
+		return "unsupported";
+	case COUNTER_DENIED:
+		return "denied";
+	default:
+		return NULL; /* not counted this time: no row */
+	}
+}
+
+/* Open counters on every thread of @proc not yet counted. */
+static int counters_scan(struct session *s, const struct session_env *env, struct proc *proc)
+{
+	_cleanup_(closedirp) DIR *d = NULL;
+	char path[64];
+	struct dirent *de;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", proc->pid);
+	d = opendir(path);
+	if (!d)
+		return 0; /* the process is gone */
+	while ((de = readdir(d))) {
+		int tid = atoi(de->d_name);
+		uint64_t h = hash64(HASH64_INIT, &tid, sizeof(tid));
+		struct counters_entry *ce;
+		int r;
+
+		if (tid <= 0 || hashmap__find(&s->counters, h, counters_entry_eq, &tid))
+			continue;
+		ce = calloc(1, sizeof(*ce));
+		if (!ce)
+			return -ENOMEM;
+		ce->pid = proc->pid;
+		ce->tid = tid;
+		r = thread_counters__open(proc->pid, tid, env->counters, &ce->tc);
+		if (r < 0 || hashmap__insert(&s->counters, h, ce) < 0) {
+			thread_counters__free(ce->tc);
+			free(ce);
+			if (r == -ENOMEM)
+				return r;
+			continue; /* the thread exited meanwhile */
+		}
+	}
+	return 0;
+}
+
+int session__read_counters(struct session *s, const struct session_env *env)
+{
+	uint64_t window = (now_ns(CLOCK_MONOTONIC) - s->started_mono_ns) / PROFD_WINDOW_NS;
+	struct counters_entry *ce;
+	struct proc *proc;
+	int r;
+
+	if (!(s->events & EVENT_COUNTERS) || !env->counters)
+		return 0;
+	hashmap__for_each(&s->procs, i, proc)
+	{
+		r = counters_scan(s, env, proc);
+		if (r < 0)
+			return r;
+	}
+	hashmap__for_each(&s->counters, i, ce)
+	{
+		struct counter_row *row;
+
+		if (!ce->tc)
+			continue;
+		row = calloc(1, sizeof(*row));
+		if (!row)
+			return -ENOMEM;
+		row->window = window;
+		row->tid = ce->tid;
+		r = thread_counters__read(ce->tc, &row->v);
+		if (r < 0) {
+			/* Exited: its fds go now; the entry stays, so the tid is not reopened. */
+			free(row);
+			thread_counters__free(ce->tc);
+			ce->tc = NULL;
+			continue;
+		}
+		r = hashmap__insert(&s->counter_rows, (uint64_t)(uintptr_t)row, row);
+		if (r < 0) {
+			free(row);
+			return r;
+		}
+	}
+	return 0;
+}
+
+/* Store the session's counter support, once, at the start. */
+static int store_counter_support(struct session *s, const struct session_env *env)
+{
+	if (!(s->events & EVENT_COUNTERS) || !env->counters)
+		return 0;
+	for (int k = 0; k < COUNTER_KIND_MAX; k++) {
+		const char *st = counter_status_db(env->counters->status[k]);
+		int r;
+
+		if (!st)
+			continue;
+		r = store__session_counter(env->store, s->id, counter_kind__name(k), st);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
 void session__count_dropped(struct session *s, const struct sample_event *e)
 {
 	uint64_t t = e->time_ns > s->started_mono_ns ? e->time_ns - s->started_mono_ns : 0;
@@ -434,7 +668,6 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 	uint64_t t = e->time_ns > s->started_mono_ns ? e->time_ns - s->started_mono_ns : 0;
 	struct pending_sample key, *ps;
 	struct window_acc *w;
-	struct thread_acc *th;
 	int tid = (int)e->tid;
 	uint64_t h;
 
@@ -472,21 +705,7 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 	if (e->flags & SAMPLE_USER_MISSING)
 		w->counts.missing_user_stacks++;
 
-	h = hash64(HASH64_INIT, &tid, sizeof(tid));
-	th = hashmap__find(&s->threads, h, thread_eq, &tid);
-	if (!th) {
-		th = calloc(1, sizeof(*th));
-		if (!th || hashmap__insert(&s->threads, h, th) < 0) {
-			free(th);
-			return;
-		}
-		th->tid = tid;
-		th->pid = (int)e->pid;
-	}
-	memcpy(th->name, e->comm, sizeof(th->name));
-	th->name[sizeof(th->name) - 1] = '\0';
-	th->last_seen_ns = e->time_ns;
-	th->samples++;
+	thread_seen(s, (int)e->pid, tid, e->comm, e->time_ns, 1);
 }
 
 /*
@@ -676,6 +895,49 @@ int session__flush(struct session *s, const struct session_env *env)
 			return r;
 	}
 
+	{
+		struct offcpu_acc *acc;
+
+		hashmap__for_each(&s->offcpu, i, acc)
+		{
+			r = resolve_stack(s, env, acc->stack, &refreshed);
+			if (r < 0)
+				return r;
+			r = store__offcpu_add(env->store, s->id,
+					      s->started_real_ns + acc->window * PROFD_WINDOW_NS,
+					      acc->pid, acc->tid, acc->stack->stack_id, acc->state,
+					      acc->count, acc->total_ns);
+			if (r < 0)
+				return r;
+		}
+		if (s->offcpu_lost) {
+			r = store__session_add_offcpu_lost(env->store, s->id, s->offcpu_lost);
+			if (r < 0)
+				return r;
+		}
+		s->offcpu_lost_flushing = s->offcpu_lost;
+	}
+	{
+		struct counter_row *row;
+
+		hashmap__for_each(&s->counter_rows, i, row)
+		{
+			for (int k = 0; k < COUNTER_KIND_MAX; k++) {
+				const char *st = counter_status_db(row->v.v[k].status);
+
+				if (!st)
+					continue;
+				r = store__counter_add(env->store, s->id,
+						       s->started_real_ns +
+							   row->window * PROFD_WINDOW_NS,
+						       row->tid, counter_kind__name(k), st,
+						       row->v.v[k].delta);
+				if (r < 0)
+					return r;
+			}
+		}
+	}
+
 	/* Ring-buffer drops are known only as a running total: charge the growth
 	 * since the last committed flush to the newest window (a copy of its
 	 * counts, so that a retried flush does not charge it twice). */
@@ -734,6 +996,15 @@ void session__flush_done(struct session *s)
 
 	s->lost_seen = s->lost_flushing;
 	s->procs_added = false;
+	s->offcpu_lost -= s->offcpu_lost_flushing;
+	{
+		void *v;
+
+		hashmap__for_each(&s->offcpu, i, v) free(v);
+		hashmap__clear(&s->offcpu);
+		hashmap__for_each(&s->counter_rows, i, v) free(v);
+		hashmap__clear(&s->counter_rows);
+	}
 	s->unsymbolized_pending = 0;
 	s->frames_pending = 0;
 	s->unwind_dropped -= s->unwind_dropped_flushing;
@@ -794,6 +1065,14 @@ void session__free(struct session *s)
 	free_all(&s->pending);
 	free_all(&s->threads);
 	free_all(&s->windows);
+	free_all(&s->offcpu);
+	free_all(&s->counter_rows);
+	{
+		struct counters_entry *ce;
+
+		hashmap__for_each(&s->counters, i, ce) thread_counters__free(ce->tc);
+		free_all(&s->counters);
+	}
 	{
 		struct proc *proc;
 

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "counters.h"
 #include "hashmap.h"
 #include "perfmap.h"
 #include "unwind_worker.h"
@@ -23,6 +24,7 @@ struct session_env {
 	struct store *store;
 	struct sampler *sampler;
 	struct symbolizer *sym;
+	const struct counters_support *counters; /* what this machine can count */
 };
 
 struct session_params {
@@ -31,6 +33,7 @@ struct session_params {
 	unsigned freq_hz;     /* 1..PROFD_MAX_FREQ_HZ */
 	uint64_t duration_ns; /* 0: until detach or exit */
 	const char *events;   /* comma-separated, validated by the caller */
+	unsigned event_bits;  /* EVENT_* of request.h */
 	enum unwind_mode unwind;
 	unsigned stack_bytes; /* user stack copied per sample (dwarf, auto), 512..PROFILE_MAX_STACK_BYTES */
 	bool follow_children; /* processes the target forks after the attach join the session */
@@ -58,6 +61,7 @@ struct session {
 	int pidfd;                 /* polls readable when the target exits */
 	enum unwind_mode unwind;
 	bool follow_children;
+	unsigned events;                /* EVENT_* */
 
 	struct hashmap procs;           /* struct proc, by PID: the target and followed children */
 	struct proc *main;              /* the target's entry in @procs */
@@ -75,6 +79,13 @@ struct session {
 	uint64_t unwind_dropped;        /* samples the unwinding thread had no room for, not yet flushed */
 	uint64_t unwind_dropped_flushing;
 	uint64_t samples;               /* total so far (flushed or not) */
+
+	struct hashmap offcpu;          /* struct offcpu_acc: off-CPU intervals since the last flush */
+	uint64_t offcpu_lost;           /* not yet flushed */
+	uint64_t offcpu_lost_kernel;    /* offcpu__lost() of the slot when last read */
+	uint64_t offcpu_lost_flushing;
+	struct hashmap counters;        /* struct counters_entry: per-thread counters, by tid */
+	struct hashmap counter_rows;    /* struct counter_row: values read, not yet committed */
 };
 
 /*
@@ -98,6 +109,26 @@ struct proc *session__proc(struct session *s, pid_t pid);
 
 /* session__on_sample() - account one sample (the sampler callback, per sample). */
 void session__on_sample(struct session *s, const struct sample_event *e);
+
+/*
+ * session__on_offcpu() - account one off-CPU interval of @tid (of process
+ * @pid, thread name @comm, 16 bytes): @total_ns long, ending at @time_ns (CLOCK_MONOTONIC), in @state
+ * ("sleeping", "io", "runnable", "other"; static string), blocked in the
+ * stack @ips: @klen kernel frames then @ulen user frames, leaf first.
+ */
+void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *comm,
+			uint64_t time_ns, const char *state, uint64_t total_ns, const uint64_t *ips,
+			unsigned klen, unsigned ulen);
+/* session__count_offcpu_lost() - off-CPU intervals lost before they reached the session. */
+void session__count_offcpu_lost(struct session *s, uint64_t n);
+
+/*
+ * session__read_counters() - open counters for threads that appeared since
+ * the last call, read every thread's counters and keep the increases for the
+ * next flush. Call once per window, before session__flush(). Returns 0 or
+ * -ENOMEM; threads that exited are dropped silently. Does not log.
+ */
+int session__read_counters(struct session *s, const struct session_env *env);
 
 /* session__count_dropped() - a sample of @s was lost before unwinding (queue full). */
 void session__count_dropped(struct session *s, const struct sample_event *e);

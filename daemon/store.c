@@ -24,6 +24,10 @@ enum stmt_id {
 	STMT_STACK_INSERT,
 	STMT_STACK_FRAME_INSERT,
 	STMT_SAMPLE_ADD,
+	STMT_OFFCPU_ADD,
+	STMT_COUNTER_ADD,
+	STMT_SESSION_COUNTER,
+	STMT_SESSION_OFFCPU_LOST,
 	_STMT_MAX,
 };
 
@@ -69,6 +73,21 @@ static const char *const stmt_sql[_STMT_MAX] = {
 			    "VALUES (?1, ?2, ?3, ?4, ?5) "
 			    "ON CONFLICT (session_id, window_ns, tid, stack_id) DO UPDATE SET "
 			    "count = count + excluded.count",
+	[STMT_OFFCPU_ADD] =
+		"INSERT INTO offcpu (session_id, window_ns, pid, tid, stack_id, state, count, "
+		"total_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+		"ON CONFLICT (session_id, window_ns, tid, stack_id, state) DO UPDATE SET "
+		"count = count + excluded.count, total_ns = total_ns + excluded.total_ns",
+	[STMT_COUNTER_ADD] =
+		"INSERT INTO thread_counters (session_id, window_ns, tid, counter, value, status) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+		"ON CONFLICT (session_id, window_ns, tid, counter) DO UPDATE SET "
+		"value = CASE WHEN excluded.status = 'ok' THEN coalesce(value, 0) + excluded.value "
+		"ELSE value END, status = excluded.status",
+	[STMT_SESSION_COUNTER] = "INSERT OR REPLACE INTO session_counters (session_id, counter, "
+				 "status) VALUES (?1, ?2, ?3)",
+	[STMT_SESSION_OFFCPU_LOST] =
+		"UPDATE sessions SET offcpu_lost = offcpu_lost + ?2 WHERE id = ?1",
 };
 
 struct store {
@@ -450,5 +469,56 @@ int store__sample_add(struct store *st, int64_t session_id, uint64_t window_ns, 
 	sqlite3_bind_int(stmt, 3, tid);
 	sqlite3_bind_int64(stmt, 4, stack_id);
 	sqlite3_bind_int64(stmt, 5, (int64_t)count);
+	return step_done(stmt);
+}
+
+int store__offcpu_add(struct store *st, int64_t session_id, uint64_t window_ns, int pid, int tid,
+		      int64_t stack_id, const char *state, uint64_t count, uint64_t total_ns)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_OFFCPU_ADD];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)window_ns);
+	sqlite3_bind_int(stmt, 3, pid);
+	sqlite3_bind_int(stmt, 4, tid);
+	sqlite3_bind_int64(stmt, 5, stack_id);
+	sqlite3_bind_text(stmt, 6, state, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 7, (int64_t)count);
+	sqlite3_bind_int64(stmt, 8, (int64_t)total_ns);
+	return step_done(stmt);
+}
+
+int store__counter_add(struct store *st, int64_t session_id, uint64_t window_ns, int tid,
+		       const char *name, const char *status, uint64_t value)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_COUNTER_ADD];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)window_ns);
+	sqlite3_bind_int(stmt, 3, tid);
+	sqlite3_bind_text(stmt, 4, name, -1, SQLITE_STATIC);
+	if (strcmp(status, "ok") == 0)
+		sqlite3_bind_int64(stmt, 5, (int64_t)value);
+	sqlite3_bind_text(stmt, 6, status, -1, SQLITE_STATIC);
+	return step_done(stmt);
+}
+
+int store__session_counter(struct store *st, int64_t session_id, const char *name,
+			   const char *status)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_COUNTER];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_text(stmt, 2, name, -1, SQLITE_STATIC);
+	sqlite3_bind_text(stmt, 3, status, -1, SQLITE_STATIC);
+	return step_done(stmt);
+}
+
+int store__session_add_offcpu_lost(struct store *st, int64_t session_id, uint64_t lost)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_OFFCPU_LOST];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)lost);
 	return step_done(stmt);
 }

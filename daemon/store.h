@@ -89,6 +89,25 @@ int store__frame_id(struct store *st, const struct frame_info *f, int64_t *ret_i
  */
 int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool truncated,
 		    bool reached_root, int64_t *ret_id);
+/*
+ * store__offcpu_add() - add @count off-CPU intervals of @tid, @total_ns long
+ * together, blocked in @stack_id in @state ("sleeping", "io", "runnable",
+ * "other"), to a window.
+ */
+int store__offcpu_add(struct store *st, int64_t session_id, uint64_t window_ns, int pid, int tid,
+		      int64_t stack_id, const char *state, uint64_t count, uint64_t total_ns);
+/*
+ * store__counter_add() - add @value to counter @name of @tid in a window;
+ * @status "ok", "unsupported" or "denied" (value stored NULL unless "ok").
+ */
+int store__counter_add(struct store *st, int64_t session_id, uint64_t window_ns, int tid,
+		       const char *name, const char *status, uint64_t value);
+/* store__session_counter() - record whether counter @name is "ok", "unsupported" or "denied". */
+int store__session_counter(struct store *st, int64_t session_id, const char *name,
+			   const char *status);
+/* store__session_add_offcpu_lost() - off-CPU intervals lost before storage. */
+int store__session_add_offcpu_lost(struct store *st, int64_t session_id, uint64_t lost);
+
 /* store__sample_add() - add @count samples of @stack_id in @tid to a window. */
 int store__sample_add(struct store *st, int64_t session_id, uint64_t window_ns, int tid,
 		      int64_t stack_id, uint64_t count);

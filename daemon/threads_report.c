@@ -434,3 +434,139 @@ int threads_report__extend(sqlite3 *db, int64_t session_id, const struct threads
 	}
 	return 0;
 }
+
+/* The frames of stack @stack_id, leaf first, as report frame objects. */
+static json_t *stack_frames_json(sqlite3_stmt *fr, int64_t stack_id)
+{
+	json_t *arr = json_array();
+	int rc;
+
+	if (!arr)
+		return NULL;
+	sqlite3_reset(fr);
+	sqlite3_bind_int64(fr, 1, stack_id);
+	while ((rc = sqlite3_step(fr)) == SQLITE_ROW) {
+		const char *fn = (const char *)sqlite3_column_text(fr, 0);
+
+		/* The stack was taken inside the sched_switch BPF program: its own
+		 * frames and the tracepoint's (bpf_prog_*, bpf_trace_run*,
+		 * __traceiter_*) sit on top of __schedule. They are not where the
+		 * thread blocked. */
+		if (json_array_size(arr) == 0 && fn &&
+		    (strncmp(fn, "bpf_prog_", 9) == 0 || strncmp(fn, "bpf_trace_run", 13) == 0 ||
+		     strncmp(fn, "__bpf_trace_", 12) == 0 || strncmp(fn, "__traceiter_", 12) == 0))
+			continue;
+		const char *module = (const char *)sqlite3_column_text(fr, 1);
+		const char *base = module ? strrchr(module, '/') : NULL;
+		char name[512];
+		json_t *o;
+
+		if (!fn) {
+			/* Unsymbolized: module base name + offset, as top and hotpaths print it. */
+			snprintf(name, sizeof(name), "%s+0x%llx", base ? base + 1 : module ? module : "?",
+				 (unsigned long long)sqlite3_column_int64(fr, 5));
+			fn = name;
+		}
+		o = json_pack("{s:s, s:s?, s:s?, s:o, s:s, s:b}", "function", fn, "module", module,
+			      "file", (const char *)sqlite3_column_text(fr, 2), "line",
+			      sqlite3_column_type(fr, 3) == SQLITE_NULL
+				  ? json_null()
+				  : json_integer(sqlite3_column_int64(fr, 3)),
+			      "kind", (const char *)sqlite3_column_text(fr, 4), "inlined",
+			      sqlite3_column_int(fr, 6) > 0);
+		if (!o || json_array_append_new(arr, o) < 0) {
+			json_decref(arr);
+			return NULL;
+		}
+	}
+	if (rc != SQLITE_DONE) {
+		json_decref(arr);
+		return NULL;
+	}
+	return arr;
+}
+
+int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
+{
+	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL, *fr = NULL;
+	json_t *o, *stacks, *by_state;
+	int64_t total_ns = 0;
+	int rc, r;
+
+	r = prepare(db, "SELECT offcpu_lost FROM sessions WHERE id = ?1", session_id, &st);
+	if (r < 0)
+		return r;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_DONE)
+		return -ENOENT;
+	if (rc != SQLITE_ROW)
+		return -EIO;
+	o = json_pack("{s:I, s:I, s:f, s:{}, s:[]}", "session", (json_int_t)session_id, "offcpu_lost",
+		      (json_int_t)sqlite3_column_int64(st, 0), "total_off_cpu_s", 0.0, "by_state",
+		      "stacks");
+	if (!o)
+		return -ENOMEM;
+	by_state = json_object_get(o, "by_state");
+	stacks = json_object_get(o, "stacks");
+	sqlite3_finalize(TAKE_PTR(st));
+
+	r = prepare(db,
+		    "SELECT state, sum(total_ns) FROM offcpu WHERE session_id = ?1 GROUP BY state",
+		    session_id, &st);
+	if (r < 0)
+		goto fail;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		total_ns += sqlite3_column_int64(st, 1);
+		json_object_set_new(by_state, (const char *)sqlite3_column_text(st, 0),
+				    json_real(round((double)sqlite3_column_int64(st, 1) / 1e6) / 1e3));
+	}
+	if (rc != SQLITE_DONE) {
+		r = -EIO;
+		goto fail;
+	}
+	json_object_set_new(o, "total_off_cpu_s", json_real(round((double)total_ns / 1e6) / 1e3));
+	sqlite3_finalize(TAKE_PTR(st));
+
+	r = prepare(db,
+		    "SELECT stack_id, state, sum(total_ns) AS ns, sum(count), count(DISTINCT tid) "
+		    "FROM offcpu WHERE session_id = ?1 GROUP BY stack_id, state "
+		    "ORDER BY ns DESC, stack_id LIMIT ?2",
+		    session_id, &st);
+	if (r < 0)
+		goto fail;
+	sqlite3_bind_int(st, 2, limit);
+	if (sqlite3_prepare_v2(db,
+			       "SELECT f.function, f.module, f.file, f.line, f.kind, f.rel_addr, "
+			       "f.inline_depth FROM stack_frames sf JOIN frames f "
+			       "ON f.id = sf.frame_id WHERE sf.stack_id = ?1 ORDER BY sf.pos",
+			       -1, &fr, NULL) != SQLITE_OK) {
+		r = -EIO;
+		goto fail;
+	}
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t ns = sqlite3_column_int64(st, 2);
+		json_t *frames = stack_frames_json(fr, sqlite3_column_int64(st, 0)), *x;
+
+		x = frames ? json_pack("{s:s, s:f, s:f, s:I, s:I, s:o}", "state",
+				       (const char *)sqlite3_column_text(st, 1), "total_s",
+				       round((double)ns / 1e6) / 1e3, "pct",
+				       total_ns > 0 ? round(1000.0 * (double)ns / (double)total_ns) / 10.0
+						    : 0.0,
+				       "count", (json_int_t)sqlite3_column_int64(st, 3), "threads",
+				       (json_int_t)sqlite3_column_int64(st, 4), "frames", frames)
+			   : NULL;
+		if (!x || json_array_append_new(stacks, x) < 0) {
+			r = -ENOMEM;
+			goto fail;
+		}
+	}
+	if (rc != SQLITE_DONE) {
+		r = -EIO;
+		goto fail;
+	}
+	*ret = o;
+	return 0;
+fail:
+	json_decref(o);
+	return r;
+}

@@ -38,3 +38,13 @@ int threads_report__extend(sqlite3 *db, int64_t session_id, const struct threads
  */
 json_t *imbalance_json(const int64_t *samples, const int64_t *tids, const char *const *names,
 		       size_t n);
+
+/*
+ * query__offcpu() - the blocking stacks of @session_id by off-CPU time:
+ * {"session","total_off_cpu_s","offcpu_lost","by_state":{state: s},
+ *  "stacks":[{"state","total_s","pct","count","threads","frames":[{function,
+ *  module,file,line,kind,inlined}]}]} with frames leaf first, @limit stacks
+ * (1..10000). pct is of total_off_cpu_s. Returns 0, -ENOENT for an unknown
+ * session, -EIO, -ENOMEM. Reads only; does not log.
+ */
+int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret);

@@ -7,7 +7,9 @@ CREATE TABLE offcpu (
 	pid        INTEGER NOT NULL,
 	tid        INTEGER NOT NULL,
 	stack_id   INTEGER NOT NULL REFERENCES stacks (id), -- the stack it blocked in
-	state      TEXT NOT NULL CHECK (state IN ('sleeping', 'io', 'runnable')),
+	-- sleeping: TASK_INTERRUPTIBLE (futex, sleep, poll); io: TASK_UNINTERRUPTIBLE (D state);
+	-- runnable: waiting for a CPU (preempted, or woken and not yet running); other
+	state      TEXT NOT NULL CHECK (state IN ('sleeping', 'io', 'runnable', 'other')),
 	count      INTEGER NOT NULL,          -- off-CPU intervals
 	total_ns   INTEGER NOT NULL,          -- their summed length
 	PRIMARY KEY (session_id, window_ns, tid, stack_id, state)

@@ -1,0 +1,363 @@
+// SPDX-License-Identifier: MIT
+/*
+ * offcpu.bpf.c - off-CPU time: for each thread of a target process, how long
+ * it stayed off the CPU each time it left it, why (sleeping, uninterruptible,
+ * runnable) and the kernel and user stacks it left from. One tp_btf program
+ * on sched_switch serves every session slot; a slot's threads are found
+ * through the 'targets' map (tgid -> slot + 1), filled by user space.
+ *
+ * Design: at switch-out the whole record (header, both stacks, user
+ * registers and up to 1 KiB of user stack: ~3.3 KiB at most) is
+ * built in a per-CPU scratch and stored in 'starts', keyed by tid; at
+ * switch-in the same map value gets its duration and goes to the ring
+ * buffer as it is, then is deleted. Only intervals of at least min_block_ns
+ * are sent. 'starts' is a hash map without preallocation (BPF_F_NO_PREALLOC,
+ * allowed in tracing programs since Linux 6.1's BPF memory allocator): its
+ * memory follows the number of target threads that are off the CPU right
+ * now, not max_entries (set by user space, 16384 by default), which would
+ * otherwise pin 54 MiB. An insert that fails (map full, no memory) is
+ * counted per slot in 'drops' as tid_map_full.
+ *
+ * A switch-in can go unseen: on Linux 6.18 in a Firecracker VM, a few in
+ * 50,000 switches of a process that creates and ends threads fast, the
+ * thread ran again (and later left the CPU or exited) without this program
+ * seeing a sched_switch or sched_wakeup for it, with no recursion miss
+ * counted (cause not found). Its entry is then found at its next switch-out,
+ * or at its exit (TASK_DEAD), counted as switch_in_missed and replaced or
+ * deleted: the interval is lost, visibly, and no entry leaks.
+ *
+ * Stacks are copied by content with bpf_get_stack(), never interned with
+ * bpf_get_stackid() (see profile.bpf.c). At sched_switch the current task is
+ * still prev, so its kernel stack (from the tracepoint) and its user stack
+ * (frame pointers from task_pt_regs()) are the blocking ones.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+
+#include "offcpu.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* include/linux/sched.h; the values are the same since Linux 4.14. */
+#define TASK_INTERRUPTIBLE 0x0001
+#define TASK_UNINTERRUPTIBLE 0x0002
+#define TASK_DEAD 0x0080
+#define EEXIST 17
+
+/* Intervals shorter than this are not sent (nanoseconds). Set by user space before load. */
+const volatile __u64 min_block_ns = 0;
+/*
+ * Wake the reader only once this many bytes wait in the ring buffer (0: at
+ * every record); user space also polls on a timer. A wakeup per record feeds
+ * itself: the woken reader preempts a target thread, whose switch back in is
+ * a new record, which wakes the reader... (measured: ~37000 records/s of
+ * sub-10-us RUNNABLE intervals from offcpu-mix's sleeper alone).
+ */
+const volatile __u64 wakeup_bytes = 0;
+
+/* tgid -> session slot + 1 of the session that watches it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} targets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 * 1024 * 1024); /* resized by user space before load */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, OFFCPU_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct offcpu_counters);
+} drops SEC(".maps");
+
+/* A thread that is off the CPU: its record so far, and when it was woken. */
+struct offcpu_start {
+	__u64 wake_ns; /* sched_wakeup time, 0 until then */
+	__u32 target;  /* targets[tgid] at switch-out (slot + 1) */
+	__u32 pad;
+	struct offcpu_event e;
+};
+
+/* tid -> the thread's pending interval. max_entries set by user space before load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct offcpu_start);
+} starts SEC(".maps");
+
+/*
+ * Where the record is built before it is copied into 'starts': too large
+ * for the 512-byte BPF stack. sched_switch runs with interrupts off and the
+ * run-queue lock held, and sched_wakeup does not use the scratch, so nothing
+ * else touches a CPU's entry while it is in use.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct offcpu_start);
+} scratch SEC(".maps");
+
+#define STACK_BYTES (OFFCPU_MAX_FRAMES * sizeof(__u64))
+#define PAGE_BYTES 4096
+
+/*
+ * Copy the user registers (DWARF order) and the user stack from rsp up to
+ * the frame of the nearest caller with a frame pointer: rbp + 16 when rbp
+ * points a little above rsp (the libc leaves that block, syscall wrappers
+ * and lock slow paths, keep the caller's rbp), else OFFCPU_STACK_BYTES.
+ * bpf_probe_read_user() fails whole if a byte faults: if the long read
+ * fails, copy what is left of rsp's page. @off: where the bytes go in
+ * e->ips, in 8-byte units, at most 2 * OFFCPU_MAX_FRAMES.
+ */
+static __always_inline void copy_user_regs_stack(struct offcpu_event *e, long off)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	__u64 sp, bp, want;
+
+	e->stack_size = 0;
+	e->regs[0] = BPF_CORE_READ(regs, ax);
+	e->regs[1] = BPF_CORE_READ(regs, dx);
+	e->regs[2] = BPF_CORE_READ(regs, cx);
+	e->regs[3] = BPF_CORE_READ(regs, bx);
+	e->regs[4] = BPF_CORE_READ(regs, si);
+	e->regs[5] = BPF_CORE_READ(regs, di);
+	e->regs[6] = BPF_CORE_READ(regs, bp);
+	e->regs[7] = BPF_CORE_READ(regs, sp);
+	e->regs[8] = BPF_CORE_READ(regs, r8);
+	e->regs[9] = BPF_CORE_READ(regs, r9);
+	e->regs[10] = BPF_CORE_READ(regs, r10);
+	e->regs[11] = BPF_CORE_READ(regs, r11);
+	e->regs[12] = BPF_CORE_READ(regs, r12);
+	e->regs[13] = BPF_CORE_READ(regs, r13);
+	e->regs[14] = BPF_CORE_READ(regs, r14);
+	e->regs[15] = BPF_CORE_READ(regs, r15);
+	e->regs[16] = BPF_CORE_READ(regs, ip);
+	e->flags |= OFFCPU_HAS_REGS;
+
+	sp = e->regs[7];
+	bp = e->regs[6];
+	if (bp > sp && bp - sp <= OFFCPU_STACK_BYTES - 16)
+		want = (bp + 16 - sp + 7) & ~7ULL;
+	else
+		want = OFFCPU_STACK_BYTES;
+	/* Bounds the verifier can follow: the copy stays inside e->ips. */
+	if (off < 0 || off > 2 * OFFCPU_MAX_FRAMES || want > OFFCPU_STACK_BYTES || want == 0)
+		return;
+	if (bpf_probe_read_user(&e->ips[off], want, (void *)sp) == 0) {
+		e->stack_size = want;
+		return;
+	}
+	want = (PAGE_BYTES - (sp & (PAGE_BYTES - 1))) & ~7ULL;
+	if (want > OFFCPU_STACK_BYTES || want == 0)
+		return;
+	if (bpf_probe_read_user(&e->ips[off], want, (void *)sp) == 0)
+		e->stack_size = want;
+}
+
+/* Linux 5.14 renamed task_struct::state to __state (and made it unsigned int). */
+struct task_struct___pre_5_14 {
+	long state;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u32 task_state(struct task_struct *t)
+{
+	struct task_struct___pre_5_14 *old = (void *)t;
+
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return (__u32)BPF_CORE_READ(old, state);
+}
+
+#define DROP_RINGBUF 0
+#define DROP_TID_MAP 1
+#define DROP_MISSED 2
+
+static __always_inline void count_drop(__u32 slot, int why)
+{
+	struct offcpu_counters *cnt = bpf_map_lookup_elem(&drops, &slot);
+
+	if (!cnt)
+		return;
+	if (why == DROP_RINGBUF)
+		cnt->ringbuf_full++;
+	else if (why == DROP_TID_MAP)
+		cnt->tid_map_full++;
+	else
+		cnt->switch_in_missed++;
+}
+
+/*
+ * An entry left in 'starts' for @tid means that its switch back in was
+ * never seen (the thread ran without the program seeing it as next): that
+ * interval is lost. Count it; the caller replaces or deletes the entry.
+ */
+static __always_inline void count_stale(__u32 tid)
+{
+	struct offcpu_start *old = bpf_map_lookup_elem(&starts, &tid);
+
+	if (old)
+		count_drop(old->e.slot, DROP_MISSED);
+}
+
+static __always_inline void switch_out(__u64 *ctx, bool preempt, struct task_struct *prev,
+				       __u64 now)
+{
+	__u32 tgid = BPF_CORE_READ(prev, tgid), tid = BPF_CORE_READ(prev, pid), zero = 0;
+	__u32 *target, state, slot;
+	struct offcpu_start *s;
+	struct offcpu_event *e;
+	long klen, ulen, r;
+
+	state = task_state(prev);
+	/* The last switch of an exiting thread (do_task_dead()): it never runs
+	 * again, so no entry; and one left by a missed switch-in would stay in
+	 * 'starts' for good. One hash lookup per thread exit, of any process. */
+	if (state & TASK_DEAD) {
+		count_stale(tid);
+		bpf_map_delete_elem(&starts, &tid);
+		return;
+	}
+	target = bpf_map_lookup_elem(&targets, &tgid);
+	if (!target)
+		return;
+	slot = *target - 1;
+	if (slot >= OFFCPU_MAX_SLOTS)
+		return;
+	s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return;
+	s->wake_ns = 0;
+	s->target = slot + 1;
+	e = &s->e;
+	e->time_ns = now;
+	e->duration_ns = 0;
+	e->runq_ns = 0;
+	e->pid = tgid;
+	e->tid = tid;
+	e->slot = slot;
+	e->task_state = state;
+	e->flags = preempt ? OFFCPU_PREEMPTED : 0;
+	/* A preempted task stays on the run queue whatever __state says (it
+	 * may have been preempted between set_current_state() and schedule()):
+	 * the tracepoint's own output reports it as running too. */
+	if (preempt || state == 0)
+		e->state = OFFCPU_STATE_RUNNABLE;
+	else if (state & TASK_UNINTERRUPTIBLE)
+		e->state = OFFCPU_STATE_IO;
+	else if (state & TASK_INTERRUPTIBLE)
+		e->state = OFFCPU_STATE_SLEEPING;
+	else
+		e->state = OFFCPU_STATE_OTHER;
+	bpf_get_current_comm(&e->comm, sizeof(e->comm));
+
+	klen = bpf_get_stack(ctx, e->ips, STACK_BYTES, 0);
+	if (klen < 0)
+		klen = 0;
+	klen /= sizeof(__u64);
+	if (klen >= OFFCPU_MAX_FRAMES) {
+		klen = OFFCPU_MAX_FRAMES;
+		e->flags |= OFFCPU_KERNEL_TRUNCATED;
+	}
+	/* The verifier needs the offset bounded to know the write stays in e->ips. */
+	if (klen < 0 || klen > OFFCPU_MAX_FRAMES)
+		return;
+	ulen = bpf_get_stack(ctx, &e->ips[klen], STACK_BYTES, BPF_F_USER_STACK);
+	if (ulen <= 0) {
+		ulen = 0;
+		e->flags |= OFFCPU_USER_MISSING;
+	}
+	ulen /= sizeof(__u64);
+	if (ulen >= OFFCPU_MAX_FRAMES) {
+		ulen = OFFCPU_MAX_FRAMES;
+		e->flags |= OFFCPU_USER_TRUNCATED;
+	}
+	e->kstack_len = klen;
+	e->ustack_len = ulen;
+	copy_user_regs_stack(e, klen + ulen);
+
+	/* -EEXIST: the last interval's switch-in was missed; count it and replace it. */
+	r = bpf_map_update_elem(&starts, &tid, s, BPF_NOEXIST);
+	if (r == -EEXIST) {
+		count_stale(tid);
+		r = bpf_map_update_elem(&starts, &tid, s, BPF_ANY);
+	}
+	if (r)
+		count_drop(slot, DROP_TID_MAP);
+}
+
+static __always_inline void switch_in(struct task_struct *next, __u64 now)
+{
+	__u32 tid = BPF_CORE_READ(next, pid), *target;
+	struct offcpu_start *s;
+	struct offcpu_event *e;
+	long size, flags;
+
+	s = bpf_map_lookup_elem(&starts, &tid);
+	if (!s)
+		return;
+	e = &s->e;
+	target = bpf_map_lookup_elem(&targets, &e->pid);
+	/* Send only if the process is still a target of the same slot: after
+	 * a detach (or a detach and a new attach) the interval is not ours. */
+	if (target && *target == s->target && now >= e->time_ns &&
+	    now - e->time_ns >= min_block_ns) {
+		e->duration_ns = now - e->time_ns;
+		if (e->state == OFFCPU_STATE_RUNNABLE) {
+			e->runq_ns = e->duration_ns;
+		} else if (s->wake_ns >= e->time_ns && s->wake_ns <= now) {
+			e->runq_ns = now - s->wake_ns;
+			e->flags |= OFFCPU_WOKEN;
+		}
+		size = offsetof(struct offcpu_event, ips) +
+		       ((long)e->kstack_len + e->ustack_len) * sizeof(__u64) + e->stack_size;
+		flags = 0; /* the default: wake the reader if it has caught up */
+		if (wakeup_bytes)
+			flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size < wakeup_bytes ?
+					BPF_RB_NO_WAKEUP : BPF_RB_FORCE_WAKEUP;
+		if (size >= offsetof(struct offcpu_event, ips) && size <= sizeof(*e) &&
+		    bpf_ringbuf_output(&events, e, size, flags))
+			count_drop(e->slot, DROP_RINGBUF);
+	}
+	/* The value is not used after this: without preallocation it is freed
+	 * for reuse at once. */
+	bpf_map_delete_elem(&starts, &tid);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	/* Both sides may be targets (two threads of one process): out, then in. */
+	switch_out(ctx, preempt, prev, now);
+	switch_in(next, now);
+	return 0;
+}
+
+/*
+ * The wakeup of a sleeping thread: from then on it waits for a CPU, and that
+ * part of the interval is scheduling latency, not blocking. Only threads with
+ * a pending interval are in 'starts', so for any other task this is one hash
+ * lookup. sched_wakeup_new is not needed: a new thread has no interval yet.
+ */
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(offcpu_wakeup, struct task_struct *p)
+{
+	__u32 tid = BPF_CORE_READ(p, pid);
+	struct offcpu_start *s;
+
+	s = bpf_map_lookup_elem(&starts, &tid);
+	if (s && s->wake_ns == 0)
+		s->wake_ns = bpf_ktime_get_ns();
+	return 0;
+}

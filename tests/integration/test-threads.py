@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Which thread is the straggler, and why: four threads doing 1:1:1:3 work
+(shares within 15%, the heavy one named); a thread asleep half the time
+(off-CPU ~50% +-10 points, its blocking stack shows the sleep); a thread
+blocked on a mutex held by another (its stack shows the lock wait);
+counters the machine cannot count reported "unsupported", never 0."""
+from profdtest import Profd, binary, check, require_root_bpf, run, wait_for_threads
+
+HW = ('cycles', 'instructions', 'cache-references', 'cache-misses', 'branch-misses')
+
+
+def names(stack):
+    return [f['function'] for f in stack['frames']]
+
+
+def test():
+    require_root_bpf()
+    with Profd() as d:
+        # 1:1:1:3 (499 Hz for statistical power: see test-profile.py).
+        w = d.spawn(binary('SPIN_THREADS'), '--seconds', '6', '--weights', '1,1,1,3')
+        wait_for_threads(w.pid, 5)
+        sid = d.json('attach', w.pid, '--freq', '499')['session']
+        w.wait(timeout=30)
+        d.wait_ended(sid)
+        th = d.json('threads', sid, '--group-by', 'name', '--window', '2')
+        workers = {t['name']: t for t in th['threads'] if t['name'].startswith('worker-')}
+        total = sum(t['samples'] for t in workers.values())
+        for i, weight in enumerate([1, 1, 1, 3], 1):
+            share, expect = workers['worker-%d' % i]['samples'] / total, weight / 6
+            print('worker-%d: %.3f of samples (expected %.3f), on-CPU %.3f s (%s)' % (
+                i, share, expect, workers['worker-%d' % i]['on_cpu_s'],
+                workers['worker-%d' % i]['on_cpu_source']))
+            check(abs(share - expect) <= 0.15 * expect, 'worker-%d share %.3f vs %.3f' % (i, share, expect))
+        imb = th['imbalance']
+        print('imbalance: %r' % imb)
+        check(imb['straggler_name'] == 'worker-4', 'straggler %r' % imb['straggler_name'])
+        check([s['name'] for s in imb['stragglers']] == ['worker-4'], 'stragglers %r' % imb['stragglers'])
+        # Among the workers alone (the group worker-*; the main thread has a few samples
+        # too): 3 / mean(1,1,1,3) = 2.
+        groups = {g['group']: g for g in th['groups']}
+        check(groups.get('worker-*', {}).get('threads') == 4, 'groups %r' % list(groups))
+        gi = groups['worker-*']['imbalance']
+        check(1.7 <= gi['max_over_mean'] <= 2.3, 'workers max/mean %.2f, expected ~2' % gi['max_over_mean'])
+        check(len(th['windows']) >= 2 and all(w_['imbalance']['straggler_name'] == 'worker-4'
+                                               for w_ in th['windows'] if w_['samples'] > 100),
+              'per-window stragglers %r' % [w_['imbalance']['straggler_name'] for w_ in th['windows']])
+        # The workers' on-CPU time comes from the task-clock counter, and matches the samples.
+        w4 = workers['worker-4']
+        check(w4['on_cpu_source'] == 'task-clock', 'on-CPU source %r' % w4['on_cpu_source'])
+        check(abs(w4['on_cpu_s'] - w4['samples'] / 499) <= 0.2 * w4['on_cpu_s'],
+              'task-clock %.3f s vs samples %.3f s' % (w4['on_cpu_s'], w4['samples'] / 499))
+        # Hardware counters: unsupported here (a VM), never 0; or real values on a PMU.
+        for name in HW:
+            c = w4['counters'].get(name)
+            check(c is not None, 'counter %s missing' % name)
+            check(c['status'] in ('ok', 'unsupported', 'denied'), '%s status %r' % (name, c['status']))
+            check((c['status'] == 'ok') == (c['value'] is not None), '%s: %r' % (name, c))
+            check(c['value'] != 0 or c['status'] == 'ok', '%s reported as 0' % name)
+        print('hardware counters: %r' % {n: w4['counters'][n]['status'] for n in HW})
+        if w4['counters']['cycles']['status'] != 'ok':
+            check(w4['derived']['ipc'] is None, 'IPC %r without cycles' % w4['derived']['ipc'])
+            _, out, _ = d.ctl('threads', sid)
+            check('unsupported' in out, 'human threads output hides unsupported counters:\n' + out)
+
+        # Off-CPU: half asleep, and blocked on a mutex.
+        w = d.spawn(binary('OFFCPU_MIX'), '4')
+        w.stdout.readline()  # "ready": threads named
+        sid = d.json('attach', w.pid)['session']
+        w.wait(timeout=30)
+        d.wait_ended(sid)
+        th = {t['name']: t for t in d.json('threads', sid)['threads']}
+        sl = th['sleeper']
+        off = sum(sl['off_cpu_s'].values())
+        frac = off / (off + sl['on_cpu_s'])
+        print('sleeper: on-CPU %.3f s, off-CPU %r, %.1f%% off' % (sl['on_cpu_s'], sl['off_cpu_s'], 100 * frac))
+        check(abs(frac - 0.5) <= 0.10, 'sleeper off-CPU %.1f%%, expected 50 +- 10' % (100 * frac))
+        check(sl['off_cpu_s']['sleeping'] > 0.8 * off, 'sleeper mostly not sleeping: %r' % sl['off_cpu_s'])
+        oc = d.json('offcpu', sid, '--limit', '20')
+        print('off-CPU: %.3f s, %r, lost %d' % (oc['total_off_cpu_s'], oc['by_state'], oc['offcpu_lost']))
+        sleep_stacks = [s for s in oc['stacks'] if 'sleep_half' in names(s)]
+        check(sleep_stacks, 'no off-CPU stack through sleep_half')
+        fr = names(sleep_stacks[0])
+        print('sleep stack: ' + ' <- '.join(fr))
+        check(fr[0] in ('__schedule', 'schedule') and any('nanosleep' in f for f in fr),
+              'sleep stack %r' % fr)
+        lock_stacks = [s for s in oc['stacks'] if 'wait_for_lock' in names(s)]
+        check(lock_stacks, 'no off-CPU stack through wait_for_lock')
+        fr = names(lock_stacks[0])
+        print('lock stack: ' + ' <- '.join(fr))
+        check(any('futex' in f for f in fr) and any('lock' in f for f in fr[:fr.index('wait_for_lock')]),
+              'lock wait stack %r' % fr)
+        check(th['waiter']['off_cpu_s']['sleeping'] > 2.0, 'waiter barely blocked: %r' % th['waiter']['off_cpu_s'])
+        _, out, _ = d.ctl('offcpu', sid, '--limit', '3')
+        check('wait_for_lock' in out and 'bpf_prog' not in out, 'human offcpu output:\n' + out)
+
+
+run(test)

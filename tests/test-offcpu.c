@@ -1,0 +1,575 @@
+/*
+ * test-offcpu.c - test of daemon/offcpu.c and bpf/offcpu.bpf.c on a real
+ * workload (tests/workloads/offcpu-mix, path from OFFCPU_MIX or argv[1]).
+ *
+ * It starts offcpu-mix, adds it as a target, collects off-CPU records for
+ * RUN_NS and checks what a user would see:
+ *  - the sleeper thread (5 ms of CPU, 5 ms of nanosleep) is off the CPU
+ *    about half the wall time (50% +- 10 points), mostly SLEEPING, and its
+ *    sleeping stacks hold sleep_half() and a nanosleep (libc or kernel);
+ *  - the waiter thread, blocked on a mutex the holder keeps 50 ms at a
+ *    time, is off the CPU mostly SLEEPING in a futex wait, under
+ *    wait_for_lock();
+ *  - the off-CPU and run-queue times agree with the kernel's own account
+ *    (/proc/PID/task/TID/schedstat), where it exists;
+ *  - no record is lost, malformed or refused for lack of map room.
+ * It prints the figures per thread, the heaviest stacks, records per second
+ * and what the BPF programs cost (BPF run-time statistics).
+ *
+ * Exit status: 0 passed, 1 a check failed, 77 skipped (not root, or BPF
+ * refused; the reason is printed), 99 setup error.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+
+#include "check.h"
+#include "offcpu.h"
+#include "symbolize.h"
+#include "util.h"
+
+#define SLOT 5
+#define RUN_NS (3 * NSEC_PER_SEC)
+#define RINGBUF_BYTES (4u << 20)
+#define MAX_STACKS 4096
+#define NR_ROLES 3
+
+#define SETUP_FAIL(...)                                                                            \
+	do {                                                                                       \
+		fprintf(stderr, "setup error: " __VA_ARGS__);                                      \
+		fputc('\n', stderr);                                                               \
+		exit(99);                                                                          \
+	} while (0)
+
+enum role { SLEEPER, HOLDER, WAITER };
+static const char *const role_names[NR_ROLES] = { "sleeper", "holder", "waiter" };
+static const char *const state_names[OFFCPU_NR_STATES] = { "RUNNABLE", "SLEEPING", "IO", "OTHER" };
+
+/*
+ * One distinct (thread, state, stack) and the off-CPU time spent in it.
+ * The user stack is the one offcpu__user_stack() completes with CFI; the
+ * frame-pointer walk it came from is kept too, to show what it missed.
+ */
+struct stack {
+	uint32_t tid, state, uflags;
+	uint16_t klen, ulen, flen;
+	uint64_t ips[2 * OFFCPU_MAX_FRAMES]; /* kernel frames, then the frame-pointer walk */
+	uint64_t fixed[OFFCPU_MAX_FRAMES];   /* the completed user stack */
+	uint64_t total_ns, count;
+};
+
+/* One record, kept to be counted once the window is known. */
+struct rec {
+	uint32_t tid, state, flags;
+	uint64_t end_ns, duration_ns, runq_ns;
+};
+
+struct collected {
+	pid_t pid;
+	struct unwinder *unwinder;
+	struct addrspace *as;
+	struct stack *stacks;
+	size_t n_stacks;
+	struct rec *recs;
+	size_t n_recs, cap_recs;
+	uint64_t foreign; /* records of another process or slot: must be 0 */
+	uint64_t stack_overflow;
+	uint64_t unwind_ns, unwinds; /* CPU time of offcpu__user_stack() */
+	uint64_t stack_bytes;        /* user stack bytes carried by the records */
+};
+
+static pid_t workload_pid;
+
+static void kill_workload(void)
+{
+	if (workload_pid > 0) {
+		kill(workload_pid, SIGKILL);
+		waitpid(workload_pid, NULL, 0);
+		workload_pid = 0;
+	}
+}
+
+static void on_event(void *ctx, const struct offcpu_event *e, size_t size)
+{
+	struct collected *c = ctx;
+	size_t n = (size_t)e->kstack_len + e->ustack_len, i;
+	uint64_t fixed[OFFCPU_MAX_FRAMES], t;
+	uint32_t uflags;
+	int nf;
+
+	if ((pid_t)e->pid != c->pid || e->slot != SLOT) {
+		c->foreign++;
+		return;
+	}
+	if (c->n_recs == c->cap_recs) {
+		c->cap_recs = c->cap_recs ? 2 * c->cap_recs : 4096;
+		c->recs = realloc(c->recs, c->cap_recs * sizeof(*c->recs));
+		if (!c->recs)
+			SETUP_FAIL("out of memory");
+	}
+	c->recs[c->n_recs++] = (struct rec){
+		.tid = e->tid,
+		.state = e->state,
+		.flags = e->flags,
+		.end_ns = e->time_ns + e->duration_ns,
+		.duration_ns = e->duration_ns,
+		.runq_ns = e->runq_ns,
+	};
+	t = now_ns(CLOCK_THREAD_CPUTIME_ID);
+	nf = offcpu__user_stack(c->unwinder, c->as, e, fixed, OFFCPU_MAX_FRAMES, &uflags);
+	c->unwind_ns += now_ns(CLOCK_THREAD_CPUTIME_ID) - t;
+	c->unwinds++;
+	c->stack_bytes += e->stack_size;
+	if (nf < 0)
+		SETUP_FAIL("offcpu__user_stack: %s", strerror(-nf));
+	for (i = 0; i < c->n_stacks; i++) {
+		struct stack *s = &c->stacks[i];
+
+		if (s->tid == e->tid && s->state == e->state && s->klen == e->kstack_len &&
+		    s->ulen == e->ustack_len && s->flen == nf && s->uflags == uflags &&
+		    memcmp(s->ips, e->ips, n * sizeof(e->ips[0])) == 0 &&
+		    memcmp(s->fixed, fixed, (size_t)nf * sizeof(fixed[0])) == 0)
+			break;
+	}
+	if (i == c->n_stacks) {
+		if (i == MAX_STACKS) {
+			c->stack_overflow++;
+			return;
+		}
+		c->stacks[i] = (struct stack){ .tid = e->tid, .state = e->state, .uflags = uflags,
+					       .klen = e->kstack_len, .ulen = e->ustack_len,
+					       .flen = (uint16_t)nf };
+		memcpy(c->stacks[i].ips, e->ips, n * sizeof(e->ips[0]));
+		memcpy(c->stacks[i].fixed, fixed, (size_t)nf * sizeof(fixed[0]));
+		c->n_stacks++;
+	}
+	c->stacks[i].total_ns += e->duration_ns;
+	c->stacks[i].count++;
+}
+
+/* The tids of the workload's named threads, from /proc/PID/task/TID/comm. */
+static void find_threads(pid_t pid, pid_t tids[NR_ROLES])
+{
+	char path[64];
+	struct dirent *d;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	dir = opendir(path);
+	if (!dir)
+		SETUP_FAIL("opendir %s: %m", path);
+	while ((d = readdir(dir))) {
+		char comm_path[512], comm[32] = "";
+		FILE *f;
+
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(comm_path, sizeof(comm_path), "%s/%s/comm", path, d->d_name);
+		f = fopen(comm_path, "re");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = 0;
+		fclose(f);
+		for (int r = 0; r < NR_ROLES; r++)
+			if (strcmp(comm, role_names[r]) == 0)
+				tids[r] = atoi(d->d_name);
+	}
+	closedir(dir);
+	for (int r = 0; r < NR_ROLES; r++)
+		if (tids[r] <= 0)
+			SETUP_FAIL("no thread named %s in %d", role_names[r], (int)pid);
+}
+
+/* On-CPU and run-queue nanoseconds of a thread from schedstat; false if unavailable. */
+static bool read_schedstat(pid_t pid, pid_t tid, uint64_t *oncpu_ns, uint64_t *runq_ns)
+{
+	char path[96];
+	unsigned long long a, b;
+	bool ok;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)pid, (int)tid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	ok = fscanf(f, "%llu %llu", &a, &b) == 2;
+	fclose(f);
+	*oncpu_ns = a;
+	*runq_ns = b;
+	return ok;
+}
+
+/* Which frames of a stack. */
+enum part { KERNEL, WALK, FIXED };
+
+static size_t part_len(const struct stack *s, enum part p)
+{
+	return p == KERNEL ? s->klen : p == WALK ? s->ulen : s->flen;
+}
+
+/* The function at frame @i of part @p of @s, NULL if unknown. */
+static const char *frame_name(struct symbolizer *sym, const struct addrspace *as,
+			      const struct stack *s, enum part p, size_t i)
+{
+	struct frame_info fi = { 0 };
+
+	if (p == KERNEL) {
+		if (symbolizer__kernel(sym, s->ips[i], i > 0, &fi) < 0)
+			return NULL;
+	} else if (symbolizer__user(sym, as, p == WALK ? s->ips[s->klen + i] : s->fixed[i], i > 0,
+				    &fi) < 0) {
+		return NULL;
+	}
+	return fi.function;
+}
+
+/* Does a frame of part @p of @s name a function containing one of @subs? */
+static bool stack_has(struct symbolizer *sym, const struct addrspace *as, const struct stack *s,
+		      enum part p, const char *const *subs)
+{
+	for (size_t i = 0; i < part_len(s, p); i++) {
+		const char *name = frame_name(sym, as, s, p, i);
+
+		for (const char *const *q = subs; name && *q; q++)
+			if (strstr(name, *q))
+				return true;
+	}
+	return false;
+}
+
+/* Print the kernel frames and the completed user stack; '+' marks frames the walk missed. */
+static void print_stack(struct symbolizer *sym, const struct addrspace *as, const struct stack *s)
+{
+	const uint64_t *walk = &s->ips[s->klen];
+
+	for (size_t i = 0; i < s->klen; i++) {
+		const char *name = frame_name(sym, as, s, KERNEL, i);
+
+		printf("      k  %#18" PRIx64 " %s\n", s->ips[i], name ? name : "?");
+	}
+	for (size_t i = 0; i < s->flen; i++) {
+		const char *name = frame_name(sym, as, s, FIXED, i);
+		bool in_walk = false;
+
+		for (size_t k = 0; k < s->ulen && !in_walk; k++)
+			in_walk = walk[k] == s->fixed[i];
+		printf("      u%c %#18" PRIx64 " %s\n", in_walk ? ' ' : '+', s->fixed[i],
+		       name ? name : "?");
+	}
+	if (s->uflags)
+		printf("      (user stack flags %#x)\n", s->uflags);
+}
+
+static int by_total_desc(const void *a, const void *b)
+{
+	const struct stack *x = a, *y = b;
+
+	return x->total_ns < y->total_ns ? 1 : x->total_ns > y->total_ns ? -1 : 0;
+}
+
+static double pct(uint64_t part, uint64_t whole)
+{
+	return whole ? 100.0 * (double)part / (double)whole : 0;
+}
+
+/* Start offcpu-mix for @seconds; returns after it printed "ready". */
+static pid_t start_workload(const char *path, int seconds)
+{
+	char arg[16], line[32] = "";
+	int out[2];
+	FILE *f;
+	pid_t pid;
+
+	if (pipe2(out, O_CLOEXEC) < 0)
+		SETUP_FAIL("pipe2: %m");
+	pid = fork();
+	if (pid < 0)
+		SETUP_FAIL("fork: %m");
+	if (pid == 0) {
+		dup2(out[1], STDOUT_FILENO);
+		snprintf(arg, sizeof(arg), "%d", seconds);
+		execl(path, path, arg, (char *)NULL);
+		_exit(127);
+	}
+	close(out[1]);
+	workload_pid = pid;
+	atexit(kill_workload);
+	f = fdopen(out[0], "r");
+	if (!f || !fgets(line, sizeof(line), f) || strcmp(line, "ready\n") != 0)
+		SETUP_FAIL("%s did not start", path);
+	fclose(f);
+	return pid;
+}
+
+int main(int argc, char **argv)
+{
+	static const char *const nanosleep_user[] = { "nanosleep", NULL };
+	static const char *const nanosleep_kernel[] = { "do_nanosleep", "hrtimer_nanosleep", NULL };
+	static const char *const sleep_half[] = { "sleep_half", NULL };
+	static const char *const futex_kernel[] = { "futex_wait", NULL };
+	static const char *const futex_user[] = { "lll_lock_wait", "pthread_mutex_lock", NULL };
+	static const char *const wait_for_lock[] = { "wait_for_lock", NULL };
+	const char *path = argc > 1 ? argv[1] : getenv("OFFCPU_MIX");
+	struct collected c = { 0 };
+	struct offcpu *o = NULL;
+	struct offcpu_counters cnt = { 0 };
+	struct addrspace *as = NULL;
+	struct symbolizer *sym;
+	pid_t tids[NR_ROLES] = { 0 };
+	uint64_t t0, t1, window_ns, oncpu0[NR_ROLES], oncpu1[NR_ROLES], rq0[NR_ROLES],
+		rq1[NR_ROLES], run_cnt = 0, run_ns = 0, n_short = 0, n_window = 0;
+	bool have_schedstat = true;
+	int r, stats_fd, epfd;
+
+	if (geteuid() != 0) {
+		printf("SKIP: needs root (BPF programs on sched_switch)\n");
+		return 77;
+	}
+	if (!path)
+		SETUP_FAIL("set OFFCPU_MIX or pass the path of offcpu-mix");
+	c.stacks = calloc(MAX_STACKS, sizeof(*c.stacks));
+	if (!c.stacks)
+		SETUP_FAIL("out of memory");
+
+	/* No min_block_ns: every interval is counted, so the sums can be compared
+	 * with the kernel's; the intervals under 10 us are counted apart. */
+	r = offcpu__new(RINGBUF_BYTES, 0, on_event, &c, &o);
+	if (r == -EPERM || r == -EACCES || r == -ENOSYS || r == -EOPNOTSUPP) {
+		printf("SKIP: loading offcpu.bpf.c refused: %s\n", strerror(-r));
+		return 77;
+	}
+	if (r < 0) {
+		fprintf(stderr, "offcpu__new: %s\n", strerror(-r));
+		return 1;
+	}
+	/* Run-time statistics of BPF programs, while this fd is open. */
+	stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+
+	c.pid = start_workload(path, (int)(RUN_NS / NSEC_PER_SEC) + 2);
+	find_threads(c.pid, tids);
+	r = addrspace__new(c.pid, &as);
+	if (r < 0)
+		SETUP_FAIL("addrspace__new(%d): %s", (int)c.pid, strerror(-r));
+	c.as = as;
+	c.unwinder = unwinder__new();
+	if (!c.unwinder)
+		SETUP_FAIL("out of memory");
+
+	CHECK_INT_EQ(offcpu__add_target(o, SLOT, c.pid), 0);
+	CHECK_INT_EQ(offcpu__add_target(o, SLOT + 1, c.pid), -EBUSY);
+	CHECK_INT_EQ(offcpu__add_target(o, OFFCPU_MAX_SLOTS, c.pid), -EINVAL);
+	t0 = now_ns(CLOCK_MONOTONIC);
+	for (int i = 0; i < NR_ROLES; i++)
+		have_schedstat &= read_schedstat(c.pid, tids[i], &oncpu0[i], &rq0[i]);
+	if (offcpu__prog_stats(o, &run_cnt, &run_ns) < 0)
+		run_cnt = run_ns = 0;
+
+	epfd = offcpu__fd(o);
+	for (;;) {
+		struct epoll_event ev;
+		uint64_t now = now_ns(CLOCK_MONOTONIC);
+
+		if (now >= t0 + RUN_NS)
+			break;
+		/* The fd wakes us only once 1/16 of the ring is full: poll every 100 ms too. */
+		r = epoll_wait(epfd, &ev, 1,
+			       (int)MIN((t0 + RUN_NS - now) / NSEC_PER_MSEC + 1, 100));
+		if (r < 0 && errno != EINTR)
+			SETUP_FAIL("epoll_wait: %m");
+		r = offcpu__poll(o);
+		CHECK(r >= 0);
+	}
+	t1 = now_ns(CLOCK_MONOTONIC);
+	for (int i = 0; i < NR_ROLES; i++)
+		have_schedstat &= read_schedstat(c.pid, tids[i], &oncpu1[i], &rq1[i]);
+	{
+		uint64_t cnt1 = 0, ns1 = 0;
+
+		if (offcpu__prog_stats(o, &cnt1, &ns1) == 0) {
+			run_cnt = cnt1 - run_cnt;
+			run_ns = ns1 - run_ns;
+		}
+	}
+	CHECK(offcpu__poll(o) >= 0);
+	CHECK_INT_EQ(offcpu__remove_target(o, SLOT + 1, c.pid), -ENOENT);
+	CHECK_INT_EQ(offcpu__remove_target(o, SLOT, c.pid), 0);
+	CHECK_INT_EQ(offcpu__counters(o, SLOT, &cnt), 0);
+	window_ns = t1 - t0;
+
+	/* Per thread: off-CPU time by state, for intervals that ended in the window. */
+	{
+		uint64_t off[NR_ROLES] = { 0 }, by_state[NR_ROLES][OFFCPU_NR_STATES] = { { 0 } },
+			 runq[NR_ROLES] = { 0 }, n[NR_ROLES] = { 0 };
+
+		for (size_t i = 0; i < c.n_recs; i++) {
+			const struct rec *e = &c.recs[i];
+
+			if (e->end_ns > t1)
+				continue;
+			n_window++;
+			if (e->duration_ns < 10 * NSEC_PER_USEC)
+				n_short++;
+			for (int k = 0; k < NR_ROLES; k++)
+				if ((pid_t)e->tid == tids[k]) {
+					off[k] += e->duration_ns;
+					by_state[k][e->state] += e->duration_ns;
+					runq[k] += e->runq_ns;
+					n[k]++;
+				}
+		}
+		printf("window %.3f s, pid %d\n", (double)window_ns / 1e9, (int)c.pid);
+		for (int k = 0; k < NR_ROLES; k++) {
+			printf("%-8s tid %-7d off-CPU %7.1f ms = %5.1f%% of wall (", role_names[k],
+			       (int)tids[k], (double)off[k] / 1e6, pct(off[k], window_ns));
+			for (int s = 0; s < OFFCPU_NR_STATES; s++)
+				printf("%s%s %.1f%%", s ? ", " : "", state_names[s],
+				       pct(by_state[k][s], off[k]));
+			printf("), %" PRIu64 " intervals, run-queue %.1f ms\n", n[k],
+			       (double)runq[k] / 1e6);
+			if (have_schedstat) {
+				uint64_t oncpu = oncpu1[k] - oncpu0[k], rq = rq1[k] - rq0[k];
+				uint64_t ks_off = window_ns > oncpu ? window_ns - oncpu : 0;
+
+				printf("         schedstat: off-CPU %.1f%% of wall, run-queue %.1f ms\n",
+				       pct(ks_off, window_ns), (double)rq / 1e6);
+				/* Intervals cut by the window's ends make the difference: one
+				 * per end, up to 5 ms for the sleeper, 50 ms for the others. */
+				if (k == SLEEPER) {
+					CHECK(pct(off[k], window_ns) > pct(ks_off, window_ns) - 2 &&
+					      pct(off[k], window_ns) < pct(ks_off, window_ns) + 2);
+					CHECK(pct(runq[k], window_ns) > pct(rq, window_ns) - 2 &&
+					      pct(runq[k], window_ns) < pct(rq, window_ns) + 2);
+				} else {
+					CHECK(pct(off[k], window_ns) > pct(ks_off, window_ns) - 5 &&
+					      pct(off[k], window_ns) < pct(ks_off, window_ns) + 5);
+				}
+			}
+		}
+		CHECK(pct(off[SLEEPER], window_ns) >= 40 && pct(off[SLEEPER], window_ns) <= 60);
+		CHECK(pct(by_state[SLEEPER][OFFCPU_STATE_SLEEPING], off[SLEEPER]) >= 80);
+		CHECK(pct(by_state[WAITER][OFFCPU_STATE_SLEEPING], off[WAITER]) >= 80);
+		CHECK(pct(off[WAITER], window_ns) >= 70);
+	}
+
+	/* Stacks: the share of each thread's sleeping time under the expected calls. */
+	sym = symbolizer__new();
+	if (!sym)
+		SETUP_FAIL("out of memory");
+	qsort(c.stacks, c.n_stacks, sizeof(*c.stacks), by_total_desc);
+	{
+		uint64_t sleeping[NR_ROLES] = { 0 }, sleep_ok = 0, sleep_walk = 0, sleep_kernel = 0,
+			 sleep_libc = 0, wait_ok = 0, wait_walk = 0, wait_kfutex = 0, wait_ufutex = 0,
+			 unchecked = 0, fixed = 0, all = 0;
+
+		for (size_t i = 0; i < c.n_stacks; i++) {
+			const struct stack *s = &c.stacks[i];
+
+			all += s->count;
+			fixed += s->uflags & (OFFCPU_USTACK_FIXED | OFFCPU_USTACK_CFI_ONLY) ? s->count : 0;
+			unchecked += s->uflags & OFFCPU_USTACK_UNCHECKED ? s->count : 0;
+			if (s->state != OFFCPU_STATE_SLEEPING)
+				continue;
+			if (s->tid == (uint32_t)tids[SLEEPER]) {
+				bool k = stack_has(sym, as, s, KERNEL, nanosleep_kernel);
+				bool u = stack_has(sym, as, s, FIXED, nanosleep_user);
+
+				sleeping[SLEEPER] += s->total_ns;
+				sleep_kernel += k ? s->total_ns : 0;
+				sleep_libc += u ? s->total_ns : 0;
+				if (stack_has(sym, as, s, FIXED, sleep_half) && (k || u))
+					sleep_ok += s->total_ns;
+				if (stack_has(sym, as, s, WALK, sleep_half))
+					sleep_walk += s->total_ns;
+			} else if (s->tid == (uint32_t)tids[WAITER]) {
+				bool kf = stack_has(sym, as, s, KERNEL, futex_kernel);
+				bool uf = stack_has(sym, as, s, FIXED, futex_user);
+
+				sleeping[WAITER] += s->total_ns;
+				wait_kfutex += kf ? s->total_ns : 0;
+				wait_ufutex += uf ? s->total_ns : 0;
+				if (stack_has(sym, as, s, FIXED, wait_for_lock) && (kf || uf))
+					wait_ok += s->total_ns;
+				if (stack_has(sym, as, s, WALK, wait_for_lock))
+					wait_walk += s->total_ns;
+			}
+		}
+		printf("sleeper SLEEPING time under sleep_half + nanosleep: %.1f%% (kernel "
+		       "do_nanosleep/hrtimer_nanosleep %.1f%%, user *nanosleep %.1f%%; "
+		       "sleep_half in the frame-pointer walk alone: %.1f%%)\n",
+		       pct(sleep_ok, sleeping[SLEEPER]), pct(sleep_kernel, sleeping[SLEEPER]),
+		       pct(sleep_libc, sleeping[SLEEPER]), pct(sleep_walk, sleeping[SLEEPER]));
+		printf("waiter SLEEPING time under wait_for_lock + futex wait: %.1f%% (kernel "
+		       "futex_wait* %.1f%%, user __lll_lock_wait/pthread_mutex_lock %.1f%%; "
+		       "wait_for_lock in the frame-pointer walk alone: %.1f%%)\n",
+		       pct(wait_ok, sleeping[WAITER]), pct(wait_kfutex, sleeping[WAITER]),
+		       pct(wait_ufutex, sleeping[WAITER]), pct(wait_walk, sleeping[WAITER]));
+		printf("user stacks: %.1f%% of records completed by CFI, %.1f%% unchecked; "
+		       "offcpu__user_stack() %.1f us of CPU per record, %.0f stack bytes per record\n",
+		       pct(fixed, all), pct(unchecked, all),
+		       c.unwinds ? (double)c.unwind_ns / 1e3 / (double)c.unwinds : 0,
+		       c.unwinds ? (double)c.stack_bytes / (double)c.unwinds : 0);
+		CHECK(pct(sleep_ok, sleeping[SLEEPER]) >= 90);
+		CHECK(pct(wait_ok, sleeping[WAITER]) >= 90);
+	}
+	for (int k = 0; k < NR_ROLES; k++) {
+		int shown = 0;
+
+		for (size_t i = 0; i < c.n_stacks && shown < 2; i++) {
+			const struct stack *s = &c.stacks[i];
+
+			if (s->tid != (uint32_t)tids[k])
+				continue;
+			printf("  %s stack #%d: %s, %.1f ms in %" PRIu64 " intervals\n",
+			       role_names[k], ++shown, state_names[s->state],
+			       (double)s->total_ns / 1e6, s->count);
+			print_stack(sym, as, s);
+		}
+	}
+
+	printf("records: %zu (%" PRIu64 " ended in the window, %.0f per second; %" PRIu64
+	       " shorter than 10 us), %zu distinct stacks\n",
+	       c.n_recs, n_window, (double)n_window * 1e9 / (double)window_ns, n_short,
+	       c.n_stacks);
+	if (stats_fd >= 0 && run_cnt)
+		printf("BPF programs: %" PRIu64 " runs (%.0f per second, all CPUs and tasks), "
+		       "%.0f ns per run, %.3f%% of one CPU\n",
+		       run_cnt, (double)run_cnt * 1e9 / (double)window_ns,
+		       (double)run_ns / (double)run_cnt, pct(run_ns, window_ns));
+	else
+		printf("BPF programs: run-time statistics unavailable\n");
+	printf("lost: ringbuf_full %" PRIu64 ", tid_map_full %" PRIu64 ", switch_in_missed %" PRIu64
+	       ", bad records %" PRIu64 ", foreign %" PRIu64 "\n",
+	       (uint64_t)cnt.ringbuf_full, (uint64_t)cnt.tid_map_full,
+	       (uint64_t)cnt.switch_in_missed, offcpu__bad_records(o), c.foreign);
+	CHECK_INT_EQ(cnt.ringbuf_full, 0);
+	CHECK_INT_EQ(cnt.tid_map_full, 0);
+	CHECK_INT_EQ(cnt.switch_in_missed, 0);
+	CHECK_INT_EQ(offcpu__lost(o, SLOT), 0);
+	CHECK_INT_EQ(offcpu__bad_records(o), 0);
+	CHECK_INT_EQ(c.foreign, 0);
+	CHECK_INT_EQ(c.stack_overflow, 0);
+	CHECK(n_window > 0);
+
+	kill_workload();
+	if (stats_fd >= 0)
+		close(stats_fd);
+	symbolizer__free(sym);
+	unwinder__free(c.unwinder);
+	addrspace__free(as);
+	offcpu__free(o);
+	free(c.stacks);
+	free(c.recs);
+	return check_exit("test-offcpu");
+}
