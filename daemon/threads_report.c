@@ -198,7 +198,8 @@ static void add_derived(json_t *threads)
 	} derived[] = {
 		{ "ipc", "instructions", "cycles", 1.0 },
 		{ "cache_miss_pct", "cache-misses", "cache-references", 100.0 },
-		{ "branch_miss_pct", "branch-misses", "instructions", 100.0 },
+		/* No "branches" counter to divide by: misses per 1000 instructions, as counters.h. */
+		{ "branch_miss_pki", "branch-misses", "instructions", 1000.0 },
 	};
 	size_t i;
 	json_t *t;

@@ -22,7 +22,7 @@ struct threads_opts {
  * "off_cpu_s" ({"sleeping","io","runnable"} seconds, null when off-CPU
  * tracing was not on), "counters" ({name: {"value", "status"}}; value null
  * unless status is "ok") and "derived" ({"ipc", "cache_miss_pct",
- * "branch_miss_pct"}, null where an input is missing); in "imbalance",
+ * "branch_miss_pki"}, null where an input is missing); in "imbalance",
  * "stragglers": the threads whose samples exceed the mean by more than 20%;
  * with @opts, "groups" and "windows" (each with its own imbalance object).
  * Returns 0, -EIO on an SQLite error, -ENOMEM. Reads only; does not log.

@@ -5,8 +5,11 @@
  * It starts offcpu-mix, adds it as a target, collects off-CPU records for
  * RUN_NS and checks what a user would see:
  *  - the sleeper thread (5 ms of CPU, 5 ms of nanosleep) is off the CPU
- *    about half the wall time (50% +- 10 points), mostly SLEEPING, and its
- *    sleeping stacks hold sleep_half() and a nanosleep (libc or kernel);
+ *    about half the wall time (50% +- 10 points), mostly SLEEPING (on a busy
+ *    machine, where it also waits for a CPU: asleep half of the time it
+ *    does not wait), and its sleeping stacks, completed with CFI by
+ *    offcpu__user_stack(), hold sleep_half() and a nanosleep (libc or
+ *    kernel), which the frame-pointer walk alone misses;
  *  - the waiter thread, blocked on a mutex the holder keeps 50 ms at a
  *    time, is off the CPU mostly SLEEPING in a futex wait, under
  *    wait_for_lock();
@@ -411,7 +414,8 @@ int main(int argc, char **argv)
 	/* Per thread: off-CPU time by state, for intervals that ended in the window. */
 	{
 		uint64_t off[NR_ROLES] = { 0 }, by_state[NR_ROLES][OFFCPU_NR_STATES] = { { 0 } },
-			 runq[NR_ROLES] = { 0 }, n[NR_ROLES] = { 0 };
+			 runq[NR_ROLES] = { 0 }, n[NR_ROLES] = { 0 },
+			 blocked[NR_ROLES][OFFCPU_NR_STATES] = { { 0 } };
 
 		for (size_t i = 0; i < c.n_recs; i++) {
 			const struct rec *e = &c.recs[i];
@@ -425,6 +429,7 @@ int main(int argc, char **argv)
 				if ((pid_t)e->tid == tids[k]) {
 					off[k] += e->duration_ns;
 					by_state[k][e->state] += e->duration_ns;
+					blocked[k][e->state] += e->duration_ns - e->runq_ns;
 					runq[k] += e->runq_ns;
 					n[k]++;
 				}
@@ -457,8 +462,35 @@ int main(int argc, char **argv)
 				}
 			}
 		}
-		CHECK(pct(off[SLEEPER], window_ns) >= 40 && pct(off[SLEEPER], window_ns) <= 60);
-		CHECK(pct(by_state[SLEEPER][OFFCPU_STATE_SLEEPING], off[SLEEPER]) >= 80);
+		/*
+		 * The sleeper: 5 ms on the CPU, 5 ms asleep. On an idle machine that
+		 * is 50% of the wall time off the CPU, mostly SLEEPING. When other
+		 * work keeps it waiting for a CPU (this box has 2), the run-queue
+		 * time adds to its off-CPU time: the figures stay right (checked
+		 * against schedstat above) but the 50% does not hold, so the check
+		 * then takes the run-queue time out: asleep half of the rest.
+		 */
+		{
+			uint64_t sleep_ns = blocked[SLEEPER][OFFCPU_STATE_SLEEPING];
+			uint64_t blocked_ns = 0, runnable_wall = window_ns - MIN(runq[SLEEPER], window_ns);
+
+			for (int st = 0; st < OFFCPU_NR_STATES; st++)
+				blocked_ns += blocked[SLEEPER][st];
+			printf("sleeper: asleep %.1f%% of the time it did not wait for a CPU, "
+			       "SLEEPING %.1f%% of its blocked time\n",
+			       pct(sleep_ns, runnable_wall), pct(sleep_ns, blocked_ns));
+			CHECK(pct(sleep_ns, runnable_wall) >= 40 && pct(sleep_ns, runnable_wall) <= 60);
+			CHECK(pct(sleep_ns, blocked_ns) >= 90);
+			if (pct(runq[SLEEPER], window_ns) < 10) {
+				CHECK(pct(off[SLEEPER], window_ns) >= 40 &&
+				      pct(off[SLEEPER], window_ns) <= 60);
+				CHECK(pct(by_state[SLEEPER][OFFCPU_STATE_SLEEPING], off[SLEEPER]) >= 80);
+			} else {
+				printf("machine busy: the sleeper waited %.1f%% of the time for a CPU; "
+				       "off-CPU = 50%% +- 10 of wall not checked\n",
+				       pct(runq[SLEEPER], window_ns));
+			}
+		}
 		CHECK(pct(by_state[WAITER][OFFCPU_STATE_SLEEPING], off[WAITER]) >= 80);
 		CHECK(pct(off[WAITER], window_ns) >= 70);
 	}
