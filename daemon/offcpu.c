@@ -1,5 +1,6 @@
 /* offcpu.c - off-CPU intervals: the offcpu.bpf.c programs, their ring buffer and targets. */
 #include <errno.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@ struct offcpu {
 	uint64_t bad_records;
 	int nr_cpus;
 	unsigned nr_targets[OFFCPU_MAX_SLOTS]; /* processes added to each slot and not removed */
+	bool shared_targets;                   /* targets is another object's map */
 };
 
 /*
@@ -85,12 +87,24 @@ static bool kernel_allocates_in_tracing(void)
  *
  * Returns 0, -EPERM without CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN),
  * -EINVAL for a bad @ringbuf_bytes, -ENOMEM, or the -errno libbpf gave
- * (-ENOENT/-ESRCH if the kernel lacks a tracepoint or BTF). *@ret is left
+ * when loading or attaching (a kernel without BTF or tp_btf). *@ret is left
  * unchanged on failure. Allocates; does not log (libbpf's own messages go
  * through its print callback).
  */
 int offcpu__new(size_t ringbuf_bytes, uint64_t min_block_ns, offcpu_fn fn, void *ctx,
 		struct offcpu **ret)
+{
+	return offcpu__new_shared(ringbuf_bytes, min_block_ns, -1, fn, ctx, ret);
+}
+
+/*
+ * offcpu__new_shared() - offcpu__new() with the targets map of another BPF
+ * object (@targets_fd: a hash map of __u32 tgid -> __u32 slot + 1, e.g. the
+ * CPU sampler's), so that processes it adds (followed children) are traced
+ * off the CPU too; -1 for a map of its own.
+ */
+int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_fd, offcpu_fn fn,
+		       void *ctx, struct offcpu **ret)
 {
 	struct offcpu *o;
 	int r;
@@ -115,6 +129,12 @@ int offcpu__new(size_t ringbuf_bytes, uint64_t min_block_ns, offcpu_fn fn, void 
 		goto fail;
 	}
 	o->skel->rodata->min_block_ns = min_block_ns;
+	if (targets_fd >= 0) {
+		r = bpf_map__reuse_fd(o->skel->maps.targets, targets_fd);
+		if (r < 0)
+			goto fail;
+		o->shared_targets = true;
+	}
 	r = bpf_map__set_max_entries(o->skel->maps.events, (__u32)ringbuf_bytes);
 	if (r < 0)
 		goto fail;
@@ -222,8 +242,19 @@ int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid)
 		if (r < 0)
 			return r;
 	}
-	if (bpf_map_update_elem(bpf_map__fd(o->skel->maps.targets), &key, &val, BPF_NOEXIST) < 0)
-		return errno == EEXIST ? -EBUSY : -errno;
+	if (bpf_map_update_elem(bpf_map__fd(o->skel->maps.targets), &key, &val, BPF_NOEXIST) < 0) {
+		__u32 cur;
+
+		/* A shared map may already hold it for this slot: the owner put it there. */
+		if (errno != EEXIST)
+			return -errno;
+		if (!o->shared_targets ||
+		    bpf_map_lookup_elem(bpf_map__fd(o->skel->maps.targets), &key, &cur) < 0 ||
+		    cur != val)
+			return -EBUSY;
+		o->nr_targets[slot]++;
+		return 0;
+	}
 	o->nr_targets[slot]++;
 	return 0;
 }

@@ -35,15 +35,18 @@ struct offcpu;
 /*
  * Called for each well-formed record read from the ring buffer. @e (@size
  * bytes) is valid only during the call; its ips[] hold e->kstack_len +
- * e->ustack_len addresses (already checked against @size).
+ * e->ustack_len addresses, then e->stack_size bytes of user stack (all
+ * already checked against @size).
  */
 typedef void (*offcpu_fn)(void *ctx, const struct offcpu_event *e, size_t size);
 
 /* Each function is documented where it is defined, in offcpu.c. */
 int offcpu__new(size_t ringbuf_bytes, uint64_t min_block_ns, offcpu_fn fn, void *ctx,
 		struct offcpu **ret);                  /* load and attach */
+int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_fd, offcpu_fn fn,
+		       void *ctx, struct offcpu **ret); /* offcpu__new() sharing a targets map */
 void offcpu__free(struct offcpu *o);                   /* accepts NULL */
-int offcpu__fd(struct offcpu *o);                      /* readable when records wait */
+int offcpu__fd(struct offcpu *o);                      /* readable when 1/16 of the ring is full */
 int offcpu__poll(struct offcpu *o);                    /* read them all, without blocking */
 uint64_t offcpu__bad_records(struct offcpu *o);        /* malformed records so far */
 int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid);

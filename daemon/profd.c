@@ -224,9 +224,10 @@ static int end_session(struct profd *p, unsigned slot, const char *reason)
 		return -ENOENT;
 	/* The last counter values, before the events stop. */
 	session__read_counters(s, &p->env);
-	session__stop(s, &p->env);
+	/* Before the sampler drops the slot's targets from the map both share. */
 	if (p->offcpu)
 		offcpu__remove_target(p->offcpu, slot, s->pid);
+	session__stop(s, &p->env);
 	collect(p, true);
 	collect_offcpu_lost(p);
 	r = flush_all(p);
@@ -681,7 +682,9 @@ static int run(void)
 		r = log_error_errno(-ENOMEM, "Out of memory");
 		goto out;
 	}
-	r = offcpu__new(OFFCPU_RINGBUF_BYTES, OFFCPU_MIN_BLOCK_NS, on_offcpu, &p, &p.offcpu);
+	/* Sharing the sampler's targets: children it follows are traced off the CPU too. */
+	r = offcpu__new_shared(OFFCPU_RINGBUF_BYTES, OFFCPU_MIN_BLOCK_NS,
+			       sampler__targets_fd(p.env.sampler), on_offcpu, &p, &p.offcpu);
 	if (r < 0) {
 		/* Off-CPU time is one report among others: run without it, and say so. */
 		log_warning_errno(r, "Off-CPU tracing unavailable (sched_switch BPF program): %m");

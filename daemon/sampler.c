@@ -129,6 +129,11 @@ void sampler__free(struct sampler *s)
 	free(s);
 }
 
+int sampler__targets_fd(struct sampler *s)
+{
+	return bpf_map__fd(s->skel->maps.targets);
+}
+
 int sampler__fd(struct sampler *s)
 {
 	return ring_buffer__epoll_fd(s->rb);

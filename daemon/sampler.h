@@ -30,6 +30,9 @@ typedef void (*sampler_fn)(void *ctx, const struct sample_event *e, size_t size)
 int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler **ret);
 void sampler__free(struct sampler *s); /* accepts NULL */
 
+/* sampler__targets_fd() - the BPF map of target processes (tgid -> slot + 1), to share. */
+int sampler__targets_fd(struct sampler *s);
+
 /* sampler__fd() - an fd that polls readable when samples wait in the ring buffer. */
 int sampler__fd(struct sampler *s);
 
