@@ -116,6 +116,7 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, cpu = bpf_get_smp_processor_id(), slot, *target;
+	__u64 cookie;
 	struct slot_counters *cnt;
 	struct slot_config *cfg;
 	struct sample_event *e;
@@ -126,7 +127,8 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 	target = bpf_map_lookup_elem(&targets, &tgid);
 	if (!target)
 		return 0;
-	slot = (__u32)bpf_get_attach_cookie(ctx);
+	cookie = bpf_get_attach_cookie(ctx);
+	slot = (__u32)(cookie & 0xffff);
 	/* Each session has its own events; keep only its own targets. */
 	if (*target != slot + 1)
 		return 0;
@@ -143,6 +145,7 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 	e->slot = slot;
 	e->cpu = cpu;
 	e->flags = 0;
+	e->event = (__u32)(cookie >> 16);
 	e->stack_size = 0;
 	e->stack_offset = 0;
 	bpf_get_current_comm(&e->comm, sizeof(e->comm));

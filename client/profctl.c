@@ -38,6 +38,7 @@ enum {
 	OPT_CHILDREN,
 	OPT_GROUP_BY,
 	OPT_WINDOW,
+	OPT_EVENT,
 };
 
 /* The parsed command line. */
@@ -58,6 +59,7 @@ struct args {
 	bool debuginfod;		  /* resymbolize --debuginfod */
 	bool children;			  /* attach --children */
 	bool group_by_name;		  /* threads --group-by name */
+	const char *event;		  /* top/hotpaths --event NAME; NULL: CPU samples */
 	double window_s;		  /* threads --window SECONDS; 0: none */
 	long long limit;		  /* 0: profd's default */
 	const struct command *help_topic; /* "help COMMAND" */
@@ -538,6 +540,10 @@ static json_t *request_report(const char *cmd, const struct args *a)
 		json_decref(request);
 		return NULL;
 	}
+	if (request && a->event && json_object_set_new(request, "event", json_string(a->event)) < 0) {
+		json_decref(request);
+		return NULL;
+	}
 	return request;
 }
 
@@ -699,9 +705,16 @@ static const struct option limit_options[] = {
     {},
 };
 
+static const struct option top_options[] = {
+    {"limit", required_argument, NULL, 'n'},
+    {"event", required_argument, NULL, OPT_EVENT},
+    {},
+};
+
 static const struct option hotpaths_options[] = {
     {"limit", required_argument, NULL, 'n'},
     {"ascii", no_argument, NULL, OPT_ASCII},
+    {"event", required_argument, NULL, OPT_EVENT},
     {},
 };
 
@@ -795,7 +808,7 @@ static const struct command commands[] = {
     {
 	.name = "top",
 	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION [--limit N]",
+	.synopsis = "SESSION [--limit N] [--event NAME]",
 	.summary = "hottest functions, by samples in the function itself",
 	.details = "Print the hottest functions of session SESSION, by self samples (the\n"
 		   "function was running), with total samples (the function was on the\n"
@@ -803,18 +816,21 @@ static const struct command commands[] = {
 		   "\n"
 		   "Options:\n"
 		   "  -n, --limit N  print at most N functions, 1..10000 (default 20)\n"
+		   "      --event NAME  the samples of the session's second sampled event\n"
+		   "                 (attach --events cpu,NAME: page-faults, cache-misses,\n"
+		   "                 ...) instead of the CPU samples\n"
 		   "\n"
 		   "Examples:\n"
 		   "  profctl top 7\n"
 		   "  profctl top 7 --limit 5 --json\n",
 	.shortopts = "n:",
-	.longopts = limit_options,
+	.longopts = top_options,
 	.run = run_top,
     },
     {
 	.name = "hotpaths",
 	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION [--limit N] [--ascii]",
+	.synopsis = "SESSION [--limit N] [--ascii] [--event NAME]",
 	.summary = "hottest call paths, merged into a call tree",
 	.details = "Print the hottest call stacks of session SESSION merged into one call\n"
 		   "tree, outermost caller first. Each line shows the samples whose stack\n"
@@ -1221,6 +1237,9 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 			break;
 		case OPT_CHILDREN:
 			a->children = true;
+			break;
+		case OPT_EVENT:
+			a->event = optarg;
 			break;
 		case OPT_GROUP_BY:
 			if (strcmp(optarg, "name") != 0) {

@@ -321,6 +321,20 @@ static json_t *query_response(int r, json_t *fields, int64_t id)
 	return ok_response(fields);
 }
 
+/* A report of a sampled event: say why there is none. */
+static json_t *event_response(int r, json_t *fields, const struct request *req)
+{
+	if (r == -ENODATA)
+		return json_error_response(r, "session %lld did not sample %s (attach --events cpu,%s)",
+					   (long long)req->session, req->sampled_event,
+					   req->sampled_event);
+	if (r == -EOPNOTSUPP)
+		return json_error_response(r, "%s is unsupported on this machine (no hardware PMU): "
+					      "session %lld has no samples of it",
+					   req->sampled_event, (long long)req->session);
+	return query_response(r, fields, req->session);
+}
+
 /* Sessions that are not the requester's are invisible to it, as if absent. */
 static bool may_see(struct profd *p, const struct ucred *peer, int64_t id)
 {
@@ -350,6 +364,7 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 		.stack_bytes = req->stack_bytes,
 		.follow_children = req->children,
 		.event_bits = req->events,
+		.sampled_event = req->sampled_event,
 	};
 	struct session *s;
 	json_t *fields;
@@ -467,11 +482,13 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 		}
 		return query_response(r, fields, 0);
 	case CMD_TOP:
-		r = query__top(store__db(p->env.store), req.session, req.limit, &fields);
-		return query_response(r, fields, req.session);
+		r = query__top(store__db(p->env.store), req.session, req.limit, req.sampled_event,
+			       &fields);
+		return event_response(r, fields, &req);
 	case CMD_HOTPATHS:
-		r = query__hotpaths(store__db(p->env.store), req.session, req.limit, &fields);
-		return query_response(r, fields, req.session);
+		r = query__hotpaths(store__db(p->env.store), req.session, req.limit,
+				    req.sampled_event, &fields);
+		return event_response(r, fields, &req);
 	case CMD_THREADS: {
 		struct threads_opts topts = { .group_by_name = req.group_by_name,
 					      .window_s = req.window_s };

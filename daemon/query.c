@@ -204,7 +204,8 @@ static json_t *json_pct(int64_t part, int64_t whole)
 	" s.freq_hz, s.unwind, s.duration_ns, s.started_at_ns, s.ended_at_ns, s.samples,"          \
 	" s.lost_samples, s.truncated_stacks, s.missing_user_stacks, s.unsymbolized_frames,"       \
 	" (SELECT count(*) FROM threads t WHERE t.session_id = s.id),"                             \
-	" s.stack_bytes, s.unwind_dropped, s.frames, s.follow_children"                            \
+	" s.stack_bytes, s.unwind_dropped, s.frames, s.follow_children,"                           \
+	" s.sampled_event, s.sampled_event_status"                                                 \
 	" FROM sessions s"
 
 enum {
@@ -232,6 +233,8 @@ enum {
 	SC_UNWIND_DROPPED,
 	SC_FRAMES,
 	SC_FOLLOW_CHILDREN,
+	SC_SAMPLED_EVENT,
+	SC_SAMPLED_EVENT_STATUS,
 };
 
 /* The SESSION object of docs/protocol.md from a row of SESSION_SELECT; @now: CLOCK_REALTIME ns. */
@@ -283,6 +286,9 @@ static int session_from_row(sqlite3_stmt *st, int64_t now, json_t **ret)
 	fail |= json_object_set_new(o, "frames", json_col_int(st, SC_FRAMES));
 	fail |= json_object_set_new(o, "children",
 				    json_boolean(sqlite3_column_int(st, SC_FOLLOW_CHILDREN)));
+	fail |= json_object_set_new(o, "sampled_event", json_col_text(st, SC_SAMPLED_EVENT));
+	fail |= json_object_set_new(o, "sampled_event_status",
+				    json_col_text(st, SC_SAMPLED_EVENT_STATUS));
 	fail |= json_object_set_new(o, "unsymbolized_pct",
 				    json_pct(sqlite3_column_int64(st, SC_UNSYMBOLIZED_FRAMES),
 					     sqlite3_column_int64(st, SC_FRAMES)));
@@ -362,22 +368,64 @@ int query__sessions(sqlite3 *db, json_t **ret)
  * total_samples (sum of samples.count, so that percentages add up) and the
  * loss counters of the sessions row. *@ret_total gets total_samples.
  */
-static int report_head(sqlite3 *db, int64_t session_id, json_t **ret, int64_t *ret_total)
+/*
+ * The samples table of @event: "samples" for the CPU event (NULL), else
+ * "event_samples" after checking the session sampled @event: -ENODATA if it
+ * did not ask for it, -EOPNOTSUPP if the machine could not sample it.
+ */
+static int samples_table(sqlite3 *db, int64_t session_id, const char *event, const char **ret)
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	const char *name, *status;
+	int r;
+
+	*ret = "samples";
+	if (!event)
+		return 0;
+	r = stmt_prepare(db, "SELECT sampled_event, sampled_event_status FROM sessions WHERE id = ?1",
+			 &st);
+	if (r < 0)
+		return r;
+	r = stmt_bind_int64(st, 1, session_id);
+	if (r < 0)
+		return r;
+	r = stmt_step(st);
+	if (r < 0)
+		return r;
+	if (r == 0)
+		return -ENOENT;
+	name = (const char *)sqlite3_column_text(st, 0);
+	status = (const char *)sqlite3_column_text(st, 1);
+	if (!name || strcmp(name, event) != 0)
+		return -ENODATA;
+	if (!status || strcmp(status, "ok") != 0)
+		return -EOPNOTSUPP;
+	*ret = "event_samples";
+	return 0;
+}
+
+static int report_head(sqlite3 *db, int64_t session_id, const char *table, json_t **ret,
+		       int64_t *ret_total)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	_cleanup_json_ json_t *o = NULL;
+	_cleanup_free_ char *sql = NULL;
 	int fail = 0, r;
 
-	r = stmt_prepare(
-	    db,
-	    "SELECT s.event, s.lost_samples, s.truncated_stacks, s.missing_user_stacks,"
-	    " s.unsymbolized_frames,"
-	    " (SELECT coalesce(sum(count), 0) FROM samples WHERE session_id = s.id),"
-	    " (SELECT coalesce(sum(sa.count), 0) FROM samples sa JOIN stacks st"
-	    "  ON st.id = sa.stack_id WHERE sa.session_id = s.id AND st.reached_root),"
-	    " s.frames, s.unwind"
-	    " FROM sessions s WHERE s.id = ?1",
-	    &st);
+	/* @table is one of two constant names (samples_table()), never user input. */
+	if (asprintf(&sql,
+		     "SELECT s.event, s.lost_samples, s.truncated_stacks, s.missing_user_stacks,"
+		     " s.unsymbolized_frames,"
+		     " (SELECT coalesce(sum(count), 0) FROM %s WHERE session_id = s.id),"
+		     " (SELECT coalesce(sum(sa.count), 0) FROM %s sa JOIN stacks st"
+		     "  ON st.id = sa.stack_id WHERE sa.session_id = s.id AND st.reached_root),"
+		     " s.frames, s.unwind, s.sampled_event"
+		     " FROM sessions s WHERE s.id = ?1",
+		     table, table) < 0) {
+		sql = NULL;
+		return -ENOMEM;
+	}
+	r = stmt_prepare(db, sql, &st);
 	if (r < 0)
 		return r;
 	r = stmt_bind_int64(st, 1, session_id);
@@ -393,7 +441,8 @@ static int report_head(sqlite3 *db, int64_t session_id, json_t **ret, int64_t *r
 	if (!o)
 		return -ENOMEM;
 	fail |= json_object_set_new(o, "session", json_integer(session_id));
-	fail |= json_object_set_new(o, "event", json_col_text(st, 0));
+	/* The event these samples are of: the CPU event, or the second sampled event. */
+	fail |= json_object_set_new(o, "event", json_col_text(st, strcmp(table, "samples") ? 9 : 0));
 	fail |= json_object_set_new(o, "total_samples", json_col_int(st, 5));
 	fail |= json_object_set_new(o, "lost_samples", json_col_int(st, 1));
 	fail |= json_object_set_new(o, "truncated_stacks", json_col_int(st, 2));
@@ -645,19 +694,24 @@ static bool qframe_better_rep(const struct qframe *a, const struct qframe *b)
  * an inconsistent store (a sample of a missing stack, a frame_ids blob whose
  * length is not a multiple of 8, a missing frame).
  */
-static int profile__load(struct profile *p, sqlite3 *db, int64_t session_id)
+static int profile__load(struct profile *p, sqlite3 *db, int64_t session_id, const char *table)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	_cleanup_free_ size_t *order = NULL;
+	_cleanup_free_ char *sql = NULL;
 	int r;
 
 	/* The samples primary key starts with session_id; each stack once, with its sum. */
-	r = stmt_prepare(db,
-			 "SELECT st.stack_id, st.n, s.frame_ids IS NULL, s.frame_ids"
-			 " FROM (SELECT stack_id, sum(count) AS n FROM samples"
-			 "       WHERE session_id = ?1 GROUP BY stack_id) st"
-			 " LEFT JOIN stacks s ON s.id = st.stack_id",
-			 &st);
+	if (asprintf(&sql,
+		     "SELECT st.stack_id, st.n, s.frame_ids IS NULL, s.frame_ids"
+		     " FROM (SELECT stack_id, sum(count) AS n FROM %s"
+		     "       WHERE session_id = ?1 GROUP BY stack_id) st"
+		     " LEFT JOIN stacks s ON s.id = st.stack_id",
+		     table) < 0) {
+		sql = NULL;
+		return -ENOMEM;
+	}
+	r = stmt_prepare(db, sql, &st);
 	if (r < 0)
 		return r;
 	r = stmt_bind_int64(st, 1, session_id);
@@ -825,8 +879,9 @@ static int qgroup_cmp_top(const void *a, const void *b, void *arg)
  * in the frames of all the session's stacks (about 0.5 s and 60 MB for 1e5
  * stacks of depth 30); does not log.
  */
-int query__top(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
+int query__top(sqlite3 *db, int64_t session_id, int limit, const char *event, json_t **ret)
 {
+	const char *table;
 	_cleanup_(snapshot_endp) sqlite3 *snap = NULL;
 	_cleanup_(profile__free) struct profile p = {};
 	_cleanup_json_ json_t *o = NULL;
@@ -840,14 +895,17 @@ int query__top(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 	if (r < 0)
 		return r;
 	snap = db;
-	r = report_head(db, session_id, &o, &total);
+	r = samples_table(db, session_id, event, &table);
+	if (r < 0)
+		return r;
+	r = report_head(db, session_id, table, &o, &total);
 	if (r < 0)
 		return r;
 	if (json_object_set_new(o, "functions", json_array()) < 0)
 		return -ENOMEM;
 	arr = json_object_get(o, "functions");
 
-	r = profile__load(&p, db, session_id);
+	r = profile__load(&p, db, session_id, table);
 	if (r < 0)
 		return r;
 	if (p.n_groups > 0)
@@ -939,8 +997,10 @@ static int path_cmp_samples(const void *a, const void *b, void *arg)
  * Allocates memory linear in the frames of all the session's stacks; does
  * not log.
  */
-int query__hotpaths(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
+int query__hotpaths(sqlite3 *db, int64_t session_id, int limit, const char *event,
+		    json_t **ret)
 {
+	const char *table;
 	_cleanup_(snapshot_endp) sqlite3 *snap = NULL;
 	_cleanup_(profile__free) struct profile p = {};
 	_cleanup_json_ json_t *o = NULL;
@@ -956,14 +1016,17 @@ int query__hotpaths(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 	if (r < 0)
 		return r;
 	snap = db;
-	r = report_head(db, session_id, &o, &total);
+	r = samples_table(db, session_id, event, &table);
+	if (r < 0)
+		return r;
+	r = report_head(db, session_id, table, &o, &total);
 	if (r < 0)
 		return r;
 	if (json_object_set_new(o, "paths", json_array()) < 0)
 		return -ENOMEM;
 	arr = json_object_get(o, "paths");
 
-	r = profile__load(&p, db, session_id);
+	r = profile__load(&p, db, session_id, table);
 	if (r < 0)
 		return r;
 	if (p.n_stacks > 0) {

@@ -17,6 +17,12 @@
  */
 int query__session(sqlite3 *db, int64_t session_id, json_t **ret);   /* the SESSION object */
 int query__sessions(sqlite3 *db, json_t **ret);                      /* {"sessions":[...]} */
-int query__top(sqlite3 *db, int64_t session_id, int limit, json_t **ret);
-int query__hotpaths(sqlite3 *db, int64_t session_id, int limit, json_t **ret);
+/*
+ * top and hotpaths read the CPU samples with @event NULL, else the samples
+ * of the session's second sampled event named @event: -ENODATA if the
+ * session did not sample it, -EOPNOTSUPP if the machine could not.
+ */
+int query__top(sqlite3 *db, int64_t session_id, int limit, const char *event, json_t **ret);
+int query__hotpaths(sqlite3 *db, int64_t session_id, int limit, const char *event,
+		    json_t **ret);
 int query__threads(sqlite3 *db, int64_t session_id, json_t **ret);

@@ -1,6 +1,7 @@
 /* request.c - parse and validate protocol requests (untrusted input). */
 #include <errno.h>
 #include <jansson.h>
+#include <linux/perf_event.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -25,6 +26,33 @@ static const struct {
 };
 
 static const char *const event_names[] = { "cpu", "offcpu", "counters" };
+
+static const struct {
+	const char *name;
+	uint32_t type;
+	uint64_t config;
+} sampled_events[] = {
+	{ "page-faults", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS },
+	{ "context-switches", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CONTEXT_SWITCHES },
+	{ "cpu-migrations", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_MIGRATIONS },
+	{ "instructions", PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS },
+	{ "cache-references", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_REFERENCES },
+	{ "cache-misses", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_MISSES },
+	{ "branch-misses", PERF_TYPE_HARDWARE, PERF_COUNT_HW_BRANCH_MISSES },
+};
+
+const char *sampled_event_lookup(const char *name, uint32_t *ret_type, uint64_t *ret_config)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(sampled_events); i++)
+		if (strcmp(name, sampled_events[i].name) == 0) {
+			if (ret_type)
+				*ret_type = sampled_events[i].type;
+			if (ret_config)
+				*ret_config = sampled_events[i].config;
+			return sampled_events[i].name;
+		}
+	return NULL;
+}
 
 static int fail(char *errbuf, size_t errlen, int err, const char *fmt, ...)
 {
@@ -62,6 +90,7 @@ static int parse_events(json_t *v, struct request *req, char *errbuf, size_t err
 		return fail(errbuf, errlen, -EINVAL,
 			    "\"events\" must be a non-empty array of event names");
 	req->events = 0;
+	req->sampled_event = NULL;
 	json_array_foreach(v, i, item)
 	{
 		const char *name = json_string_value(item);
@@ -74,9 +103,21 @@ static int parse_events(json_t *v, struct request *req, char *errbuf, size_t err
 				req->events |= 1u << e;
 				known = true;
 			}
+		if (!known && sampled_event_lookup(name, NULL, NULL)) {
+			if (req->sampled_event && strcmp(req->sampled_event, name) != 0)
+				return fail(errbuf, errlen, -EINVAL,
+					    "one event besides cpu can be sampled with stacks, "
+					    "not both '%s' and '%.32s'",
+					    req->sampled_event, name);
+			req->sampled_event = sampled_event_lookup(name, NULL, NULL);
+			known = true;
+		}
 		if (!known)
 			return fail(errbuf, errlen, -EINVAL,
-				    "unknown event '%.32s' (known: cpu, offcpu, counters)", name);
+				    "unknown event '%.32s' (known: cpu, offcpu, counters, and one of "
+				    "page-faults, context-switches, cpu-migrations, instructions, "
+				    "cache-references, cache-misses, branch-misses sampled with stacks)",
+				    name);
 	}
 	if (!(req->events & EVENT_CPU))
 		return fail(errbuf, errlen, -EINVAL, "\"events\" must include \"cpu\"");
@@ -92,6 +133,9 @@ static void format_events(struct request *req)
 		if (req->events & (1u << e))
 			off += snprintf(req->events_str + off, sizeof(req->events_str) - off,
 					"%s%s", off ? "," : "", event_names[e]);
+	if (req->sampled_event && off < sizeof(req->events_str))
+		snprintf(req->events_str + off, sizeof(req->events_str) - off, ",%s",
+			 req->sampled_event);
 }
 
 int request__parse(const char *line, size_t len, struct request *ret, char *errbuf,
@@ -196,6 +240,16 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 	case CMD_HOTPATHS:
 	case CMD_OFFCPU:
 		req.limit = req.cmd == CMD_TOP ? 20 : 10;
+		v = json_object_get(root, "event");
+		if (v && !json_is_null(v) && req.cmd != CMD_OFFCPU) {
+			const char *name = json_string_value(v);
+
+			if (name && strcmp(name, "cpu") == 0)
+				; /* the CPU samples, the default */
+			else if (!name || !(req.sampled_event = sampled_event_lookup(name, NULL, NULL)))
+				return fail(errbuf, errlen, -EINVAL,
+					    "\"event\" must be cpu or a sampled event name");
+		}
 		r = get_int(root, "limit", 1, 10000, &n, errbuf, errlen);
 		if (r == 0)
 			req.limit = (int)n;

@@ -41,6 +41,8 @@ struct request {
 	unsigned stack_bytes; /* attach: 512..PROFILE_MAX_STACK_BYTES, default 16384 */
 	bool debuginfod;      /* resymbolize: may fetch through libdebuginfod */
 	bool children;        /* attach: follow processes the target forks */
+	const char *sampled_event; /* attach: a second event to sample with stacks (static name), or NULL;
+				    * top, hotpaths: report that event's samples instead of CPU samples */
 	bool group_by_name;   /* threads: group like-named threads */
 	double window_s;      /* threads: > 0, imbalance per window of this many seconds */
 };
@@ -56,3 +58,12 @@ struct request {
  */
 int request__parse(const char *line, size_t len, struct request *ret, char *errbuf,
 		   size_t errlen);
+
+/*
+ * sampled_event_lookup() - the perf_event_open(2) type and config of the
+ * event @name that can be sampled with stacks beside the CPU event
+ * (page-faults, context-switches, cpu-migrations, instructions,
+ * cache-references, cache-misses, branch-misses). Returns the static name,
+ * or NULL if @name is not one.
+ */
+const char *sampled_event_lookup(const char *name, uint32_t *ret_type, uint64_t *ret_config);

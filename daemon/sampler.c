@@ -19,6 +19,8 @@ struct slot {
 	int nr_cpus;
 	int *fds;                /* perf event per CPU, -1 where the CPU is offline */
 	struct bpf_link **links; /* BPF program attached to each event */
+	int *extra_fds;          /* the second sampled event per CPU (sampler__start_extra) */
+	struct bpf_link **extra_links;
 };
 
 struct sampler {
@@ -244,7 +246,7 @@ int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz
 	}
 
 	for (int cpu = 0; cpu < s->nr_cpus; cpu++) {
-		LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = slot);
+		LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = PROFILE_COOKIE(slot, 0));
 		int fd = open_sampling_event(cpu, freq_hz, &event);
 
 		if (fd == -ENODEV) /* possible but offline CPU */
@@ -271,6 +273,47 @@ int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz
 fail:
 	sampler__stop(s, slot);
 	return r;
+}
+
+int sampler__start_extra(struct sampler *s, unsigned slot, uint32_t type, uint64_t config,
+			 unsigned freq_hz)
+{
+	struct slot *sl = &s->slots[slot];
+	struct perf_event_attr attr = {
+		.size = sizeof(attr),
+		.type = type,
+		.config = config,
+		.freq = 1,
+		.sample_freq = freq_hz,
+	};
+	int opened = 0;
+
+	if (slot >= PROFILE_MAX_SLOTS || !sl->used || sl->extra_fds)
+		return -EINVAL;
+	sl->extra_fds = malloc(sizeof(*sl->extra_fds) * sl->nr_cpus);
+	sl->extra_links = calloc(sl->nr_cpus, sizeof(*sl->extra_links));
+	if (!sl->extra_fds || !sl->extra_links)
+		return -ENOMEM;
+	for (int cpu = 0; cpu < sl->nr_cpus; cpu++)
+		sl->extra_fds[cpu] = -1;
+	for (int cpu = 0; cpu < sl->nr_cpus; cpu++) {
+		LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = PROFILE_COOKIE(slot, 1));
+		int fd = perf_event_open(&attr, -1, cpu);
+
+		if (fd == -ENODEV)
+			continue;
+		if (fd < 0)
+			/* No PMU for a hardware event: ENOENT, EOPNOTSUPP or EINVAL. The
+			 * slot's own fds are closed by sampler__stop(). */
+			return fd == -ENOENT || fd == -EINVAL ? -EOPNOTSUPP : fd;
+		sl->extra_fds[cpu] = fd;
+		sl->extra_links[cpu] = bpf_program__attach_perf_event_opts(
+		    s->skel->progs.profile_sample, fd, &opts);
+		if (!sl->extra_links[cpu])
+			return -errno;
+		opened++;
+	}
+	return opened ? 0 : -EOPNOTSUPP;
 }
 
 void sampler__stop(struct sampler *s, unsigned slot)
@@ -301,6 +344,13 @@ void sampler__stop(struct sampler *s, unsigned slot)
 			prev = &key;
 		}
 	}
+	for (int cpu = 0; sl->extra_links && cpu < sl->nr_cpus; cpu++)
+		bpf_link__destroy(sl->extra_links[cpu]);
+	for (int cpu = 0; sl->extra_fds && cpu < sl->nr_cpus; cpu++)
+		if (sl->extra_fds[cpu] >= 0)
+			close(sl->extra_fds[cpu]);
+	free(sl->extra_fds);
+	free(sl->extra_links);
 	free(sl->fds);
 	free(sl->links);
 	*sl = (struct slot){ 0 };

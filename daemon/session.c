@@ -27,6 +27,7 @@ struct raw_stack {
 struct pending_sample {
 	uint64_t window;  /* index of the window since the session start */
 	int tid;
+	int event;        /* 0: CPU event; 1: the second sampled event */
 	struct raw_stack *stack;
 	uint64_t count;
 };
@@ -248,6 +249,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 {
 	_cleanup_free_ struct session *s = NULL;
 	char path[64], exe[PATH_MAX];
+	const char *extra_status = NULL;
 	uint64_t ticks;
 	ssize_t n;
 	int r;
@@ -301,6 +303,17 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	r = sampler__start(env->sampler, slot, p->pid, p->freq_hz, &cfg, &s->event);
 	if (r < 0)
 		goto fail;
+	if (p->sampled_event) {
+		uint32_t type;
+		uint64_t config;
+
+		sampled_event_lookup(p->sampled_event, &type, &config);
+		r = sampler__start_extra(env->sampler, slot, type, config, p->freq_hz);
+		if (r < 0 && r != -EOPNOTSUPP)
+			goto fail_sampling;
+		/* Unsupported (no PMU): the session runs without it, and says so. */
+		extra_status = r == 0 ? "ok" : "unsupported";
+	}
 	s->started_mono_ns = now_ns(CLOCK_MONOTONIC);
 	s->started_real_ns = now_ns(CLOCK_REALTIME);
 
@@ -316,6 +329,8 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 		.unwind = unwind_mode_name(p->unwind),
 		.stack_bytes = cfg.copy_stack_bytes,
 		.follow_children = p->follow_children,
+		.sampled_event = p->sampled_event,
+		.sampled_event_status = extra_status,
 		.duration_ns = p->duration_ns,
 		.started_at_ns = s->started_real_ns,
 	};
@@ -357,7 +372,8 @@ static bool pending_eq(const void *entry, const void *key)
 {
 	const struct pending_sample *a = entry, *b = key;
 
-	return a->window == b->window && a->tid == b->tid && a->stack == b->stack;
+	return a->window == b->window && a->tid == b->tid && a->stack == b->stack &&
+	       a->event == b->event;
 }
 
 static bool thread_eq(const void *entry, const void *key)
@@ -673,6 +689,7 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 
 	key.window = t / PROFD_WINDOW_NS;
 	key.tid = tid;
+	key.event = e->event ? 1 : 0;
 	w = window_get(s, key.window);
 	if (!w)
 		return;
@@ -685,6 +702,7 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 	h = hash64(HASH64_INIT, &key.window, sizeof(key.window));
 	h = hash64(h, &key.tid, sizeof(key.tid));
 	h = hash64(h, &key.stack, sizeof(key.stack));
+	h = hash64(h, &key.event, sizeof(key.event));
 	ps = hashmap__find(&s->pending, h, pending_eq, &key);
 	if (!ps) {
 		ps = malloc(sizeof(*ps));
@@ -697,6 +715,9 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 		ps->count = 0;
 	}
 	ps->count++;
+	/* The second event's samples are its own: they count in no CPU figure. */
+	if (key.event)
+		return;
 
 	w->counts.samples++;
 	s->samples++;
@@ -890,7 +911,7 @@ int session__flush(struct session *s, const struct session_env *env)
 			return r;
 		r = store__sample_add(env->store, s->id,
 				      s->started_real_ns + ps->window * PROFD_WINDOW_NS, ps->tid,
-				      ps->stack->stack_id, ps->count);
+				      ps->stack->stack_id, ps->count, ps->event);
 		if (r < 0)
 			return r;
 	}

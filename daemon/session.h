@@ -37,6 +37,7 @@ struct session_params {
 	enum unwind_mode unwind;
 	unsigned stack_bytes; /* user stack copied per sample (dwarf, auto), 512..PROFILE_MAX_STACK_BYTES */
 	bool follow_children; /* processes the target forks after the attach join the session */
+	const char *sampled_event; /* a second event sampled with stacks (request.c's name), or NULL */
 };
 
 /* One process of a session: the target, or a child it forked (follow_children). */

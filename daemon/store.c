@@ -24,6 +24,7 @@ enum stmt_id {
 	STMT_STACK_INSERT,
 	STMT_STACK_FRAME_INSERT,
 	STMT_SAMPLE_ADD,
+	STMT_EVENT_SAMPLE_ADD,
 	STMT_OFFCPU_ADD,
 	STMT_COUNTER_ADD,
 	STMT_SESSION_COUNTER,
@@ -34,8 +35,9 @@ enum stmt_id {
 static const char *const stmt_sql[_STMT_MAX] = {
 	[STMT_SESSION_INSERT] =
 		"INSERT INTO sessions (pid, pid_start_ticks, comm, exe, uid, event, events, freq_hz, "
-		"unwind, duration_ns, started_at_ns, stack_bytes, follow_children, state) "
-		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, 'running')",
+		"unwind, duration_ns, started_at_ns, stack_bytes, follow_children, sampled_event, "
+		"sampled_event_status, state) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 'running')",
 	[STMT_SESSION_COUNTS] = "UPDATE sessions SET samples = samples + ?2, "
 				"lost_samples = lost_samples + ?3, "
 				"truncated_stacks = truncated_stacks + ?4, "
@@ -73,6 +75,11 @@ static const char *const stmt_sql[_STMT_MAX] = {
 			    "VALUES (?1, ?2, ?3, ?4, ?5) "
 			    "ON CONFLICT (session_id, window_ns, tid, stack_id) DO UPDATE SET "
 			    "count = count + excluded.count",
+	[STMT_EVENT_SAMPLE_ADD] =
+		"INSERT INTO event_samples (session_id, window_ns, tid, stack_id, count) "
+		"VALUES (?1, ?2, ?3, ?4, ?5) "
+		"ON CONFLICT (session_id, window_ns, tid, stack_id) DO UPDATE SET "
+		"count = count + excluded.count",
 	[STMT_OFFCPU_ADD] =
 		"INSERT INTO offcpu (session_id, window_ns, pid, tid, stack_id, state, count, "
 		"total_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
@@ -309,6 +316,8 @@ int store__session_insert(struct store *st, const struct store_session *s, int64
 	sqlite3_bind_int64(stmt, 11, (int64_t)s->started_at_ns);
 	sqlite3_bind_int(stmt, 12, (int)s->stack_bytes);
 	sqlite3_bind_int(stmt, 13, s->follow_children);
+	bind_text_or_null(stmt, 14, s->sampled_event);
+	bind_text_or_null(stmt, 15, s->sampled_event_status);
 	r = step_done(stmt);
 	if (r < 0)
 		return r;
@@ -460,9 +469,9 @@ int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool t
 }
 
 int store__sample_add(struct store *st, int64_t session_id, uint64_t window_ns, int tid,
-		      int64_t stack_id, uint64_t count)
+		      int64_t stack_id, uint64_t count, int event)
 {
-	sqlite3_stmt *stmt = st->stmt[STMT_SAMPLE_ADD];
+	sqlite3_stmt *stmt = st->stmt[event ? STMT_EVENT_SAMPLE_ADD : STMT_SAMPLE_ADD];
 
 	sqlite3_bind_int64(stmt, 1, session_id);
 	sqlite3_bind_int64(stmt, 2, (int64_t)window_ns);

@@ -27,6 +27,8 @@ struct store_session {
 	const char *unwind;    /* "fp", "dwarf" or "auto" */
 	unsigned stack_bytes;  /* user stack copied per sample, 0 with "fp" */
 	bool follow_children;  /* processes the target forks join the session */
+	const char *sampled_event;        /* second event sampled with stacks, or NULL */
+	const char *sampled_event_status; /* "ok" or "unsupported", NULL without one */
 	uint64_t duration_ns;  /* 0: none */
 	uint64_t started_at_ns;
 };
@@ -108,6 +110,10 @@ int store__session_counter(struct store *st, int64_t session_id, const char *nam
 /* store__session_add_offcpu_lost() - off-CPU intervals lost before storage. */
 int store__session_add_offcpu_lost(struct store *st, int64_t session_id, uint64_t lost);
 
-/* store__sample_add() - add @count samples of @stack_id in @tid to a window. */
+/*
+ * store__sample_add() - add @count samples of @stack_id in @tid to a window,
+ * of the CPU event (@event 0, table samples) or the second sampled event
+ * (@event 1, table event_samples).
+ */
 int store__sample_add(struct store *st, int64_t session_id, uint64_t window_ns, int tid,
-		      int64_t stack_id, uint64_t count);
+		      int64_t stack_id, uint64_t count, int event);

@@ -69,8 +69,8 @@ int main(void)
 	CHECK(s1 != s2);
 	CHECK_INT_EQ(store__stack_id(st, ids1, 3, false, true, &f1), 0);
 	CHECK_INT_EQ(f1, s1);
-	CHECK_INT_EQ(store__sample_add(st, sid, 1000, 7, s1, 5), 0);
-	CHECK_INT_EQ(store__sample_add(st, sid, 1000, 7, s1, 2), 0);
+	CHECK_INT_EQ(store__sample_add(st, sid, 1000, 7, s1, 5, 0), 0);
+	CHECK_INT_EQ(store__sample_add(st, sid, 1000, 7, s1, 2, 0), 0);
 	struct store_counts c = { .samples = 7 };
 	CHECK_INT_EQ(store__window_add(st, sid, 1000, &c), 0);
 	CHECK_INT_EQ(store__session_add_counts(st, sid, &c), 0);
@@ -85,7 +85,7 @@ int main(void)
 
 	/* A rolled-back transaction leaves nothing behind. */
 	CHECK_INT_EQ(store__begin(st), 0);
-	CHECK_INT_EQ(store__sample_add(st, sid, 2000, 7, s1, 100), 0);
+	CHECK_INT_EQ(store__sample_add(st, sid, 2000, 7, s1, 100, 0), 0);
 	store__rollback(st);
 	CHECK_INT_EQ(query_int(st, "SELECT sum(count) FROM samples"), 7);
 	store__close(st);

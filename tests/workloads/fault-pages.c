@@ -1,0 +1,57 @@
+/*
+ * fault-pages.c - page faults from a known function: touch_pages() maps
+ * 16 MiB, writes one byte per page (a page fault each) and unmaps it, over
+ * and over; spin_a_bit() burns CPU between rounds without faulting.
+ * Usage: fault-pages SECONDS
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BYTES (16u << 20)
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+__attribute__((noinline)) void touch_pages(void)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	char *p = mmap(NULL, BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		exit(1);
+	for (size_t i = 0; i < BYTES; i += (size_t)page)
+		p[i] = 1;
+	munmap(p, BYTES);
+}
+
+__attribute__((noinline)) uint64_t spin_a_bit(uint64_t x)
+{
+	for (int i = 0; i < 2000000; i++) {
+		x = x * 6364136223846793005ULL + 1;
+		__asm__ volatile("" : "+r"(x));
+	}
+	return x;
+}
+
+int main(int argc, char **argv)
+{
+	double seconds = argc > 1 ? atof(argv[1]) : 3, t0 = now_s();
+	uint64_t x = 1;
+
+	printf("fault-pages: pid %d\n", getpid());
+	fflush(stdout);
+	while (now_s() - t0 < seconds) {
+		touch_pages();
+		x = spin_a_bit(x);
+	}
+	return x == 42;
+}
