@@ -15,6 +15,8 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
 
+#include "user_regs.bpf.h"
+
 #include "profile.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
@@ -73,26 +75,9 @@ struct {
  */
 static __always_inline void copy_user_stack(struct sample_event *e, __u32 max)
 {
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	__u64 sp, start, want;
 
-	e->regs[0] = BPF_CORE_READ(regs, ax);
-	e->regs[1] = BPF_CORE_READ(regs, dx);
-	e->regs[2] = BPF_CORE_READ(regs, cx);
-	e->regs[3] = BPF_CORE_READ(regs, bx);
-	e->regs[4] = BPF_CORE_READ(regs, si);
-	e->regs[5] = BPF_CORE_READ(regs, di);
-	e->regs[6] = BPF_CORE_READ(regs, bp);
-	e->regs[7] = BPF_CORE_READ(regs, sp);
-	e->regs[8] = BPF_CORE_READ(regs, r8);
-	e->regs[9] = BPF_CORE_READ(regs, r9);
-	e->regs[10] = BPF_CORE_READ(regs, r10);
-	e->regs[11] = BPF_CORE_READ(regs, r11);
-	e->regs[12] = BPF_CORE_READ(regs, r12);
-	e->regs[13] = BPF_CORE_READ(regs, r13);
-	e->regs[14] = BPF_CORE_READ(regs, r14);
-	e->regs[15] = BPF_CORE_READ(regs, r15);
-	e->regs[16] = BPF_CORE_READ(regs, ip);
+	read_user_regs(e->regs);
 	e->flags |= SAMPLE_HAS_REGS;
 
 	sp = e->regs[7];

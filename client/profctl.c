@@ -498,36 +498,34 @@ static int run_detach(struct conn *c, const struct args *a)
 	return render_end(&out, output__session(out.f, s));
 }
 
-static int run_sessions(struct conn *c, const struct args *a)
+/* A request answered by one rendering: the reply as JSON with --json, else @fn's text. */
+typedef int (*render_fn)(FILE *f, const json_t *o);
+
+static int call_and_render(struct conn *c, const struct args *a, json_t *request, render_fn fn,
+			   const char *member)
 {
 	_cleanup_(json_decrefp) json_t *reply = NULL;
 	struct render out;
 	int r;
 
-	r = call(c, request_new("sessions"), &reply);
+	r = call(c, request, &reply);
 	if (r < 0)
 		return r;
 	if (a->json)
 		return print_json(reply);
 	if ((r = render_begin(&out)) < 0)
 		return r;
-	return render_end(&out, output__sessions(out.f, reply));
+	return render_end(&out, fn(out.f, member ? json_object_get(reply, member) : reply));
+}
+
+static int run_sessions(struct conn *c, const struct args *a)
+{
+	return call_and_render(c, a, request_new("sessions"), output__sessions, NULL);
 }
 
 static int run_session(struct conn *c, const struct args *a)
 {
-	_cleanup_(json_decrefp) json_t *reply = NULL;
-	struct render out;
-	int r;
-
-	r = call(c, request_session("session", a->id), &reply);
-	if (r < 0)
-		return r;
-	if (a->json)
-		return print_json(reply);
-	if ((r = render_begin(&out)) < 0)
-		return r;
-	return render_end(&out, output__session(out.f, json_object_get(reply, "session")));
+	return call_and_render(c, a, request_session("session", a->id), output__session, "session");
 }
 
 /* request_report() - a "top"/"hotpaths" request; "limit" only if given, else profd's default. */
@@ -549,18 +547,7 @@ static json_t *request_report(const char *cmd, const struct args *a)
 
 static int run_top(struct conn *c, const struct args *a)
 {
-	_cleanup_(json_decrefp) json_t *reply = NULL;
-	struct render out;
-	int r;
-
-	r = call(c, request_report("top", a), &reply);
-	if (r < 0)
-		return r;
-	if (a->json)
-		return print_json(reply);
-	if ((r = render_begin(&out)) < 0)
-		return r;
-	return render_end(&out, output__top(out.f, reply));
+	return call_and_render(c, a, request_report("top", a), output__top, NULL);
 }
 
 static int run_hotpaths(struct conn *c, const struct args *a)
@@ -619,18 +606,7 @@ static int run_threads(struct conn *c, const struct args *a)
 
 static int run_offcpu(struct conn *c, const struct args *a)
 {
-	_cleanup_(json_decrefp) json_t *reply = NULL;
-	struct render out;
-	int r;
-
-	r = call(c, request_report("offcpu", a), &reply);
-	if (r < 0)
-		return r;
-	if (a->json)
-		return print_json(reply);
-	if ((r = render_begin(&out)) < 0)
-		return r;
-	return render_end(&out, output__offcpu(out.f, reply));
+	return call_and_render(c, a, request_report("offcpu", a), output__offcpu, NULL);
 }
 
 static int run_resymbolize(struct conn *c, const struct args *a)

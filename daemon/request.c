@@ -27,21 +27,29 @@ static const struct {
 
 static const char *const event_names[] = { "cpu", "offcpu", "counters" };
 
+/*
+ * Events that can be sampled with stacks beside the CPU event, each with a
+ * fixed sample period (one sample every @period events, as perf record -c):
+ * frequency mode adapts the period once per tick, and for bursty events (a
+ * loop of page faults) it overshoots and leaves a few samples in a second.
+ */
 static const struct {
 	const char *name;
 	uint32_t type;
 	uint64_t config;
+	uint64_t period;
 } sampled_events[] = {
-	{ "page-faults", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS },
-	{ "context-switches", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CONTEXT_SWITCHES },
-	{ "cpu-migrations", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_MIGRATIONS },
-	{ "instructions", PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS },
-	{ "cache-references", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_REFERENCES },
-	{ "cache-misses", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_MISSES },
-	{ "branch-misses", PERF_TYPE_HARDWARE, PERF_COUNT_HW_BRANCH_MISSES },
+	{ "page-faults", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS, 512 },
+	{ "context-switches", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CONTEXT_SWITCHES, 16 },
+	{ "cpu-migrations", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_MIGRATIONS, 1 },
+	{ "instructions", PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS, 10000000 },
+	{ "cache-references", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_REFERENCES, 100000 },
+	{ "cache-misses", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_MISSES, 10000 },
+	{ "branch-misses", PERF_TYPE_HARDWARE, PERF_COUNT_HW_BRANCH_MISSES, 10000 },
 };
 
-const char *sampled_event_lookup(const char *name, uint32_t *ret_type, uint64_t *ret_config)
+const char *sampled_event_lookup(const char *name, uint32_t *ret_type, uint64_t *ret_config,
+				 uint64_t *ret_period)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(sampled_events); i++)
 		if (strcmp(name, sampled_events[i].name) == 0) {
@@ -49,6 +57,8 @@ const char *sampled_event_lookup(const char *name, uint32_t *ret_type, uint64_t 
 				*ret_type = sampled_events[i].type;
 			if (ret_config)
 				*ret_config = sampled_events[i].config;
+			if (ret_period)
+				*ret_period = sampled_events[i].period;
 			return sampled_events[i].name;
 		}
 	return NULL;
@@ -103,13 +113,13 @@ static int parse_events(json_t *v, struct request *req, char *errbuf, size_t err
 				req->events |= 1u << e;
 				known = true;
 			}
-		if (!known && sampled_event_lookup(name, NULL, NULL)) {
+		if (!known && sampled_event_lookup(name, NULL, NULL, NULL)) {
 			if (req->sampled_event && strcmp(req->sampled_event, name) != 0)
 				return fail(errbuf, errlen, -EINVAL,
 					    "one event besides cpu can be sampled with stacks, "
 					    "not both '%s' and '%.32s'",
 					    req->sampled_event, name);
-			req->sampled_event = sampled_event_lookup(name, NULL, NULL);
+			req->sampled_event = sampled_event_lookup(name, NULL, NULL, NULL);
 			known = true;
 		}
 		if (!known)
@@ -246,7 +256,7 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 
 			if (name && strcmp(name, "cpu") == 0)
 				; /* the CPU samples, the default */
-			else if (!name || !(req.sampled_event = sampled_event_lookup(name, NULL, NULL)))
+			else if (!name || !(req.sampled_event = sampled_event_lookup(name, NULL, NULL, NULL)))
 				return fail(errbuf, errlen, -EINVAL,
 					    "\"event\" must be cpu or a sampled event name");
 		}

@@ -63,7 +63,8 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
  * sampled_event_lookup() - the perf_event_open(2) type and config of the
  * event @name that can be sampled with stacks beside the CPU event
  * (page-faults, context-switches, cpu-migrations, instructions,
- * cache-references, cache-misses, branch-misses). Returns the static name,
- * or NULL if @name is not one.
+ * cache-references, cache-misses, branch-misses), and its sample period
+ * (events per sample). Returns the static name, or NULL if @name is not one.
  */
-const char *sampled_event_lookup(const char *name, uint32_t *ret_type, uint64_t *ret_config);
+const char *sampled_event_lookup(const char *name, uint32_t *ret_type, uint64_t *ret_config,
+				 uint64_t *ret_period);

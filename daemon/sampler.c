@@ -276,15 +276,14 @@ fail:
 }
 
 int sampler__start_extra(struct sampler *s, unsigned slot, uint32_t type, uint64_t config,
-			 unsigned freq_hz)
+			 uint64_t period)
 {
 	struct slot *sl = &s->slots[slot];
 	struct perf_event_attr attr = {
 		.size = sizeof(attr),
 		.type = type,
 		.config = config,
-		.freq = 1,
-		.sample_freq = freq_hz,
+		.sample_period = period,
 	};
 	int opened = 0;
 

@@ -61,13 +61,13 @@ int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz
  * sampler__start_extra() - also sample a second event for @slot (started
  * with sampler__start()), @type/@config as perf_event_open(2)'s attr (for
  * example PERF_TYPE_SOFTWARE/PERF_COUNT_SW_PAGE_FAULTS, or a hardware cache
- * event), @freq_hz samples per second. Its samples carry event = 1.
+ * event), one sample every @period events. Its samples carry event = 1.
  * Returns 0, -EOPNOTSUPP where the machine cannot count it (no PMU), -EINVAL
  * if @slot is not started or already has one, -errno. On failure what was
  * opened stays until sampler__stop(). Does not log.
  */
 int sampler__start_extra(struct sampler *s, unsigned slot, uint32_t type, uint64_t config,
-			 unsigned freq_hz);
+			 uint64_t period);
 
 /* sampler__stop() - close @slot's events and drop its targets. Idempotent. */
 void sampler__stop(struct sampler *s, unsigned slot);

@@ -304,11 +304,11 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	if (r < 0)
 		goto fail;
 	if (p->sampled_event) {
+		uint64_t config, period;
 		uint32_t type;
-		uint64_t config;
 
-		sampled_event_lookup(p->sampled_event, &type, &config);
-		r = sampler__start_extra(env->sampler, slot, type, config, p->freq_hz);
+		sampled_event_lookup(p->sampled_event, &type, &config, &period);
+		r = sampler__start_extra(env->sampler, slot, type, config, period);
 		if (r < 0 && r != -EOPNOTSUPP)
 			goto fail_sampling;
 		/* Unsupported (no PMU): the session runs without it, and says so. */

@@ -378,9 +378,10 @@ static int open_path(const struct addrspace *as, uint64_t start, uint64_t end, c
 /*
  * open_regular() - open @path read-only. O_NONBLOCK so that a FIFO planted
  * at a library's path cannot block us; anything but a regular file is
- * refused. Returns an fd or -errno.
+ * refused (-ENOEXEC). Returns an fd (O_CLOEXEC) or -errno. Shared with
+ * unwind.c through symbolize.h.
  */
-static int open_regular(const char *path)
+int open_regular(const char *path)
 {
 	_cleanup_close_ int fd = -1;
 	struct stat st;

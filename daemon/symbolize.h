@@ -72,6 +72,9 @@ struct frame_info {
 			       * level of inlining inside it (see symbolizer__user_inline()) */
 };
 
+/* open_regular() - open a regular file read-only without blocking on a FIFO; fd or -errno. */
+int open_regular(const char *path);
+
 /* Caches opened ELF files (by path + build ID) and the kernel symbol table. */
 struct symbolizer;
 

@@ -110,22 +110,6 @@ static int find_elf_none(Dwfl_Module *mod, void **userdata, const char *modname,
 	return -1;
 }
 
-/* open_regular() - open @path read-only if it is a regular file (no FIFO can block us). */
-static int open_regular(const char *path)
-{
-	_cleanup_close_ int fd = -1;
-	struct stat st;
-
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	if (!S_ISREG(st.st_mode))
-		return -ENOEXEC;
-	return TAKE_FD(fd);
-}
-
 /* fd_has_build_id() - whether @fd is an ELF file whose GNU build ID is @id (@len bytes). */
 static bool fd_has_build_id(int fd, const unsigned char *id, int len)
 {

@@ -16,15 +16,18 @@ def test():
         w = d.spawn(spin, '--seconds', '8', '--weights', ','.join(map(str, WEIGHTS)))
         wait_for_threads(w.pid, 1 + len(WEIGHTS))
 
-        # 499 Hz, not the default 99: the 1:2:3 check needs the samples. At 99 Hz the
+        # 397 Hz, not the default 99: the 1:2:3 check needs the samples. At 99 Hz the
         # lightest thread gets ~70 samples in this run, and binomial noise alone
         # (sqrt(70) ~ 8, 12%) would make a 15% tolerance fail one run in five;
-        # at 499 Hz it is ~350 samples, 5%, and 15% is three sigma.
-        att = d.json('attach', w.pid, '--freq', '499')
+        # at 397 Hz it is ~300 samples, 6%, and 15% is 2.5 sigma. Not 400 or 500:
+        # a multiple of the scheduler tick (CONFIG_HZ 250 here, 100/300/1000
+        # elsewhere) samples in lockstep with scheduling and aliases under
+        # contention, which is why perf's default is 99 and not 100.
+        att = d.json('attach', w.pid, '--freq', '397')
         sid = att['session']
         check(att['pid'] == w.pid, 'attach reports pid %s, expected %d' % (att['pid'], w.pid))
         check(att['event'] in ('cycles', 'cpu-clock'), 'event %r' % att['event'])
-        check(att['freq_hz'] == 499, 'freq_hz %r' % att['freq_hz'])
+        check(att['freq_hz'] == 397, 'freq_hz %r' % att['freq_hz'])
         print('session %d: event %s' % (sid, att['event']))
 
         # Attaching the same PID twice is refused while the first session runs.
@@ -45,8 +48,8 @@ def test():
             total, top['lost_samples'], top['truncated_stacks'], top['unsymbolized_frames']))
         for f in top['functions']:
             print('  %5.1f%% %5.1f%% %s (%s:%s)' % (f['self_pct'], f['total_pct'], f['function'], f['file'], f['line']))
-        # ~7.5 s of 0.6 CPU at 499 Hz is ~2200 samples; accept a wide margin for a loaded machine.
-        check(total >= 800, 'only %d samples in ~7.5 s of 0.6 CPU at 499 Hz' % total)
+        # ~7.5 s of 0.6 CPU at 397 Hz is ~1800 samples; accept a wide margin for a loaded machine.
+        check(total >= 600, 'only %d samples in ~7.5 s of 0.6 CPU at 397 Hz' % total)
         hot = top['functions'][0]
         check(hot['function'] == 'hot_function', 'top function is %r, expected hot_function' % hot['function'])
         check(hot['self_pct'] >= 80, 'hot_function has %.1f%% of self samples, expected >= 80%%' % hot['self_pct'])

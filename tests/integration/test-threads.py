@@ -16,10 +16,10 @@ def names(stack):
 def test():
     require_root_bpf()
     with Profd() as d:
-        # 1:1:1:3 (499 Hz for statistical power: see test-profile.py).
+        # 1:1:1:3 (397 Hz for statistical power, off the tick: see test-profile.py).
         w = d.spawn(binary('SPIN_THREADS'), '--seconds', '6', '--weights', '1,1,1,3')
         wait_for_threads(w.pid, 5)
-        sid = d.json('attach', w.pid, '--freq', '499')['session']
+        sid = d.json('attach', w.pid, '--freq', '397')['session']
         w.wait(timeout=30)
         d.wait_ended(sid)
         th = d.json('threads', sid, '--group-by', 'name', '--window', '2')
@@ -47,8 +47,8 @@ def test():
         # The workers' on-CPU time comes from the task-clock counter, and matches the samples.
         w4 = workers['worker-4']
         check(w4['on_cpu_source'] == 'task-clock', 'on-CPU source %r' % w4['on_cpu_source'])
-        check(abs(w4['on_cpu_s'] - w4['samples'] / 499) <= 0.2 * w4['on_cpu_s'],
-              'task-clock %.3f s vs samples %.3f s' % (w4['on_cpu_s'], w4['samples'] / 499))
+        check(abs(w4['on_cpu_s'] - w4['samples'] / 397) <= 0.2 * w4['on_cpu_s'],
+              'task-clock %.3f s vs samples %.3f s' % (w4['on_cpu_s'], w4['samples'] / 397))
         # Hardware counters: unsupported here (a VM), never 0; or real values on a PMU.
         for name in HW:
             c = w4['counters'].get(name)
@@ -72,9 +72,17 @@ def test():
         sl = th['sleeper']
         off = sum(sl['off_cpu_s'].values())
         frac = off / (off + sl['on_cpu_s'])
-        print('sleeper: on-CPU %.3f s, off-CPU %r, %.1f%% off' % (sl['on_cpu_s'], sl['off_cpu_s'], 100 * frac))
-        check(abs(frac - 0.5) <= 0.10, 'sleeper off-CPU %.1f%%, expected 50 +- 10' % (100 * frac))
-        check(sl['off_cpu_s']['sleeping'] > 0.8 * off, 'sleeper mostly not sleeping: %r' % sl['off_cpu_s'])
+        runq = sl['off_cpu_s']['runnable'] / (off + sl['on_cpu_s'])
+        asleep = sl['off_cpu_s']['sleeping'] / (sl['off_cpu_s']['sleeping'] + sl['on_cpu_s'])
+        print('sleeper: on-CPU %.3f s, off-CPU %r: %.1f%% off, %.1f%% waiting for a CPU, '
+              'asleep %.1f%% of the time it was not waiting' % (sl['on_cpu_s'], sl['off_cpu_s'],
+                                                                100 * frac, 100 * runq, 100 * asleep))
+        # It sleeps 5 ms for every 5 ms of CPU: asleep half the time it is not waiting for a CPU.
+        # On a loaded machine it also waits for a CPU (reported apart, as runnable), so the
+        # share of all off-CPU time is checked only when that wait is small.
+        check(abs(asleep - 0.5) <= 0.10, 'sleeper asleep %.1f%%, expected 50 +- 10' % (100 * asleep))
+        if runq < 0.05:
+            check(abs(frac - 0.5) <= 0.10, 'sleeper off-CPU %.1f%%, expected 50 +- 10' % (100 * frac))
         oc = d.json('offcpu', sid, '--limit', '20')
         print('off-CPU: %.3f s, %r, lost %d' % (oc['total_off_cpu_s'], oc['by_state'], oc['offcpu_lost']))
         sleep_stacks = [s for s in oc['stacks'] if 'sleep_half' in names(s)]
