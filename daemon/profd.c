@@ -77,7 +77,6 @@ static void on_sample(void *ctx, const struct sample_event *e, size_t size)
 {
 	struct profd *p = ctx;
 	struct session *s = p->slots[e->slot];
-
 	struct proc *proc;
 
 	/* A sample of a session that already ended (or never started) is dropped. */
