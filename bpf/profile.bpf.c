@@ -210,16 +210,38 @@ int BPF_PROG(profile_fork, struct task_struct *parent, struct task_struct *child
 }
 
 /*
- * A target process exits: forget it, so that a new process that reuses its
- * PID is never sampled by mistake. Only when the whole thread group is gone:
+ * A thread of a target exits: user space gets a record of it. When the
+ * whole process goes, forget it, so that a new process that reuses its PID
+ * is never sampled by mistake. Only when the whole thread group is gone:
  * do_exit() decrements signal->live before this tracepoint, and the last
  * thread to exit (not always the leader) sees 0.
  */
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(profile_exit, struct task_struct *task)
 {
-	__u32 tgid = BPF_CORE_READ(task, tgid);
+	__u32 tgid = BPF_CORE_READ(task, tgid), *target;
+	struct sample_event *e;
 
+	target = bpf_map_lookup_elem(&targets, &tgid);
+	if (!target)
+		return 0;
+	/* Tell user space the thread ended: a record with no stack, event 2. */
+	e = bpf_ringbuf_reserve(&events, offsetof(struct sample_event, ips), 0);
+	if (e) {
+		e->time_ns = bpf_ktime_get_ns();
+		e->pid = tgid;
+		e->tid = BPF_CORE_READ(task, pid);
+		e->slot = *target - 1;
+		e->cpu = bpf_get_smp_processor_id();
+		e->flags = 0;
+		e->event = PROFILE_EVENT_THREAD_EXIT;
+		e->kstack_len = 0;
+		e->ustack_len = 0;
+		e->stack_size = 0;
+		e->stack_offset = 0;
+		bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), task->comm);
+		bpf_ringbuf_submit(e, 0);
+	}
 	if (BPF_CORE_READ(task, signal, live.counter) > 0)
 		return 0;
 	bpf_map_delete_elem(&targets, &tgid);

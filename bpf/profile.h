@@ -12,6 +12,8 @@
 #define PROFILE_MAX_FRAMES 127
 /* Sessions that can sample at the same time (index = session slot). */
 #define PROFILE_MAX_SLOTS 64
+#define PROFILE_EVENT_THREAD_EXIT 2
+
 /* A perf event's BPF cookie: the slot in the low 16 bits, the event index above. */
 #define PROFILE_COOKIE(slot, event) ((__u64)(slot) | ((__u64)(event) << 16))
 
@@ -55,7 +57,8 @@ struct sample_event {
 	__u32 slot;       /* session slot (the perf event's BPF cookie) */
 	__u32 cpu;
 	__u32 flags;      /* SAMPLE_* */
-	__u32 event;      /* 0: the CPU sampling event; 1: the session's second sampled event */
+	__u32 event;      /* 0: the CPU sampling event; 1: the session's second sampled event;
+			   * PROFILE_EVENT_THREAD_EXIT: the thread tid exited (no stack) */
 	__u16 kstack_len; /* frames, 0..PROFILE_MAX_FRAMES */
 	__u16 ustack_len; /* frames, 0..PROFILE_MAX_FRAMES */
 	__u32 stack_size; /* bytes in stack[], a multiple of 4096, 0..PROFILE_MAX_STACK_BYTES */

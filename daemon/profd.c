@@ -82,6 +82,10 @@ static void on_sample(void *ctx, const struct sample_event *e, size_t size)
 	/* A sample of a session that already ended (or never started) is dropped. */
 	if (!s)
 		return;
+	if (e->event == PROFILE_EVENT_THREAD_EXIT) {
+		session__on_thread_exit(s, e);
+		return;
+	}
 	proc = session__proc(s, (pid_t)e->pid);
 	if (!proc) {
 		/* Not the session's process, or a child gone before its mappings were read. */

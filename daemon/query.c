@@ -1137,10 +1137,10 @@ int query__threads(sqlite3 *db, int64_t session_id, json_t **ret)
 	r = stmt_prepare(db,
 			 "WITH s(tid, n) AS ("
 			 "  SELECT tid, sum(count) FROM samples WHERE session_id = ?1 GROUP BY tid)"
-			 " SELECT t.tid, t.name, coalesce(s.n, 0) AS n, t.pid"
+			 " SELECT t.tid, t.name, coalesce(s.n, 0) AS n, t.pid, t.exited_at_ns"
 			 "  FROM threads t LEFT JOIN s ON s.tid = t.tid WHERE t.session_id = ?1"
 			 " UNION ALL"
-			 " SELECT s.tid, NULL, s.n, NULL FROM s"
+			 " SELECT s.tid, NULL, s.n, NULL, NULL FROM s"
 			 "  WHERE NOT EXISTS (SELECT 1 FROM threads t"
 			 "                    WHERE t.session_id = ?1 AND t.tid = s.tid)"
 			 " ORDER BY n DESC, 1",
@@ -1172,6 +1172,7 @@ int query__threads(sqlite3 *db, int64_t session_id, json_t **ret)
 		fail |= json_object_set_new(t, "tid", json_col_int(st, 0));
 		fail |= json_object_set_new(t, "name", json_col_text(st, 1));
 		fail |= json_object_set_new(t, "pid", json_col_int(st, 3));
+		fail |= json_object_set_new(t, "exited_at_ns", json_col_int(st, 4));
 		fail |= json_object_set_new(t, "samples", json_integer(n));
 		if (fail)
 			return -ENOMEM;

@@ -49,6 +49,7 @@ struct frame_cache {
 struct thread_acc {
 	int pid;
 	int tid;
+	uint64_t exited_ns;    /* CLOCK_MONOTONIC; 0 while it lives */
 	char name[16];
 	uint64_t last_seen_ns; /* CLOCK_MONOTONIC */
 	uint64_t samples;
@@ -669,6 +670,18 @@ static int store_counter_support(struct session *s, const struct session_env *en
 	return 0;
 }
 
+void session__on_thread_exit(struct session *s, const struct sample_event *e)
+{
+	uint64_t h = hash64(HASH64_INIT, &e->tid, sizeof(int));
+	int tid = (int)e->tid;
+	struct thread_acc *th;
+
+	thread_seen(s, (int)e->pid, tid, e->comm, e->time_ns, 0);
+	th = hashmap__find(&s->threads, h, thread_eq, &tid);
+	if (th)
+		th->exited_ns = e->time_ns;
+}
+
 void session__count_dropped(struct session *s, const struct sample_event *e)
 {
 	uint64_t t = e->time_ns > s->started_mono_ns ? e->time_ns - s->started_mono_ns : 0;
@@ -998,9 +1011,12 @@ int session__flush(struct session *s, const struct session_env *env)
 	hashmap__for_each(&s->threads, i, th)
 	{
 		uint64_t seen = s->started_real_ns + (th->last_seen_ns - s->started_mono_ns);
+		uint64_t exited = th->exited_ns ? s->started_real_ns +
+							(th->exited_ns - s->started_mono_ns)
+						: 0;
 
 		r = store__thread_upsert(env->store, s->id, th->pid, th->tid, th->name, seen,
-					 th->samples);
+					 th->samples, exited);
 		if (r < 0)
 			return r;
 	}

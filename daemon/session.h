@@ -131,6 +131,9 @@ void session__count_offcpu_lost(struct session *s, uint64_t n);
  */
 int session__read_counters(struct session *s, const struct session_env *env);
 
+/* session__on_thread_exit() - thread e->tid exited at e->time_ns (a PROFILE_EVENT_THREAD_EXIT record). */
+void session__on_thread_exit(struct session *s, const struct sample_event *e);
+
 /* session__count_dropped() - a sample of @s was lost before unwinding (queue full). */
 void session__count_dropped(struct session *s, const struct sample_event *e);
 

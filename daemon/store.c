@@ -56,10 +56,12 @@ static const char *const stmt_sql[_STMT_MAX] = {
 		"truncated_stacks = truncated_stacks + excluded.truncated_stacks, "
 		"missing_user_stacks = missing_user_stacks + excluded.missing_user_stacks",
 	[STMT_THREAD_UPSERT] =
-		"INSERT INTO threads (session_id, tid, name, first_seen_ns, last_seen_ns, samples, pid) "
-		"VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6) ON CONFLICT (session_id, tid) DO UPDATE SET "
+		"INSERT INTO threads (session_id, tid, name, first_seen_ns, last_seen_ns, samples, pid, "
+		"exited_at_ns) VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7) "
+		"ON CONFLICT (session_id, tid) DO UPDATE SET "
 		"name = excluded.name, last_seen_ns = MAX(last_seen_ns, excluded.last_seen_ns), "
-		"samples = samples + excluded.samples",
+		"samples = samples + excluded.samples, "
+		"exited_at_ns = coalesce(excluded.exited_at_ns, exited_at_ns)",
 	[STMT_MAPPING_INSERT] = "INSERT INTO mappings (session_id, start_addr, end_addr, "
 				"file_offset, path, build_id, pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 	[STMT_FRAME_FIND] = "SELECT id FROM frames WHERE kind = ?1 AND module = ?2 AND "
@@ -365,7 +367,7 @@ int store__window_add(struct store *st, int64_t session_id, uint64_t window_ns,
 }
 
 int store__thread_upsert(struct store *st, int64_t session_id, int pid, int tid, const char *name,
-			 uint64_t seen_ns, uint64_t samples)
+			 uint64_t seen_ns, uint64_t samples, uint64_t exited_ns)
 {
 	sqlite3_stmt *stmt = st->stmt[STMT_THREAD_UPSERT];
 
@@ -375,6 +377,8 @@ int store__thread_upsert(struct store *st, int64_t session_id, int pid, int tid,
 	sqlite3_bind_int64(stmt, 4, (int64_t)seen_ns);
 	sqlite3_bind_int64(stmt, 5, (int64_t)samples);
 	sqlite3_bind_int(stmt, 6, pid);
+	if (exited_ns)
+		sqlite3_bind_int64(stmt, 7, (int64_t)exited_ns);
 	return step_done(stmt);
 }
 

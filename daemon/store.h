@@ -79,8 +79,9 @@ int store__session_end(struct store *st, int64_t id, const char *reason, uint64_
 
 int store__window_add(struct store *st, int64_t session_id, uint64_t window_ns,
 		      const struct store_counts *c);
+/* store__thread_upsert() - @exited_ns: when the thread exited (Unix ns), 0 if it did not. */
 int store__thread_upsert(struct store *st, int64_t session_id, int pid, int tid, const char *name,
-			 uint64_t seen_ns, uint64_t samples);
+			 uint64_t seen_ns, uint64_t samples, uint64_t exited_ns);
 int store__mapping_insert(struct store *st, int64_t session_id, int pid, const struct mapping *m);
 
 /* store__frame_id() - id of the frame row for @f, inserted if new. */

@@ -81,6 +81,9 @@ def test():
                   'own CPU time as %r)' % (i, share, expect, cpu))
         imb = th['imbalance']
         check(imb['straggler_name'] == 'worker-3', 'straggler %r' % imb['straggler_name'])
+        # The workload exited: every thread's exit was seen (sched_process_exit), after the session began.
+        exits = [t['exited_at_ns'] for t in th['threads']]
+        check(all(x and x >= att['started_at_ns'] for x in exits), 'thread exits not recorded: %r' % exits)
 
         # Human output shows the same facts.
         _, out, _ = d.ctl('top', sid)

@@ -35,6 +35,9 @@ def test():
         top = d.json('top', sid2)
         check(top['total_samples'] > 0, 'detached session has no samples')
         check(d.json('session', sid2)['session']['freq_hz'] == 199, 'freq_hz not recorded')
+        # The workload still runs: its threads have no exit time.
+        check(all(t['exited_at_ns'] is None for t in d.json('threads', sid2)['threads']),
+              'exits recorded for threads that still run')
         # Detaching an ended session is not an error and changes nothing.
         check(d.json('detach', sid2)['end_reason'] == 'detached', 'second detach changed the session')
 
