@@ -1,7 +1,9 @@
 /*
  * fault-pages.c - page faults from a known function: touch_pages() maps
  * 16 MiB, writes one byte per page (a page fault each) and unmaps it, over
- * and over; spin_a_bit() burns CPU between rounds without faulting.
+ * and over; spin_a_bit() burns CPU between rounds without faulting, several
+ * times longer than a round of faults, so the two events point at different
+ * functions.
  * Usage: fault-pages SECONDS
  */
 #include <stdint.h>
@@ -35,7 +37,7 @@ __attribute__((noinline)) void touch_pages(void)
 
 __attribute__((noinline)) uint64_t spin_a_bit(uint64_t x)
 {
-	for (int i = 0; i < 2000000; i++) {
+	for (int i = 0; i < 8000000; i++) {
 		x = x * 6364136223846793005ULL + 1;
 		__asm__ volatile("" : "+r"(x));
 	}
