@@ -1352,6 +1352,39 @@ static bool module_eq(const void *entry, const void *key)
 }
 
 /*
+ * module_intern() - the module of @key, created (fields from the key, not
+ * opened, first try at @retry_ns) if new. NULL only on out-of-memory.
+ */
+static struct module *module_intern(struct symbolizer *s, const struct module_key *key,
+				    uint64_t retry_ns)
+{
+	uint64_t h = hash64(HASH64_INIT, key, sizeof(*key));
+	struct module *mod = hashmap__find(&s->modules, h, module_eq, key);
+
+	if (mod)
+		return mod;
+	mod = calloc(1, sizeof(*mod));
+	if (!mod)
+		return NULL;
+	*mod = (struct module){
+	    .path = key->path,
+	    .build_id = key->build_id,
+	    .dev_major = key->dev_major,
+	    .dev_minor = key->dev_minor,
+	    .ino = key->ino,
+	    .vdso_bytes = key->vdso_bytes,
+	    .vdso_self = key->vdso_self,
+	    .file = key->file,
+	    .retry_ns = retry_ns,
+	};
+	if (hashmap__insert(&s->modules, h, mod) < 0) {
+		free(mod);
+		return NULL;
+	}
+	return mod;
+}
+
+/*
  * elf_fd_matches() - whether @fd is an ELF file with build ID @build_id
  * ("" accepts any ELF: nothing to check against).
  */
@@ -1539,7 +1572,6 @@ static struct module *symbolizer_module(struct symbolizer *s, const struct addrs
 	const struct as_file *f = as->owners[idx];
 	struct module_key key;
 	struct module *mod;
-	uint64_t h;
 
 	memset(&key, 0, sizeof(key)); /* padding too: the key is hashed as bytes */
 	key.path = strpool_intern(&s->pool, m->path);
@@ -1557,28 +1589,10 @@ static struct module *symbolizer_module(struct symbolizer *s, const struct addrs
 		key.vdso_bytes = m->end - m->start;
 		key.vdso_self = f->vdso_self;
 	}
-	h = hash64(HASH64_INIT, &key, sizeof(key));
-	mod = hashmap__find(&s->modules, h, module_eq, &key);
-	if (!mod) {
-		mod = calloc(1, sizeof(*mod));
-		if (!mod)
-			return NULL;
-		*mod = (struct module){
-		    .path = key.path,
-		    .build_id = key.build_id,
-		    .dev_major = key.dev_major,
-		    .dev_minor = key.dev_minor,
-		    .ino = key.ino,
-		    .vdso_bytes = key.vdso_bytes,
-		    .vdso_self = key.vdso_self,
-		    /* [vdso] is opened from our own copy, once; nothing else has a file */
-		    .retry_ns = key.path[0] == '/' || key.vdso_self ? 0 : UINT64_MAX,
-		};
-		if (hashmap__insert(&s->modules, h, mod) < 0) {
-			free(mod);
-			return NULL;
-		}
-	}
+	/* [vdso] is opened from our own copy, once; nothing else has a file */
+	mod = module_intern(s, &key, key.path[0] == '/' || key.vdso_self ? 0 : UINT64_MAX);
+	if (!mod)
+		return NULL;
 	if (!mod->dwfl && mod->retry_ns != UINT64_MAX) {
 		uint64_t now = now_ns(CLOCK_MONOTONIC);
 
@@ -2171,7 +2185,6 @@ static struct module *symbolizer_file_module(struct symbolizer *s, const char *p
 {
 	struct module_key key;
 	struct module *mod;
-	uint64_t h;
 
 	memset(&key, 0, sizeof(key)); /* padding too: the key is hashed as bytes */
 	key.path = strpool_intern(&s->pool, path);
@@ -2188,25 +2201,9 @@ static struct module *symbolizer_file_module(struct symbolizer *s, const char *p
 			key.ino = st.st_ino;
 		}
 	}
-	h = hash64(HASH64_INIT, &key, sizeof(key));
-	mod = hashmap__find(&s->modules, h, module_eq, &key);
-	if (!mod) {
-		mod = calloc(1, sizeof(*mod));
-		if (!mod)
-			return NULL;
-		*mod = (struct module){
-		    .path = key.path,
-		    .build_id = key.build_id,
-		    .dev_major = key.dev_major,
-		    .dev_minor = key.dev_minor,
-		    .ino = key.ino,
-		    .file = true,
-		};
-		if (hashmap__insert(&s->modules, h, mod) < 0) {
-			free(mod);
-			return NULL;
-		}
-	}
+	mod = module_intern(s, &key, 0);
+	if (!mod)
+		return NULL;
 	if (!mod->dwfl) {
 		uint64_t now = now_ns(CLOCK_MONOTONIC);
 
