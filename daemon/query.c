@@ -862,6 +862,31 @@ static int qgroup_cmp_top(const void *a, const void *b, void *arg)
 }
 
 /*
+ * report_load() - what top and hotpaths both start with: the report head of
+ * @event's samples (report_head()) with an empty array @list in it
+ * (*@ret_arr, owned by *@ret_o), and the session's stacks loaded into @p.
+ * Returns 0, or the -errno of samples_table(), report_head() or
+ * profile__load(); *@ret_o is then set only if the head was built.
+ */
+static int report_load(sqlite3 *db, int64_t session_id, const char *event, const char *list,
+		       json_t **ret_o, json_t **ret_arr, int64_t *ret_total, struct profile *p)
+{
+	const char *table;
+	int r;
+
+	r = samples_table(db, session_id, event, &table);
+	if (r < 0)
+		return r;
+	r = report_head(db, session_id, table, ret_o, ret_total);
+	if (r < 0)
+		return r;
+	if (json_object_set_new(*ret_o, list, json_array()) < 0)
+		return -ENOMEM;
+	*ret_arr = json_object_get(*ret_o, list);
+	return profile__load(p, db, session_id, table);
+}
+
+/*
  * query__top() - the hottest functions of @session_id by self samples, as
  * the "top" response of docs/protocol.md.
  * @limit: number of functions, >= 1 (the protocol allows 1..10000).
@@ -881,7 +906,6 @@ static int qgroup_cmp_top(const void *a, const void *b, void *arg)
  */
 int query__top(sqlite3 *db, int64_t session_id, int limit, const char *event, json_t **ret)
 {
-	const char *table;
 	_cleanup_(snapshot_endp) sqlite3 *snap = NULL;
 	_cleanup_(profile__free) struct profile p = {};
 	_cleanup_json_ json_t *o = NULL;
@@ -895,17 +919,7 @@ int query__top(sqlite3 *db, int64_t session_id, int limit, const char *event, js
 	if (r < 0)
 		return r;
 	snap = db;
-	r = samples_table(db, session_id, event, &table);
-	if (r < 0)
-		return r;
-	r = report_head(db, session_id, table, &o, &total);
-	if (r < 0)
-		return r;
-	if (json_object_set_new(o, "functions", json_array()) < 0)
-		return -ENOMEM;
-	arr = json_object_get(o, "functions");
-
-	r = profile__load(&p, db, session_id, table);
+	r = report_load(db, session_id, event, "functions", &o, &arr, &total, &p);
 	if (r < 0)
 		return r;
 	if (p.n_groups > 0)
@@ -1000,7 +1014,6 @@ static int path_cmp_samples(const void *a, const void *b, void *arg)
 int query__hotpaths(sqlite3 *db, int64_t session_id, int limit, const char *event,
 		    json_t **ret)
 {
-	const char *table;
 	_cleanup_(snapshot_endp) sqlite3 *snap = NULL;
 	_cleanup_(profile__free) struct profile p = {};
 	_cleanup_json_ json_t *o = NULL;
@@ -1016,17 +1029,7 @@ int query__hotpaths(sqlite3 *db, int64_t session_id, int limit, const char *even
 	if (r < 0)
 		return r;
 	snap = db;
-	r = samples_table(db, session_id, event, &table);
-	if (r < 0)
-		return r;
-	r = report_head(db, session_id, table, &o, &total);
-	if (r < 0)
-		return r;
-	if (json_object_set_new(o, "paths", json_array()) < 0)
-		return -ENOMEM;
-	arr = json_object_get(o, "paths");
-
-	r = profile__load(&p, db, session_id, table);
+	r = report_load(db, session_id, event, "paths", &o, &arr, &total, &p);
 	if (r < 0)
 		return r;
 	if (p.n_stacks > 0) {
