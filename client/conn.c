@@ -7,6 +7,7 @@
 #include <sys/un.h>
 
 #include "conn.h"
+#include "io.h"
 #include "protocol.h"
 
 struct conn {
@@ -85,23 +86,6 @@ void conn__free(struct conn *c)
 		close(c->fd);
 	free(c->buf);
 	free(c);
-}
-
-/* send_all() - write all @len bytes; -EPIPE if profd went away (no SIGPIPE). */
-static int send_all(int fd, const char *buf, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		buf += n;
-		len -= (size_t)n;
-	}
-	return 0;
 }
 
 /*
@@ -241,7 +225,7 @@ int conn__call(struct conn *c, const json_t *request, json_t **ret_reply, char *
 		line[len + 1] = '\0';
 	}
 
-	r = send_all(c->fd, line, len + 1);
+	r = send_all(c->fd, line, len + 1, -1);
 	if (r < 0)
 		return r;
 

@@ -1,7 +1,6 @@
 /* server.c - Unix socket server: accept, frame lines, answer, keep serving. */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "io.h"
 #include "protocol.h"
 #include "server.h"
 #include "util.h"
@@ -69,31 +69,6 @@ static void client_free(struct client *c)
 	free(c);
 }
 
-/* Write all of @buf, waiting at most SEND_TIMEOUT_MS for a slow reader. */
-static int send_all(int fd, const char *buf, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
-
-		if (n < 0 && errno == EAGAIN) {
-			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-			int r = poll(&pfd, 1, SEND_TIMEOUT_MS);
-
-			if (r <= 0)
-				return r == 0 ? -ETIMEDOUT : -errno;
-			continue;
-		}
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		buf += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static int send_response(struct client *c, json_t *resp)
 {
 	char *text = json_dumps(resp, JSON_COMPACT | JSON_REAL_PRECISION(15));
@@ -102,10 +77,10 @@ static int send_response(struct client *c, json_t *resp)
 	json_decref(resp);
 	if (!text)
 		return -ENOMEM;
-	r = send_all(c->fd, text, strlen(text));
+	r = send_all(c->fd, text, strlen(text), SEND_TIMEOUT_MS);
 	free(text);
 	if (r == 0)
-		r = send_all(c->fd, "\n", 1);
+		r = send_all(c->fd, "\n", 1, SEND_TIMEOUT_MS);
 	return r;
 }
 

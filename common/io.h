@@ -1,0 +1,12 @@
+/* io.h - socket I/O both profd and profctl need. */
+#pragma once
+
+#include <stddef.h>
+
+/*
+ * send_all() - write all @len bytes of @buf to socket @fd, without SIGPIPE.
+ * On a non-blocking socket that is full, waits up to @timeout_ms (-1: no
+ * limit) for room each time. Returns 0, -ETIMEDOUT, -EPIPE if the peer went
+ * away, or another -errno of send(2)/poll(2). Retries on EINTR; does not log.
+ */
+int send_all(int fd, const void *buf, size_t len, int timeout_ms);
