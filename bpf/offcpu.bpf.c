@@ -61,13 +61,7 @@ const volatile __u64 min_block_ns = 0;
  */
 const volatile __u64 wakeup_bytes = 0;
 
-/* tgid -> session slot + 1 of the session that watches it. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, __u32);
-} targets SEC(".maps");
+#include "targets.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

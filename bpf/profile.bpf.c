@@ -21,13 +21,7 @@
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
-/* tgid -> session slot + 1 of the session that profiles it. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, __u32);
-} targets SEC(".maps");
+#include "targets.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
