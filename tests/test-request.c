@@ -82,6 +82,54 @@ int main(void)
 	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"events\":[]}", -EINVAL, "events");
 	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"events\":\"cpu\"}", -EINVAL, "events");
 
+	/* attach: unwinding, children, events with a second sampled event. */
+	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":9,\"unwind\":\"dwarf\",\"stack_bytes\":8192,"
+			   "\"children\":true,\"events\":[\"cpu\",\"page-faults\"]}",
+			   &req, err, sizeof(err)),
+		     0);
+	CHECK_INT_EQ(req.stack_bytes, 8192);
+	CHECK(req.children);
+	CHECK_STR_EQ(req.sampled_event, "page-faults");
+	CHECK_STR_EQ(req.events_str, "cpu,page-faults");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"unwind\":\"magic\"}", -EINVAL, "unwind");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"unwind\":3}", -EINVAL, "unwind");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"stack_bytes\":100}", -EINVAL, "stack_bytes");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"stack_bytes\":1048576}", -EINVAL,
+		     "stack_bytes");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"stack_bytes\":\"16k\"}", -EINVAL, "integer");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"children\":\"yes\"}", -EINVAL, "children");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"events\":[\"cpu\",\"page-faults\","
+		     "\"cache-misses\"]}",
+		     -EINVAL, "one event");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"events\":[\"offcpu\"]}", -EINVAL, "cpu");
+
+	/* threads, offcpu, top --event, resymbolize options. */
+	CHECK_INT_EQ(parse("{\"cmd\":\"threads\",\"session\":2,\"group_by\":\"name\",\"window_s\":0.5}",
+			   &req, err, sizeof(err)),
+		     0);
+	CHECK(req.group_by_name);
+	expect_error("{\"cmd\":\"threads\",\"session\":2,\"group_by\":\"pid\"}", -EINVAL, "group_by");
+	expect_error("{\"cmd\":\"threads\",\"session\":2,\"window_s\":0}", -EINVAL, "window_s");
+	expect_error("{\"cmd\":\"threads\",\"session\":2,\"window_s\":\"5\"}", -EINVAL, "window_s");
+	expect_error("{\"cmd\":\"threads\",\"session\":2,\"window_s\":1e300}", -EINVAL, "window_s");
+	CHECK_INT_EQ(parse("{\"cmd\":\"offcpu\",\"session\":2,\"limit\":3}", &req, err, sizeof(err)),
+		     0);
+	CHECK_INT_EQ(req.limit, 3);
+	expect_error("{\"cmd\":\"offcpu\",\"session\":2,\"limit\":-1}", -EINVAL, "limit");
+	expect_error("{\"cmd\":\"offcpu\"}", -EINVAL, "session");
+	CHECK_INT_EQ(parse("{\"cmd\":\"top\",\"session\":2,\"event\":\"page-faults\"}", &req, err,
+			   sizeof(err)),
+		     0);
+	CHECK_STR_EQ(req.sampled_event, "page-faults");
+	expect_error("{\"cmd\":\"top\",\"session\":2,\"event\":\"bogus\"}", -EINVAL, "event");
+	expect_error("{\"cmd\":\"hotpaths\",\"session\":2,\"event\":7}", -EINVAL, "event");
+	CHECK_INT_EQ(parse("{\"cmd\":\"resymbolize\",\"session\":2,\"debuginfod\":true}", &req, err,
+			   sizeof(err)),
+		     0);
+	CHECK(req.debuginfod);
+	expect_error("{\"cmd\":\"resymbolize\",\"session\":2,\"debuginfod\":1}", -EINVAL,
+		     "debuginfod");
+
 	/* Session-taking commands. */
 	expect_error("{\"cmd\":\"top\"}", -EINVAL, "session");
 	expect_error("{\"cmd\":\"top\",\"session\":0}", -EINVAL, "session");

@@ -77,6 +77,15 @@ def test():
         expect_error(raw(d.socket, b'{"cmd":"rm -rf /"}\n'), 'EINVAL', 'unknown command')
         expect_error(raw(d.socket, b'{"v":99,"cmd":"ping"}\n'), 'EPROTONOSUPPORT', 'bad version')
         expect_error(raw(d.socket, b'{"cmd":"top","session":424242}\n'), 'ENOENT', 'unknown session')
+        # The newer options, malformed: an error each, and profd still answers.
+        expect_error(raw(d.socket, b'{"cmd":"attach","pid":1,"unwind":"magic"}\n'), 'EINVAL', 'bad unwind')
+        expect_error(raw(d.socket, b'{"cmd":"attach","pid":1,"stack_bytes":"x"}\n'), 'EINVAL', 'bad stack_bytes')
+        expect_error(raw(d.socket, b'{"cmd":"threads","session":1,"window_s":-1}\n'), 'EINVAL', 'bad window')
+        expect_error(raw(d.socket, b'{"cmd":"offcpu","session":424242}\n'), 'ENOENT', 'offcpu unknown session')
+        expect_error(raw(d.socket, b'{"cmd":"resymbolize","session":424242}\n'), 'ENOENT',
+                     'resymbolize unknown session')
+        expect_error(raw(d.socket, b'{"cmd":"top","session":1,"event":"nope"}\n'), 'EINVAL', 'bad event')
+        alive()
         rc, _, err = d.ctl('top', '424242', check_rc=False)
         check(rc == 1 and '424242' in err, 'profctl top unknown: rc %d stderr %r' % (rc, err))
 
