@@ -25,33 +25,35 @@ struct offcpu {
 	bool shared_targets;                   /* targets is another object's map */
 };
 
+bool offcpu_event__valid(const void *data, size_t size)
+{
+	const struct offcpu_event *e = data;
+	size_t frames;
+
+	if (size < offsetof(struct offcpu_event, ips))
+		return false;
+	frames = (size_t)e->kstack_len + e->ustack_len;
+	return !(e->kstack_len > OFFCPU_MAX_FRAMES || e->ustack_len > OFFCPU_MAX_FRAMES ||
+		 e->stack_size > OFFCPU_STACK_BYTES || e->stack_size % sizeof(__u64) != 0 ||
+		 (e->stack_size && !(e->flags & OFFCPU_HAS_REGS)) ||
+		 size < offsetof(struct offcpu_event, ips) + frames * sizeof(__u64) + e->stack_size ||
+		 e->slot >= OFFCPU_MAX_SLOTS || e->state >= OFFCPU_NR_STATES ||
+		 e->runq_ns > e->duration_ns);
+}
+
 /*
- * Check every length of the variable-length record against its size before
- * the callback reads it (as sampler.c's handle_record() does); a bad record
- * is counted and skipped. Returns 0 always: one bad record must not stop the
- * ring buffer's consumption.
+ * A bad record is counted and skipped. Returns 0 always: one bad record must
+ * not stop the ring buffer's consumption.
  */
 static int handle_record(void *ctx, void *data, size_t size)
 {
 	struct offcpu *o = ctx;
-	const struct offcpu_event *e = data;
-	size_t frames;
 
-	if (size < offsetof(struct offcpu_event, ips)) {
+	if (!offcpu_event__valid(data, size)) {
 		o->bad_records++;
 		return 0;
 	}
-	frames = (size_t)e->kstack_len + e->ustack_len;
-	if (e->kstack_len > OFFCPU_MAX_FRAMES || e->ustack_len > OFFCPU_MAX_FRAMES ||
-	    e->stack_size > OFFCPU_STACK_BYTES || e->stack_size % sizeof(__u64) != 0 ||
-	    (e->stack_size && !(e->flags & OFFCPU_HAS_REGS)) ||
-	    size < offsetof(struct offcpu_event, ips) + frames * sizeof(__u64) + e->stack_size ||
-	    e->slot >= OFFCPU_MAX_SLOTS || e->state >= OFFCPU_NR_STATES ||
-	    e->runq_ns > e->duration_ns) {
-		o->bad_records++;
-		return 0;
-	}
-	o->fn(o->ctx, e, size);
+	o->fn(o->ctx, data, size);
 	return 0;
 }
 

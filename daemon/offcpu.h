@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -31,6 +32,13 @@ static inline const void *offcpu_event_stack(const struct offcpu_event *e)
 }
 
 struct offcpu;
+
+/*
+ * offcpu_event__valid() - whether the @size bytes at @data are a well-formed
+ * struct offcpu_event: stack lengths and the stack copy within their bounds
+ * and within @size, slot and state in range, runq_ns <= duration_ns.
+ */
+bool offcpu_event__valid(const void *data, size_t size);
 
 /*
  * Called for each well-formed record read from the ring buffer. @e (@size

@@ -34,32 +34,37 @@ struct sampler {
 	struct slot slots[PROFILE_MAX_SLOTS];
 };
 
-static int handle_record(void *ctx, void *data, size_t size)
+bool sample_event__valid(const void *data, size_t size)
 {
-	struct sampler *s = ctx;
 	const struct sample_event *e = data;
 	size_t frames;
 
 	/* The record is variable-length: check every length against its size. */
-	if (size < offsetof(struct sample_event, ips)) {
-		s->bad_records++;
-		return 0;
-	}
+	if (size < offsetof(struct sample_event, ips))
+		return false;
 	frames = (size_t)e->kstack_len + e->ustack_len;
 	if (e->kstack_len > PROFILE_MAX_FRAMES || e->ustack_len > PROFILE_MAX_FRAMES ||
 	    size < offsetof(struct sample_event, ips) + frames * sizeof(__u64) ||
-	    e->slot >= PROFILE_MAX_SLOTS) {
-		s->bad_records++;
-		return 0;
-	}
+	    e->slot >= PROFILE_MAX_SLOTS)
+		return false;
 	if ((e->flags & SAMPLE_HAS_REGS) &&
 	    (e->stack_size > PROFILE_MAX_STACK_BYTES ||
 	     (e->stack_size && e->stack_offset >= e->stack_size) ||
-	     size < offsetof(struct sample_event, stack) + e->stack_size)) {
+	     size < offsetof(struct sample_event, stack) + e->stack_size))
+		return false;
+	return true;
+}
+
+/* A bad record is counted and skipped: it must not stop the ring buffer's consumption. */
+static int handle_record(void *ctx, void *data, size_t size)
+{
+	struct sampler *s = ctx;
+
+	if (!sample_event__valid(data, size)) {
 		s->bad_records++;
 		return 0;
 	}
-	s->fn(s->ctx, e, size);
+	s->fn(s->ctx, data, size);
 	return 0;
 }
 

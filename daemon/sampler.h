@@ -14,6 +14,14 @@
 struct sampler;
 
 /*
+ * sample_event__valid() - whether the @size bytes at @data are a well-formed
+ * struct sample_event: every length (kstack_len, ustack_len, stack_size,
+ * stack_offset) within its bound and within @size, slot in range. Records
+ * that fail are counted in sampler__bad_records() and dropped.
+ */
+bool sample_event__valid(const void *data, size_t size);
+
+/*
  * Called for each well-formed sample read from the ring buffer. @e (@size
  * bytes) is valid only during the call; its ips[] hold e->kstack_len +
  * e->ustack_len addresses, and with SAMPLE_HAS_REGS stack[] holds

@@ -1,0 +1,75 @@
+/* test-records.c - the checks of the kernel's ring-buffer records, on well-formed, truncated and inconsistent records. */
+#include <stdlib.h>
+
+#include "check.h"
+#include "offcpu.h"
+#include "sampler.h"
+
+int main(void)
+{
+	size_t big = sizeof(struct sample_event) + 64;
+	struct sample_event *e = calloc(1, big);
+	struct offcpu_event *o = calloc(1, sizeof(*o) + 64);
+	size_t head = offsetof(struct sample_event, ips), ohead = offsetof(struct offcpu_event, ips);
+
+	if (!e || !o)
+		return 99;
+
+	/* Sample records: frame-pointer stacks. */
+	e->kstack_len = 3;
+	e->ustack_len = 5;
+	CHECK(sample_event__valid(e, head + 8 * 8));
+	CHECK(!sample_event__valid(e, head + 8 * 8 - 1));	/* truncated by a byte */
+	CHECK(!sample_event__valid(e, head - 1));		/* not even a header */
+	CHECK(!sample_event__valid(e, 0));
+	e->ustack_len = PROFILE_MAX_FRAMES + 1;			/* length over its bound */
+	CHECK(!sample_event__valid(e, big));
+	e->ustack_len = 5;
+	e->slot = PROFILE_MAX_SLOTS;				/* slot out of range */
+	CHECK(!sample_event__valid(e, big));
+	e->slot = 0;
+
+	/* With registers and a stack copy. */
+	e->flags = SAMPLE_HAS_REGS;
+	e->stack_size = 8192;
+	e->stack_offset = 100;
+	CHECK(sample_event__valid(e, offsetof(struct sample_event, stack) + 8192));
+	CHECK(!sample_event__valid(e, offsetof(struct sample_event, stack) + 8191));
+	e->stack_offset = 8192;					/* rsp past the copy */
+	CHECK(!sample_event__valid(e, big));
+	e->stack_offset = 0;
+	e->stack_size = PROFILE_MAX_STACK_BYTES + 4096;		/* oversized copy */
+	CHECK(!sample_event__valid(e, big));
+	e->stack_size = 0;
+	CHECK(sample_event__valid(e, offsetof(struct sample_event, stack)));
+
+	/* Off-CPU records. */
+	o->kstack_len = 2;
+	o->ustack_len = 2;
+	o->state = OFFCPU_STATE_SLEEPING;
+	o->duration_ns = 1000;
+	o->runq_ns = 100;
+	CHECK(offcpu_event__valid(o, ohead + 4 * 8));
+	CHECK(!offcpu_event__valid(o, ohead + 4 * 8 - 1));
+	CHECK(!offcpu_event__valid(o, ohead - 1));
+	o->state = OFFCPU_NR_STATES;				/* unknown state */
+	CHECK(!offcpu_event__valid(o, sizeof(*o)));
+	o->state = OFFCPU_STATE_IO;
+	o->runq_ns = 2000;					/* more waiting than off-CPU time */
+	CHECK(!offcpu_event__valid(o, sizeof(*o)));
+	o->runq_ns = 0;
+	o->stack_size = 16;					/* a stack copy without registers */
+	CHECK(!offcpu_event__valid(o, sizeof(*o)));
+	o->flags = OFFCPU_HAS_REGS;
+	CHECK(offcpu_event__valid(o, ohead + 4 * 8 + 16));
+	CHECK(!offcpu_event__valid(o, ohead + 4 * 8 + 15));
+	o->stack_size = 12;					/* not whole words */
+	CHECK(!offcpu_event__valid(o, sizeof(*o)));
+	o->stack_size = 0;
+	o->kstack_len = OFFCPU_MAX_FRAMES + 1;
+	CHECK(!offcpu_event__valid(o, sizeof(*o)));
+
+	free(e);
+	free(o);
+	return check_exit("test-records");
+}
