@@ -380,7 +380,7 @@ static json_t *attach_request(const struct args *a)
 	if (a->stack_bytes &&
 	    json_object_set_new(request, "stack_bytes", json_integer(a->stack_bytes)) < 0)
 		return NULL;
-	/* Without --events, profd's default set (cpu,offcpu,counters). */
+	/* Without --events, profd's default set (cpu,offcpu). */
 	if (!a->events)
 		return TAKE_PTR(request);
 	events = json_array();
@@ -713,7 +713,8 @@ static const struct command commands[] = {
 		   "  -e, --events LIST       comma-separated: cpu (CPU samples with call\n"
 		   "                          stacks), offcpu (time blocked, per blocking\n"
 		   "                          stack and state), counters (per-thread perf\n"
-		   "                          counters); default: all three\n"
+		   "                          counters; opt-in: they perturb the CPU\n"
+		   "                          sampling, see profctl(1)); default: cpu,offcpu\n"
 		   "      --unwind MODE       how user call stacks are unwound:\n"
 		   "                          fp     frame pointers only (cheapest; stacks stop\n"
 		   "                                 at code built without them)\n"

@@ -36,7 +36,7 @@ int main(void)
 	CHECK_INT_EQ(req.pid, 42);
 	CHECK_INT_EQ(req.freq_hz, PROFD_DEFAULT_FREQ_HZ);
 	CHECK_INT_EQ(req.duration_ns, 0);
-	CHECK_STR_EQ(req.events_str, "cpu,offcpu,counters");
+	CHECK_STR_EQ(req.events_str, "cpu,offcpu");
 
 	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":7,\"duration_s\":1.5,\"freq_hz\":250,"
 			   "\"events\":[\"cpu\"]}",
