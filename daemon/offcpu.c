@@ -354,20 +354,11 @@ int offcpu__prog_stats(struct offcpu *o, uint64_t *ret_run_cnt, uint64_t *ret_ru
 }
 
 /*
- * offcpu__user_stack() - the user stack of @e, leaf first, with the frames a
- * frame-pointer walk skips put back by CFI. The walk in e->ips goes from a
- * leaf built without frame pointers (libc's clock_nanosleep,
- * __lll_lock_wait...) to the return address in the caller's caller: the
- * direct caller (sleep_half(), say) is missing, and nothing in the stack
- * says so. @e's registers and stack slice are unwound with @u; where the
- * CFI unwind meets the walk's first return address, its frames up to there
- * replace the walk's: result = cfi[0..j] + walk[2..], walk[1] == cfi[j].
- * If they never meet and the CFI unwind reached the outermost frame, the
- * walk was wrong and the CFI stack is used; if the CFI unwind stopped short
- * (no CFI, slice too short), the walk is returned as it is, marked
- * OFFCPU_USTACK_UNCHECKED.
- * @as: the mappings of e->pid. @ret_ips: up to @max addresses.
- * *@ret_flags: OFFCPU_USTACK_* (0: the walk was right).
+ * offcpu__user_stack() - the user stack of @e, leaf first: its frame-pointer
+ * walk completed with CFI from its registers and stack slice
+ * (unwinder__complete_walk(), which says how). @as: the mappings of e->pid.
+ * @ret_ips: up to @max addresses. *@ret_flags: UNWIND_WALK_* (0: the walk
+ * was right).
  *
  * Returns the number of addresses (0..@max), or -ENOMEM. Allocates (the
  * unwinder's caches), may block on file I/O, does not log; @u is not
@@ -376,45 +367,9 @@ int offcpu__prog_stats(struct offcpu *o, uint64_t *ret_run_cnt, uint64_t *ret_ru
 int offcpu__user_stack(struct unwinder *u, const struct addrspace *as, const struct offcpu_event *e,
 		       uint64_t *ret_ips, size_t max, uint32_t *ret_flags)
 {
-	const uint64_t *fp = (const uint64_t *)&e->ips[e->kstack_len];
-	uint64_t cfi[OFFCPU_MAX_FRAMES];
-	size_t nfp = e->ustack_len, n = 0, j;
-	enum unwind_status st;
-	int ncfi;
-
-	*ret_flags = 0;
-	if (!(e->flags & OFFCPU_HAS_REGS) || e->regs[UNWIND_REG_IP] == 0) {
-		*ret_flags = OFFCPU_USTACK_UNCHECKED;
-		goto walk;
-	}
-	ncfi = unwinder__unwind(u, as, (const uint64_t *)e->regs, offcpu_event_stack(e),
-				e->stack_size, cfi, ARRAY_SIZE(cfi), &st);
-	if (ncfi < 0)
-		return ncfi;
-	/* The walk's first return address, among the CFI frames. */
-	for (j = 1; nfp >= 2 && j < (size_t)ncfi; j++)
-		if (cfi[j] == fp[1])
-			break;
-	if (nfp >= 2 && j < (size_t)ncfi) {
-		for (size_t i = 0; i <= j && n < max; i++)
-			ret_ips[n++] = cfi[i];
-		for (size_t i = 2; i < nfp && n < max; i++)
-			ret_ips[n++] = fp[i];
-		if (j > 1)
-			*ret_flags = OFFCPU_USTACK_FIXED;
-		return (int)n;
-	}
-	/* They never meet: a complete CFI unwind wins over the walk. */
-	if (st == UNWIND_END && ncfi > 0) {
-		for (int i = 0; i < ncfi && n < max; i++)
-			ret_ips[n++] = cfi[i];
-		*ret_flags = nfp >= 2 ? OFFCPU_USTACK_CFI_ONLY
-			   : ncfi > (int)nfp ? OFFCPU_USTACK_FIXED : 0;
-		return (int)n;
-	}
-	*ret_flags = OFFCPU_USTACK_UNCHECKED;
-walk:
-	for (size_t i = 0; i < nfp && n < max; i++)
-		ret_ips[n++] = fp[i];
-	return (int)n;
+	return unwinder__complete_walk(u, as,
+				       e->flags & OFFCPU_HAS_REGS ? (const uint64_t *)e->regs : NULL,
+				       offcpu_event_stack(e), e->stack_size,
+				       (const uint64_t *)&e->ips[e->kstack_len], e->ustack_len,
+				       ret_ips, max, ret_flags);
 }

@@ -18,12 +18,10 @@
 /* Threads that can be off the CPU at once, over all targets (size of the BPF 'starts' map). */
 #define OFFCPU_MAX_THREADS 16384
 
-/* offcpu__user_stack() result flags. */
-#define OFFCPU_USTACK_FIXED (1u << 0)     /* frames the frame-pointer walk skipped were put back */
-#define OFFCPU_USTACK_CFI_ONLY (1u << 1)  /* the frame-pointer walk disagreed with a complete CFI
-					   * unwind, which is used instead */
-#define OFFCPU_USTACK_UNCHECKED (1u << 2) /* CFI could not check the frame-pointer walk: frames
-					   * next to the leaf may be missing */
+/* offcpu__user_stack() result flags: unwinder__complete_walk()'s. */
+#define OFFCPU_USTACK_FIXED UNWIND_WALK_FIXED
+#define OFFCPU_USTACK_CFI_ONLY UNWIND_WALK_CFI_ONLY
+#define OFFCPU_USTACK_UNCHECKED UNWIND_WALK_UNCHECKED
 
 /* The user stack bytes of @e (e->stack_size of them), right after its ips. */
 static inline const void *offcpu_event_stack(const struct offcpu_event *e)

@@ -788,3 +788,70 @@ int unwinder__unwind(struct unwinder *u, const struct addrspace *as, const uint6
 	*ret_status = u->stopped ? u->stop : walk_status(u, e->dwfl, r);
 	return (int)MIN(u->n, (size_t)INT_MAX);
 }
+
+/*
+ * unwinder__complete_walk() - a user stack, leaf first: the frame-pointer
+ * walk @walk (@nwalk addresses, leaf first, as bpf_get_stack() gives it)
+ * with the frames it skipped put back by CFI. A walk from a leaf built
+ * without frame pointers (libc's clock_nanosleep, malloc,
+ * __lll_lock_wait...) goes from the leaf to the return address in the
+ * caller's caller: the direct caller is missing, and nothing in the stack
+ * says so. @regs (UNWIND_NREGS, DWARF order; NULL: none were copied) and
+ * @stack (@stack_len bytes from regs[SP]) are unwound with @u; where the
+ * CFI unwind meets the walk's first return address, its frames up to there
+ * replace the walk's: result = cfi[0..j] + walk[2..], walk[1] == cfi[j]. If
+ * they never meet and the CFI unwind reached the outermost frame, the walk
+ * was wrong and the CFI stack is used; if the CFI unwind stopped short (no
+ * CFI, slice too short), the walk is returned as it is, marked
+ * UNWIND_WALK_UNCHECKED.
+ * @as: the mappings of the process. @ret_pcs: up to @max addresses.
+ * *@ret_flags: UNWIND_WALK_* (0: the walk was right).
+ *
+ * Returns the number of addresses (0..@max), or -ENOMEM. Allocates (the
+ * unwinder's caches), may block on file I/O, does not log; @u is not
+ * thread-safe.
+ */
+int unwinder__complete_walk(struct unwinder *u, const struct addrspace *as, const uint64_t *regs,
+			    const void *stack, size_t stack_len, const uint64_t *walk, size_t nwalk,
+			    uint64_t *ret_pcs, size_t max, uint32_t *ret_flags)
+{
+	uint64_t cfi[128];
+	size_t n = 0, j;
+	enum unwind_status st;
+	int ncfi;
+
+	*ret_flags = 0;
+	if (!regs || regs[UNWIND_REG_IP] == 0) {
+		*ret_flags = UNWIND_WALK_UNCHECKED;
+		goto walk;
+	}
+	ncfi = unwinder__unwind(u, as, regs, stack, stack_len, cfi, ARRAY_SIZE(cfi), &st);
+	if (ncfi < 0)
+		return ncfi;
+	/* The walk's first return address, among the CFI frames. */
+	for (j = 1; nwalk >= 2 && j < (size_t)ncfi; j++)
+		if (cfi[j] == walk[1])
+			break;
+	if (nwalk >= 2 && j < (size_t)ncfi) {
+		for (size_t i = 0; i <= j && n < max; i++)
+			ret_pcs[n++] = cfi[i];
+		for (size_t i = 2; i < nwalk && n < max; i++)
+			ret_pcs[n++] = walk[i];
+		if (j > 1)
+			*ret_flags = UNWIND_WALK_FIXED;
+		return (int)n;
+	}
+	/* They never meet: a complete CFI unwind wins over the walk. */
+	if (st == UNWIND_END && ncfi > 0) {
+		for (int i = 0; i < ncfi && n < max; i++)
+			ret_pcs[n++] = cfi[i];
+		*ret_flags = nwalk >= 2 ? UNWIND_WALK_CFI_ONLY
+			   : ncfi > (int)nwalk ? UNWIND_WALK_FIXED : 0;
+		return (int)n;
+	}
+	*ret_flags = UNWIND_WALK_UNCHECKED;
+walk:
+	for (size_t i = 0; i < nwalk && n < max; i++)
+		ret_pcs[n++] = walk[i];
+	return (int)n;
+}

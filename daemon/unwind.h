@@ -52,6 +52,18 @@ int unwinder__unwind(struct unwinder *u, const struct addrspace *as, const uint6
 		     const void *stack, size_t stack_len, uint64_t *ret_pcs, size_t max,
 		     enum unwind_status *ret_status);
 
+/* unwinder__complete_walk() result flags. */
+#define UNWIND_WALK_FIXED (1u << 0)     /* frames the frame-pointer walk skipped were put back */
+#define UNWIND_WALK_CFI_ONLY (1u << 1)  /* the frame-pointer walk disagreed with a complete CFI
+					 * unwind, which is used instead */
+#define UNWIND_WALK_UNCHECKED (1u << 2) /* CFI could not check the frame-pointer walk: frames
+					 * next to the leaf may be missing */
+
+/* Each function is documented where it is defined, in unwind.c. */
+int unwinder__complete_walk(struct unwinder *u, const struct addrspace *as, const uint64_t *regs,
+			    const void *stack, size_t stack_len, const uint64_t *walk, size_t nwalk,
+			    uint64_t *ret_pcs, size_t max, uint32_t *ret_flags);
+
 /*
  * unwinder__forget() - drop the Dwfl and module state cached for @as (its
  * session ended; a new address space may reuse the pointer). Accepts an
