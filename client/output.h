@@ -22,4 +22,6 @@ int output__hotpaths(FILE *f, const json_t *reply, bool ascii);
 int output__threads(FILE *f, const json_t *reply, const json_t *session);
 int output__progress(FILE *f, const json_t *session);
 int output__offcpu(FILE *f, const json_t *reply);
+/* output__memory() - the memory report (sparklines in block characters, or ASCII with @ascii). */
+int output__memory(FILE *f, const json_t *reply, bool ascii);
 const char *output__error(void);

@@ -39,6 +39,8 @@ enum {
 	OPT_GROUP_BY,
 	OPT_WINDOW,
 	OPT_EVENT,
+	OPT_MEMORY_INTERVAL,
+	OPT_MALLOC_SAMPLE_BYTES,
 };
 
 /* The parsed command line. */
@@ -56,6 +58,8 @@ struct args {
 	const char *events;		  /* --events as given; validated */
 	const char *unwind;		  /* --unwind: fp, dwarf, auto; NULL: profd's default */
 	long long stack_bytes;		  /* --stack-bytes; 0: profd's default */
+	double memory_interval_s;	  /* --memory-interval; 0: profd's default */
+	long long malloc_sample_bytes;	  /* --malloc-sample-bytes; 0: profd's default */
 	bool debuginfod;		  /* resymbolize --debuginfod */
 	bool children;			  /* attach --children */
 	bool group_by_name;		  /* threads --group-by name */
@@ -380,7 +384,14 @@ static json_t *attach_request(const struct args *a)
 	if (a->stack_bytes &&
 	    json_object_set_new(request, "stack_bytes", json_integer(a->stack_bytes)) < 0)
 		return NULL;
-	/* Without --events, profd's default set (cpu,offcpu). */
+	if (a->memory_interval_s > 0 &&
+	    json_object_set_new(request, "memory_interval_s", json_real(a->memory_interval_s)) < 0)
+		return NULL;
+	if (a->malloc_sample_bytes > 0 &&
+	    json_object_set_new(request, "malloc_sample_bytes",
+				json_integer((json_int_t)a->malloc_sample_bytes)) < 0)
+		return NULL;
+	/* Without --events, profd's default set (cpu,offcpu,rss). */
 	if (!a->events)
 		return TAKE_PTR(request);
 	events = json_array();
@@ -550,11 +561,17 @@ static int run_top(struct conn *c, const struct args *a)
 	return call_and_render(c, a, request_report("top", a), output__top, NULL);
 }
 
+/* Box-drawing and block characters only where the locale says the terminal takes UTF-8. */
+static bool want_ascii(const struct args *a)
+{
+	setlocale(LC_CTYPE, "");
+	return a->ascii || strcmp(nl_langinfo(CODESET), "UTF-8") != 0;
+}
+
 static int run_hotpaths(struct conn *c, const struct args *a)
 {
 	_cleanup_(json_decrefp) json_t *reply = NULL;
 	struct render out;
-	bool ascii = a->ascii;
 	int r;
 
 	r = call(c, request_report("hotpaths", a), &reply);
@@ -562,14 +579,25 @@ static int run_hotpaths(struct conn *c, const struct args *a)
 		return r;
 	if (a->json)
 		return print_json(reply);
-
-	/* Box-drawing characters only where the locale says the terminal takes UTF-8. */
-	setlocale(LC_CTYPE, "");
-	if (strcmp(nl_langinfo(CODESET), "UTF-8") != 0)
-		ascii = true;
 	if ((r = render_begin(&out)) < 0)
 		return r;
-	return render_end(&out, output__hotpaths(out.f, reply, ascii));
+	return render_end(&out, output__hotpaths(out.f, reply, want_ascii(a)));
+}
+
+static int run_memory(struct conn *c, const struct args *a)
+{
+	_cleanup_(json_decrefp) json_t *reply = NULL;
+	struct render out;
+	int r;
+
+	r = call(c, request_report("memory", a), &reply);
+	if (r < 0)
+		return r;
+	if (a->json)
+		return print_json(reply);
+	if ((r = render_begin(&out)) < 0)
+		return r;
+	return render_end(&out, output__memory(out.f, reply, want_ascii(a)));
 }
 
 static int run_threads(struct conn *c, const struct args *a)
@@ -662,6 +690,14 @@ static const struct option attach_options[] = {
     {"unwind", required_argument, NULL, OPT_UNWIND},
     {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
     {"children", no_argument, NULL, OPT_CHILDREN},
+    {"memory-interval", required_argument, NULL, OPT_MEMORY_INTERVAL},
+    {"malloc-sample-bytes", required_argument, NULL, OPT_MALLOC_SAMPLE_BYTES},
+    {},
+};
+
+static const struct option memory_options[] = {
+    {"limit", required_argument, NULL, 'n'},
+    {"ascii", no_argument, NULL, OPT_ASCII},
     {},
 };
 
@@ -714,7 +750,14 @@ static const struct command commands[] = {
 		   "                          stacks), offcpu (time blocked, per blocking\n"
 		   "                          stack and state), counters (per-thread perf\n"
 		   "                          counters; opt-in: they perturb the CPU\n"
-		   "                          sampling, see profctl(1)); default: cpu,offcpu\n"
+		   "                          sampling, see profctl(1)), rss (each\n"
+		   "                          process's RSS, PSS, anon, file, shmem and\n"
+		   "                          swap every --memory-interval), malloc\n"
+		   "                          (allocations sampled by bytes, with their\n"
+		   "                          stacks, matched with their frees: uprobes on\n"
+		   "                          malloc/free... of libc, jemalloc or tcmalloc;\n"
+		   "                          each call of the target then traps, ~1-3 us);\n"
+		   "                          default: cpu,offcpu,rss\n"
 		   "      --unwind MODE       how user call stacks are unwound:\n"
 		   "                          fp     frame pointers only (cheapest; stacks stop\n"
 		   "                                 at code built without them)\n"
@@ -726,6 +769,12 @@ static const struct command commands[] = {
 		   "                          attach (data-loader workers), in this session\n"
 		   "      --stack-bytes N     user stack copied per sample for dwarf/auto,\n"
 		   "                          512..32768 (default 16384)\n"
+		   "      --memory-interval SECONDS\n"
+		   "                          how often rss reads memory, 0.1..3600\n"
+		   "                          (default 1)\n"
+		   "      --malloc-sample-bytes N\n"
+		   "                          mean bytes allocated between two malloc\n"
+		   "                          samples (default 524288, as tcmalloc)\n"
 		   "  -w, --wait              wait for the session to end, with progress on\n"
 		   "                          stderr if it is a terminal, then print the\n"
 		   "                          session summary; Ctrl-C detaches the session\n"
@@ -736,7 +785,8 @@ static const struct command commands[] = {
 		   "Examples:\n"
 		   "  profctl attach 1234\n"
 		   "  profctl attach 1234 --duration 10 --wait\n"
-		   "  profctl attach \"$(pidof myserver)\" --freq 999 --duration 30\n",
+		   "  profctl attach \"$(pidof myserver)\" --freq 999 --duration 30\n"
+		   "  profctl attach 1234 --events cpu,rss,malloc --duration 60 --wait\n",
 	.shortopts = "d:f:e:w",
 	.longopts = attach_options,
 	.run = run_attach,
@@ -873,6 +923,32 @@ static const struct command commands[] = {
 	.shortopts = "n:",
 	.longopts = limit_options,
 	.run = run_offcpu,
+    },
+    {
+	.name = "memory",
+	.operand = OPERAND_SESSION,
+	.synopsis = "SESSION [--limit N] [--ascii]",
+	.summary = "memory growth: RSS over time, live bytes per stack, leak suspects",
+	.details = "Print how the memory of session SESSION's processes changed: RSS at\n"
+		   "the start, the end and its peak, its growth rate (least-squares slope,\n"
+		   "bytes per second) and a chart of it (events rss, on by default). With\n"
+		   "the malloc event, also the allocation rate, and the allocating call\n"
+		   "stacks by live bytes (estimated from the samples: each sampled block\n"
+		   "weighs size / (1 - exp(-size / sample bytes))) and by growth, and the\n"
+		   "leak suspects: stacks whose live bytes rise in at least half of the\n"
+		   "session's windows (2 to 10) and fall in at most a fifth, with 3 or more\n"
+		   "sampled blocks live at the end.\n"
+		   "\n"
+		   "Options:\n"
+		   "  -n, --limit N           stacks per list, 1..10000 (default 10)\n"
+		   "      --ascii             chart in ASCII, not block characters\n"
+		   "\n"
+		   "Example:\n"
+		   "  profctl attach 1234 --events cpu,rss,malloc --duration 60 --wait\n"
+		   "  profctl memory 7\n",
+	.shortopts = "n:",
+	.longopts = memory_options,
+	.run = run_memory,
     },
     {
 	.name = "resymbolize",
@@ -1232,6 +1308,22 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 				return -EINVAL;
 			break;
 		}
+		case OPT_MEMORY_INTERVAL: {
+			bool integral;
+
+			if (parse_seconds(optarg, &a->memory_interval_s, &integral) < 0)
+				return -EINVAL;
+			if (a->memory_interval_s < 0.1 || a->memory_interval_s > 3600) {
+				log_error("invalid --memory-interval '%s': 0.1..3600 seconds", optarg);
+				return -EINVAL;
+			}
+			break;
+		}
+		case OPT_MALLOC_SAMPLE_BYTES:
+			if (parse_integer(optarg, "--malloc-sample-bytes", 1, 1LL << 40,
+					  &a->malloc_sample_bytes) < 0)
+				return -EINVAL;
+			break;
 		case OPT_STACK_BYTES:
 			if (parse_integer(optarg, "--stack-bytes", 512, 32768, &a->stack_bytes) < 0)
 				return -EINVAL;

@@ -19,5 +19,9 @@
 #define PROFD_MAX_FREQ_HZ 10000
 /* User stack copied per sample for DWARF unwinding: deep enough for ~100 frames of typical C/C++. */
 #define PROFD_DEFAULT_STACK_BYTES 16384
+/* How often each process's memory (RSS...) is read (events "rss"). */
+#define PROFD_DEFAULT_MEMORY_INTERVAL_NS 1000000000ULL
+/* Mean bytes allocated between two allocation samples (events "malloc"), as tcmalloc's default. */
+#define PROFD_DEFAULT_MALLOC_SAMPLE_BYTES (512ULL * 1024)
 /* Aggregation window and flush interval: a crash loses at most this much. */
 #define PROFD_WINDOW_NS 1000000000ULL

@@ -17,7 +17,9 @@
 #include <bpf/libbpf.h>
 
 #include "counters.h"
+#include "heap.h"
 #include "log.h"
+#include "memory_report.h"
 #include "offcpu.h"
 #include "protocol.h"
 #include "query.h"
@@ -41,6 +43,8 @@
  * blocks are not counted (a lock handed over in microseconds is noise here). */
 #define OFFCPU_RINGBUF_BYTES (16u << 20)
 #define OFFCPU_MIN_BLOCK_NS (10 * NSEC_PER_USEC)
+/* Allocation samples: ~2.5 KiB per sampled call, 64 bytes per return and free. */
+#define HEAP_RINGBUF_BYTES (4u << 20)
 /* How often the loop wakes up to end expired sessions; flushes are every PROFD_WINDOW_NS. */
 #define TICK_NS (200 * NSEC_PER_MSEC)
 
@@ -51,10 +55,11 @@ struct profd {
 	struct server *server;
 	struct unwind_worker *worker;
 	struct offcpu *offcpu;
-	struct unwinder *unwinder;        /* the main thread's, for off-CPU stacks */
+	struct heap *heap;                /* allocation probes; NULL if they cannot load */
+	struct unwinder *unwinder;        /* the main thread's, for off-CPU and allocation stacks */
 	struct counters_support counters; /* what this machine can count */
 	struct session *slots[PROFILE_MAX_SLOTS];
-	struct watch sampler_watch, timer_watch, signal_watch, worker_watch, offcpu_watch;
+	struct watch sampler_watch, timer_watch, signal_watch, worker_watch, offcpu_watch, heap_watch;
 	int timer_fd, signal_fd;
 	uint64_t last_flush_ns;
 	uint64_t flush_errors;
@@ -142,6 +147,64 @@ static void on_offcpu(void *ctx, const struct offcpu_event *e, size_t size)
 				   e->time_ns + e->duration_ns, "runnable", e->runq_ns, ips, e->kstack_len, (unsigned)ulen);
 }
 
+/* A record of the allocation probes; an allocation's user stack is completed with CFI here. */
+static void on_heap(void *ctx, const struct malloc_event *e, size_t size)
+{
+	struct profd *p = ctx;
+	struct session *s = p->slots[e->slot];
+	const struct malloc_alloc_event *a = (const void *)e;
+	uint64_t ips[MALLOC_MAX_FRAMES];
+	uint32_t flags;
+	struct proc *proc;
+	int n;
+
+	if (!s)
+		return;
+	if (e->kind != MALLOC_EV_ALLOC) {
+		session__on_malloc(s, e, NULL, 0);
+		return;
+	}
+	proc = session__proc(s, (pid_t)e->pid);
+	if (!proc)
+		return;
+	pthread_rwlock_rdlock(&proc->as_lock);
+	n = unwinder__complete_walk(p->unwinder, proc->as,
+				    e->flags & MALLOC_HAS_REGS ? (const uint64_t *)a->regs : NULL,
+				    malloc_alloc_event_stack(a), e->stack_size,
+				    (const uint64_t *)a->ips, e->ustack_len, ips, ARRAY_SIZE(ips),
+				    &flags);
+	pthread_rwlock_unlock(&proc->as_lock);
+	session__on_malloc(s, e, ips, n > 0 ? (unsigned)n : 0);
+}
+
+static void on_heap_ready(struct watch *w, uint32_t events)
+{
+	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, heap_watch));
+
+	heap__poll(p->heap);
+}
+
+/* The allocation probes' counters, into each session that traces allocations, before a flush. */
+static void collect_heap_stats(struct profd *p)
+{
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++) {
+		struct session *s = p->slots[i];
+		struct malloc_stats st;
+
+		if (!s || !s->malloc_sample_bytes || !p->heap || heap__stats(p->heap, i, &st) < 0)
+			continue;
+		s->malloc_totals = (struct store_malloc){
+			.free_calls = st.calls[MALLOC_FUNC_FREE] + st.calls[MALLOC_FUNC_MUNMAP],
+			.malloc_bytes = st.alloc_bytes,
+			.sampled = st.sampled,
+			.lost = st.ringbuf_full,
+		};
+		for (unsigned f = 0; f < MALLOC_NR_FUNCS; f++)
+			if (f != MALLOC_FUNC_FREE && f != MALLOC_FUNC_MUNMAP)
+				s->malloc_totals.malloc_calls += st.calls[f];
+	}
+}
+
 static void on_offcpu_ready(struct watch *w, uint32_t events)
 {
 	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, offcpu_watch));
@@ -170,6 +233,8 @@ static void collect(struct profd *p, bool wait_for_unwinder)
 {
 	if (p->offcpu)
 		offcpu__poll(p->offcpu);
+	if (p->heap)
+		heap__poll(p->heap);
 	sampler__poll(p->env.sampler);
 	if (wait_for_unwinder)
 		unwind_worker__wait_idle(p->worker);
@@ -221,6 +286,7 @@ fail:
 static int end_session(struct profd *p, unsigned slot, const char *reason)
 {
 	struct session *s = p->slots[slot];
+	uint64_t ended_ns = now_ns(CLOCK_REALTIME); /* when sampling stops, not when the flush ends */
 	int r;
 
 	if (!s)
@@ -230,12 +296,15 @@ static int end_session(struct profd *p, unsigned slot, const char *reason)
 	/* Before the sampler drops the slot's targets from the map both share. */
 	if (p->offcpu)
 		offcpu__remove_target(p->offcpu, slot, s->pid);
+	collect_heap_stats(p);
+	if (p->heap)
+		heap__detach(p->heap, slot);
 	session__stop(s, &p->env);
 	collect(p, true);
 	collect_offcpu_lost(p);
 	r = flush_all(p);
 	if (r == 0) {
-		r = store__session_end(p->env.store, s->id, reason, now_ns(CLOCK_REALTIME));
+		r = store__session_end(p->env.store, s->id, reason, ended_ns);
 		if (r < 0)
 			log_error_errno(r, "Failed to mark session %lld ended: %s",
 					(long long)s->id, store__errmsg(p->env.store));
@@ -284,8 +353,13 @@ static void on_timer(struct watch *w, uint32_t events)
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		if (p->slots[i] && session__expired(p->slots[i], now))
 			end_session(p, i, "duration");
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+		if (p->slots[i] && session__read_memory(p->slots[i], now) < 0)
+			log_warning("Session %lld: out of memory for its memory readings",
+				    (long long)p->slots[i]->id);
 	if (now - p->last_flush_ns >= PROFD_WINDOW_NS) {
 		collect_offcpu_lost(p);
+		collect_heap_stats(p);
 		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 			if (p->slots[i])
 				session__read_counters(p->slots[i], &p->env);
@@ -368,7 +442,10 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 		.follow_children = req->children,
 		.event_bits = req->events,
 		.sampled_event = req->sampled_event,
+		.memory_interval_ns = req->memory_interval_ns,
+		.malloc_sample_bytes = req->malloc_sample_bytes,
 	};
+	char probes[256] = "";
 	struct session *s;
 	json_t *fields;
 	unsigned slot;
@@ -376,6 +453,9 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 
 	if (params.pid == getpid())
 		return json_error_response(-EINVAL, "refusing to profile profd itself");
+	if ((req->events & EVENT_MALLOC) && !p->heap)
+		return json_error_response(-EOPNOTSUPP, "allocation probes are unavailable: their BPF "
+							"program did not load (see profd's log)");
 	for (slot = 0; slot < PROFILE_MAX_SLOTS; slot++) {
 		if (p->slots[slot] && p->slots[slot]->pid == params.pid)
 			return json_error_response(-EBUSY, "PID %d is already profiled by session %lld",
@@ -414,6 +494,28 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 			log_warning_errno(r, "Session %lld: off-CPU tracing not started: %m",
 					  (long long)s->id);
 	}
+	if (req->events & EVENT_MALLOC) {
+		r = heap__attach(p->heap, slot, s->pid, req->malloc_sample_bytes, probes,
+				 sizeof(probes));
+		if (r < 0) {
+			int64_t id = s->id;
+
+			end_session(p, slot, "error");
+			if (r == -ENOENT)
+				return json_error_response(-ENOENT, "no allocator found in PID %d "
+								    "(malloc in libc, jemalloc, "
+								    "tcmalloc or the executable)",
+							   params.pid);
+			return json_error_response(r, "cannot probe the allocator of PID %d: %s "
+						      "(session %lld ended)",
+						   params.pid, strerror(-r), (long long)id);
+		}
+	}
+	r = store__session_memory_config(p->env.store, s->id, s->memory_interval_ns,
+					 s->malloc_sample_bytes, probes[0] ? probes : NULL);
+	if (r < 0)
+		log_warning("Session %lld: cannot store its memory settings: %s", (long long)s->id,
+			    store__errmsg(p->env.store));
 	p->pid_watches[slot] = (struct pid_watch){ { on_pid_exit }, p, slot };
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &p->pid_watches[slot].watch };
 	if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, s->pidfd, &ev) < 0)
@@ -504,6 +606,9 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 	}
 	case CMD_OFFCPU:
 		r = query__offcpu(store__db(p->env.store), req.session, req.limit, &fields);
+		return query_response(r, fields, req.session);
+	case CMD_MEMORY:
+		r = query__memory(store__db(p->env.store), req.session, req.limit, &fields);
 		return query_response(r, fields, req.session);
 	case CMD_RESYMBOLIZE:
 		r = resymbolize__session(p->env.store, req.session, req.debuginfod, &fields);
@@ -711,6 +816,12 @@ static int run(void)
 		p.offcpu = NULL;
 	}
 
+	r = heap__new(HEAP_RINGBUF_BYTES, sampler__targets_fd(p.env.sampler), on_heap, &p, &p.heap);
+	if (r < 0) {
+		log_warning_errno(r, "Allocation probes unavailable (uprobe BPF programs): %m");
+		p.heap = NULL;
+	}
+
 	r = unwind_worker__new(UNWIND_QUEUE, &p.worker);
 	if (r < 0) {
 		log_error_errno(r, "Failed to start the unwinding thread: %m");
@@ -730,7 +841,8 @@ static int run(void)
 	    (r = add_watch(p.epfd, p.signal_fd, &p.signal_watch, on_signal)) < 0 ||
 	    (r = add_watch(p.epfd, unwind_worker__fd(p.worker), &p.worker_watch, on_worker)) < 0 ||
 	    (p.offcpu &&
-	     (r = add_watch(p.epfd, offcpu__fd(p.offcpu), &p.offcpu_watch, on_offcpu_ready)) < 0)) {
+	     (r = add_watch(p.epfd, offcpu__fd(p.offcpu), &p.offcpu_watch, on_offcpu_ready)) < 0) ||
+	    (p.heap && (r = add_watch(p.epfd, heap__fd(p.heap), &p.heap_watch, on_heap_ready)) < 0)) {
 		log_error_errno(r, "Failed to set up the event loop: %m");
 		goto out;
 	}
@@ -773,6 +885,7 @@ out:
 	server__free(p.server);
 	unwind_worker__free(p.worker);
 	offcpu__free(p.offcpu);
+	heap__free(p.heap);
 	unwinder__free(p.unwinder);
 	sampler__free(p.env.sampler);
 	symbolizer__free(p.env.sym);

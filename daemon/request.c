@@ -23,9 +23,10 @@ static const struct {
 	{ "sessions", CMD_SESSIONS, false }, { "top", CMD_TOP, true },
 	{ "hotpaths", CMD_HOTPATHS, true },  { "threads", CMD_THREADS, true },
 	{ "resymbolize", CMD_RESYMBOLIZE, true }, { "offcpu", CMD_OFFCPU, true },
+	{ "memory", CMD_MEMORY, true },
 };
 
-static const char *const event_names[] = { "cpu", "offcpu", "counters" };
+static const char *const event_names[] = { "cpu", "offcpu", "counters", "rss", "malloc" };
 
 /*
  * Events that can be sampled with stacks beside the CPU event, each with a
@@ -124,7 +125,7 @@ static int parse_events(json_t *v, struct request *req, char *errbuf, size_t err
 		}
 		if (!known)
 			return fail(errbuf, errlen, -EINVAL,
-				    "unknown event '%.32s' (known: cpu, offcpu, counters, and one of "
+				    "unknown event '%.32s' (known: cpu, offcpu, counters, rss, malloc, and one of "
 				    "page-faults, context-switches, cpu-migrations, instructions, "
 				    "cache-references, cache-misses, branch-misses sampled with stacks)",
 				    name);
@@ -155,7 +156,9 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 	struct request req = { .freq_hz = PROFD_DEFAULT_FREQ_HZ,
 			       .events = EVENT_DEFAULT,
 			       .unwind = UNWIND_MODE_AUTO,
-			       .stack_bytes = PROFD_DEFAULT_STACK_BYTES };
+			       .stack_bytes = PROFD_DEFAULT_STACK_BYTES,
+			       .memory_interval_ns = PROFD_DEFAULT_MEMORY_INTERVAL_NS,
+			       .malloc_sample_bytes = PROFD_DEFAULT_MALLOC_SAMPLE_BYTES };
 	json_error_t jerr;
 	const char *cmd;
 	json_t *v;
@@ -238,6 +241,20 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 			req.stack_bytes = (unsigned)n;
 		else if (r != -ENOENT)
 			return r;
+		v = json_object_get(root, "memory_interval_s");
+		if (v && !json_is_null(v)) {
+			double d = json_number_value(v);
+
+			if (!json_is_number(v) || !isfinite(d) || d < 0.1 || d > 3600)
+				return fail(errbuf, errlen, -EINVAL,
+					    "\"memory_interval_s\" must be a number of seconds, 0.1..3600");
+			req.memory_interval_ns = (uint64_t)(d * NSEC_PER_SEC);
+		}
+		r = get_int(root, "malloc_sample_bytes", 1, 1LL << 40, &n, errbuf, errlen);
+		if (r == 0)
+			req.malloc_sample_bytes = (uint64_t)n;
+		else if (r != -ENOENT)
+			return r;
 		v = json_object_get(root, "events");
 		if (v && !json_is_null(v)) {
 			r = parse_events(v, &req, errbuf, errlen);
@@ -249,9 +266,10 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 	case CMD_TOP:
 	case CMD_HOTPATHS:
 	case CMD_OFFCPU:
+	case CMD_MEMORY:
 		req.limit = req.cmd == CMD_TOP ? 20 : 10;
 		v = json_object_get(root, "event");
-		if (v && !json_is_null(v) && req.cmd != CMD_OFFCPU) {
+		if (v && !json_is_null(v) && req.cmd != CMD_OFFCPU && req.cmd != CMD_MEMORY) {
 			const char *name = json_string_value(v);
 
 			if (name && strcmp(name, "cpu") == 0)

@@ -20,19 +20,22 @@ enum request_cmd {
 	CMD_THREADS,
 	CMD_RESYMBOLIZE,
 	CMD_OFFCPU,
+	CMD_MEMORY,
 };
 
 /* Event names a session can ask for (bit i = event_names[i] in request.c). */
 #define EVENT_CPU (1u << 0)      /* "cpu": CPU samples with call stacks */
 #define EVENT_OFFCPU (1u << 1)   /* "offcpu": off-CPU intervals with blocking stacks */
 #define EVENT_COUNTERS (1u << 2) /* "counters": per-thread counters (counting mode) */
+#define EVENT_RSS (1u << 3)      /* "rss": each process's memory (RSS, PSS, swap...) every interval */
+#define EVENT_MALLOC (1u << 4)   /* "malloc": allocations sampled by bytes, uprobes on the allocator */
 /*
  * Not counters: per-thread perf events perturb the per-CPU cpu-clock
  * sampling on Linux 6.18 (measured: with them, one thread of spin-threads
  * kept 14-85% fewer samples than its task-clock time; without them, samples
  * match CPU time to 1%). Cause not found; counters stay opt-in until it is.
  */
-#define EVENT_DEFAULT (EVENT_CPU | EVENT_OFFCPU)
+#define EVENT_DEFAULT (EVENT_CPU | EVENT_OFFCPU | EVENT_RSS)
 
 struct request {
 	enum request_cmd cmd;
@@ -42,7 +45,9 @@ struct request {
 	unsigned freq_hz;     /* attach: 1..PROFD_MAX_FREQ_HZ */
 	unsigned events;      /* attach: EVENT_* bits, EVENT_CPU at least */
 	char events_str[64];  /* attach: the events as a comma-separated list */
-	int limit;            /* top, hotpaths, offcpu: 1..10000 */
+	int limit;            /* top, hotpaths, offcpu, memory: 1..10000 */
+	uint64_t memory_interval_ns;  /* attach: RSS series period, 0.1 s..1 h, default 1 s */
+	uint64_t malloc_sample_bytes; /* attach: mean bytes between allocation samples, 1..2^40 */
 	int unwind;           /* attach: enum unwind_mode (unwind_worker.h), default auto */
 	unsigned stack_bytes; /* attach: 512..PROFILE_MAX_STACK_BYTES, default 16384 */
 	bool debuginfod;      /* resymbolize: may fetch through libdebuginfod */

@@ -12,17 +12,8 @@
 #include "protocol.h"
 #include "request.h"
 #include "session.h"
+#include "session_internal.h"
 #include "util.h"
-
-/* A call stack as the BPF program saw it: raw addresses, kernel frames first. */
-struct raw_stack {
-	uint64_t hash;
-	pid_t pid;        /* user addresses are the process's */
-	int64_t stack_id; /* row in the store, 0 until the first flush that needs it */
-	uint16_t klen, ulen;
-	uint32_t flags;   /* SAMPLE_* bits that matter for the stack's identity */
-	uint64_t ips[];
-};
 
 struct pending_sample {
 	uint64_t window;  /* index of the window since the session start */
@@ -41,6 +32,7 @@ struct frame_cache {
 	uint64_t addr;
 	pid_t pid;        /* 0 for kernel frames */
 	bool kernel;
+	bool return_addr; /* looked up as a return address (at addr - 1) */
 	bool root;        /* the address's function is a thread root (is_thread_root()) */
 	unsigned n;       /* frames at this address: 1, or more with inlined calls */
 	int64_t ids[MAX_INLINE]; /* frame rows, innermost first */
@@ -268,6 +260,8 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->follow_children = p->follow_children;
 	s->events = p->event_bits;
 	s->pidfd = -1;
+	s->memory_interval_ns = (s->events & EVENT_RSS) ? p->memory_interval_ns : 0;
+	s->malloc_sample_bytes = (s->events & EVENT_MALLOC) ? p->malloc_sample_bytes : 0;
 
 	/* The pidfd pins the process identity: from here on a reused PID cannot fool us. */
 	s->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
@@ -316,6 +310,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 		extra_status = r == 0 ? "ok" : "unsupported";
 	}
 	s->started_mono_ns = now_ns(CLOCK_MONOTONIC);
+	s->memory_next_ns = s->started_mono_ns;
 	s->started_real_ns = now_ns(CLOCK_REALTIME);
 
 	struct store_session row = {
@@ -391,7 +386,8 @@ static bool frame_eq(const void *entry, const void *key)
 {
 	const struct frame_cache *a = entry, *b = key;
 
-	return a->addr == b->addr && a->kernel == b->kernel && a->pid == b->pid;
+	return a->addr == b->addr && a->kernel == b->kernel && a->pid == b->pid &&
+	       a->return_addr == b->return_addr;
 }
 
 static struct window_acc *window_get(struct session *s, uint64_t window)
@@ -436,8 +432,13 @@ static void thread_seen(struct session *s, int pid, int tid, const char *comm, u
 	th->samples += samples;
 }
 
-/* Intern a stack of process @pid (@klen kernel then @ulen user frames); NULL only on OOM. */
-static struct raw_stack *stack_intern(struct session *s, pid_t pid, const uint64_t *ips,
+/*
+ * session__stack_intern() - the session's one copy of a stack of process
+ * @pid (@klen kernel then @ulen user frames, leaf first each, at most
+ * PROFILE_MAX_FRAMES each), owned by the session; NULL only on out-of-memory
+ * or a length out of range.
+ */
+struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint64_t *ips,
 				      unsigned klen, unsigned ulen, uint32_t flags)
 {
 	size_t n = (size_t)klen + ulen;
@@ -479,7 +480,7 @@ static struct raw_stack *stack_intern(struct session *s, pid_t pid, const uint64
 
 static struct raw_stack *stack_get(struct session *s, const struct sample_event *e)
 {
-	return stack_intern(s, (pid_t)e->pid, (const uint64_t *)e->ips, e->kstack_len, e->ustack_len,
+	return session__stack_intern(s, (pid_t)e->pid, (const uint64_t *)e->ips, e->kstack_len, e->ustack_len,
 			    e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED));
 }
 
@@ -510,7 +511,7 @@ void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *com
 			  *acc;
 	uint64_t h;
 
-	key.stack = stack_intern(s, pid, ips, klen, ulen, 0);
+	key.stack = session__stack_intern(s, pid, ips, klen, ulen, 0);
 	if (!key.stack) {
 		s->offcpu_lost++;
 		return;
@@ -771,10 +772,15 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 		     uint64_t addr, bool kernel, bool return_addr, bool *refreshed,
 		     const struct frame_cache **ret)
 {
-	struct frame_cache key = { .addr = addr, .kernel = kernel, .pid = kernel ? 0 : proc->pid },
+	/* The same address is a leaf in one stack and a return address in
+	 * another (a function's entry, where an allocation probe stops, is also
+	 * the user IP of a CPU sample taken in the probe's kernel handler):
+	 * looked up at addr and at addr - 1, they may be different functions. */
+	struct frame_cache key = { .addr = addr, .kernel = kernel, .return_addr = return_addr,
+				   .pid = kernel ? 0 : proc->pid },
 			   *fc;
 	uint64_t h = hash64(hash64(HASH64_INIT, &addr, sizeof(addr)), &key.pid, sizeof(key.pid)) ^
-		     kernel;
+		     kernel ^ ((uint64_t)return_addr << 1);
 	struct frame_info fi[MAX_INLINE] = { 0 };
 	int r, n = 1;
 
@@ -851,8 +857,14 @@ static const struct frame_info missing_frame = {
 	.function = "[missing stack]",
 };
 
-static int resolve_stack(struct session *s, const struct session_env *env, struct raw_stack *st,
-			 bool *refreshed)
+/*
+ * session__resolve_stack() - give @st its row in the store (st->stack_id),
+ * symbolizing its new addresses; @refreshed: whether the process's mappings
+ * were re-read in this flush already (in/out). Returns 0 or the store's
+ * -errno. Call only inside the flush's transaction.
+ */
+int session__resolve_stack(struct session *s, const struct session_env *env, struct raw_stack *st,
+			   bool *refreshed)
 {
 	int64_t ids[MAX_STACK_FRAMES];
 	size_t n = (size_t)st->klen + st->ulen, depth = 0;
@@ -919,7 +931,7 @@ int session__flush(struct session *s, const struct session_env *env)
 
 	hashmap__for_each(&s->pending, i, ps)
 	{
-		r = resolve_stack(s, env, ps->stack, &refreshed);
+		r = session__resolve_stack(s, env, ps->stack, &refreshed);
 		if (r < 0)
 			return r;
 		r = store__sample_add(env->store, s->id,
@@ -934,7 +946,7 @@ int session__flush(struct session *s, const struct session_env *env)
 
 		hashmap__for_each(&s->offcpu, i, acc)
 		{
-			r = resolve_stack(s, env, acc->stack, &refreshed);
+			r = session__resolve_stack(s, env, acc->stack, &refreshed);
 			if (r < 0)
 				return r;
 			r = store__offcpu_add(env->store, s->id,
@@ -1021,6 +1033,9 @@ int session__flush(struct session *s, const struct session_env *env)
 			return r;
 	}
 
+	r = session__flush_memory(s, env, &refreshed);
+	if (r < 0)
+		return r;
 	s->lost_flushing = lost;
 	return 0;
 }
@@ -1051,6 +1066,7 @@ void session__flush_done(struct session *s)
 	hashmap__clear(&s->threads);
 	hashmap__for_each(&s->windows, i, w) free(w);
 	hashmap__clear(&s->windows);
+	session__flush_memory_done(s);
 }
 
 void session__flush_failed(struct session *s)
@@ -1066,6 +1082,7 @@ void session__flush_failed(struct session *s)
 	hashmap__clear(&s->mappings_stored);
 	s->unsymbolized_pending = 0;
 	s->frames_pending = 0;
+	session__flush_memory_failed(s);
 }
 
 void session__stop(struct session *s, const struct session_env *env)
@@ -1104,6 +1121,7 @@ void session__free(struct session *s)
 	free_all(&s->windows);
 	free_all(&s->offcpu);
 	free_all(&s->counter_rows);
+	session__free_memory(s);
 	{
 		struct counters_entry *ce;
 

@@ -14,6 +14,7 @@
 #include "hashmap.h"
 #include "perfmap.h"
 #include "unwind_worker.h"
+#include "bpf/heap.h"
 #include "sampler.h"
 #include "store.h"
 #include "symbolize.h"
@@ -38,6 +39,8 @@ struct session_params {
 	unsigned stack_bytes; /* user stack copied per sample (dwarf, auto), 512..PROFILE_MAX_STACK_BYTES */
 	bool follow_children; /* processes the target forks after the attach join the session */
 	const char *sampled_event; /* a second event sampled with stacks (request.c's name), or NULL */
+	uint64_t memory_interval_ns;  /* RSS series period (events rss) */
+	uint64_t malloc_sample_bytes; /* mean bytes between allocation samples (events malloc) */
 };
 
 /* One process of a session: the target, or a child it forked (follow_children). */
@@ -87,7 +90,33 @@ struct session {
 	uint64_t offcpu_lost_flushing;
 	struct hashmap counters;        /* struct counters_entry: per-thread counters, by tid */
 	struct hashmap counter_rows;    /* struct counter_row: values read, not yet committed */
+
+	/* Memory (session_memory.c). */
+	uint64_t memory_interval_ns;    /* RSS series period; 0: no series */
+	uint64_t memory_next_ns;        /* CLOCK_MONOTONIC of the next reading */
+	struct store_memory *memory_rows; /* readings not yet committed */
+	size_t memory_nrows, memory_cap;
+	uint64_t malloc_sample_bytes;   /* mean bytes between allocation samples; 0: not traced */
+	struct hashmap alloc_inflight;  /* struct alloc_block by tid: sampled call, no return yet */
+	struct hashmap alloc_blocks;    /* struct alloc_block by (pid, address): not yet stored, or live */
+	struct store_malloc malloc_totals; /* the allocation probes' counters, set before each flush */
+	uint64_t alloc_orphans;         /* samples lost in user space (RETURN without ALLOC...), total */
 };
+
+/*
+ * memory__read() - one reading of process @pid's memory: VmRSS, RssAnon,
+ * RssFile, RssShmem and VmSwap from /proc/PID/status, Pss from
+ * /proc/PID/smaps_rollup (Linux 4.14; has_pss false without it), in bytes.
+ * *@ret's time_ns and pid are left to the caller. Returns 0, -ESRCH if the
+ * process is gone (or a zombie: no VmRSS line), -errno. Blocks on /proc
+ * reads (smaps_rollup takes the target's mmap lock); does not log.
+ */
+int memory__read(pid_t pid, struct store_memory *ret);
+
+/* Documented in session_memory.c. */
+int session__read_memory(struct session *s, uint64_t mono_ns);
+void session__on_malloc(struct session *s, const struct malloc_event *e, const uint64_t *ips,
+			unsigned n);
 
 /*
  * session__new() - check and open @p->pid, insert the session row, start

@@ -29,6 +29,11 @@ enum stmt_id {
 	STMT_COUNTER_ADD,
 	STMT_SESSION_COUNTER,
 	STMT_SESSION_OFFCPU_LOST,
+	STMT_MEMORY_ADD,
+	STMT_ALLOCATION_ADD,
+	STMT_ALLOCATION_FREED,
+	STMT_SESSION_MALLOC,
+	STMT_SESSION_MEMORY_CONFIG,
 	_STMT_MAX,
 };
 
@@ -97,6 +102,18 @@ static const char *const stmt_sql[_STMT_MAX] = {
 				 "status) VALUES (?1, ?2, ?3)",
 	[STMT_SESSION_OFFCPU_LOST] =
 		"UPDATE sessions SET offcpu_lost = offcpu_lost + ?2 WHERE id = ?1",
+	[STMT_MEMORY_ADD] = "INSERT OR REPLACE INTO memory_samples (session_id, time_ns, pid, "
+			    "rss_bytes, pss_bytes, anon_bytes, file_bytes, shmem_bytes, swap_bytes) "
+			    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+	[STMT_ALLOCATION_ADD] =
+		"INSERT INTO allocations (session_id, pid, tid, stack_id, func, size_bytes, "
+		"weight_bytes, address, alloc_ns, free_ns, untracked) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+	[STMT_ALLOCATION_FREED] = "UPDATE allocations SET free_ns = ?2 WHERE id = ?1",
+	[STMT_SESSION_MALLOC] = "UPDATE sessions SET malloc_calls = ?2, free_calls = ?3, "
+				"malloc_bytes = ?4, malloc_sampled = ?5, malloc_lost = ?6 WHERE id = ?1",
+	[STMT_SESSION_MEMORY_CONFIG] = "UPDATE sessions SET memory_interval_ns = ?2, "
+				       "malloc_sample_bytes = ?3, malloc_probes = ?4 WHERE id = ?1",
 };
 
 struct store {
@@ -533,5 +550,91 @@ int store__session_add_offcpu_lost(struct store *st, int64_t session_id, uint64_
 
 	sqlite3_bind_int64(stmt, 1, session_id);
 	sqlite3_bind_int64(stmt, 2, (int64_t)lost);
+	return step_done(stmt);
+}
+
+int store__memory_add(struct store *st, int64_t session_id, const struct store_memory *m)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_MEMORY_ADD];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)m->time_ns);
+	sqlite3_bind_int(stmt, 3, m->pid);
+	sqlite3_bind_int64(stmt, 4, (int64_t)m->rss_bytes);
+	if (m->has_pss)
+		sqlite3_bind_int64(stmt, 5, (int64_t)m->pss_bytes);
+	else
+		sqlite3_bind_null(stmt, 5);
+	sqlite3_bind_int64(stmt, 6, (int64_t)m->anon_bytes);
+	sqlite3_bind_int64(stmt, 7, (int64_t)m->file_bytes);
+	sqlite3_bind_int64(stmt, 8, (int64_t)m->shmem_bytes);
+	sqlite3_bind_int64(stmt, 9, (int64_t)m->swap_bytes);
+	return step_done(stmt);
+}
+
+int store__allocation_add(struct store *st, int64_t session_id, const struct store_allocation *a,
+			  int64_t *ret_id)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_ALLOCATION_ADD];
+	int r;
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int(stmt, 2, a->pid);
+	sqlite3_bind_int(stmt, 3, a->tid);
+	sqlite3_bind_int64(stmt, 4, a->stack_id);
+	sqlite3_bind_text(stmt, 5, a->func, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 6, (int64_t)a->size_bytes);
+	sqlite3_bind_double(stmt, 7, a->weight_bytes);
+	sqlite3_bind_int64(stmt, 8, (int64_t)a->address);
+	sqlite3_bind_int64(stmt, 9, (int64_t)a->alloc_ns);
+	if (a->free_ns)
+		sqlite3_bind_int64(stmt, 10, (int64_t)a->free_ns);
+	else
+		sqlite3_bind_null(stmt, 10);
+	sqlite3_bind_int(stmt, 11, a->untracked);
+	r = step_done(stmt);
+	if (r < 0)
+		return r;
+	*ret_id = sqlite3_last_insert_rowid(st->db);
+	return 0;
+}
+
+int store__allocation_freed(struct store *st, int64_t id, uint64_t free_ns)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_ALLOCATION_FREED];
+
+	sqlite3_bind_int64(stmt, 1, id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)free_ns);
+	return step_done(stmt);
+}
+
+int store__session_malloc(struct store *st, int64_t session_id, const struct store_malloc *m)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_MALLOC];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)m->malloc_calls);
+	sqlite3_bind_int64(stmt, 3, (int64_t)m->free_calls);
+	sqlite3_bind_int64(stmt, 4, (int64_t)m->malloc_bytes);
+	sqlite3_bind_int64(stmt, 5, (int64_t)m->sampled);
+	sqlite3_bind_int64(stmt, 6, (int64_t)m->lost);
+	return step_done(stmt);
+}
+
+int store__session_memory_config(struct store *st, int64_t session_id, uint64_t interval_ns,
+				 uint64_t sample_bytes, const char *probes)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_MEMORY_CONFIG];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	if (interval_ns)
+		sqlite3_bind_int64(stmt, 2, (int64_t)interval_ns);
+	else
+		sqlite3_bind_null(stmt, 2);
+	if (sample_bytes)
+		sqlite3_bind_int64(stmt, 3, (int64_t)sample_bytes);
+	else
+		sqlite3_bind_null(stmt, 3);
+	bind_text_or_null(stmt, 4, probes);
 	return step_done(stmt);
 }

@@ -111,6 +111,47 @@ int store__session_counter(struct store *st, int64_t session_id, const char *nam
 /* store__session_add_offcpu_lost() - off-CPU intervals lost before storage. */
 int store__session_add_offcpu_lost(struct store *st, int64_t session_id, uint64_t lost);
 
+/* One reading of a process's memory (bytes; time_ns: CLOCK_REALTIME). */
+struct store_memory {
+	uint64_t time_ns;
+	int pid;
+	uint64_t rss_bytes, pss_bytes, anon_bytes, file_bytes, shmem_bytes, swap_bytes;
+	bool has_pss; /* smaps_rollup was readable */
+};
+
+/* One sampled allocation (times: CLOCK_REALTIME ns; free_ns 0: live). */
+struct store_allocation {
+	int pid, tid;
+	int64_t stack_id;
+	const char *func; /* static name */
+	uint64_t size_bytes;
+	double weight_bytes;
+	uint64_t address, alloc_ns, free_ns;
+	bool untracked;
+};
+
+/* Running totals of a session's allocation probes. */
+struct store_malloc {
+	uint64_t malloc_calls, free_calls, malloc_bytes, sampled, lost;
+};
+
+/* store__memory_add() - add one reading of a process's memory (replaces one at the same time). */
+int store__memory_add(struct store *st, int64_t session_id, const struct store_memory *m);
+/* store__allocation_add() - add a sampled allocation; *@ret_id gets its row id. */
+int store__allocation_add(struct store *st, int64_t session_id, const struct store_allocation *a,
+			  int64_t *ret_id);
+/* store__allocation_freed() - set the free time of allocation @id. */
+int store__allocation_freed(struct store *st, int64_t id, uint64_t free_ns);
+/* store__session_malloc() - set the session's allocation-probe totals. */
+int store__session_malloc(struct store *st, int64_t session_id, const struct store_malloc *m);
+/*
+ * store__session_memory_config() - record how memory is watched: the RSS
+ * series period (@interval_ns, 0: none), the mean bytes between allocation
+ * samples (0: allocations not traced) and what was probed (@probes, or NULL).
+ */
+int store__session_memory_config(struct store *st, int64_t session_id, uint64_t interval_ns,
+				 uint64_t sample_bytes, const char *probes);
+
 /*
  * store__sample_add() - add @count samples of @stack_id in @tid to a window,
  * of the CPU event (@event 0, table samples) or the second sampled event

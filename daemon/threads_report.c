@@ -437,7 +437,14 @@ int threads_report__extend(sqlite3 *db, int64_t session_id, const struct threads
 }
 
 /* The frames of stack @stack_id, leaf first, as report frame objects. */
-static json_t *stack_frames_json(sqlite3_stmt *fr, int64_t stack_id)
+/*
+ * report__stack_frames() - the frames of @stack_id, leaf first, as JSON
+ * objects {function, module, file, line, kind, inlined}; @fr is a statement
+ * prepared from REPORT_STACK_FRAMES_SQL (reset and rebound here). The
+ * frames of the BPF programs that took the stack, at its top, are left out.
+ * NULL on out-of-memory or an SQLite error.
+ */
+json_t *report__stack_frames(sqlite3_stmt *fr, int64_t stack_id)
 {
 	json_t *arr = json_array();
 	int rc;
@@ -536,17 +543,13 @@ int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 	if (r < 0)
 		goto fail;
 	sqlite3_bind_int(st, 2, limit);
-	if (sqlite3_prepare_v2(db,
-			       "SELECT f.function, f.module, f.file, f.line, f.kind, f.rel_addr, "
-			       "f.inline_depth FROM stack_frames sf JOIN frames f "
-			       "ON f.id = sf.frame_id WHERE sf.stack_id = ?1 ORDER BY sf.pos",
-			       -1, &fr, NULL) != SQLITE_OK) {
+	if (sqlite3_prepare_v2(db, REPORT_STACK_FRAMES_SQL, -1, &fr, NULL) != SQLITE_OK) {
 		r = -EIO;
 		goto fail;
 	}
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int64_t ns = sqlite3_column_int64(st, 2);
-		json_t *frames = stack_frames_json(fr, sqlite3_column_int64(st, 0)), *x;
+		json_t *frames = report__stack_frames(fr, sqlite3_column_int64(st, 0)), *x;
 
 		x = frames ? json_pack("{s:s, s:f, s:f, s:I, s:I, s:o}", "state",
 				       (const char *)sqlite3_column_text(st, 1), "total_s",

@@ -48,3 +48,10 @@ json_t *imbalance_json(const int64_t *samples, const int64_t *tids, const char *
  * session, -EIO, -ENOMEM. Reads only; does not log.
  */
 int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret);
+
+/* The statement report__stack_frames() steps: ?1 = stacks.id. */
+#define REPORT_STACK_FRAMES_SQL                                                                   \
+	"SELECT f.function, f.module, f.file, f.line, f.kind, f.rel_addr, f.inline_depth "        \
+	"FROM stack_frames sf JOIN frames f ON f.id = sf.frame_id WHERE sf.stack_id = ?1 "        \
+	"ORDER BY sf.pos"
+json_t *report__stack_frames(sqlite3_stmt *fr, int64_t stack_id);

@@ -36,7 +36,32 @@ int main(void)
 	CHECK_INT_EQ(req.pid, 42);
 	CHECK_INT_EQ(req.freq_hz, PROFD_DEFAULT_FREQ_HZ);
 	CHECK_INT_EQ(req.duration_ns, 0);
-	CHECK_STR_EQ(req.events_str, "cpu,offcpu");
+	CHECK_STR_EQ(req.events_str, "cpu,offcpu,rss");
+	CHECK_INT_EQ(req.memory_interval_ns, PROFD_DEFAULT_MEMORY_INTERVAL_NS);
+	CHECK_INT_EQ(req.malloc_sample_bytes, PROFD_DEFAULT_MALLOC_SAMPLE_BYTES);
+
+	/* Memory: the events, their settings, the report. */
+	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":7,\"events\":[\"cpu\",\"malloc\"],"
+			   "\"memory_interval_s\":0.5,\"malloc_sample_bytes\":4096}",
+			   &req, err, sizeof(err)),
+		     0);
+	CHECK_INT_EQ(req.events, EVENT_CPU | EVENT_MALLOC);
+	CHECK_INT_EQ(req.memory_interval_ns, 500000000LL);
+	CHECK_INT_EQ(req.malloc_sample_bytes, 4096);
+	CHECK_INT_EQ(parse("{\"cmd\":\"memory\",\"session\":3}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(req.cmd, CMD_MEMORY);
+	CHECK_INT_EQ(req.limit, 10);
+	expect_error("{\"cmd\":\"memory\"}", -EINVAL, "session");
+	expect_error("{\"cmd\":\"attach\",\"pid\":7,\"memory_interval_s\":0.01}", -EINVAL,
+		     "memory_interval_s");
+	expect_error("{\"cmd\":\"attach\",\"pid\":7,\"memory_interval_s\":\"1\"}", -EINVAL,
+		     "memory_interval_s");
+	expect_error("{\"cmd\":\"attach\",\"pid\":7,\"malloc_sample_bytes\":0}", -EINVAL,
+		     "malloc_sample_bytes");
+	expect_error("{\"cmd\":\"attach\",\"pid\":7,\"malloc_sample_bytes\":2e30}", -EINVAL,
+		     "malloc_sample_bytes");
+	expect_error("{\"cmd\":\"attach\",\"pid\":7,\"events\":[\"cpu\",\"heap\"]}", -EINVAL,
+		     "malloc");
 
 	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":7,\"duration_s\":1.5,\"freq_hz\":250,"
 			   "\"events\":[\"cpu\"]}",

@@ -1,0 +1,544 @@
+/* heap.c - allocation sampling: the heap.bpf.c uprobes, their ring buffer and counters. */
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "heap.h"
+#include "heap.skel.h"
+#include "util.h"
+
+/* Allocator libraries probed at most per process, and links per slot. */
+#define HEAP_MAX_LIBS 4
+#define HEAP_MAX_LINKS 128
+
+struct heap {
+	struct heap_bpf *skel;
+	struct ring_buffer *rb;
+	heap_fn fn;
+	void *ctx;
+	uint64_t bad_records;
+	int nr_cpus;
+	struct bpf_link **links[MALLOC_MAX_SLOTS]; /* HEAP_MAX_LINKS each, NULL-terminated */
+	pid_t pids[MALLOC_MAX_SLOTS];              /* the process each slot probes */
+};
+
+static const char *const func_names[MALLOC_NR_FUNCS] = {
+	[MALLOC_FUNC_MALLOC] = "malloc",
+	[MALLOC_FUNC_CALLOC] = "calloc",
+	[MALLOC_FUNC_REALLOC] = "realloc",
+	[MALLOC_FUNC_POSIX_MEMALIGN] = "posix_memalign",
+	[MALLOC_FUNC_ALIGNED_ALLOC] = "aligned_alloc",
+	[MALLOC_FUNC_MEMALIGN] = "memalign",
+	[MALLOC_FUNC_MMAP] = "mmap",
+	[MALLOC_FUNC_FREE] = "free",
+	[MALLOC_FUNC_MUNMAP] = "munmap",
+};
+
+const char *heap__func_name(unsigned func)
+{
+	return func < MALLOC_NR_FUNCS ? func_names[func] : "?";
+}
+
+/*
+ * heap__weight() - an unbiased estimate of the bytes a sampled block stands
+ * for: a call of s bytes is sampled with probability 1 - exp(-s / mean)
+ * (heap.bpf.c), so it is weighed s / (1 - exp(-s / mean)). Small blocks
+ * weigh about the mean, blocks much larger than the mean their own size.
+ */
+double heap__weight(uint64_t size_bytes, uint64_t sample_bytes)
+{
+	double p;
+
+	if (size_bytes == 0 || sample_bytes == 0)
+		return (double)size_bytes;
+	p = -expm1(-(double)size_bytes / (double)sample_bytes);
+	return p > 0 ? (double)size_bytes / p : (double)size_bytes;
+}
+
+bool malloc_event__valid(const void *data, size_t size)
+{
+	const struct malloc_event *e = data;
+
+	if (size < sizeof(*e) || e->kind > MALLOC_EV_FREE || e->func >= MALLOC_NR_FUNCS ||
+	    e->slot >= MALLOC_MAX_SLOTS)
+		return false;
+	if (e->kind != MALLOC_EV_ALLOC)
+		return true;
+	return !(e->ustack_len > MALLOC_MAX_FRAMES || e->stack_size > MALLOC_STACK_BYTES ||
+		 e->stack_size % sizeof(__u64) != 0 ||
+		 (e->stack_size && !(e->flags & MALLOC_HAS_REGS)) ||
+		 size < offsetof(struct malloc_alloc_event, ips) +
+				(size_t)e->ustack_len * sizeof(__u64) + e->stack_size);
+}
+
+/* A bad record is counted and skipped; 0 always, so that consumption goes on. */
+static int handle_record(void *ctx, void *data, size_t size)
+{
+	struct heap *h = ctx;
+
+	if (!malloc_event__valid(data, size)) {
+		h->bad_records++;
+		return 0;
+	}
+	h->fn(h->ctx, data, size);
+	return 0;
+}
+
+/*
+ * heap__new() - load heap.bpf.c, sharing the targets map @targets_fd (a
+ * hash map of __u32 tgid -> __u32 slot + 1: the CPU sampler's, so followed
+ * children count) and attach its thread-exit program. No uprobe is attached
+ * until heap__attach().
+ * @ringbuf_bytes: ring buffer size, a power of two and a multiple of the
+ *   page size; an ALLOC record is about 2.5 KiB, RETURN and FREE 64 bytes.
+ * @fn, @ctx: called from heap__poll() for each well-formed record.
+ *
+ * Returns 0 and *@ret (owned by the caller: heap__free()), -EINVAL for a
+ * bad @ringbuf_bytes, -EPERM without CAP_BPF + CAP_PERFMON, -ENOMEM, or
+ * libbpf's -errno. Does not log (libbpf's messages go through its callback).
+ */
+int heap__new(size_t ringbuf_bytes, int targets_fd, heap_fn fn, void *ctx, struct heap **ret)
+{
+	struct heap *h;
+	int r;
+
+	if (ringbuf_bytes == 0 || ringbuf_bytes > UINT32_MAX ||
+	    (ringbuf_bytes & (ringbuf_bytes - 1)) != 0 || targets_fd < 0)
+		return -EINVAL;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	h->fn = fn;
+	h->ctx = ctx;
+	h->nr_cpus = libbpf_num_possible_cpus();
+	if (h->nr_cpus <= 0) {
+		r = h->nr_cpus < 0 ? h->nr_cpus : -ENODEV;
+		goto fail;
+	}
+	h->skel = heap_bpf__open();
+	if (!h->skel) {
+		r = -errno;
+		goto fail;
+	}
+	for (unsigned i = 0; i < MALLOC_INTERVALS; i++)
+		h->skel->rodata->intervals_q16[i] =
+			(__u32)lround(-log((i + 0.5) / MALLOC_INTERVALS) * 65536.0);
+	r = bpf_map__reuse_fd(h->skel->maps.targets, targets_fd);
+	if (r < 0)
+		goto fail;
+	r = bpf_map__set_max_entries(h->skel->maps.events, (__u32)ringbuf_bytes);
+	if (r < 0)
+		goto fail;
+	r = heap_bpf__load(h->skel);
+	if (r < 0)
+		goto fail;
+	h->skel->links.malloc_thread_exit = bpf_program__attach(h->skel->progs.malloc_thread_exit);
+	if (!h->skel->links.malloc_thread_exit) {
+		r = -errno;
+		goto fail;
+	}
+	h->rb = ring_buffer__new(bpf_map__fd(h->skel->maps.events), handle_record, h, NULL);
+	if (!h->rb) {
+		r = -errno;
+		goto fail;
+	}
+	*ret = h;
+	return 0;
+fail:
+	heap__free(h);
+	return r < 0 ? r : -EIO;
+}
+
+/* heap__free() - detach every probe and free everything. Accepts NULL and a half-built object. */
+void heap__free(struct heap *h)
+{
+	if (!h)
+		return;
+	for (unsigned i = 0; i < MALLOC_MAX_SLOTS; i++)
+		heap__detach(h, i);
+	ring_buffer__free(h->rb);
+	heap_bpf__destroy(h->skel);
+	free(h);
+}
+
+/* heap__fd() - an epoll fd (owned by @h) that polls readable when records wait. */
+int heap__fd(struct heap *h)
+{
+	return ring_buffer__epoll_fd(h->rb);
+}
+
+/* heap__poll() - read every waiting record without blocking; the number read, or -errno. */
+int heap__poll(struct heap *h)
+{
+	return ring_buffer__consume(h->rb);
+}
+
+/* heap__bad_records() - malformed records seen so far. */
+uint64_t heap__bad_records(struct heap *h)
+{
+	return h->bad_records;
+}
+
+/*
+ * The file offset of function @name in the ELF file @fd (its .dynsym, else
+ * its .symtab), or 0 if it has no such defined function. Versioned names
+ * (malloc@@GLIBC_2.2.5) do not occur in the string tables, so @name is
+ * matched exactly.
+ */
+static uint64_t func_offset(Elf *elf, const char *name)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		Elf_Scn *scn = NULL;
+		Elf32_Word want = pass == 0 ? SHT_DYNSYM : SHT_SYMTAB;
+
+		while ((scn = elf_nextscn(elf, scn))) {
+			GElf_Shdr shdr;
+			Elf_Data *data;
+			size_t n;
+
+			if (!gelf_getshdr(scn, &shdr) || shdr.sh_type != want || !shdr.sh_entsize)
+				continue;
+			data = elf_getdata(scn, NULL);
+			if (!data)
+				continue;
+			n = shdr.sh_size / shdr.sh_entsize;
+			for (size_t i = 0; i < n; i++) {
+				GElf_Sym sym;
+				GElf_Shdr text;
+				const char *s;
+				Elf_Scn *where;
+
+				if (!gelf_getsym(data, (int)i, &sym) || sym.st_shndx == SHN_UNDEF ||
+				    GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_value == 0)
+					continue;
+				s = elf_strptr(elf, shdr.sh_link, sym.st_name);
+				if (!s || strcmp(s, name) != 0)
+					continue;
+				where = elf_getscn(elf, sym.st_shndx);
+				if (!where || !gelf_getshdr(where, &text) ||
+				    sym.st_value < text.sh_addr)
+					return 0;
+				return sym.st_value - text.sh_addr + text.sh_offset;
+			}
+		}
+	}
+	return 0;
+}
+
+/* What each probed function gets: an entry program, and a return program for allocating ones. */
+static void probe_progs(struct heap_bpf *skel, unsigned func, struct bpf_program **ret_entry,
+			struct bpf_program **ret_return)
+{
+	struct bpf_program *entry = NULL, *ret = skel->progs.ptr_return;
+
+	switch (func) {
+	case MALLOC_FUNC_MALLOC:
+		entry = skel->progs.malloc_entry;
+		break;
+	case MALLOC_FUNC_CALLOC:
+		entry = skel->progs.calloc_entry;
+		break;
+	case MALLOC_FUNC_REALLOC:
+		entry = skel->progs.realloc_entry;
+		break;
+	case MALLOC_FUNC_POSIX_MEMALIGN:
+		entry = skel->progs.posix_memalign_entry;
+		ret = skel->progs.posix_memalign_return;
+		break;
+	case MALLOC_FUNC_ALIGNED_ALLOC:
+		entry = skel->progs.aligned_alloc_entry;
+		break;
+	case MALLOC_FUNC_MEMALIGN:
+		entry = skel->progs.memalign_entry;
+		break;
+	case MALLOC_FUNC_MMAP:
+		entry = skel->progs.mmap_entry;
+		ret = skel->progs.mmap_return;
+		break;
+	case MALLOC_FUNC_FREE:
+		entry = skel->progs.free_probe;
+		ret = NULL;
+		break;
+	case MALLOC_FUNC_MUNMAP:
+		entry = skel->progs.munmap_entry;
+		ret = NULL;
+		break;
+	}
+	*ret_entry = entry;
+	*ret_return = ret;
+}
+
+/* Whether @path (a mapping of the target) is an allocator library. */
+static bool is_allocator_lib(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base ? base + 1 : path;
+	return strncmp(base, "libc.so", 7) == 0 || strncmp(base, "libc-", 5) == 0 ||
+	       strncmp(base, "libjemalloc.so", 14) == 0 || strncmp(base, "libtcmalloc", 11) == 0 ||
+	       strncmp(base, "libmimalloc.so", 14) == 0;
+}
+
+/*
+ * The allocator files of @pid, at most @max, as /proc/PID/root paths (seen
+ * from profd whatever the target's mount namespace): the libraries of
+ * is_allocator_lib(), then the executable (probed only if it defines
+ * malloc: statically linked, or with its own allocator). Returns how many.
+ */
+static int allocator_files(pid_t pid, char paths[][PATH_MAX], int max)
+{
+	char maps[64], line[PATH_MAX + 256], root[64];
+	_cleanup_fclose_ FILE *f = NULL;
+	size_t root_len;
+	int n = 0;
+
+	snprintf(maps, sizeof(maps), "/proc/%d/maps", (int)pid);
+	root_len = (size_t)snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
+	f = fopen(maps, "re");
+	if (!f)
+		return -errno;
+	while (n < max - 1 && fgets(line, sizeof(line), f)) {
+		char *path = strchr(line, '/');
+		bool dup = false;
+
+		if (!path)
+			continue;
+		path[strcspn(path, "\n")] = '\0';
+		if (!is_allocator_lib(path) || strstr(path, " (deleted)"))
+			continue;
+		for (int i = 0; i < n && !dup; i++)
+			dup = strcmp(paths[i] + root_len, path) == 0;
+		if (!dup)
+			snprintf(paths[n++], PATH_MAX, "%s%s", root, path);
+	}
+	snprintf(paths[n++], PATH_MAX, "/proc/%d/exe", (int)pid);
+	return n;
+}
+
+/* Remove @tgid's entries from the threads and live maps (a session ended, or starts afresh). */
+static void forget_process(struct heap *h, pid_t tgid)
+{
+	int fd = bpf_map__fd(h->skel->maps.threads);
+	__u32 key, next, *prev = NULL;
+	struct malloc_live_key lkey, lnext, *lprev = NULL;
+
+	while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+		struct malloc_thread st;
+
+		key = next;
+		prev = &key;
+		if (bpf_map_lookup_elem(fd, &key, &st) == 0 && st.tgid == (__u32)tgid) {
+			bpf_map_delete_elem(fd, &key);
+			prev = NULL; /* restart: the deleted key cannot lead on */
+		}
+	}
+	fd = bpf_map__fd(h->skel->maps.live);
+	while (bpf_map_get_next_key(fd, lprev, &lnext) == 0) {
+		lkey = lnext;
+		lprev = &lkey;
+		if (lkey.tgid == (__u32)tgid) {
+			bpf_map_delete_elem(fd, &lkey);
+			lprev = NULL;
+		}
+	}
+}
+
+static int reset_stats(struct heap *h, unsigned slot, uint64_t sample_bytes)
+{
+	_cleanup_free_ struct malloc_stats *zero = calloc(h->nr_cpus, sizeof(*zero));
+	__u32 key = slot;
+	__u64 mean = sample_bytes;
+
+	if (!zero)
+		return -ENOMEM;
+	if (bpf_map_update_elem(bpf_map__fd(h->skel->maps.stats), &key, zero, BPF_ANY) < 0 ||
+	    bpf_map_update_elem(bpf_map__fd(h->skel->maps.sample_bytes), &key, &mean, BPF_ANY) < 0)
+		return -errno;
+	return 0;
+}
+
+/*
+ * heap__attach() - sample the allocations of process @pid for session
+ * @slot (0..MALLOC_MAX_SLOTS-1; @pid must already be in the targets map
+ * under it): uprobes on malloc, calloc, realloc, posix_memalign,
+ * aligned_alloc, memalign, mmap (anonymous mappings), free and munmap in
+ * each allocator library @pid has mapped (libc, jemalloc, tcmalloc,
+ * mimalloc) and in its executable if that defines them. Only @pid's calls
+ * trap (the uprobes are per process).
+ * @sample_bytes: mean bytes between samples, 1..2^40.
+ * @ret_probes: receives what was probed ("libc.so.6: 9 functions, ..."),
+ *   @probes_len bytes.
+ *
+ * Returns the number of uprobes attached (> 0), -EINVAL for a bad argument,
+ * -EBUSY if @slot already has probes, -ESRCH if @pid is gone, -ENOENT if no
+ * allocator function was found, -ENOMEM, or the first -errno of a failed
+ * attach (those already attached are detached). Blocks on file I/O (reading
+ * the ELF files); does not log.
+ */
+int heap__attach(struct heap *h, unsigned slot, pid_t pid, uint64_t sample_bytes, char *ret_probes,
+		 size_t probes_len)
+{
+	char paths[HEAP_MAX_LIBS + 1][PATH_MAX];
+	struct bpf_link **links;
+	size_t nlinks = 0, off = 0;
+	int nfiles, r = 0;
+
+	if (slot >= MALLOC_MAX_SLOTS || pid <= 0 || sample_bytes == 0 || sample_bytes > (1ULL << 40))
+		return -EINVAL;
+	if (h->links[slot])
+		return -EBUSY;
+	nfiles = allocator_files(pid, paths, HEAP_MAX_LIBS + 1);
+	if (nfiles < 0)
+		return nfiles == -ENOENT ? -ESRCH : nfiles;
+	links = calloc(HEAP_MAX_LINKS + 1, sizeof(*links));
+	if (!links)
+		return -ENOMEM;
+	forget_process(h, pid);
+	r = reset_stats(h, slot, sample_bytes);
+	if (r < 0)
+		goto fail;
+	if (probes_len)
+		ret_probes[0] = '\0';
+	elf_version(EV_CURRENT);
+	for (int f = 0; f < nfiles; f++) {
+		_cleanup_close_ int fd = open(paths[f], O_RDONLY | O_CLOEXEC);
+		Elf *elf;
+		unsigned found = 0;
+
+		if (fd < 0)
+			continue;
+		elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+		if (!elf)
+			continue;
+		uint64_t offsets[MALLOC_NR_FUNCS];
+
+		for (unsigned func = 0; func < MALLOC_NR_FUNCS; func++) {
+			offsets[func] = func_offset(elf, func_names[func]);
+			found += offsets[func] != 0;
+		}
+		/*
+		 * Return probes first: a call already in flight when its entry
+		 * probe arrives, before its return probe, would leave the
+		 * thread's nesting depth at 1 for good, and every later call of
+		 * the thread would be taken for a nested one. A return without
+		 * its entry is ignored (depth 0).
+		 */
+		for (int k = 1; k >= 0 && r == 0; k--) {
+			for (unsigned func = 0; func < MALLOC_NR_FUNCS && r == 0; func++) {
+				LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = k == 1);
+				struct bpf_program *progs[2];
+				struct bpf_link *l;
+
+				if (!offsets[func])
+					continue;
+				probe_progs(h->skel, func, &progs[0], &progs[1]);
+				if (!progs[k])
+					continue;
+				if (nlinks == HEAP_MAX_LINKS) {
+					r = -E2BIG;
+					break;
+				}
+				l = bpf_program__attach_uprobe_opts(progs[k], pid, paths[f],
+								    (size_t)offsets[func], &opts);
+				if (!l) {
+					r = -errno;
+					break;
+				}
+				links[nlinks++] = l;
+			}
+		}
+		elf_end(elf);
+		if (r < 0)
+			goto fail;
+		if (found && off < probes_len) {
+			const char *base = strrchr(paths[f], '/');
+
+			if (f == nfiles - 1) { /* /proc/PID/exe: name the executable */
+				char exe[PATH_MAX];
+				ssize_t len = readlink(paths[f], exe, sizeof(exe) - 1);
+
+				exe[len > 0 ? len : 0] = '\0';
+				base = strrchr(exe, '/');
+				off += snprintf(ret_probes + off, probes_len - off, "%s%s: %u functions",
+						off ? ", " : "", base ? base + 1 : "executable", found);
+			} else {
+				off += snprintf(ret_probes + off, probes_len - off, "%s%s: %u functions",
+						off ? ", " : "", base ? base + 1 : paths[f], found);
+			}
+		}
+	}
+	if (nlinks == 0) {
+		r = -ENOENT;
+		goto fail;
+	}
+	h->links[slot] = links;
+	h->pids[slot] = pid;
+	return (int)nlinks;
+fail:
+	for (size_t i = 0; i < nlinks; i++)
+		bpf_link__destroy(links[i]);
+	free(links);
+	return r;
+}
+
+/*
+ * heap__detach() - remove @slot's uprobes and forget its process's threads
+ * and live blocks in the BPF maps. Records already in the ring buffer are
+ * still delivered. Accepts a slot without probes.
+ */
+void heap__detach(struct heap *h, unsigned slot)
+{
+	size_t n = 0;
+
+	if (slot >= MALLOC_MAX_SLOTS || !h->links[slot])
+		return;
+	/* Entry probes last attached, first gone (heap__attach()); then the returns. */
+	while (h->links[slot][n])
+		n++;
+	while (n > 0)
+		bpf_link__destroy(h->links[slot][--n]);
+	free(h->links[slot]);
+	h->links[slot] = NULL;
+	forget_process(h, h->pids[slot]);
+	h->pids[slot] = 0;
+}
+
+/*
+ * heap__stats() - @slot's counters since its heap__attach(), summed over
+ * CPUs. Returns 0, -EINVAL, -ENOMEM or bpf()'s -errno (*@ret unchanged).
+ */
+int heap__stats(struct heap *h, unsigned slot, struct malloc_stats *ret)
+{
+	_cleanup_free_ struct malloc_stats *vals = NULL;
+	struct malloc_stats sum = { 0 };
+	__u32 key = slot;
+
+	if (slot >= MALLOC_MAX_SLOTS)
+		return -EINVAL;
+	vals = calloc(h->nr_cpus, sizeof(*vals));
+	if (!vals)
+		return -ENOMEM;
+	if (bpf_map_lookup_elem(bpf_map__fd(h->skel->maps.stats), &key, vals) < 0)
+		return -errno;
+	for (int cpu = 0; cpu < h->nr_cpus; cpu++) {
+		for (int f = 0; f < MALLOC_NR_FUNCS; f++)
+			sum.calls[f] += vals[cpu].calls[f];
+		sum.alloc_bytes += vals[cpu].alloc_bytes;
+		sum.sampled += vals[cpu].sampled;
+		sum.ringbuf_full += vals[cpu].ringbuf_full;
+		sum.live_full += vals[cpu].live_full;
+		sum.thread_map_full += vals[cpu].thread_map_full;
+	}
+	*ret = sum;
+	return 0;
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Memory growth, as a user sees it in profctl memory:
+- a process leaking 1 MiB/s from leak_chunk(): the RSS slope is within 20% of
+  1 MiB/s, leak_chunk() is in the top growth stack and is a leak suspect;
+- a process that allocates and frees heavily with flat memory: no leak
+  suspect, its allocation rate is reported;
+- a target that exits mid-session: the series ends cleanly, the report works.
+"""
+import time
+
+from profdtest import Profd, check, require_root_bpf, run, binary
+
+MIB = 1024 * 1024
+
+
+def functions(stack):
+    return [f['function'] for f in stack['frames']]
+
+
+def wait_ready(w):
+    line = w.stdout.readline()
+    check(line.strip() == 'ready', 'workload printed %r, not ready' % line)
+
+
+def test_leak(d, alloc):
+    w = d.spawn(alloc, 'leak', '--seconds', '60', '--rate-kib', '1024')
+    wait_ready(w)
+    att = d.json('attach', w.pid, '--events', 'cpu,rss,malloc', '--duration', '10', '--wait')
+    sid = att['session']
+    m = d.json('memory', sid)
+    rss = m['rss']
+    check(rss is not None and rss['readings'] >= 8, 'RSS series has %r readings' % (rss and rss['readings']))
+    slope = rss['growth_bytes_per_s']
+    check(0.8 * MIB <= slope <= 1.2 * MIB,
+          'RSS grows %.0f B/s, the workload leaks %d B/s (20%% allowed)' % (slope, MIB))
+    check(rss['end_bytes'] > rss['start_bytes'] + 5 * MIB,
+          'RSS went from %d to %d bytes in 10 s of a 1 MiB/s leak' % (rss['start_bytes'], rss['end_bytes']))
+    a = m['allocations']
+    check(a is not None, 'allocations not traced with --events ...,malloc')
+    check('libc.so' in (a['probes'] or ''), 'probes: %r' % a['probes'])
+    check(a['calls'] > 0 and a['sampled'] > 0, 'calls %r, sampled %r' % (a['calls'], a['sampled']))
+    check(a['top_growth'], 'no stack grew')
+    top = a['top_growth'][0]
+    check('leak_chunk' in functions(top),
+          'top growth stack is %s, not the leaking one' % functions(top))
+    check(top['function'] == 'leak_chunk', 'the stack is named %r, not by its caller leak_chunk' % top['function'])
+    suspects = [s for s in a['leak_suspects'] if 'leak_chunk' in functions(s)]
+    check(suspects, 'leak_chunk is not a leak suspect; suspects: %s' %
+          [s['function'] for s in a['leak_suspects']])
+    check(all('leak_chunk' in functions(s) for s in a['leak_suspects']),
+          'a stack that does not leak is a suspect: %s' % [functions(s) for s in a['leak_suspects']])
+    # Its estimated live bytes: ~10 MiB leaked; sampling noise with ~19 samples is ~25%.
+    live = suspects[0]['live_bytes']
+    check(5 * MIB <= live <= 16 * MIB, 'leak_chunk live bytes estimated at %d, ~10 MiB leaked' % live)
+    # The text report names it too.
+    _, out, _ = d.ctl('memory', sid, '--ascii')
+    check('leak suspects' in out and 'leak_chunk' in out, 'profctl memory text:\n' + out)
+    w.kill()
+    w.wait()
+
+
+def test_churn(d, alloc):
+    w = d.spawn(alloc, 'churn', '--seconds', '60', '--threads', '2')
+    wait_ready(w)
+    time.sleep(0.5)  # the working sets are full
+    att = d.json('attach', w.pid, '--events', 'cpu,rss,malloc', '--duration', '6', '--wait')
+    m = d.json('memory', att['session'])
+    a = m['allocations']
+    check(a['leak_suspects'] == [], 'flat churn has leak suspects: %s' %
+          [functions(s) for s in a['leak_suspects']])
+    check(a['calls_per_s'] > 1000 and a['bytes_per_s'] > 100000,
+          'allocation rate %r calls/s, %r B/s' % (a['calls_per_s'], a['bytes_per_s']))
+    check(a['free_calls'] > 0.9 * a['calls'], '%d frees for %d allocations' % (a['free_calls'], a['calls']))
+    check(abs(m['rss']['growth_bytes_per_s']) < 256 * 1024,
+          'flat workload: RSS grows %r B/s' % m['rss']['growth_bytes_per_s'])
+    check(any('churn_step' in functions(s) for s in a['top_live'] + a['top_growth']) or a['sampled'] > 0,
+          'no sample of the churning stack')
+    w.kill()
+    w.wait()
+
+
+def test_exit(d, alloc):
+    w = d.spawn(alloc, 'leak', '--seconds', '3')
+    wait_ready(w)
+    sid = d.json('attach', w.pid, '--events', 'cpu,rss,malloc', '--duration', '30')['session']
+    w.wait(timeout=30)
+    s = d.wait_ended(sid, timeout=15)
+    check(s['end_reason'] == 'target_exited', 'end_reason %r' % s['end_reason'])
+    m = d.json('memory', sid)
+    rss = m['rss']
+    check(rss['readings'] >= 2, 'only %d readings before the exit' % rss['readings'])
+    check(rss['last_reading_s'] <= 4.5, 'a reading at %.1f s of a process that exited at ~3 s'
+          % rss['last_reading_s'])
+    check(m['duration_s'] < 10, 'session of a 3 s process lasted %.1f s' % m['duration_s'])
+    check(m['allocations']['calls'] > 0, 'allocations of the exited process lost')
+    d.ctl('memory', sid)
+
+
+def test():
+    require_root_bpf()
+    alloc = binary('ALLOC_PATTERN')
+    with Profd() as d:
+        test_leak(d, alloc)
+        test_churn(d, alloc)
+        test_exit(d, alloc)
+
+
+run(test)
