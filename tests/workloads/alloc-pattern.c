@@ -116,6 +116,9 @@ __attribute__((noinline)) static void *churn_thread(void *arg)
 	return NULL;
 }
 
+/* Where the tight loop's blocks pass: the compiler may not drop a malloc/free pair. */
+static __thread void *volatile sink;
+
 /* One malloc and one free per iteration. */
 __attribute__((noinline)) static void *tight_thread(void *arg)
 {
@@ -127,7 +130,8 @@ __attribute__((noinline)) static void *tight_thread(void *arg)
 
 		if (p)
 			p[0] = (char)i;
-		free(p);
+		sink = p;
+		free(sink);
 	}
 	return NULL;
 }
