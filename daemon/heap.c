@@ -28,9 +28,24 @@ struct heap {
 	void *ctx;
 	uint64_t bad_records;
 	int nr_cpus;
-	struct bpf_link **links[MALLOC_MAX_SLOTS]; /* HEAP_MAX_LINKS each, NULL-terminated */
-	pid_t pids[MALLOC_MAX_SLOTS];              /* the process each slot probes */
+	struct heap_proc *procs[MALLOC_MAX_SLOTS]; /* the processes each slot probes */
 };
+
+/* One probed process: its uprobes (the returns first, then the entries). */
+struct heap_proc {
+	struct heap_proc *next;
+	pid_t pid;
+	size_t nlinks;
+	struct bpf_link *links[];
+};
+
+/* Detach @p's probes, entries first (heap__attach()), and free it. */
+static void heap_proc_free(struct heap_proc *p)
+{
+	while (p->nlinks > 0)
+		bpf_link__destroy(p->links[--p->nlinks]);
+	free(p);
+}
 
 static const char *const func_names[MALLOC_NR_FUNCS] = {
 	[MALLOC_FUNC_MALLOC] = "malloc",
@@ -370,7 +385,8 @@ static int reset_stats(struct heap *h, unsigned slot, uint64_t sample_bytes)
 /*
  * heap__attach() - sample the allocations of process @pid for session
  * @slot (0..MALLOC_MAX_SLOTS-1; @pid must already be in the targets map
- * under it): uprobes on malloc, calloc, realloc, posix_memalign,
+ * under it; a slot may probe several processes: a target and the children
+ * it forks, whose uprobes are their own): uprobes on malloc, calloc, realloc, posix_memalign,
  * aligned_alloc, memalign, mmap (anonymous mappings), free and munmap in
  * each allocator library @pid has mapped (libc, jemalloc, tcmalloc,
  * mimalloc) and in its executable if that defines them. Only @pid's calls
@@ -379,8 +395,10 @@ static int reset_stats(struct heap *h, unsigned slot, uint64_t sample_bytes)
  * @ret_probes: receives what was probed ("libc.so.6: 9 functions, ..."),
  *   @probes_len bytes.
  *
+ * @sample_bytes is the slot's for its first process, and ignored after.
+ *
  * Returns the number of uprobes attached (> 0), -EINVAL for a bad argument,
- * -EBUSY if @slot already has probes, -ESRCH if @pid is gone, -ENOENT if no
+ * -EBUSY if @slot already probes @pid, -ESRCH if @pid is gone, -ENOENT if no
  * allocator function was found, -ENOMEM, or the first -errno of a failed
  * attach (those already attached are detached). Blocks on file I/O (reading
  * the ELF files); does not log.
@@ -390,23 +408,28 @@ int heap__attach(struct heap *h, unsigned slot, pid_t pid, uint64_t sample_bytes
 {
 	char paths[HEAP_MAX_LIBS + 1][PATH_MAX];
 	struct bpf_link **links;
+	struct heap_proc *proc;
 	size_t nlinks = 0, off = 0;
 	int nfiles, r = 0;
 
 	if (slot >= MALLOC_MAX_SLOTS || pid <= 0 || sample_bytes == 0 || sample_bytes > (1ULL << 40))
 		return -EINVAL;
-	if (h->links[slot])
+	if (heap__attached(h, slot, pid))
 		return -EBUSY;
 	nfiles = allocator_files(pid, paths, HEAP_MAX_LIBS + 1);
 	if (nfiles < 0)
 		return nfiles == -ENOENT ? -ESRCH : nfiles;
-	links = calloc(HEAP_MAX_LINKS + 1, sizeof(*links));
-	if (!links)
+	proc = calloc(1, sizeof(*proc) + HEAP_MAX_LINKS * sizeof(proc->links[0]));
+	if (!proc)
 		return -ENOMEM;
+	links = proc->links;
 	forget_process(h, pid);
-	r = reset_stats(h, slot, sample_bytes);
-	if (r < 0)
-		goto fail;
+	/* The slot's first process starts its counters and sets its rate. */
+	if (!h->procs[slot]) {
+		r = reset_stats(h, slot, sample_bytes);
+		if (r < 0)
+			goto fail;
+	}
 	if (probes_len)
 		ret_probes[0] = '\0';
 	elf_version(EV_CURRENT);
@@ -481,36 +504,44 @@ int heap__attach(struct heap *h, unsigned slot, pid_t pid, uint64_t sample_bytes
 		r = -ENOENT;
 		goto fail;
 	}
-	h->links[slot] = links;
-	h->pids[slot] = pid;
+	proc->pid = pid;
+	proc->nlinks = nlinks;
+	proc->next = h->procs[slot];
+	h->procs[slot] = proc;
 	return (int)nlinks;
 fail:
-	for (size_t i = 0; i < nlinks; i++)
-		bpf_link__destroy(links[i]);
-	free(links);
+	proc->nlinks = nlinks;
+	heap_proc_free(proc);
 	return r;
 }
 
+/* heap__attached() - whether @slot probes process @pid. */
+bool heap__attached(struct heap *h, unsigned slot, pid_t pid)
+{
+	if (slot >= MALLOC_MAX_SLOTS)
+		return false;
+	for (struct heap_proc *p = h->procs[slot]; p; p = p->next)
+		if (p->pid == pid)
+			return true;
+	return false;
+}
+
 /*
- * heap__detach() - remove @slot's uprobes and forget its process's threads
+ * heap__detach() - remove @slot's uprobes and forget its processes' threads
  * and live blocks in the BPF maps. Records already in the ring buffer are
  * still delivered. Accepts a slot without probes.
  */
 void heap__detach(struct heap *h, unsigned slot)
 {
-	size_t n = 0;
+	struct heap_proc *p;
 
-	if (slot >= MALLOC_MAX_SLOTS || !h->links[slot])
+	if (slot >= MALLOC_MAX_SLOTS)
 		return;
-	/* Entry probes last attached, first gone (heap__attach()); then the returns. */
-	while (h->links[slot][n])
-		n++;
-	while (n > 0)
-		bpf_link__destroy(h->links[slot][--n]);
-	free(h->links[slot]);
-	h->links[slot] = NULL;
-	forget_process(h, h->pids[slot]);
-	h->pids[slot] = 0;
+	while ((p = h->procs[slot])) {
+		h->procs[slot] = p->next;
+		forget_process(h, p->pid);
+		heap_proc_free(p);
+	}
 }
 
 /*

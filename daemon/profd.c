@@ -184,6 +184,36 @@ static void on_heap_ready(struct watch *w, uint32_t events)
 	heap__poll(p->heap);
 }
 
+/*
+ * Allocation probes for the processes a session follows (--children): the
+ * uprobes are per process, so a forked child has none of its parent's.
+ * Its calls from its start to here are not seen.
+ */
+static void attach_heap_children(struct profd *p)
+{
+	for (unsigned i = 0; p->heap && i < PROFILE_MAX_SLOTS; i++) {
+		struct session *s = p->slots[i];
+		struct proc *proc;
+
+		if (!s || !s->malloc_sample_bytes || !s->follow_children)
+			continue;
+		hashmap__for_each(&s->procs, k, proc)
+		{
+			char probes[256];
+			int r;
+
+			if (proc->malloc_tried || proc == s->main)
+				continue;
+			proc->malloc_tried = true;
+			r = heap__attach(p->heap, i, proc->pid, s->malloc_sample_bytes, probes,
+					 sizeof(probes));
+			if (r < 0 && r != -EBUSY)
+				log_warning_errno(r, "Session %lld: no allocation probes in child %d: %m",
+						  (long long)s->id, proc->pid);
+		}
+	}
+}
+
 /* The allocation probes' counters, into each session that traces allocations, before a flush. */
 static void collect_heap_stats(struct profd *p)
 {
@@ -353,6 +383,7 @@ static void on_timer(struct watch *w, uint32_t events)
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		if (p->slots[i] && session__expired(p->slots[i], now))
 			end_session(p, i, "duration");
+	attach_heap_children(p);
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		if (p->slots[i] && session__read_memory(p->slots[i], now) < 0)
 			log_warning("Session %lld: out of memory for its memory readings",

@@ -825,6 +825,19 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 	}
 	if (r < 0 && r != -ENOENT)
 		return r;
+	/*
+	 * A user return address is stored minus one, at the address it was
+	 * looked up at (the last byte of the call): the row then symbolizes as
+	 * it is (profctl resymbolize), and the entry of a function, a leaf in an
+	 * allocation stack, is another row than the same address as a return
+	 * address (a CPU sample's user IP under a uprobe handler's kernel frames,
+	 * looked up in the function before). Rows are shared across sessions by
+	 * (module, build ID, rel_addr).
+	 */
+	if (!kernel && return_addr)
+		for (int i = 0; i < n; i++)
+			if (fi[i].rel_addr > 0)
+				fi[i].rel_addr--;
 	/* Kernel frames and lookups that failed have no inlining: depth 0, from the zeroing. */
 	for (int i = 0; i < n; i++) {
 		r = store__frame_id(env->store, &fi[i], &key.ids[i]);

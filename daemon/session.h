@@ -50,6 +50,7 @@ struct proc {
 	pthread_rwlock_t as_lock;
 	struct addrspace *as;
 	struct perfmap *jit; /* /tmp/perf-PID.map, for code outside any file mapping */
+	bool malloc_tried;   /* its allocator probes were attached (or failed to) */
 };
 
 struct session {

@@ -4,7 +4,8 @@
   1 MiB/s, leak_chunk() is in the top growth stack and is a leak suspect;
 - a process that allocates and frees heavily with flat memory: no leak
   suspect, its allocation rate is reported;
-- a target that exits mid-session: the series ends cleanly, the report works.
+- a target that exits mid-session: the series ends cleanly, the report works;
+- a leak in a child forked after the attach, followed with --children.
 """
 import time
 
@@ -96,6 +97,24 @@ def test_exit(d, alloc):
     d.ctl('memory', sid)
 
 
+def test_children(d, alloc):
+    """A leak in a child forked after the attach (a data-loader worker), with --children."""
+    w = d.spawn(alloc, 'leak', '--seconds', '20', '--delay', '1', '--fork', '1')
+    wait_ready(w)
+    att = d.json('attach', w.pid, '--children', '--events', 'cpu,rss,malloc', '--duration', '9', '--wait')
+    m = d.json('memory', att['session'])
+    pids = [p['pid'] for p in m['rss']['processes']]
+    check(len(pids) == 2 and w.pid in pids, 'RSS series of processes %s, want the parent %d and its child'
+          % (pids, w.pid))
+    child = [p for p in m['rss']['processes'] if p['pid'] != w.pid][0]
+    check(child['growth_bytes_per_s'] > 0.5 * MIB, "the child's RSS grows %r B/s" % child['growth_bytes_per_s'])
+    suspects = [s for s in m['allocations']['leak_suspects'] if 'leak_chunk' in functions(s)]
+    check(suspects, "the child's leak_chunk is not a leak suspect: %s" %
+          [s['function'] for s in m['allocations']['leak_suspects']])
+    w.kill()
+    w.wait()
+
+
 def test():
     require_root_bpf()
     alloc = binary('ALLOC_PATTERN')
@@ -103,6 +122,7 @@ def test():
         test_leak(d, alloc)
         test_churn(d, alloc)
         test_exit(d, alloc)
+        test_children(d, alloc)
 
 
 run(test)

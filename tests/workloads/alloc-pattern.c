@@ -12,16 +12,19 @@
  *       the benchmark loop: malloc + free of 16..256 bytes, as fast as it can,
  *       N iterations per thread (then it prints the time taken), or S seconds.
  *   --delay S: sleep S seconds after printing "ready", before the work.
+ *   --fork 1: then fork, and do the work in the child (the parent waits).
  *
  * Prints "ready" on stdout once started; at the end, per thread, the bytes
  * it allocated on stderr.
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define LEAK_BLOCK (64 * 1024)
@@ -32,6 +35,7 @@ static long rate_kib = 1024;
 static long iterations;
 static int nthreads = 2;
 static double delay_s; /* --delay: sleep after "ready", before the work (a profiler attaches) */
+static bool fork_first; /* --fork 1: a child process does the work, the parent waits for it */
 
 static double now(void)
 {
@@ -164,6 +168,8 @@ int main(int argc, char **argv)
 			iterations = atol(argv[i + 1]);
 		else if (strcmp(argv[i], "--delay") == 0)
 			delay_s = atof(argv[i + 1]);
+		else if (strcmp(argv[i], "--fork") == 0)
+			fork_first = atoi(argv[i + 1]) != 0;
 		else {
 			fprintf(stderr, "alloc-pattern: unknown option %s\n", argv[i]);
 			return 2;
@@ -177,6 +183,17 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	if (delay_s > 0)
 		usleep((useconds_t)(delay_s * 1e6));
+	if (fork_first) {
+		pid_t child = fork();
+		int status;
+
+		if (child < 0)
+			return 1;
+		if (child > 0)
+			return waitpid(child, &status, 0) == child && WIFEXITED(status)
+				       ? WEXITSTATUS(status)
+				       : 1;
+	}
 	if (strcmp(mode, "leak") == 0)
 		run_leak();
 	else if (strcmp(mode, "churn") == 0)
@@ -185,7 +202,7 @@ int main(int argc, char **argv)
 		run_threads(tight_thread);
 	else {
 		fprintf(stderr, "usage: alloc-pattern leak|churn|tight [--seconds S] [--rate-kib N] "
-				"[--threads T] [--iterations N] [--delay S]\n");
+				"[--threads T] [--iterations N] [--delay S] [--fork 1]\n");
 		return 2;
 	}
 	return 0;
