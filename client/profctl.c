@@ -568,36 +568,32 @@ static bool want_ascii(const struct args *a)
 	return a->ascii || strcmp(nl_langinfo(CODESET), "UTF-8") != 0;
 }
 
-static int run_hotpaths(struct conn *c, const struct args *a)
+/* call_and_render() for the reports drawn with box or block characters (or ASCII). */
+static int call_and_draw(struct conn *c, const struct args *a, json_t *request,
+			 int (*fn)(FILE *f, const json_t *reply, bool ascii))
 {
 	_cleanup_(json_decrefp) json_t *reply = NULL;
 	struct render out;
 	int r;
 
-	r = call(c, request_report("hotpaths", a), &reply);
+	r = call(c, request, &reply);
 	if (r < 0)
 		return r;
 	if (a->json)
 		return print_json(reply);
 	if ((r = render_begin(&out)) < 0)
 		return r;
-	return render_end(&out, output__hotpaths(out.f, reply, want_ascii(a)));
+	return render_end(&out, fn(out.f, reply, want_ascii(a)));
+}
+
+static int run_hotpaths(struct conn *c, const struct args *a)
+{
+	return call_and_draw(c, a, request_report("hotpaths", a), output__hotpaths);
 }
 
 static int run_memory(struct conn *c, const struct args *a)
 {
-	_cleanup_(json_decrefp) json_t *reply = NULL;
-	struct render out;
-	int r;
-
-	r = call(c, request_report("memory", a), &reply);
-	if (r < 0)
-		return r;
-	if (a->json)
-		return print_json(reply);
-	if ((r = render_begin(&out)) < 0)
-		return r;
-	return render_end(&out, output__memory(out.f, reply, want_ascii(a)));
+	return call_and_draw(c, a, request_report("memory", a), output__memory);
 }
 
 static int run_threads(struct conn *c, const struct args *a)

@@ -553,6 +553,15 @@ int store__session_add_offcpu_lost(struct store *st, int64_t session_id, uint64_
 	return step_done(stmt);
 }
 
+/* Bind @v at @i, or NULL unless @set. */
+static void bind_int64_if(sqlite3_stmt *stmt, int i, bool set, uint64_t v)
+{
+	if (set)
+		sqlite3_bind_int64(stmt, i, (int64_t)v);
+	else
+		sqlite3_bind_null(stmt, i);
+}
+
 int store__memory_add(struct store *st, int64_t session_id, const struct store_memory *m)
 {
 	sqlite3_stmt *stmt = st->stmt[STMT_MEMORY_ADD];
@@ -561,10 +570,7 @@ int store__memory_add(struct store *st, int64_t session_id, const struct store_m
 	sqlite3_bind_int64(stmt, 2, (int64_t)m->time_ns);
 	sqlite3_bind_int(stmt, 3, m->pid);
 	sqlite3_bind_int64(stmt, 4, (int64_t)m->rss_bytes);
-	if (m->has_pss)
-		sqlite3_bind_int64(stmt, 5, (int64_t)m->pss_bytes);
-	else
-		sqlite3_bind_null(stmt, 5);
+	bind_int64_if(stmt, 5, m->has_pss, m->pss_bytes);
 	sqlite3_bind_int64(stmt, 6, (int64_t)m->anon_bytes);
 	sqlite3_bind_int64(stmt, 7, (int64_t)m->file_bytes);
 	sqlite3_bind_int64(stmt, 8, (int64_t)m->shmem_bytes);
@@ -587,10 +593,7 @@ int store__allocation_add(struct store *st, int64_t session_id, const struct sto
 	sqlite3_bind_double(stmt, 7, a->weight_bytes);
 	sqlite3_bind_int64(stmt, 8, (int64_t)a->address);
 	sqlite3_bind_int64(stmt, 9, (int64_t)a->alloc_ns);
-	if (a->free_ns)
-		sqlite3_bind_int64(stmt, 10, (int64_t)a->free_ns);
-	else
-		sqlite3_bind_null(stmt, 10);
+	bind_int64_if(stmt, 10, a->free_ns != 0, a->free_ns);
 	sqlite3_bind_int(stmt, 11, a->untracked);
 	r = step_done(stmt);
 	if (r < 0)
@@ -627,14 +630,8 @@ int store__session_memory_config(struct store *st, int64_t session_id, uint64_t 
 	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_MEMORY_CONFIG];
 
 	sqlite3_bind_int64(stmt, 1, session_id);
-	if (interval_ns)
-		sqlite3_bind_int64(stmt, 2, (int64_t)interval_ns);
-	else
-		sqlite3_bind_null(stmt, 2);
-	if (sample_bytes)
-		sqlite3_bind_int64(stmt, 3, (int64_t)sample_bytes);
-	else
-		sqlite3_bind_null(stmt, 3);
+	bind_int64_if(stmt, 2, interval_ns != 0, interval_ns);
+	bind_int64_if(stmt, 3, sample_bytes != 0, sample_bytes);
 	bind_text_or_null(stmt, 4, probes);
 	return step_done(stmt);
 }
