@@ -1213,6 +1213,11 @@ int output__memory(FILE *f, const json_t *reply, bool ascii)
 			(long long)json_integer_value(json_object_get(al, "untracked")));
 		fprintf(f, "  live at the end (estimated from samples): %s in %lld stacks\n", c,
 			(long long)json_integer_value(json_object_get(al, "stacks")));
+		if (json_is_number(json_object_get(al, "stopped_at_s")))
+			fprintf(f, "  probes detached at %.1f s: they trapped more than %lld times a "
+				   "second (attach --malloc-max-rate); the figures end there\n",
+				json_number_value(json_object_get(al, "stopped_at_s")),
+				(long long)json_integer_value(json_object_get(al, "max_hits_per_s")));
 		list = json_object_get(al, "leak_suspects");
 		fprintf(f, "\nleak suspects (live bytes rising over %lld windows of %.1f s): %s\n",
 			(long long)json_integer_value(json_object_get(al, "windows")),

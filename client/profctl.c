@@ -41,6 +41,7 @@ enum {
 	OPT_EVENT,
 	OPT_MEMORY_INTERVAL,
 	OPT_MALLOC_SAMPLE_BYTES,
+	OPT_MALLOC_MAX_RATE,
 };
 
 /* The parsed command line. */
@@ -60,6 +61,7 @@ struct args {
 	long long stack_bytes;		  /* --stack-bytes; 0: profd's default */
 	double memory_interval_s;	  /* --memory-interval; 0: profd's default */
 	long long malloc_sample_bytes;	  /* --malloc-sample-bytes; 0: profd's default */
+	long long malloc_max_rate;	  /* --malloc-max-rate; -1: profd's default */
 	bool debuginfod;		  /* resymbolize --debuginfod */
 	bool children;			  /* attach --children */
 	bool group_by_name;		  /* threads --group-by name */
@@ -387,6 +389,10 @@ static json_t *attach_request(const struct args *a)
 	if (a->memory_interval_s > 0 &&
 	    json_object_set_new(request, "memory_interval_s", json_real(a->memory_interval_s)) < 0)
 		return NULL;
+	if (a->malloc_max_rate >= 0 &&
+	    json_object_set_new(request, "malloc_max_hits_per_s",
+				json_integer((json_int_t)a->malloc_max_rate)) < 0)
+		return NULL;
 	if (a->malloc_sample_bytes > 0 &&
 	    json_object_set_new(request, "malloc_sample_bytes",
 				json_integer((json_int_t)a->malloc_sample_bytes)) < 0)
@@ -688,6 +694,7 @@ static const struct option attach_options[] = {
     {"children", no_argument, NULL, OPT_CHILDREN},
     {"memory-interval", required_argument, NULL, OPT_MEMORY_INTERVAL},
     {"malloc-sample-bytes", required_argument, NULL, OPT_MALLOC_SAMPLE_BYTES},
+    {"malloc-max-rate", required_argument, NULL, OPT_MALLOC_MAX_RATE},
     {},
 };
 
@@ -771,6 +778,9 @@ static const struct command commands[] = {
 		   "      --malloc-sample-bytes N\n"
 		   "                          mean bytes allocated between two malloc\n"
 		   "                          samples (default 524288, as tcmalloc)\n"
+		   "      --malloc-max-rate N detach the malloc probes if they trap more\n"
+		   "                          than N times a second (2 per malloc, 1 per\n"
+		   "                          free; default 100000; 0: never)\n"
 		   "  -w, --wait              wait for the session to end, with progress on\n"
 		   "                          stderr if it is a terminal, then print the\n"
 		   "                          session summary; Ctrl-C detaches the session\n"
@@ -1320,6 +1330,11 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 					  &a->malloc_sample_bytes) < 0)
 				return -EINVAL;
 			break;
+		case OPT_MALLOC_MAX_RATE:
+			if (parse_integer(optarg, "--malloc-max-rate", 0, 1000000000,
+					  &a->malloc_max_rate) < 0)
+				return -EINVAL;
+			break;
 		case OPT_STACK_BYTES:
 			if (parse_integer(optarg, "--stack-bytes", 512, 32768, &a->stack_bytes) < 0)
 				return -EINVAL;
@@ -1359,7 +1374,7 @@ int main(int argc, char **argv)
 {
 	_cleanup_(conn__freep) struct conn *conn = NULL;
 	_cleanup_free_ char **argv_copy = NULL;
-	struct args a = {};
+	struct args a = { .malloc_max_rate = -1 };
 	const char *env;
 	int r;
 

@@ -23,5 +23,11 @@
 #define PROFD_DEFAULT_MEMORY_INTERVAL_NS 1000000000ULL
 /* Mean bytes allocated between two allocation samples (events "malloc"), as tcmalloc's default. */
 #define PROFD_DEFAULT_MALLOC_SAMPLE_BYTES (512ULL * 1024)
+/*
+ * Allocation probe hits per second (2 per malloc, 1 per free) above which
+ * profd detaches a session's allocation probes: each hit traps into the
+ * kernel, ~1-15 us here, so 100000/s costs the target up to a core.
+ */
+#define PROFD_DEFAULT_MALLOC_MAX_HITS_PER_S 100000ULL
 /* Aggregation window and flush interval: a crash loses at most this much. */
 #define PROFD_WINDOW_NS 1000000000ULL

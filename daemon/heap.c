@@ -515,6 +515,12 @@ fail:
 	return r;
 }
 
+/* heap__probing() - whether @slot has probes attached (to any process). */
+bool heap__probing(struct heap *h, unsigned slot)
+{
+	return slot < MALLOC_MAX_SLOTS && h->procs[slot];
+}
+
 /* heap__attached() - whether @slot probes process @pid. */
 bool heap__attached(struct heap *h, unsigned slot, pid_t pid)
 {

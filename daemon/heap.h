@@ -48,5 +48,6 @@ uint64_t heap__bad_records(struct heap *h);
 int heap__attach(struct heap *h, unsigned slot, pid_t pid, uint64_t sample_bytes, char *ret_probes,
 		 size_t probes_len);
 bool heap__attached(struct heap *h, unsigned slot, pid_t pid);
+bool heap__probing(struct heap *h, unsigned slot);
 void heap__detach(struct heap *h, unsigned slot);
 int heap__stats(struct heap *h, unsigned slot, struct malloc_stats *ret);

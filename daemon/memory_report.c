@@ -412,7 +412,8 @@ int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 	if (sqlite3_prepare_v2(db,
 			       "SELECT started_at_ns, COALESCE(ended_at_ns, ?2), memory_interval_ns, "
 			       "malloc_sample_bytes, malloc_calls, free_calls, malloc_bytes, "
-			       "malloc_sampled, malloc_lost, malloc_probes, state "
+			       "malloc_sampled, malloc_lost, malloc_probes, state, "
+			       "malloc_max_hits_per_s, malloc_stopped_ns "
 			       "FROM sessions WHERE id = ?1",
 			       -1, &st, NULL) != SQLITE_OK)
 		return -EIO;
@@ -453,15 +454,24 @@ int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 	}
 	{
 		int64_t calls = sqlite3_column_int64(st, 4), bytes = sqlite3_column_int64(st, 6);
+		bool stopped = sqlite3_column_type(st, 12) != SQLITE_NULL;
+		/* Rates over the time the probes were attached. */
+		double traced_s = stopped ? (double)(sqlite3_column_int64(st, 12) - start_ns) / 1e9
+					  : dur_s;
 
-		allocs = json_pack("{s:I, s:s?, s:o, s:o, s:o, s:o, s:o, s:f, s:f}", "sample_bytes",
+		if (traced_s <= 0)
+			traced_s = dur_s;
+		allocs = json_pack("{s:I, s:s?, s:o, s:o, s:o, s:o, s:o, s:f, s:f, s:o, s:o}",
+				   "sample_bytes",
 				   (json_int_t)sqlite3_column_int64(st, 3), "probes",
 				   (const char *)sqlite3_column_text(st, 9), "calls",
 				   col_int_or_null(st, 4), "free_calls", col_int_or_null(st, 5),
 				   "bytes", col_int_or_null(st, 6), "sampled", col_int_or_null(st, 7),
 				   "lost", col_int_or_null(st, 8), "calls_per_s",
-				   round((double)calls / dur_s * 10) / 10, "bytes_per_s",
-				   round((double)bytes / dur_s));
+				   round((double)calls / traced_s * 10) / 10, "bytes_per_s",
+				   round((double)bytes / traced_s), "max_hits_per_s",
+				   col_int_or_null(st, 11), "stopped_at_s",
+				   stopped ? json_real(round(traced_s * 1000) / 1000) : json_null());
 	}
 	if (!allocs || json_object_set_new(o, "allocations", allocs) < 0) {
 		r = -ENOMEM;

@@ -21,7 +21,10 @@
  *     "processes": [{"pid", "readings", "start_bytes", "end_bytes",
  *     "peak_bytes", "growth_bytes_per_s", "first_s", "last_s"}]},
  *   "allocations": null (not traced) | {"sample_bytes", "probes", "calls",
- *     "free_calls", "bytes", "calls_per_s", "bytes_per_s", "sampled",
+ *     "free_calls", "bytes", "calls_per_s", "bytes_per_s" (over the time
+ *     the probes were attached), "max_hits_per_s", "stopped_at_s" (null, or
+ *     when the probes were detached for trapping more often than
+ *     max_hits_per_s: figures end there), "sampled",
  *     "lost", "untracked", "live_bytes", "stacks", "windows", "window_s",
  *     "top_live", "top_growth", "leak_suspects": [{"function", "live_bytes",
  *     "live_samples", "allocated_bytes", "samples", "growth_bytes_per_s",

@@ -184,57 +184,6 @@ static void on_heap_ready(struct watch *w, uint32_t events)
 	heap__poll(p->heap);
 }
 
-/*
- * Allocation probes for the processes a session follows (--children): the
- * uprobes are per process, so a forked child has none of its parent's.
- * Its calls from its start to here are not seen.
- */
-static void attach_heap_children(struct profd *p)
-{
-	for (unsigned i = 0; p->heap && i < PROFILE_MAX_SLOTS; i++) {
-		struct session *s = p->slots[i];
-		struct proc *proc;
-
-		if (!s || !s->malloc_sample_bytes || !s->follow_children)
-			continue;
-		hashmap__for_each(&s->procs, k, proc)
-		{
-			char probes[256];
-			int r;
-
-			if (proc->malloc_tried || proc == s->main)
-				continue;
-			proc->malloc_tried = true;
-			r = heap__attach(p->heap, i, proc->pid, s->malloc_sample_bytes, probes,
-					 sizeof(probes));
-			if (r < 0 && r != -EBUSY)
-				log_warning_errno(r, "Session %lld: no allocation probes in child %d: %m",
-						  (long long)s->id, proc->pid);
-		}
-	}
-}
-
-/* The allocation probes' counters, into each session that traces allocations, before a flush. */
-static void collect_heap_stats(struct profd *p)
-{
-	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++) {
-		struct session *s = p->slots[i];
-		struct malloc_stats st;
-
-		if (!s || !s->malloc_sample_bytes || !p->heap || heap__stats(p->heap, i, &st) < 0)
-			continue;
-		s->malloc_totals = (struct store_malloc){
-			.free_calls = st.calls[MALLOC_FUNC_FREE] + st.calls[MALLOC_FUNC_MUNMAP],
-			.malloc_bytes = st.alloc_bytes,
-			.sampled = st.sampled,
-			.lost = st.ringbuf_full,
-		};
-		for (unsigned f = 0; f < MALLOC_NR_FUNCS; f++)
-			if (f != MALLOC_FUNC_FREE && f != MALLOC_FUNC_MUNMAP)
-				s->malloc_totals.malloc_calls += st.calls[f];
-	}
-}
-
 static void on_offcpu_ready(struct watch *w, uint32_t events)
 {
 	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, offcpu_watch));
@@ -271,11 +220,95 @@ static void collect(struct profd *p, bool wait_for_unwinder)
 	unwind_worker__drain(p->worker, on_sample, p);
 }
 
+/*
+ * Allocation probes for the processes a session follows (--children): the
+ * uprobes are per process, so a forked child has none of its parent's.
+ * Its calls from its start to here are not seen.
+ */
+static void attach_heap_children(struct profd *p)
+{
+	for (unsigned i = 0; p->heap && i < PROFILE_MAX_SLOTS; i++) {
+		struct session *s = p->slots[i];
+		struct proc *proc;
+
+		if (!s || !s->malloc_sample_bytes || !s->follow_children || s->malloc_totals.stopped_ns)
+			continue;
+		hashmap__for_each(&s->procs, k, proc)
+		{
+			char probes[256];
+			int r;
+
+			if (proc->malloc_tried || proc == s->main)
+				continue;
+			proc->malloc_tried = true;
+			r = heap__attach(p->heap, i, proc->pid, s->malloc_sample_bytes, probes,
+					 sizeof(probes));
+			if (r < 0 && r != -EBUSY)
+				log_warning_errno(r, "Session %lld: no allocation probes in child %d: %m",
+						  (long long)s->id, proc->pid);
+		}
+	}
+}
+
+/*
+ * Detach the allocation probes of session @s (in @slot) if they trap more
+ * than its limit: each hit costs the target a few microseconds, and an
+ * allocation-heavy program would run many times slower. What they recorded
+ * stays; the report says when they stopped.
+ */
+static void check_heap_rate(struct profd *p, unsigned slot, struct session *s, uint64_t hits)
+{
+	uint64_t now = now_ns(CLOCK_MONOTONIC), dt = now - s->malloc_hits_mono_ns;
+	double rate;
+
+	if (dt < NSEC_PER_SEC / 2)
+		return;
+	rate = (double)(hits - s->malloc_hits_seen) * 1e9 / (double)dt;
+	s->malloc_hits_seen = hits;
+	s->malloc_hits_mono_ns = now;
+	if (!s->malloc_max_hits_per_s || rate <= (double)s->malloc_max_hits_per_s)
+		return;
+	s->malloc_totals.stopped_ns = now_ns(CLOCK_REALTIME);
+	heap__detach(p->heap, slot);
+	log_warning("Session %lld: allocation probes detached: %.0f probe hits/s, over the limit of "
+		    "%llu/s (attach --malloc-max-rate)",
+		    (long long)s->id, rate, (unsigned long long)s->malloc_max_hits_per_s);
+}
+
+/* The allocation probes' counters, into each session that traces allocations, before a flush. */
+static void collect_heap_stats(struct profd *p)
+{
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++) {
+		struct session *s = p->slots[i];
+		struct malloc_stats st;
+		uint64_t stopped_ns;
+
+		if (!s || !s->malloc_sample_bytes || !p->heap || heap__stats(p->heap, i, &st) < 0)
+			continue;
+		stopped_ns = s->malloc_totals.stopped_ns;
+		s->malloc_totals = (struct store_malloc){
+			.stopped_ns = stopped_ns,
+			.free_calls = st.calls[MALLOC_FUNC_FREE] + st.calls[MALLOC_FUNC_MUNMAP],
+			.malloc_bytes = st.alloc_bytes,
+			.sampled = st.sampled,
+			.lost = st.ringbuf_full,
+		};
+		for (unsigned f = 0; f < MALLOC_NR_FUNCS; f++)
+			if (f != MALLOC_FUNC_FREE && f != MALLOC_FUNC_MUNMAP)
+				s->malloc_totals.malloc_calls += st.calls[f];
+		if (!stopped_ns && heap__probing(p->heap, i))
+			check_heap_rate(p, i, s,
+					2 * s->malloc_totals.malloc_calls + s->malloc_totals.free_calls);
+	}
+}
+
 /* Write every running session's pending samples in one transaction. */
 static int flush_all(struct profd *p)
 {
 	int r;
 
+	/* Every flush, the timer's and the one before each report alike. */
+	collect_heap_stats(p);
 	r = store__begin(p->env.store);
 	if (r < 0)
 		goto fail;
@@ -326,7 +359,6 @@ static int end_session(struct profd *p, unsigned slot, const char *reason)
 	/* Before the sampler drops the slot's targets from the map both share. */
 	if (p->offcpu)
 		offcpu__remove_target(p->offcpu, slot, s->pid);
-	collect_heap_stats(p);
 	if (p->heap)
 		heap__detach(p->heap, slot);
 	session__stop(s, &p->env);
@@ -390,7 +422,6 @@ static void on_timer(struct watch *w, uint32_t events)
 				    (long long)p->slots[i]->id);
 	if (now - p->last_flush_ns >= PROFD_WINDOW_NS) {
 		collect_offcpu_lost(p);
-		collect_heap_stats(p);
 		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 			if (p->slots[i])
 				session__read_counters(p->slots[i], &p->env);
@@ -475,6 +506,7 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 		.sampled_event = req->sampled_event,
 		.memory_interval_ns = req->memory_interval_ns,
 		.malloc_sample_bytes = req->malloc_sample_bytes,
+		.malloc_max_hits_per_s = req->malloc_max_hits_per_s,
 	};
 	char probes[256] = "";
 	struct session *s;
@@ -543,7 +575,8 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 		}
 	}
 	r = store__session_memory_config(p->env.store, s->id, s->memory_interval_ns,
-					 s->malloc_sample_bytes, probes[0] ? probes : NULL);
+					 s->malloc_sample_bytes, probes[0] ? probes : NULL,
+					 s->malloc_max_hits_per_s);
 	if (r < 0)
 		log_warning("Session %lld: cannot store its memory settings: %s", (long long)s->id,
 			    store__errmsg(p->env.store));

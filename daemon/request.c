@@ -158,7 +158,8 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 			       .unwind = UNWIND_MODE_AUTO,
 			       .stack_bytes = PROFD_DEFAULT_STACK_BYTES,
 			       .memory_interval_ns = PROFD_DEFAULT_MEMORY_INTERVAL_NS,
-			       .malloc_sample_bytes = PROFD_DEFAULT_MALLOC_SAMPLE_BYTES };
+			       .malloc_sample_bytes = PROFD_DEFAULT_MALLOC_SAMPLE_BYTES,
+			       .malloc_max_hits_per_s = PROFD_DEFAULT_MALLOC_MAX_HITS_PER_S };
 	json_error_t jerr;
 	const char *cmd;
 	json_t *v;
@@ -253,6 +254,11 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 		r = get_int(root, "malloc_sample_bytes", 1, 1LL << 40, &n, errbuf, errlen);
 		if (r == 0)
 			req.malloc_sample_bytes = (uint64_t)n;
+		else if (r != -ENOENT)
+			return r;
+		r = get_int(root, "malloc_max_hits_per_s", 0, 1000000000, &n, errbuf, errlen);
+		if (r == 0)
+			req.malloc_max_hits_per_s = (uint64_t)n;
 		else if (r != -ENOENT)
 			return r;
 		v = json_object_get(root, "events");

@@ -48,6 +48,7 @@ struct request {
 	int limit;            /* top, hotpaths, offcpu, memory: 1..10000 */
 	uint64_t memory_interval_ns;  /* attach: RSS series period, 0.1 s..1 h, default 1 s */
 	uint64_t malloc_sample_bytes; /* attach: mean bytes between allocation samples, 1..2^40 */
+	uint64_t malloc_max_hits_per_s; /* attach: allocation probes detached above it; 0: never */
 	int unwind;           /* attach: enum unwind_mode (unwind_worker.h), default auto */
 	unsigned stack_bytes; /* attach: 512..PROFILE_MAX_STACK_BYTES, default 16384 */
 	bool debuginfod;      /* resymbolize: may fetch through libdebuginfod */

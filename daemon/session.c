@@ -262,6 +262,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->pidfd = -1;
 	s->memory_interval_ns = (s->events & EVENT_RSS) ? p->memory_interval_ns : 0;
 	s->malloc_sample_bytes = (s->events & EVENT_MALLOC) ? p->malloc_sample_bytes : 0;
+	s->malloc_max_hits_per_s = p->malloc_max_hits_per_s;
 
 	/* The pidfd pins the process identity: from here on a reused PID cannot fool us. */
 	s->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
@@ -311,6 +312,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	}
 	s->started_mono_ns = now_ns(CLOCK_MONOTONIC);
 	s->memory_next_ns = s->started_mono_ns;
+	s->malloc_hits_mono_ns = s->started_mono_ns; /* the probe rate is measured from here */
 	s->started_real_ns = now_ns(CLOCK_REALTIME);
 
 	struct store_session row = {

@@ -41,6 +41,7 @@ struct session_params {
 	const char *sampled_event; /* a second event sampled with stacks (request.c's name), or NULL */
 	uint64_t memory_interval_ns;  /* RSS series period (events rss) */
 	uint64_t malloc_sample_bytes; /* mean bytes between allocation samples (events malloc) */
+	uint64_t malloc_max_hits_per_s; /* probes detached above this rate; 0: never */
 };
 
 /* One process of a session: the target, or a child it forked (follow_children). */
@@ -102,6 +103,9 @@ struct session {
 	struct hashmap alloc_blocks;    /* struct alloc_block by (pid, address): not yet stored, or live */
 	struct store_malloc malloc_totals; /* the allocation probes' counters, set before each flush */
 	uint64_t alloc_orphans;         /* samples lost in user space (RETURN without ALLOC...), total */
+	uint64_t malloc_max_hits_per_s; /* 0: no limit */
+	uint64_t malloc_hits_seen;      /* probe hits at the last rate check */
+	uint64_t malloc_hits_mono_ns;   /* ...and when it was */
 };
 
 /*

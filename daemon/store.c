@@ -111,9 +111,11 @@ static const char *const stmt_sql[_STMT_MAX] = {
 		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
 	[STMT_ALLOCATION_FREED] = "UPDATE allocations SET free_ns = ?2 WHERE id = ?1",
 	[STMT_SESSION_MALLOC] = "UPDATE sessions SET malloc_calls = ?2, free_calls = ?3, "
-				"malloc_bytes = ?4, malloc_sampled = ?5, malloc_lost = ?6 WHERE id = ?1",
+				"malloc_bytes = ?4, malloc_sampled = ?5, malloc_lost = ?6, "
+				"malloc_stopped_ns = ?7 WHERE id = ?1",
 	[STMT_SESSION_MEMORY_CONFIG] = "UPDATE sessions SET memory_interval_ns = ?2, "
-				       "malloc_sample_bytes = ?3, malloc_probes = ?4 WHERE id = ?1",
+				       "malloc_sample_bytes = ?3, malloc_probes = ?4, "
+				       "malloc_max_hits_per_s = ?5 WHERE id = ?1",
 };
 
 struct store {
@@ -621,11 +623,12 @@ int store__session_malloc(struct store *st, int64_t session_id, const struct sto
 	sqlite3_bind_int64(stmt, 4, (int64_t)m->malloc_bytes);
 	sqlite3_bind_int64(stmt, 5, (int64_t)m->sampled);
 	sqlite3_bind_int64(stmt, 6, (int64_t)m->lost);
+	bind_int64_if(stmt, 7, m->stopped_ns != 0, m->stopped_ns);
 	return step_done(stmt);
 }
 
 int store__session_memory_config(struct store *st, int64_t session_id, uint64_t interval_ns,
-				 uint64_t sample_bytes, const char *probes)
+				 uint64_t sample_bytes, const char *probes, uint64_t max_hits_per_s)
 {
 	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_MEMORY_CONFIG];
 
@@ -633,5 +636,6 @@ int store__session_memory_config(struct store *st, int64_t session_id, uint64_t 
 	bind_int64_if(stmt, 2, interval_ns != 0, interval_ns);
 	bind_int64_if(stmt, 3, sample_bytes != 0, sample_bytes);
 	bind_text_or_null(stmt, 4, probes);
+	bind_int64_if(stmt, 5, sample_bytes != 0, max_hits_per_s);
 	return step_done(stmt);
 }

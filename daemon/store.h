@@ -133,6 +133,7 @@ struct store_allocation {
 /* Running totals of a session's allocation probes. */
 struct store_malloc {
 	uint64_t malloc_calls, free_calls, malloc_bytes, sampled, lost;
+	uint64_t stopped_ns; /* CLOCK_REALTIME when the probes were detached for their cost; 0: never */
 };
 
 /* store__memory_add() - add one reading of a process's memory (replaces one at the same time). */
@@ -147,10 +148,11 @@ int store__session_malloc(struct store *st, int64_t session_id, const struct sto
 /*
  * store__session_memory_config() - record how memory is watched: the RSS
  * series period (@interval_ns, 0: none), the mean bytes between allocation
- * samples (0: allocations not traced) and what was probed (@probes, or NULL).
+ * samples (0: allocations not traced), what was probed (@probes, or NULL)
+ * and the probe hits per second above which they are detached (0: never).
  */
 int store__session_memory_config(struct store *st, int64_t session_id, uint64_t interval_ns,
-				 uint64_t sample_bytes, const char *probes);
+				 uint64_t sample_bytes, const char *probes, uint64_t max_hits_per_s);
 
 /*
  * store__sample_add() - add @count samples of @stack_id in @tid to a window,

@@ -48,3 +48,5 @@ ALTER TABLE sessions ADD COLUMN malloc_sampled INTEGER;      -- calls sampled
 ALTER TABLE sessions ADD COLUMN malloc_lost INTEGER;         -- samples lost (ring buffer full, no room to track)
 ALTER TABLE sessions ADD COLUMN malloc_probes TEXT;          -- what was probed: 'libc.so.6 (9 functions), ...'
 ALTER TABLE sessions ADD COLUMN memory_interval_ns INTEGER;  -- RSS series period; NULL: no series
+ALTER TABLE sessions ADD COLUMN malloc_max_hits_per_s INTEGER; -- probes detached above this rate; 0: never
+ALTER TABLE sessions ADD COLUMN malloc_stopped_ns INTEGER;   -- when they were (CLOCK_REALTIME); NULL: never

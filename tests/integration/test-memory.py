@@ -4,6 +4,7 @@
   1 MiB/s, leak_chunk() is in the top growth stack and is a leak suspect;
 - a process that allocates and frees heavily with flat memory: no leak
   suspect, its allocation rate is reported;
+- probes trapping more often than --malloc-max-rate are detached, visibly;
 - a target that exits mid-session: the series ends cleanly, the report works;
 - a leak in a child forked after the attach, followed with --children.
 """
@@ -64,8 +65,10 @@ def test_churn(d, alloc):
     w = d.spawn(alloc, 'churn', '--seconds', '60', '--threads', '2')
     wait_ready(w)
     time.sleep(0.5)  # the working sets are full
-    att = d.json('attach', w.pid, '--events', 'cpu,rss,malloc', '--duration', '6', '--wait')
+    att = d.json('attach', w.pid, '--events', 'cpu,rss,malloc', '--malloc-max-rate', '0',
+                 '--duration', '6', '--wait')
     m = d.json('memory', att['session'])
+    check(m['allocations']['stopped_at_s'] is None, 'probes stopped without a rate limit')
     a = m['allocations']
     check(a['leak_suspects'] == [], 'flat churn has leak suspects: %s' %
           [functions(s) for s in a['leak_suspects']])
@@ -76,6 +79,22 @@ def test_churn(d, alloc):
           'flat workload: RSS grows %r B/s' % m['rss']['growth_bytes_per_s'])
     check(any('churn_step' in functions(s) for s in a['top_live'] + a['top_growth']) or a['sampled'] > 0,
           'no sample of the churning stack')
+    w.kill()
+    w.wait()
+
+
+def test_rate_limit(d, alloc):
+    """Probes that trap too often are detached, and the report says so."""
+    w = d.spawn(alloc, 'churn', '--seconds', '60', '--threads', '2')
+    wait_ready(w)
+    att = d.json('attach', w.pid, '--events', 'cpu,malloc', '--malloc-max-rate', '500',
+                 '--duration', '6', '--wait')
+    a = d.json('memory', att['session'])['allocations']
+    check(a['max_hits_per_s'] == 500, 'max_hits_per_s %r' % a['max_hits_per_s'])
+    check(a['stopped_at_s'] is not None and a['stopped_at_s'] < 5,
+          'probes trapping >500/s not detached: stopped_at_s %r' % a['stopped_at_s'])
+    _, out, _ = d.ctl('memory', att['session'])
+    check('probes detached' in out, 'the text report does not say the probes were detached:\n' + out)
     w.kill()
     w.wait()
 
@@ -121,6 +140,7 @@ def test():
     with Profd() as d:
         test_leak(d, alloc)
         test_churn(d, alloc)
+        test_rate_limit(d, alloc)
         test_exit(d, alloc)
         test_children(d, alloc)
 
