@@ -48,6 +48,13 @@ int main(void)
 	CHECK_INT_EQ(req.events, EVENT_CPU | EVENT_MALLOC);
 	CHECK_INT_EQ(req.memory_interval_ns, 500000000LL);
 	CHECK_INT_EQ(req.malloc_sample_bytes, 4096);
+	CHECK_INT_EQ(req.malloc_max_hits_per_s, PROFD_DEFAULT_MALLOC_MAX_HITS_PER_S);
+	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":7,\"malloc_max_hits_per_s\":0}", &req, err,
+			   sizeof(err)),
+		     0);
+	CHECK_INT_EQ(req.malloc_max_hits_per_s, 0);
+	expect_error("{\"cmd\":\"attach\",\"pid\":7,\"malloc_max_hits_per_s\":-1}", -EINVAL,
+		     "malloc_max_hits_per_s");
 	CHECK_INT_EQ(parse("{\"cmd\":\"memory\",\"session\":3}", &req, err, sizeof(err)), 0);
 	CHECK_INT_EQ(req.cmd, CMD_MEMORY);
 	CHECK_INT_EQ(req.limit, 10);
