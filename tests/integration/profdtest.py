@@ -126,6 +126,13 @@ class Profd:
         self.children.append(p)
         return p
 
+    def spawn_env(self, env, *argv):
+        """spawn() with @env added to the environment."""
+        p = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=dict(os.environ, **env))
+        self.children.append(p)
+        return p
+
     def wait_ended(self, session, timeout=60):
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -6,8 +6,10 @@
   suspect, its allocation rate is reported;
 - probes trapping more often than --malloc-max-rate are detached, visibly;
 - a target that exits mid-session: the series ends cleanly, the report works;
-- a leak in a child forked after the attach, followed with --children.
+- a leak in a child forked after the attach, followed with --children;
+- the same leak under jemalloc and tcmalloc (LD_PRELOAD): their malloc is probed.
 """
+import os
 import time
 
 from profdtest import Profd, check, require_root_bpf, run, binary
@@ -134,6 +136,29 @@ def test_children(d, alloc):
     w.wait()
 
 
+ALLOCATORS = [('jemalloc', '/usr/lib/x86_64-linux-gnu/libjemalloc.so.2', 'libjemalloc.so'),
+              ('tcmalloc', '/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4', 'libtcmalloc.so')]
+
+
+def test_other_allocators(d, alloc):
+    """The probes go where the target's malloc really is: jemalloc, tcmalloc (LD_PRELOAD)."""
+    for name, lib, module in ALLOCATORS:
+        if not os.path.exists(lib):
+            print('%s not installed (%s): not tested' % (name, lib))
+            continue
+        w = d.spawn_env({'LD_PRELOAD': lib}, alloc, 'leak', '--seconds', '30')
+        wait_ready(w)
+        att = d.json('attach', w.pid, '--events', 'cpu,malloc', '--duration', '6', '--wait')
+        a = d.json('memory', att['session'])['allocations']
+        check(module in (a['probes'] or ''), '%s: probes %r' % (name, a['probes']))
+        suspects = [s for s in a['leak_suspects'] if 'leak_chunk' in functions(s)]
+        check(suspects, '%s: leak_chunk is not a leak suspect: %s' % (name, [s['function'] for s in a['leak_suspects']]))
+        leaf = suspects[0]['frames'][0]
+        check(module in (leaf['module'] or ''), '%s: the allocating frame is %s in %s' % (name, leaf['function'], leaf['module']))
+        w.kill()
+        w.wait()
+
+
 def test():
     require_root_bpf()
     alloc = binary('ALLOC_PATTERN')
@@ -143,6 +168,7 @@ def test():
         test_rate_limit(d, alloc)
         test_exit(d, alloc)
         test_children(d, alloc)
+        test_other_allocators(d, alloc)
 
 
 run(test)
