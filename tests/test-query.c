@@ -245,7 +245,7 @@ static void test_top(sqlite3 *db)
 	json_t *o = NULL, *f;
 	int r;
 
-	r = query__top(db, 1, 20, NULL, &o);
+	r = query__top(db, 1, 20, NULL, NULL, &o);
 	CHECK_INT(r, 0);
 	if (r < 0)
 		return;
@@ -281,13 +281,13 @@ static void test_top(sqlite3 *db)
 	json_decref(o);
 
 	o = NULL;
-	CHECK_INT(query__top(db, 1, 3, NULL, &o), 0);
+	CHECK_INT(query__top(db, 1, 3, NULL, NULL, &o), 0);
 	CHECK_INT(json_array_size(get(o, "functions")), 3);
 	json_decref(o);
 
 	/* Session 2 sees only its own 5 samples of S1. */
 	o = NULL;
-	CHECK_INT(query__top(db, 2, 20, NULL, &o), 0);
+	CHECK_INT(query__top(db, 2, 20, NULL, NULL, &o), 0);
 	CHECK_INT(gi(o, "total_samples"), 5);
 	check_fn(at(o, "functions", 0), "hot_loop", "/usr/bin/spin", 5, 5, 100.0, 100.0);
 	json_decref(o);
@@ -317,7 +317,7 @@ static void test_hotpaths(sqlite3 *db)
 	json_t *o = NULL, *f;
 	int r;
 
-	r = query__hotpaths(db, 1, 10, NULL, &o);
+	r = query__hotpaths(db, 1, 10, NULL, NULL, &o);
 	CHECK_INT(r, 0);
 	if (r < 0)
 		return;
@@ -346,7 +346,7 @@ static void test_hotpaths(sqlite3 *db)
 	json_decref(o);
 
 	o = NULL;
-	CHECK_INT(query__hotpaths(db, 1, 2, NULL, &o), 0);
+	CHECK_INT(query__hotpaths(db, 1, 2, NULL, NULL, &o), 0);
 	CHECK_INT(json_array_size(get(o, "paths")), 2);
 	json_decref(o);
 }
@@ -407,11 +407,11 @@ static void test_empty(sqlite3 *db)
 	CHECK(json_is_null(get(imb, "straggler_tid")));
 	json_decref(o);
 	o = NULL;
-	CHECK_INT(query__top(db, 3, 20, NULL, &o), 0);
+	CHECK_INT(query__top(db, 3, 20, NULL, NULL, &o), 0);
 	CHECK_INT(json_array_size(get(o, "functions")), 0);
 	json_decref(o);
 	o = NULL;
-	CHECK_INT(query__hotpaths(db, 3, 10, NULL, &o), 0);
+	CHECK_INT(query__hotpaths(db, 3, 10, NULL, NULL, &o), 0);
 	CHECK_INT(json_array_size(get(o, "paths")), 0);
 	json_decref(o);
 	exec(db, "DELETE FROM sessions WHERE id = 3");
@@ -476,11 +476,11 @@ static void test_enoent(sqlite3 *db)
 	json_t *o = NULL;
 
 	CHECK_INT(query__session(db, 99, &o), -ENOENT);
-	CHECK_INT(query__top(db, 99, 20, NULL, &o), -ENOENT);
-	CHECK_INT(query__hotpaths(db, 99, 10, NULL, &o), -ENOENT);
+	CHECK_INT(query__top(db, 99, 20, NULL, NULL, &o), -ENOENT);
+	CHECK_INT(query__hotpaths(db, 99, 10, NULL, NULL, &o), -ENOENT);
 	CHECK_INT(query__threads(db, 99, &o), -ENOENT);
 	CHECK(o == NULL);
-	CHECK_INT(query__top(db, 1, 0, NULL, &o), -EINVAL);
+	CHECK_INT(query__top(db, 1, 0, NULL, NULL, &o), -EINVAL);
 }
 
 /* SQLite failures become -EIO: a database without the schema. */
@@ -492,7 +492,7 @@ static void test_eio(void)
 	if (sqlite3_open(":memory:", &db) != SQLITE_OK)
 		exit(99);
 	CHECK_INT(query__sessions(db, &o), -EIO);
-	CHECK_INT(query__top(db, 1, 20, NULL, &o), -EIO);
+	CHECK_INT(query__top(db, 1, 20, NULL, NULL, &o), -EIO);
 	CHECK(o == NULL);
 	sqlite3_close(db);
 }
@@ -507,12 +507,12 @@ static void test_corrupt(sqlite3 *db)
 		 " (4, 1, 1, 'bad', 0, 'cpu-clock', 'cpu', 99, 1700000300000000000, 'running');"
 		 " INSERT INTO stacks (id, frame_ids, depth) VALUES (40, x'0100000000', 1);"
 		 " INSERT INTO samples VALUES (4, 1700000300000000000, 1, 40, 1)");
-	CHECK_INT(query__top(db, 4, 20, NULL, &o), -EIO);
-	CHECK_INT(query__hotpaths(db, 4, 10, NULL, &o), -EIO);
+	CHECK_INT(query__top(db, 4, 20, NULL, NULL, &o), -EIO);
+	CHECK_INT(query__hotpaths(db, 4, 10, NULL, NULL, &o), -EIO);
 	CHECK(o == NULL);
 	/* A frame id with no frames row. */
 	exec(db, "UPDATE stacks SET frame_ids = x'e703000000000000' WHERE id = 40");
-	CHECK_INT(query__top(db, 4, 20, NULL, &o), -EIO);
+	CHECK_INT(query__top(db, 4, 20, NULL, NULL, &o), -EIO);
 	CHECK(o == NULL);
 	exec(db, "DELETE FROM samples WHERE session_id = 4; DELETE FROM stacks WHERE id = 40;"
 		 " DELETE FROM sessions WHERE id = 4");
