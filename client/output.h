@@ -23,3 +23,7 @@ int output__threads(FILE *f, const json_t *reply, const json_t *session);
 int output__progress(FILE *f, const json_t *session);
 int output__offcpu(FILE *f, const json_t *reply);
 const char *output__error(void);
+int output__sql(FILE *f, const json_t *reply);
+int output__sql_csv(FILE *f, const json_t *reply);
+int output__diff(FILE *f, const json_t *diff);
+int output__analyze(FILE *f, const json_t *reply);
