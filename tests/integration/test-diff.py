@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""diff of the same workload run twice, the second time with hot_function
+twice as slow (spin-threads --hot-factor 2): hot_function's self share grows
+(from ~90% to ~95%), warm_function's shrinks, and hot_function is among the
+largest changes."""
+from profdtest import Profd, binary, check, require_root_bpf, run, wait_for_threads
+
+
+def profile(d, spin, *extra):
+    w = d.spawn(spin, '--seconds', '5', '--weights', '3,3', *extra)
+    wait_for_threads(w.pid, 3)
+    sid = d.json('attach', w.pid, '--freq', '397')['session']
+    w.communicate(timeout=30)
+    d.wait_ended(sid)
+    return sid
+
+
+def test():
+    require_root_bpf()
+    spin = binary('SPIN_THREADS')
+    with Profd() as d:
+        a = profile(d, spin)
+        b = profile(d, spin, '--hot-factor', '2')
+        diff = d.json('diff', a, b)
+        fns = {f['function']: f for f in diff['functions']}
+        hot, warm = fns['hot_function'], fns['warm_function']
+        print('hot_function self %.2f%% -> %.2f%%, warm_function %.2f%% -> %.2f%%' % (
+            hot['self_pct_a'], hot['self_pct_b'], warm['self_pct_a'], warm['self_pct_b']))
+        # Expected 90% -> 94.7% and 10% -> 5.3%, less kernel and loop overhead;
+        # ~1000 samples per run give ~1 point of noise on each share.
+        check(hot['self_delta_pct'] >= 1.0, 'hot_function share grew by only %.2f points' % hot['self_delta_pct'])
+        check(warm['self_delta_pct'] <= -1.0, 'warm_function share fell by only %.2f points' % -warm['self_delta_pct'])
+        check(abs(hot['self_delta_pct'] - (hot['self_pct_b'] - hot['self_pct_a'])) < 0.02, 'delta is not B - A')
+        order = [f['function'] for f in diff['functions']]
+        check(order.index('hot_function') < 3, 'hot_function is not among the 3 largest changes: %r' % order[:5])
+        changes = [max(abs(f['self_delta_pct']), abs(f['total_delta_pct'])) for f in diff['functions']]
+        check(changes == sorted(changes, reverse=True), 'not sorted by the largest change')
+        _, text, _ = d.ctl('diff', a, b, '--limit', '5')
+        check('hot_function' in text and 'DELTA' in text, 'human diff:\n' + text)
+        rc, _, err = d.ctl('diff', a, check_rc=False)
+        check(rc == 2 and 'SESSION_B' in err, 'diff with one session: rc %d %r' % (rc, err))
+
+
+run(test)
