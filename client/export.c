@@ -797,10 +797,13 @@ int export__speedscope(FILE *f, const struct xprofile *p, int64_t tid)
 	_cleanup_(json_decrefp) json_t *root = NULL;
 	_cleanup_free_ bool *have = calloc(p->n_funcs + 1, sizeof(*have));
 	json_t *frames, *profiles;
-	char name[128];
+	char name[256];
 
-	snprintf(name, sizeof(name), "profd session %" PRId64 ": %s (PID %" PRId64 ")", p->session,
-		 p->comm, p->pid);
+	snprintf(name, sizeof(name),
+		 "profd session %" PRId64 ": %s (PID %" PRId64 "); lost samples %" PRId64
+		 ", truncated stacks %" PRId64 ", unsymbolized frames %" PRId64,
+		 p->session, p->comm, p->pid, p->lost_samples, p->truncated_stacks,
+		 p->unsymbolized_frames);
 	root = json_pack("{s:s, s:s, s:s, s:{s:[]}, s:[]}", "$schema",
 			 "https://www.speedscope.app/file-format-schema.json", "name", name,
 			 "exporter", "profctl " PROFD_VERSION, "shared", "frames", "profiles");

@@ -814,9 +814,14 @@ static int run_export(struct conn *c, const struct args *a)
 	if (r < 0)
 		return r;
 	r = write_output(a, current_format->binary, write_export, &p);
-	if (r == 0 && a->output)
-		fprintf(stderr, "profctl: wrote %s (%s, %lld samples)\n", a->output, a->format,
-			(long long)p.total_samples);
+	/* On stderr too, since the folded format has no room for them. */
+	if (r == 0)
+		fprintf(stderr,
+			"profctl: %s%s%s: %lld samples; lost samples %lld, truncated stacks %lld, "
+			"unsymbolized frames %lld\n",
+			a->output ? "wrote " : "", a->output ? a->output : "exported", "",
+			(long long)p.total_samples, (long long)p.lost_samples,
+			(long long)p.truncated_stacks, (long long)p.unsymbolized_frames);
 	return r;
 }
 
