@@ -89,6 +89,24 @@ def test():
         print('screenshot %s: %d bytes, %d colors' % (png, os.path.getsize(png), len(colors)))
         check(len(colors) >= 8, 'the screenshot is nearly blank (%d colors)' % len(colors))
 
+        # Click to zoom: a click on warm_function's box (dispatched by a script added
+        # to a copy) widens it to the full width; Chromium prints the DOM after it.
+        zsvg = os.path.join(d.dir, 'zoom.svg')
+        click = ('<script type="text/ecmascript"><![CDATA[\n'
+                 'var gs = document.querySelectorAll("g.f");\n'
+                 'for (var i = 0; i < gs.length; i++) if (gs[i].getAttribute("data-n") == "warm_function")'
+                 ' { gs[i].dispatchEvent(new MouseEvent("click")); break; }\n]]></script>\n</svg>')
+        with open(zsvg, 'w') as f:
+            f.write(open(svg).read().replace('</svg>', click))
+        p = subprocess.run([chromium, '--headless', '--no-sandbox', '--disable-gpu', '--dump-dom', 'file://' + zsvg],
+                           capture_output=True, text=True, timeout=120, env=dict(os.environ, HOME=d.dir))
+        m = re.search(r'data-n="warm_function".*?<rect x="([\d.]+)" [^>]*width="([\d.]+)"', p.stdout, re.S)
+        check(m, 'warm_function box not in the DOM after the click')
+        check(abs(float(m.group(2)) - 1180) < 1, 'after the click warm_function is %s px wide, not the full 1180'
+              % m.group(2))
+        check('id="reset"' in p.stdout and 'display: none' not in re.search(r'<text id="reset"[^>]*>', p.stdout).group(0),
+              'Reset zoom not shown after zooming')
+
         # One thread, inverted: the leaves on top, the thread's samples only.
         th = d.json('threads', sid)
         w3 = [t for t in th['threads'] if t['name'] == 'worker-3'][0]
