@@ -1062,11 +1062,14 @@ static const struct option limit_options[] = {
     {},
 };
 
+/* --from and --to, in every command that reads a time range. */
+#define RANGE_OPTIONS                                                                              \
+	{"from", required_argument, NULL, OPT_FROM}, {"to", required_argument, NULL, OPT_TO}
+
 static const struct option top_options[] = {
     {"limit", required_argument, NULL, 'n'},
     {"event", required_argument, NULL, OPT_EVENT},
-    {"from", required_argument, NULL, OPT_FROM},
-    {"to", required_argument, NULL, OPT_TO},
+    RANGE_OPTIONS,
     {},
 };
 
@@ -1074,16 +1077,14 @@ static const struct option hotpaths_options[] = {
     {"limit", required_argument, NULL, 'n'},
     {"ascii", no_argument, NULL, OPT_ASCII},
     {"event", required_argument, NULL, OPT_EVENT},
-    {"from", required_argument, NULL, OPT_FROM},
-    {"to", required_argument, NULL, OPT_TO},
+    RANGE_OPTIONS,
     {},
 };
 
 static const struct option export_options[] = {
     {"format", required_argument, NULL, OPT_FORMAT},
     {"output", required_argument, NULL, 'o'},
-    {"from", required_argument, NULL, OPT_FROM},
-    {"to", required_argument, NULL, OPT_TO},
+    RANGE_OPTIONS,
     {"thread", required_argument, NULL, OPT_THREAD},
     {"event", required_argument, NULL, OPT_EVENT},
     {},
@@ -1091,8 +1092,7 @@ static const struct option export_options[] = {
 
 static const struct option flamegraph_options[] = {
     {"output", required_argument, NULL, 'o'},
-    {"from", required_argument, NULL, OPT_FROM},
-    {"to", required_argument, NULL, OPT_TO},
+    RANGE_OPTIONS,
     {"thread", required_argument, NULL, OPT_THREAD},
     {"inverted", no_argument, NULL, OPT_INVERTED},
     {"event", required_argument, NULL, OPT_EVENT},
@@ -1101,8 +1101,7 @@ static const struct option flamegraph_options[] = {
 
 static const struct option diff_options[] = {
     {"limit", required_argument, NULL, 'n'},
-    {"from", required_argument, NULL, OPT_FROM},
-    {"to", required_argument, NULL, OPT_TO},
+    RANGE_OPTIONS,
     {},
 };
 

@@ -1389,6 +1389,18 @@ static int frame_ids_decode(const unsigned char *blob, size_t len, struct idset 
 	return 0;
 }
 
+/* Steps @st (one parameter, ?1) to the row of @id: 0, -EIO if there is none, -errno. */
+static int stmt_lookup(sqlite3_stmt *st, int64_t id)
+{
+	int r;
+
+	sqlite3_reset(st);
+	r = stmt_bind_int64(st, 1, id);
+	if (r >= 0)
+		r = stmt_step(st);
+	return r < 0 ? r : r == 0 ? -EIO : 0;
+}
+
 /* Runs @sql (?1 = @session_id) and appends one object per row to @arr, keyed by @keys. */
 static int rows_json(sqlite3 *db, const char *sql, int64_t session_id, const char *const *keys,
 		     json_t *arr)
@@ -1549,12 +1561,9 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 
 		if (json_array_append_new(stacks, list) < 0)
 			return -ENOMEM;
-		sqlite3_reset(st);
-		r = stmt_bind_int64(st, 1, stack_ids.v[i]);
-		if (r >= 0)
-			r = stmt_step(st);
-		if (r <= 0)
-			return r < 0 ? r : -EIO; /* a sample of a stack that does not exist */
+		r = stmt_lookup(st, stack_ids.v[i]); /* -EIO: a sample of a missing stack */
+		if (r < 0)
+			return r;
 		r = frame_ids_decode(sqlite3_column_blob(st, 0),
 				     (size_t)sqlite3_column_bytes(st, 0), &ids);
 		if (r < 0)
@@ -1597,12 +1606,9 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 
 		if (json_array_append_new(frames, f) < 0)
 			return -ENOMEM;
-		sqlite3_reset(st);
-		r = stmt_bind_int64(st, 1, frame_ids.v[i]);
-		if (r >= 0)
-			r = stmt_step(st);
-		if (r <= 0)
-			return r < 0 ? r : -EIO; /* a stack names a frame that does not exist */
+		r = stmt_lookup(st, frame_ids.v[i]); /* -EIO: a stack names a missing frame */
+		if (r < 0)
+			return r;
 		/* A hex string: kernel addresses do not fit a signed JSON integer. */
 		snprintf(addr, sizeof(addr), "0x%" PRIx64, (uint64_t)sqlite3_column_int64(st, 3));
 		fail |= json_object_set_new(f, "function", json_col_text(st, 5));

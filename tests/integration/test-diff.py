@@ -3,16 +3,11 @@
 twice as slow (spin-threads --hot-factor 2): hot_function's self share grows
 (from ~90% to ~95%), warm_function's shrinks, and hot_function is among the
 largest changes."""
-from profdtest import Profd, binary, check, require_root_bpf, run, wait_for_threads
+from profdtest import Profd, binary, check, require_root_bpf, run
 
 
 def profile(d, spin, *extra):
-    w = d.spawn(spin, '--seconds', '5', '--weights', '3,3', *extra)
-    wait_for_threads(w.pid, 3)
-    sid = d.json('attach', w.pid, '--freq', '397')['session']
-    w.communicate(timeout=30)
-    d.wait_ended(sid)
-    return sid
+    return d.profile_run([spin, '--seconds', '5', '--weights', '3,3'] + list(extra), 3)[0]
 
 
 def test():

@@ -9,7 +9,7 @@ import gzip
 import json
 import os
 
-from profdtest import Profd, binary, check, require_root_bpf, run, wait_for_threads
+from profdtest import Profd, binary, check, require_root_bpf, run
 
 
 def folded_sum(text):
@@ -25,11 +25,8 @@ def test():
     require_root_bpf()
     spin = binary('SPIN_THREADS')
     with Profd() as d:
-        w = d.spawn(spin, '--seconds', '5', '--weights', '1,2,3')
-        wait_for_threads(w.pid, 4)
-        sid = d.json('attach', w.pid, '--freq', '397')['session']
-        w.communicate(timeout=30)
-        d.wait_ended(sid)
+        sid, _ = d.profile_run([spin, '--seconds', '5', '--weights', '1,2,3'], 4)
+        pid = d.json('session', sid)['session']['pid']
         top = d.json('top', sid, '--limit', '3')
         total = top['total_samples']
         check(total >= 300, 'only %d samples' % total)
@@ -64,7 +61,7 @@ def test():
         for tid, name in workers.items():
             check(names.get(tid) == name, 'trace names thread %d %r, expected %r' % (tid, names.get(tid), name))
             hot_events = [e for e in events if e['ph'] == 'X' and e['tid'] == tid and e['name'] == 'hot_function']
-            check(hot_events and all(e['dur'] > 0 and e['ts'] >= 0 and e['pid'] == w.pid for e in hot_events),
+            check(hot_events and all(e['dur'] > 0 and e['ts'] >= 0 and e['pid'] == pid for e in hot_events),
                   'no hot_function events on %s\'s track' % name)
         check(trace['otherData']['lost_samples'] == top['lost_samples'], 'otherData %r' % trace['otherData'])
         # Within each track, complete events of one depth never overlap.

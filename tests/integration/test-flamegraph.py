@@ -9,7 +9,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 import zlib
 
-from profdtest import Profd, binary, check, require_root_bpf, run, skip, wait_for_threads
+from profdtest import Profd, binary, check, require_root_bpf, run, skip
 
 SVG = '{http://www.w3.org/2000/svg}'
 
@@ -59,11 +59,7 @@ def test():
         skip('chromium is not installed (Debian package chromium): cannot render the SVG')
     spin = binary('SPIN_THREADS')
     with Profd() as d:
-        w = d.spawn(spin, '--seconds', '4', '--weights', '1,2,3')
-        wait_for_threads(w.pid, 4)
-        sid = d.json('attach', w.pid, '--freq', '397')['session']
-        w.communicate(timeout=30)
-        d.wait_ended(sid)
+        sid, _ = d.profile_run([spin, '--seconds', '4', '--weights', '1,2,3'], 4)
         top = d.json('top', sid, '--limit', '1')
         svg = os.path.join(d.dir, 'cpu.svg')
         d.ctl('flamegraph', sid, '-o', svg)

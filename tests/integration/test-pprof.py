@@ -6,7 +6,7 @@ import re
 import shutil
 import subprocess
 
-from profdtest import Profd, binary, check, require_root_bpf, run, skip, wait_for_threads
+from profdtest import Profd, binary, check, require_root_bpf, run, skip
 
 
 def test():
@@ -16,11 +16,7 @@ def test():
         skip('go is not installed (Debian package golang-go): cannot run go tool pprof')
     spin = binary('SPIN_THREADS')
     with Profd() as d:
-        w = d.spawn(spin, '--seconds', '4', '--weights', '1,2,3')
-        wait_for_threads(w.pid, 4)
-        sid = d.json('attach', w.pid, '--freq', '397')['session']
-        w.communicate(timeout=30)
-        d.wait_ended(sid)
+        sid, _ = d.profile_run([spin, '--seconds', '4', '--weights', '1,2,3'], 4)
         top = d.json('top', sid, '--limit', '1')
         out = os.path.join(d.dir, 'cpu.pb.gz')
         d.ctl('export', sid, '--format', 'pprof', '-o', out)
