@@ -55,6 +55,21 @@ static int stmt_step(sqlite3_stmt *st)
 	return sqlite_errno(rc);
 }
 
+/*
+ * stmt_row() - prepare @sql, bind @id to ?1 and step to the first row: 0
+ * with *@ret on it, -ENOENT if there is none, -EIO/-ENOMEM on error.
+ */
+static int stmt_row(sqlite3 *db, const char *sql, int64_t id, sqlite3_stmt **ret)
+{
+	int r = stmt_prepare(db, sql, ret);
+
+	if (r >= 0)
+		r = stmt_bind_int64(*ret, 1, id);
+	if (r >= 0)
+		r = stmt_step(*ret);
+	return r < 0 ? r : r == 0 ? -ENOENT : 0;
+}
+
 /* Grows *@p (of *@cap elements of @size bytes) to hold at least @need. Returns 0 or -ENOMEM. */
 static int grow(void **p, size_t *cap, size_t need, size_t size)
 {
@@ -316,17 +331,9 @@ int query__session(sqlite3 *db, int64_t session_id, json_t **ret)
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	int r;
 
-	r = stmt_prepare(db, SESSION_SELECT " WHERE s.id = ?1", &st);
+	r = stmt_row(db, SESSION_SELECT " WHERE s.id = ?1", session_id, &st);
 	if (r < 0)
 		return r;
-	r = stmt_bind_int64(st, 1, session_id);
-	if (r < 0)
-		return r;
-	r = stmt_step(st);
-	if (r < 0)
-		return r;
-	if (r == 0)
-		return -ENOENT;
 	return session_from_row(st, (int64_t)now_ns(CLOCK_REALTIME), ret);
 }
 
@@ -397,15 +404,9 @@ static int window_bounds__get(sqlite3 *db, int64_t session_id, const struct quer
 	*wb = (struct window_bounds){ .lo = INT64_MIN, .hi = INT64_MAX, .range = range };
 	if (!range)
 		return 0;
-	r = stmt_prepare(db, "SELECT started_at_ns FROM sessions WHERE id = ?1", &st);
+	r = stmt_row(db, "SELECT started_at_ns FROM sessions WHERE id = ?1", session_id, &st);
 	if (r < 0)
 		return r;
-	r = stmt_bind_int64(st, 1, session_id);
-	if (r < 0)
-		return r;
-	r = stmt_step(st);
-	if (r <= 0)
-		return r < 0 ? r : -ENOENT;
 	start = sqlite3_column_int64(st, 0);
 	wb->lo = add_sat(add_sat(start, range->from_ns), -(int64_t)PROFD_WINDOW_NS + 1);
 	wb->hi = add_sat(add_sat(start, range->to_ns), -1);
@@ -1477,13 +1478,10 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 		return r;
 
 	/* The period of one sample: ns of CPU time for cpu-clock, events for the others. */
-	r = stmt_prepare(db, "SELECT started_at_ns, freq_hz, event FROM sessions WHERE id = ?1", &st);
-	if (r >= 0)
-		r = stmt_bind_int64(st, 1, session_id);
-	if (r >= 0)
-		r = stmt_step(st);
-	if (r <= 0)
-		return r < 0 ? r : -ENOENT;
+	r = stmt_row(db, "SELECT started_at_ns, freq_hz FROM sessions WHERE id = ?1", session_id,
+		     &st);
+	if (r < 0)
+		return r;
 	start = sqlite3_column_int64(st, 0);
 	if (!event && sqlite3_column_int64(st, 1) > 0)
 		period = NSEC_PER_SEC / (uint64_t)sqlite3_column_int64(st, 1);
