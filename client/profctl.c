@@ -695,15 +695,21 @@ static const struct export_format *export_format_find(const char *name)
 
 /*
  * load_profile() - ask profd for session @a->id's raw profile (with
- * --from/--to and --event) and its SESSION object, into @p. Logs; returns
+ * --from/--to and --event; per window if @per_window, else summed) and its
+ * SESSION object, into @p. Logs; returns
  * 0 or -errno.
  */
-static int load_profile(struct conn *c, const struct args *a, struct xprofile *p)
+static int load_profile(struct conn *c, const struct args *a, bool per_window,
+			struct xprofile *p)
 {
 	_cleanup_(json_decrefp) json_t *reply = NULL, *session = NULL;
 	json_t *request = request_range(request_session("profile", a->id), a);
 	int r;
 
+	/* Only the Chrome trace places samples in time: the others take them summed. */
+	if (request && !per_window &&
+	    json_object_set_new(request, "per_window", json_false()) < 0)
+		request = NULL;
 	if (request && a->event && json_object_set_new(request, "event", json_string(a->event)) < 0)
 		request = NULL;
 	r = call(c, request, &reply);
@@ -807,7 +813,7 @@ static int run_export(struct conn *c, const struct args *a)
 		return -EINVAL;
 	}
 	current_format = export_format_find(a->format);
-	r = load_profile(c, a, &p);
+	r = load_profile(c, a, current_format->write == export__chrome_trace, &p);
 	if (r < 0)
 		return r;
 	r = check_thread(a, &p);
@@ -830,7 +836,7 @@ static int run_flamegraph(struct conn *c, const struct args *a)
 	_cleanup_(xprofile__free) struct xprofile p = {};
 	int r;
 
-	r = load_profile(c, a, &p);
+	r = load_profile(c, a, false, &p);
 	if (r < 0)
 		return r;
 	r = check_thread(a, &p);

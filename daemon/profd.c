@@ -507,7 +507,7 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 		return event_response(r, fields, &req);
 	case CMD_PROFILE:
 		r = query__profile(store__db(p->env.store), req.session, req.sampled_event,
-				   req.has_range ? &range : NULL, &fields);
+				   req.has_range ? &range : NULL, req.per_window, &fields);
 		return event_response(r, fields, &req);
 	case CMD_ANALYZE:
 		r = analyze__session(store__db(p->env.store), req.session, &fields);

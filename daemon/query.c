@@ -1438,7 +1438,9 @@ static int rows_json(sqlite3 *db, const char *sql, int64_t session_id, const cha
  * call stacks as lists of frame indexes (leaf first), and the samples as
  * [stack index, tid, window start in ns from the session start, count]
  * rows, with the threads, the mappings, the sample period and the report
- * head of top (loss counters, total_samples).
+ * head of top (loss counters, total_samples). @per_window false sums each
+ * stack's samples per thread over the windows (the window is then the
+ * first one it was seen in).
  * @event: NULL for the CPU samples, else the second sampled event's name.
  * @range: NULL for the whole session, else the windows it overlaps.
  * @ret: on success a new object, owned by the caller; untouched on failure.
@@ -1448,7 +1450,7 @@ static int rows_json(sqlite3 *db, const char *sql, int64_t session_id, const cha
  * -ENOMEM. Allocates memory linear in the session's rows; does not log.
  */
 int query__profile(sqlite3 *db, int64_t session_id, const char *event,
-		   const struct query_range *range, json_t **ret)
+		   const struct query_range *range, bool per_window, json_t **ret)
 {
 	static const char *const thread_keys[] = { "tid", "pid", "name", NULL };
 	static const char *const mapping_keys[] = { "pid",	   "start", "end", "file_offset",
@@ -1502,9 +1504,13 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 
 	/* @table is one of two constant names (samples_table()), never user input. */
 	if (asprintf(&sql,
-		     "SELECT stack_id, tid, window_ns - ?4, count FROM %s"
-		     " WHERE session_id = ?1 AND window_ns BETWEEN ?2 AND ?3"
-		     " ORDER BY window_ns, tid, stack_id",
+		     per_window ? "SELECT stack_id, tid, window_ns - ?4, count FROM %s"
+				  " WHERE session_id = ?1 AND window_ns BETWEEN ?2 AND ?3"
+				  " ORDER BY window_ns, tid, stack_id"
+				/* Summed over the windows: far fewer rows for a long session. */
+				: "SELECT stack_id, tid, min(window_ns) - ?4, sum(count) FROM %s"
+				  " WHERE session_id = ?1 AND window_ns BETWEEN ?2 AND ?3"
+				  " GROUP BY tid, stack_id ORDER BY 3, tid, stack_id",
 		     table) < 0) {
 		sql = NULL;
 		return -ENOMEM;

@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include <sqlite3.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 /*
@@ -42,4 +43,4 @@ int query__threads(sqlite3 *db, int64_t session_id, json_t **ret);
  * mappings, period) for exporters; @event and @range as for top.
  */
 int query__profile(sqlite3 *db, int64_t session_id, const char *event,
-		   const struct query_range *range, json_t **ret);
+		   const struct query_range *range, bool per_window, json_t **ret);

@@ -61,6 +61,7 @@ struct request {
 	int64_t from_ns, to_ns; /* their range, ns from the session start; to_ns INT64_MAX: open */
 	char sql[REQUEST_MAX_SQL_BYTES]; /* sql: the statement */
 	int64_t max_rows;     /* sql: 1..1000000, default 10000 */
+	bool per_window;      /* profile: samples per 1-second window (default), or summed */
 };
 
 /*

@@ -65,6 +65,13 @@ int main(void)
 		     0);
 	CHECK_INT_EQ(req.cmd, CMD_PROFILE);
 	CHECK_INT_EQ(req.to_ns, INT64_MAX);
+	CHECK_INT_EQ(req.per_window, 1);
+	CHECK_INT_EQ(parse("{\"cmd\":\"profile\",\"session\":3,\"per_window\":false}", &req, err,
+			   sizeof(err)),
+		     0);
+	CHECK_INT_EQ(req.per_window, 0);
+	expect_error("{\"cmd\":\"profile\",\"session\":3,\"per_window\":1}", -EINVAL, "per_window");
+	expect_error("{\"cmd\":\"top\",\"session\":3,\"per_window\":false}", -EINVAL, "per_window");
 	CHECK_INT_EQ(parse("{\"cmd\":\"hotpaths\",\"session\":3}", &req, err, sizeof(err)), 0);
 	CHECK_INT_EQ(req.has_range, 0);
 	expect_error("{\"cmd\":\"top\",\"session\":3,\"from_s\":5,\"to_s\":2}", -EINVAL, "less than");
