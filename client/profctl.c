@@ -823,9 +823,9 @@ static int run_export(struct conn *c, const struct args *a)
 	/* On stderr too, since the folded format has no room for them. */
 	if (r == 0)
 		fprintf(stderr,
-			"profctl: %s%s%s: %lld samples; lost samples %lld, truncated stacks %lld, "
+			"profctl: %s %s: %lld samples; lost samples %lld, truncated stacks %lld, "
 			"unsymbolized frames %lld\n",
-			a->output ? "wrote " : "", a->output ? a->output : "exported", "",
+			a->output ? "wrote" : "exported", a->output ? a->output : a->format,
 			(long long)p.total_samples, (long long)p.lost_samples,
 			(long long)p.truncated_stacks, (long long)p.unsymbolized_frames);
 	return r;

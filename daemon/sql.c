@@ -96,9 +96,14 @@ static int authorize(void *arg, int action, const char *a1, const char *a2, cons
 		for (size_t i = 0; view && i < c->n_filter_views; i++)
 			if (strcmp(view, c->filter_views[i]) == 0)
 				return SQLITE_OK;
-		return refuse(c,
-			      "main.%s: you see your own sessions only, through the views of the "
-			      "same names; leave out \"main.\"%s",
+		for (size_t i = 0; a1 && i < c->n_filter_views; i++)
+			if (strcmp(a1, c->filter_views[i]) == 0)
+				return refuse(c,
+					      "main.%s: you see your own sessions only, through the "
+					      "views of the same names; leave out \"main.\"%s",
+					      a1, "");
+		return refuse(c, "table %s is readable by root only (it does not belong to "
+				 "sessions)%s",
 			      a1, "");
 	case SQLITE_FUNCTION:
 		if (in_list(a2, refused_functions, ARRAY_SIZE(refused_functions)))
@@ -365,6 +370,8 @@ int sql__run(const char *db_path, const char *query, bool admin, uid_t uid, size
 		return sqlite_errno(rc);
 	}
 	sqlite3_busy_timeout(db, 2000);
+	/* No single value (a randomblob(), a group_concat()) beyond the result cap. */
+	sqlite3_limit(db, SQLITE_LIMIT_LENGTH, (int)MIN(max_bytes, (size_t)INT32_MAX));
 	sqlite3_set_authorizer(db, authorize, &c);
 	if (!admin) {
 		r = confine(db, &c, uid);

@@ -77,7 +77,11 @@ def test():
                           ('PRAGMA user_version = 99', 'PRAGMA'),
                           ('PRAGMA journal_mode = DELETE', 'PRAGMA'),
                           ("SELECT load_extension('/tmp/x.so')", 'load_extension'),
-                          ('SELECT 1; DELETE FROM samples', 'one statement')]:
+                          ('SELECT 1; DELETE FROM samples', 'one statement'),
+                          # Bounded: no value beyond the result cap, no statement beyond 5 s.
+                          ('SELECT length(randomblob(100000000))', 'too big'),
+                          ('WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c)'
+                           ' SELECT count(*) FROM c', 'stopped after 5 s')]:
             rc, out, err = d.ctl('sql', sql, check_rc=False)
             check(rc == 1 and word in err, '%r: rc %d, stderr %r' % (sql, rc, err))
         check(d.json('sql', 'SELECT count(*) FROM samples')['rows'] == before, 'samples changed')
