@@ -644,7 +644,6 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 		if (!buf)
 			goto out;
 		r = write_gzip(f, buf, perftools__profiles__profile__pack(&prof, buf));
-		prof.comment = NULL; /* on the stack */
 	}
 out:
 	strtab__free(&st);
@@ -767,9 +766,13 @@ int export__chrome_trace(FILE *f, const struct xprofile *p, int64_t tid)
 		if (i == n)
 			break;
 		if (!same_track) {
+			double start_us = (double)s[i].window_ns / 1e3;
+
+			/* A window can hold a little more than 1 s of samples (timer jitter):
+			 * the next one then starts after it, so that events stay nested. */
+			cursor = s[i].tid == cur_tid ? MAX(start_us, cursor) : start_us;
 			cur_tid = s[i].tid;
 			cur_window = s[i].window_ns;
-			cursor = (double)s[i].window_ns / 1e3;
 		}
 		for (; depth < st->len; depth++) {
 			open_frames[depth] = st->frames[st->len - 1 - depth];

@@ -808,10 +808,6 @@ static int run_export(struct conn *c, const struct args *a)
 	_cleanup_(xprofile__free) struct xprofile p = {};
 	int r;
 
-	if (!a->format) {
-		log_error("missing --format: folded, pprof, chrome-trace or speedscope");
-		return -EINVAL;
-	}
 	current_format = export_format_find(a->format);
 	r = load_profile(c, a, current_format->write == export__chrome_trace, &p);
 	if (r < 0)
@@ -1890,6 +1886,11 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 	}
 	if (a->command->operand == OPERAND_TWO_SESSIONS && !a->id2) {
 		log_error("missing SESSION_B: diff compares two sessions (see 'profctl diff --help')");
+		return -EINVAL;
+	}
+	if (a->command->run == run_export && !a->format) {
+		log_error("missing --format: folded, pprof, chrome-trace or speedscope (see 'profctl "
+			  "export --help')");
 		return -EINVAL;
 	}
 	if (a->has_from && a->has_to && a->from_s >= a->to_s) {

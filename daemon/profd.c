@@ -482,7 +482,7 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 		return query_response(r, fields, req.session);
 	case CMD_SESSIONS:
 		r = query__sessions(store__db(p->env.store), &fields);
-		if (r == 0 && peer->uid != 0) {
+		if (r == 0 && !is_admin(peer)) {
 			/* Only the requester's own sessions. */
 			json_t *list = json_object_get(fields, "sessions"), *item;
 			size_t i;

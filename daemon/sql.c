@@ -17,6 +17,7 @@
  * shape are refused.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,10 +71,17 @@ static bool in_list(const char *s, const char *const *list, size_t n)
 	return false;
 }
 
-static int refuse(struct sql_ctx *c, const char *fmt, const char *a, const char *b)
+/* Records why (the first reason only: the one the client's statement hit) and denies. */
+static int refuse(struct sql_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse(struct sql_ctx *c, const char *fmt, ...)
 {
-	if (!c->reason[0])
-		snprintf(c->reason, sizeof(c->reason), fmt, a ? a : "", b ? b : "");
+	va_list ap;
+
+	if (!c->reason[0]) {
+		va_start(ap, fmt);
+		vsnprintf(c->reason, sizeof(c->reason), fmt, ap);
+		va_end(ap);
+	}
 	return SQLITE_DENY;
 }
 
@@ -100,30 +108,28 @@ static int authorize(void *arg, int action, const char *a1, const char *a2, cons
 			if (strcmp(a1, c->filter_views[i]) == 0)
 				return refuse(c,
 					      "main.%s: you see your own sessions only, through the "
-					      "views of the same names; leave out \"main.\"%s",
-					      a1, "");
-		return refuse(c, "table %s is readable by root only (it does not belong to "
-				 "sessions)%s",
-			      a1, "");
+					      "views of the same names; leave out \"main.\"",
+					      a1);
+		return refuse(c, "table %s is readable by root only (it does not belong to sessions)",
+			      a1 ? a1 : "?");
 	case SQLITE_FUNCTION:
 		if (in_list(a2, refused_functions, ARRAY_SIZE(refused_functions)))
-			return refuse(c, "%s() is not allowed%s", a2, "");
+			return refuse(c, "%s() is not allowed", a2);
 		return SQLITE_OK;
 	case SQLITE_PRAGMA:
 		if (in_list(a1, readonly_pragmas, ARRAY_SIZE(readonly_pragmas)))
 			return SQLITE_OK;
 		if (!a2 && in_list(a1, setting_pragmas, ARRAY_SIZE(setting_pragmas)))
 			return SQLITE_OK;
-		return refuse(c, "PRAGMA %s%s is not allowed: profctl sql only reads", a1,
+		return refuse(c, "PRAGMA %s%s is not allowed: profctl sql only reads", a1 ? a1 : "?",
 			      a2 ? " with a value" : "");
 	case SQLITE_ATTACH:
-		return refuse(c, "ATTACH is not allowed%s%s", "", "");
+		return refuse(c, "ATTACH is not allowed");
 	case SQLITE_DETACH:
-		return refuse(c, "DETACH is not allowed%s%s", "", "");
+		return refuse(c, "DETACH is not allowed");
 	default:
 		return refuse(c, "only SELECT statements are allowed: profctl sql cannot change "
-				 "the database%s%s",
-			      "", "");
+				 "the database");
 	}
 }
 

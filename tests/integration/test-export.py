@@ -64,7 +64,19 @@ def test():
             check(hot_events and all(e['dur'] > 0 and e['ts'] >= 0 and e['pid'] == pid for e in hot_events),
                   'no hot_function events on %s\'s track' % name)
         check(trace['otherData']['lost_samples'] == top['lost_samples'], 'otherData %r' % trace['otherData'])
-        # Within each track, complete events of one depth never overlap.
+        # Within each track, complete events nest (what trace viewers require): an
+        # event that starts inside another ends inside it.
+        for tid in workers:
+            xs = sorted((e for e in events if e['ph'] == 'X' and e['tid'] == tid),
+                        key=lambda e: (e['ts'], -e['dur']))
+            open_ends = []
+            for e in xs:
+                while open_ends and open_ends[-1] <= e['ts'] + 1e-3:
+                    open_ends.pop()
+                end = e['ts'] + e['dur']
+                check(not open_ends or end <= open_ends[-1] + 1e-3,
+                      'event %s at %.3f+%.3f us on thread %d overlaps its parent' % (e['name'], e['ts'], e['dur'], tid))
+                open_ends.append(end)
         period_us = 1e6 / 397
         xs = [e for e in events if e['ph'] == 'X' and e['name'] == '__clone3']
         check(abs(sum(e['dur'] for e in xs) - total * period_us) < total * period_us * 0.01 + 1,
