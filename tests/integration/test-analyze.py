@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""analyze on a real imbalanced workload (spin-threads --weights 1,1,6: the
+third worker does 6/8 of the work): the imbalance is a high-severity finding
+naming worker-3 with its max/mean ratio, the dominant hot_function is one
+too, the sleeping main thread is not called starved, and the rules whose
+data was not recorded say "no data" with what they need."""
+from profdtest import Profd, binary, check, require_root_bpf, run
+
+
+def test():
+    require_root_bpf()
+    spin = binary('SPIN_THREADS')
+    with Profd() as d:
+        sid, _ = d.profile_run([spin, '--seconds', '4', '--weights', '1,1,6'], 4)
+        a = d.json('analyze', sid)
+        findings = {f['rule']: f for f in a['findings']}
+        checks = {c['rule']: c for c in a['checks']}
+        print('findings: %r' % sorted(findings))
+        imb = findings.get('thread-imbalance')
+        check(imb, 'no thread-imbalance finding: %r' % a)
+        # 6 / mean(1, 1, 6) = 2.25; the samples follow the CPU time within ~15%.
+        check(imb['severity'] == 'high' and imb['evidence']['straggler_name'] == 'worker-3',
+              'imbalance finding %r' % imb)
+        check(1.8 <= imb['evidence']['max_over_mean'] <= 2.7, 'max/mean %r' % imb['evidence'])
+        check('worker-3' in imb['title'], 'title %r' % imb['title'])
+        check(findings.get('hot-function', {}).get('evidence', {}).get('function') == 'hot_function',
+              'hot-function finding %r' % findings.get('hot-function'))
+        # High findings first.
+        sev = [f['severity'] for f in a['findings']]
+        check(sev == sorted(sev, key=lambda s: s != 'high'), 'not sorted by severity: %r' % sev)
+        check(checks.get('main-thread-starved', {}).get('status') == 'ok',
+              'main thread (asleep) judged: %r' % checks.get('main-thread-starved'))
+        for rule, needs in [('cache-misses', 'counters'), ('memory-growth', 'memory'),
+                            ('tiny-kernel-launches', 'CUDA')]:
+            c = checks.get(rule)
+            check(c and c['status'] == 'no data' and needs in c['detail'], '%s: %r' % (rule, c))
+        _, text, _ = d.ctl('analyze', sid)
+        check('[high]' in text and 'worker-3' in text and 'suggestion:' in text, 'human analyze:\n' + text)
+
+
+run(test)
