@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -71,16 +72,50 @@ static int scalar(struct analysis *a, const char *sql, double *ret)
 	return 1;
 }
 
-static bool table_exists(struct analysis *a, const char *like)
+/*
+ * Rows of session @a->session in the tables whose names match one of the
+ * LIKE patterns @likes (NULL-terminated) and that have a session_id column.
+ * Returns the count (0 also without such tables), or -errno; *@ret_tables
+ * says whether any table matched.
+ */
+static int64_t session_rows(struct analysis *a, const char *const *likes, bool *ret_tables)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	int64_t total = 0;
+	int rc;
 
-	if (sqlite3_prepare_v2(a->db,
-			       "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name LIKE ?1",
-			       -1, &st, NULL) != SQLITE_OK)
-		return false;
-	sqlite3_bind_text(st, 1, like, -1, SQLITE_STATIC);
-	return sqlite3_step(st) == SQLITE_ROW;
+	*ret_tables = false;
+	rc = sqlite3_prepare_v2(a->db,
+				"SELECT name FROM sqlite_schema WHERE type = 'table' AND name LIKE ?1",
+				-1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return sqlite_errno(rc);
+	for (; *likes; likes++) {
+		sqlite3_reset(st);
+		sqlite3_bind_text(st, 1, *likes, -1, SQLITE_STATIC);
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+			_cleanup_free_ char *sql = NULL;
+			double n;
+			int r;
+
+			*ret_tables = true;
+			if (asprintf(&sql,
+				     "SELECT count(*) FROM \"%s\" WHERE session_id = ?1",
+				     (const char *)sqlite3_column_text(st, 0)) < 0) {
+				sql = NULL;
+				return -ENOMEM;
+			}
+			r = scalar(a, sql, &n);
+			if (r == -EIO)
+				continue; /* no session_id column: not per session */
+			if (r < 0)
+				return r;
+			total += (int64_t)n;
+		}
+		if (rc != SQLITE_DONE)
+			return sqlite_errno(rc);
+	}
+	return total;
 }
 
 /* A finding: @evidence is consumed. */
@@ -270,16 +305,24 @@ static int rule_cache_misses(struct analysis *a)
 
 /*
  * Rules whose data other features record (CUDA calls, allocations): say
- * whether the data is there, rather than guess. @tables: a LIKE pattern of
- * the tables that hold it.
+ * whether the session has that data, rather than guess. @likes: LIKE
+ * patterns of the tables that hold it.
  */
-static int rule_needs_tables(struct analysis *a, const char *rule, const char *tables,
+static int rule_needs_tables(struct analysis *a, const char *rule, const char *const *likes,
 			     const char *what, const char *how)
 {
-	if (!table_exists(a, tables))
+	bool tables;
+	int64_t n = session_rows(a, likes, &tables);
+
+	if (n < 0)
+		return (int)n;
+	if (!tables)
 		return checked(a, rule, "no data", "%s not recorded in this session (%s)", what, how);
+	if (n == 0)
+		return checked(a, rule, "no data", "%s not recorded in this session", what);
 	return checked(a, rule, "no data",
-		       "%s tables exist, but this profd has no rule over them yet", what);
+		       "%s recorded (%lld rows), but this profd has no rule over them yet", what,
+		       (long long)n);
 }
 
 /*
@@ -296,6 +339,8 @@ static int rule_needs_tables(struct analysis *a, const char *rule, const char *t
 int analyze__session(sqlite3 *db, int64_t session_id, json_t **ret)
 {
 	_cleanup_(json_decrefp) json_t *session = NULL, *o = NULL;
+	static const char *const cuda_tables[] = { "cuda%", "gpu%", "nvtx%", NULL };
+	static const char *const memory_tables[] = { "memory%", "alloc%", "heap%", NULL };
 	struct analysis a = { .db = db, .session = session_id };
 	json_t *sorted;
 	int r;
@@ -313,11 +358,11 @@ int analyze__session(sqlite3 *db, int64_t session_id, json_t **ret)
 
 	if ((r = rule_hot_function(&a)) < 0 || (r = rule_imbalance(&a)) < 0 ||
 	    (r = rule_main_starved(&a)) < 0 || (r = rule_cache_misses(&a)) < 0 ||
-	    (r = rule_needs_tables(&a, "cuda-synchronize", "cuda%", "CUDA calls",
+	    (r = rule_needs_tables(&a, "cuda-synchronize", cuda_tables, "CUDA calls",
 				   "needs a profd with CUDA tracing, and a CUDA program")) < 0 ||
-	    (r = rule_needs_tables(&a, "tiny-kernel-launches", "cuda%", "CUDA kernel launches",
+	    (r = rule_needs_tables(&a, "tiny-kernel-launches", cuda_tables, "CUDA kernel launches",
 				   "needs a profd with CUDA tracing, and a CUDA program")) < 0 ||
-	    (r = rule_needs_tables(&a, "memory-growth", "memory%", "Memory samples",
+	    (r = rule_needs_tables(&a, "memory-growth", memory_tables, "Memory samples",
 				   "needs a profd with memory profiling")) < 0)
 		return r;
 
