@@ -24,6 +24,7 @@ static const char *str_of(const json_t *o, const char *key)
 	return json_string_value(json_object_get(o, key));
 }
 
+/* xprofile__free() - free what xprofile__load() allocated; @p is left empty. Accepts an empty @p. */
 void xprofile__free(struct xprofile *p)
 {
 	for (size_t i = 0; i < p->n_frames; i++)
