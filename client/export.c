@@ -24,7 +24,8 @@ static const char *str_of(const json_t *o, const char *key)
 	return json_string_value(json_object_get(o, key));
 }
 
-/* xprofile__free() - free what xprofile__load() allocated; @p is left empty. Accepts an empty @p. */
+/* xprofile__free() - free what xprofile__load() allocated; @p is left empty. Accepts an empty @p.
+ */
 void xprofile__free(struct xprofile *p)
 {
 	for (size_t i = 0; i < p->n_frames; i++)
@@ -68,8 +69,8 @@ int xprofile__load(struct xprofile *p, json_t *profile, const json_t *session)
 	size_t i;
 	int r = -EBADMSG;
 
-	*p = (struct xprofile){ .json = json_incref(profile),
-				.session_json = json_incref((json_t *)session) };
+	*p = (struct xprofile){.json = json_incref(profile),
+			       .session_json = json_incref((json_t *)session)};
 	if (!json_is_array(frames) || !json_is_array(stacks) || !json_is_array(samples) ||
 	    !json_is_array(threads))
 		goto fail;
@@ -169,17 +170,17 @@ int xprofile__load(struct xprofile *p, json_t *profile, const json_t *session)
 		if (json_array_size(v) != 4 || k < 0 || (size_t)k >= p->n_stacks)
 			goto fail;
 		p->samples[i] = (struct xsample){
-			.stack = (size_t)k,
-			.tid = json_integer_value(json_array_get(v, 1)),
-			.window_ns = json_integer_value(json_array_get(v, 2)),
-			.count = json_integer_value(json_array_get(v, 3)),
+		    .stack = (size_t)k,
+		    .tid = json_integer_value(json_array_get(v, 1)),
+		    .window_ns = json_integer_value(json_array_get(v, 2)),
+		    .count = json_integer_value(json_array_get(v, 3)),
 		};
 	}
 	json_array_foreach(threads, i, v)
 	{
-		p->threads[i] = (struct xthread){ .tid = int_of(v, "tid"),
-						  .pid = int_of(v, "pid") ?: p->pid,
-						  .name = str_of(v, "name") ?: "?" };
+		p->threads[i] = (struct xthread){.tid = int_of(v, "tid"),
+						 .pid = int_of(v, "pid") ?: p->pid,
+						 .name = str_of(v, "name") ?: "?"};
 	}
 	return 0;
 fail:
@@ -314,7 +315,8 @@ static int64_t strtab__intern(struct strtab *t, const char *s)
 		if (!slots)
 			return -ENOMEM;
 		for (size_t k = 0; k < t->n; k++) {
-			for (i = str_hash(t->s[k]) & (n_slots - 1); slots[i]; i = (i + 1) & (n_slots - 1))
+			for (i = str_hash(t->s[k]) & (n_slots - 1); slots[i];
+			     i = (i + 1) & (n_slots - 1))
 				;
 			slots[i] = k + 1;
 		}
@@ -403,7 +405,8 @@ static int psample_cmp(const void *a, const void *b)
 static int module_cmp(const void *a, const void *b, void *arg)
 {
 	const struct xprofile *p = arg;
-	const struct xframe *x = &p->frames[*(const size_t *)a], *y = &p->frames[*(const size_t *)b];
+	const struct xframe *x = &p->frames[*(const size_t *)a],
+			    *y = &p->frames[*(const size_t *)b];
 	bool xe = strcmp(x->module, p->exe) == 0, ye = strcmp(y->module, p->exe) == 0;
 	int c;
 
@@ -427,10 +430,10 @@ static int module_cmp(const void *a, const void *b, void *arg)
 int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 {
 	Perftools__Profiles__Profile prof = PERFTOOLS__PROFILES__PROFILE__INIT;
-	Perftools__Profiles__ValueType types[2] = { PERFTOOLS__PROFILES__VALUE_TYPE__INIT,
-						    PERFTOOLS__PROFILES__VALUE_TYPE__INIT };
+	Perftools__Profiles__ValueType types[2] = {PERFTOOLS__PROFILES__VALUE_TYPE__INIT,
+						   PERFTOOLS__PROFILES__VALUE_TYPE__INIT};
 	Perftools__Profiles__ValueType period_type = PERFTOOLS__PROFILES__VALUE_TYPE__INIT;
-	Perftools__Profiles__ValueType *type_ptrs[2] = { &types[0], &types[1] };
+	Perftools__Profiles__ValueType *type_ptrs[2] = {&types[0], &types[1]};
 	_cleanup_free_ Perftools__Profiles__Location *locs = NULL;
 	_cleanup_free_ Perftools__Profiles__Location **loc_ptrs = NULL;
 	_cleanup_free_ Perftools__Profiles__Line *lines = NULL;
@@ -531,8 +534,8 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 	/* Samples: per stack and thread. */
 	for (size_t i = 0; i < p->n_samples; i++)
 		if (!tid || p->samples[i].tid == tid)
-			ps[n_ps++] = (struct psample){ p->samples[i].stack, p->samples[i].tid,
-						       p->samples[i].count };
+			ps[n_ps++] = (struct psample){p->samples[i].stack, p->samples[i].tid,
+						      p->samples[i].count};
 	if (n_ps)
 		qsort(ps, n_ps, sizeof(*ps), psample_cmp);
 	{
@@ -610,8 +613,9 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 		if ((k = strtab__intern(&st, cpu ? "nanoseconds" : "events")) < 0)
 			goto out;
 		types[1].unit = period_type.unit = k;
-		snprintf(text[0], sizeof(text[0]), "profd session %" PRId64 ": %s (PID %" PRId64 "), event %s",
-			 p->session, p->comm, p->pid, p->event);
+		snprintf(text[0], sizeof(text[0]),
+			 "profd session %" PRId64 ": %s (PID %" PRId64 "), event %s", p->session,
+			 p->comm, p->pid, p->event);
 		snprintf(text[1], sizeof(text[1]),
 			 "lost samples %" PRId64 ", truncated stacks %" PRId64, p->lost_samples,
 			 p->truncated_stacks);
@@ -721,16 +725,16 @@ int export__chrome_trace(FILE *f, const struct xprofile *p, int64_t tid)
 		return -ENOMEM;
 
 	if (append_event(events, json_pack("{s:s, s:s, s:I, s:I, s:{s:s}}", "name", "process_name",
-					   "ph", "M", "pid", (json_int_t)p->pid, "tid", (json_int_t)0,
-					   "args", "name", p->comm)) < 0)
+					   "ph", "M", "pid", (json_int_t)p->pid, "tid",
+					   (json_int_t)0, "args", "name", p->comm)) < 0)
 		return -ENOMEM;
 	for (size_t i = 0; i < p->n_threads; i++)
 		if ((!tid || p->threads[i].tid == tid) &&
-		    append_event(events, json_pack("{s:s, s:s, s:I, s:I, s:{s:s}}", "name",
-						   "thread_name", "ph", "M", "pid",
-						   (json_int_t)p->threads[i].pid, "tid",
-						   (json_int_t)p->threads[i].tid, "args", "name",
-						   p->threads[i].name)) < 0)
+		    append_event(events,
+				 json_pack("{s:s, s:s, s:I, s:I, s:{s:s}}", "name", "thread_name",
+					   "ph", "M", "pid", (json_int_t)p->threads[i].pid, "tid",
+					   (json_int_t)p->threads[i].tid, "args", "name",
+					   p->threads[i].name)) < 0)
 			return -ENOMEM;
 
 	for (size_t i = 0; i < p->n_samples; i++)
@@ -755,13 +759,14 @@ int export__chrome_trace(FILE *f, const struct xprofile *p, int64_t tid)
 			const struct xframe *fr = &p->frames[open_frames[--depth]];
 			int64_t pid = xprofile__thread_pid(p, cur_tid);
 
-			if (append_event(events,
-					 json_pack("{s:s, s:s, s:s, s:f, s:f, s:I, s:I, s:{s:s, s:s?}}",
-						   "name", fr->name, "cat",
-						   fr->kernel ? "kernel" : "user", "ph", "X", "ts",
-						   open_ts[depth], "dur", cursor - open_ts[depth],
-						   "pid", (json_int_t)pid, "tid", (json_int_t)cur_tid,
-						   "args", "module", fr->module, "file", fr->file)) < 0)
+			if (append_event(
+				events,
+				json_pack("{s:s, s:s, s:s, s:f, s:f, s:I, s:I, s:{s:s, s:s?}}",
+					  "name", fr->name, "cat", fr->kernel ? "kernel" : "user",
+					  "ph", "X", "ts", open_ts[depth], "dur",
+					  cursor - open_ts[depth], "pid", (json_int_t)pid, "tid",
+					  (json_int_t)cur_tid, "args", "module", fr->module, "file",
+					  fr->file)) < 0)
 				return -ENOMEM;
 		}
 		if (i == n)
@@ -781,8 +786,8 @@ int export__chrome_trace(FILE *f, const struct xprofile *p, int64_t tid)
 		}
 		/* cpu-clock: the samples' CPU time; another event: 1 us per sample. */
 		cursor += strcmp(p->period_unit, "nanoseconds") == 0
-				  ? (double)(s[i].count * p->period) / 1e3
-				  : (double)s[i].count;
+			      ? (double)(s[i].count * p->period) / 1e3
+			      : (double)s[i].count;
 	}
 	if (json_dumpf(root, f, JSON_COMPACT) < 0)
 		return -EIO;
@@ -840,10 +845,10 @@ int export__speedscope(FILE *f, const struct xprofile *p, int64_t tid)
 		if (tid && th->tid != tid)
 			continue;
 		snprintf(pname, sizeof(pname), "%s (TID %" PRId64 ")", th->name, th->tid);
-		prof = json_pack("{s:s, s:s, s:s, s:i, s:I, s:[], s:[]}", "type", "sampled", "name",
-				 pname, "unit",
-				 strcmp(p->period_unit, "nanoseconds") == 0 ? "nanoseconds" : "none",
-				 "startValue", 0, "endValue", (json_int_t)0, "samples", "weights");
+		prof = json_pack(
+		    "{s:s, s:s, s:s, s:i, s:I, s:[], s:[]}", "type", "sampled", "name", pname,
+		    "unit", strcmp(p->period_unit, "nanoseconds") == 0 ? "nanoseconds" : "none",
+		    "startValue", 0, "endValue", (json_int_t)0, "samples", "weights");
 		if (!prof || json_array_append_new(profiles, prof) < 0)
 			return -ENOMEM;
 		samples = json_object_get(prof, "samples");
@@ -861,7 +866,8 @@ int export__speedscope(FILE *f, const struct xprofile *p, int64_t tid)
 				return -ENOMEM;
 			for (size_t j = st->len; j-- > 0;)
 				if (json_array_append_new(
-					list, json_integer((json_int_t)p->frames[st->frames[j]].func)) < 0)
+					list, json_integer(
+						  (json_int_t)p->frames[st->frames[j]].func)) < 0)
 					return -ENOMEM;
 			if (json_array_append_new(weights, json_integer(sa->count * p->period)) < 0)
 				return -ENOMEM;

@@ -167,8 +167,8 @@ struct layout {
 static void draw(const struct layout *l, const struct fnode *n, int depth, double x_px)
 {
 	double w_px = (double)n->total / (double)l->total * (SVG_WIDTH_PX - 2 * PAD_PX);
-	double y = l->inverted ? HEAD_PX + depth * ROW_PX
-			       : l->height - FOOT_PX - (depth + 1) * ROW_PX;
+	double y =
+	    l->inverted ? HEAD_PX + depth * ROW_PX : l->height - FOOT_PX - (depth + 1) * ROW_PX;
 	const struct xframe *fr = &l->p->frames[n->frame];
 	char fill[32];
 	double child_x = x_px;
@@ -182,10 +182,12 @@ static void draw(const struct layout *l, const struct fnode *n, int depth, doubl
 	fprintf(l->f, "\"><title>");
 	xml_escape(l->f, fr->name);
 	fprintf(l->f, " (%s%s)\n%" PRId64 " samples, %.2f%%; self %" PRId64 ", %.2f%%</title>",
-		fr->kernel ? "kernel" : strrchr(fr->module, '/') ? strrchr(fr->module, '/') + 1
-								  : fr->module,
-		fr->inlined ? ", inlined" : "", n->total, 100.0 * (double)n->total / (double)l->total,
-		n->self, 100.0 * (double)n->self / (double)l->total);
+		fr->kernel		   ? "kernel"
+		: strrchr(fr->module, '/') ? strrchr(fr->module, '/') + 1
+					   : fr->module,
+		fr->inlined ? ", inlined" : "", n->total,
+		100.0 * (double)n->total / (double)l->total, n->self,
+		100.0 * (double)n->self / (double)l->total);
 	fprintf(l->f,
 		"<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" rx=\"2\"/>"
 		"<text x=\"%.2f\" y=\"%.1f\">",
@@ -198,37 +200,38 @@ static void draw(const struct layout *l, const struct fnode *n, int depth, doubl
 	}
 }
 
-/* Click to zoom (a printf format: W, P, C): rescale the boxes inside the clicked one's span, hide the others. */
+/* Click to zoom (a printf format: W, P, C): rescale the boxes inside the clicked one's span, hide
+ * the others. */
 static const char zoom_script[] =
-	"<script type=\"text/ecmascript\"><![CDATA[\n"
-	"(function () {\n"
-	"  var W = %g, P = %g, C = %g;\n"
-	"  var boxes = document.querySelectorAll('g.f');\n"
-	"  function fit(t, name, w) {\n"
-	"    var n = Math.floor((w - 6) / C);\n"
-	"    t.textContent = n < 3 ? '' : name.length <= n ? name : name.slice(0, n - 2) + '..';\n"
-	"  }\n"
-	"  function zoom(x0, w0) {\n"
-	"    for (var i = 0; i < boxes.length; i++) {\n"
-	"      var g = boxes[i], x = +g.getAttribute('data-x'), w = +g.getAttribute('data-w');\n"
-	"      var l = Math.max(x, x0), r = Math.min(x + w, x0 + w0);\n"
-	"      if (r - l <= 1e-6) { g.style.display = 'none'; continue; }\n"
-	"      g.style.display = '';\n"
-	"      var nx = P + (l - x0) / w0 * W, nw = (r - l) / w0 * W;\n"
-	"      var rect = g.querySelector('rect'), text = g.querySelector('text');\n"
-	"      rect.setAttribute('x', nx); rect.setAttribute('width', nw);\n"
-	"      text.setAttribute('x', nx + 3); fit(text, g.getAttribute('data-n'), nw);\n"
-	"    }\n"
-	"    document.getElementById('reset').style.display = w0 < W - 1e-6 ? '' : 'none';\n"
-	"  }\n"
-	"  for (var i = 0; i < boxes.length; i++)\n"
-	"    boxes[i].addEventListener('click', function (e) {\n"
-	"      zoom(+this.getAttribute('data-x'), +this.getAttribute('data-w'));\n"
-	"      e.stopPropagation();\n"
-	"    });\n"
-	"  document.getElementById('reset').addEventListener('click', function () { zoom(0, W); });\n"
-	"})();\n"
-	"]]></script>\n";
+    "<script type=\"text/ecmascript\"><![CDATA[\n"
+    "(function () {\n"
+    "  var W = %g, P = %g, C = %g;\n"
+    "  var boxes = document.querySelectorAll('g.f');\n"
+    "  function fit(t, name, w) {\n"
+    "    var n = Math.floor((w - 6) / C);\n"
+    "    t.textContent = n < 3 ? '' : name.length <= n ? name : name.slice(0, n - 2) + '..';\n"
+    "  }\n"
+    "  function zoom(x0, w0) {\n"
+    "    for (var i = 0; i < boxes.length; i++) {\n"
+    "      var g = boxes[i], x = +g.getAttribute('data-x'), w = +g.getAttribute('data-w');\n"
+    "      var l = Math.max(x, x0), r = Math.min(x + w, x0 + w0);\n"
+    "      if (r - l <= 1e-6) { g.style.display = 'none'; continue; }\n"
+    "      g.style.display = '';\n"
+    "      var nx = P + (l - x0) / w0 * W, nw = (r - l) / w0 * W;\n"
+    "      var rect = g.querySelector('rect'), text = g.querySelector('text');\n"
+    "      rect.setAttribute('x', nx); rect.setAttribute('width', nw);\n"
+    "      text.setAttribute('x', nx + 3); fit(text, g.getAttribute('data-n'), nw);\n"
+    "    }\n"
+    "    document.getElementById('reset').style.display = w0 < W - 1e-6 ? '' : 'none';\n"
+    "  }\n"
+    "  for (var i = 0; i < boxes.length; i++)\n"
+    "    boxes[i].addEventListener('click', function (e) {\n"
+    "      zoom(+this.getAttribute('data-x'), +this.getAttribute('data-w'));\n"
+    "      e.stopPropagation();\n"
+    "    });\n"
+    "  document.getElementById('reset').addEventListener('click', function () { zoom(0, W); });\n"
+    "})();\n"
+    "]]></script>\n";
 
 /*
  * flamegraph__svg() - write the flame graph of @p's samples (of thread @tid
@@ -242,7 +245,7 @@ static const char zoom_script[] =
 int flamegraph__svg(FILE *f, const struct xprofile *p, int64_t tid, bool inverted)
 {
 	struct fnode root = {};
-	struct layout l = { .p = p, .f = f, .inverted = inverted };
+	struct layout l = {.p = p, .f = f, .inverted = inverted};
 	char what[256];
 	int r = 0;
 
@@ -283,16 +286,17 @@ int flamegraph__svg(FILE *f, const struct xprofile *p, int64_t tid, bool inverte
 			 xprofile__thread_name(p, tid), tid);
 	else
 		snprintf(what, sizeof(what), "all threads");
-	fprintf(f,
-		"<?xml version=\"1.0\" standalone=\"no\"?>\n"
-		"<svg version=\"1.1\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
-		"height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\">\n"
-		"<style>text { font-family: Verdana, 'DejaVu Sans', sans-serif; font-size: %dpx; "
-		"fill: #000; pointer-events: none; } g.f { cursor: pointer; } g.f:hover rect { "
-		"stroke: #000; stroke-width: 0.5; } #reset { cursor: pointer; fill: #06c; }</style>\n"
-		"<rect width=\"100%%\" height=\"100%%\" fill=\"#f8f8f0\"/>\n"
-		"<text x=\"%.0f\" y=\"22\" style=\"font-size: 16px\">",
-		SVG_WIDTH_PX, l.height, SVG_WIDTH_PX, l.height, FONT_PX, PAD_PX);
+	fprintf(
+	    f,
+	    "<?xml version=\"1.0\" standalone=\"no\"?>\n"
+	    "<svg version=\"1.1\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
+	    "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\">\n"
+	    "<style>text { font-family: Verdana, 'DejaVu Sans', sans-serif; font-size: %dpx; "
+	    "fill: #000; pointer-events: none; } g.f { cursor: pointer; } g.f:hover rect { "
+	    "stroke: #000; stroke-width: 0.5; } #reset { cursor: pointer; fill: #06c; }</style>\n"
+	    "<rect width=\"100%%\" height=\"100%%\" fill=\"#f8f8f0\"/>\n"
+	    "<text x=\"%.0f\" y=\"22\" style=\"font-size: 16px\">",
+	    SVG_WIDTH_PX, l.height, SVG_WIDTH_PX, l.height, FONT_PX, PAD_PX);
 	fprintf(f, "%s flame graph: session %" PRId64 ", ", inverted ? "Inverted" : "CPU",
 		p->session);
 	xml_escape(f, p->comm);
@@ -314,9 +318,8 @@ int flamegraph__svg(FILE *f, const struct xprofile *p, int64_t tid, bool inverte
 			x += (double)c->total / (double)l.total * (SVG_WIDTH_PX - 2 * PAD_PX);
 		}
 	}
-	fprintf(f,
-		"<text x=\"%.0f\" y=\"%.0f\" style=\"fill: #555\">%s</text>\n",
-		PAD_PX, l.height - 9,
+	fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" style=\"fill: #555\">%s</text>\n", PAD_PX,
+		l.height - 9,
 		inverted ? "Top row: where the samples were taken; below: their callers."
 			 : "Bottom row: the outermost callers; above: their callees. Width: share "
 			   "of samples.");

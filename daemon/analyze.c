@@ -85,9 +85,9 @@ static int64_t session_rows(struct analysis *a, const char *const *likes, bool *
 	int rc;
 
 	*ret_tables = false;
-	rc = sqlite3_prepare_v2(a->db,
-				"SELECT name FROM sqlite_schema WHERE type = 'table' AND name LIKE ?1",
-				-1, &st, NULL);
+	rc = sqlite3_prepare_v2(
+	    a->db, "SELECT name FROM sqlite_schema WHERE type = 'table' AND name LIKE ?1", -1, &st,
+	    NULL);
 	if (rc != SQLITE_OK)
 		return sqlite_errno(rc);
 	for (; *likes; likes++) {
@@ -99,8 +99,7 @@ static int64_t session_rows(struct analysis *a, const char *const *likes, bool *
 			int r;
 
 			*ret_tables = true;
-			if (asprintf(&sql,
-				     "SELECT count(*) FROM \"%s\" WHERE session_id = ?1",
+			if (asprintf(&sql, "SELECT count(*) FROM \"%s\" WHERE session_id = ?1",
 				     (const char *)sqlite3_column_text(st, 0)) < 0) {
 				sql = NULL;
 				return -ENOMEM;
@@ -129,11 +128,11 @@ static int finding(struct analysis *a, const char *rule, const char *severity, j
 	vsnprintf(title, sizeof(title), fmt, ap);
 	va_end(ap);
 	return json_array_append_new(a->findings,
-				     json_pack("{s:s, s:s, s:s, s:o, s:s}", "rule", rule, "severity",
-					       severity, "title", title, "evidence", evidence,
-					       "suggestion", suggestion)) < 0
-		       ? -ENOMEM
-		       : 0;
+				     json_pack("{s:s, s:s, s:s, s:o, s:s}", "rule", rule,
+					       "severity", severity, "title", title, "evidence",
+					       evidence, "suggestion", suggestion)) < 0
+		   ? -ENOMEM
+		   : 0;
 }
 
 /* A rule that found nothing to report (@status "ok") or lacked its data ("no data"). */
@@ -145,10 +144,10 @@ static int checked(struct analysis *a, const char *rule, const char *status, con
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
-	return json_array_append_new(a->skipped, json_pack("{s:s, s:s, s:s}", "rule", rule, "status",
-							   status, "detail", why)) < 0
-		       ? -ENOMEM
-		       : 0;
+	return json_array_append_new(a->skipped, json_pack("{s:s, s:s, s:s}", "rule", rule,
+							   "status", status, "detail", why)) < 0
+		   ? -ENOMEM
+		   : 0;
 }
 
 static int rule_hot_function(struct analysis *a)
@@ -166,21 +165,20 @@ static int rule_hot_function(struct analysis *a)
 		return checked(a, "hot-function", "no data", "the session has no CPU samples");
 	pct = json_real_value(json_object_get(f, "self_pct"));
 	if (pct < HOT_PCT_MEDIUM)
-		return checked(a, "hot-function", "ok",
-			       "no function has %.0f%% of the samples (the hottest, %s, has %.1f%%)",
-			       HOT_PCT_MEDIUM, json_string_value(json_object_get(f, "function")),
-			       pct);
-	return finding(a, "hot-function", pct >= HOT_PCT_HIGH ? "high" : "medium",
-		       json_pack("{s:O, s:O, s:O, s:O, s:O}", "function",
-				 json_object_get(f, "function"), "module",
-				 json_object_get(f, "module"), "self_pct",
-				 json_object_get(f, "self_pct"), "total_pct",
-				 json_object_get(f, "total_pct"), "total_samples",
-				 json_object_get(top, "total_samples")),
-		       "Make this function cheaper or call it less: see its callers with "
-		       "'profctl hotpaths' and its lines with 'profctl export --format pprof'",
-		       "%s runs in %.1f%% of the CPU samples",
-		       json_string_value(json_object_get(f, "function")), pct);
+		return checked(
+		    a, "hot-function", "ok",
+		    "no function has %.0f%% of the samples (the hottest, %s, has %.1f%%)",
+		    HOT_PCT_MEDIUM, json_string_value(json_object_get(f, "function")), pct);
+	return finding(
+	    a, "hot-function", pct >= HOT_PCT_HIGH ? "high" : "medium",
+	    json_pack("{s:O, s:O, s:O, s:O, s:O}", "function", json_object_get(f, "function"),
+		      "module", json_object_get(f, "module"), "self_pct",
+		      json_object_get(f, "self_pct"), "total_pct", json_object_get(f, "total_pct"),
+		      "total_samples", json_object_get(top, "total_samples")),
+	    "Make this function cheaper or call it less: see its callers with "
+	    "'profctl hotpaths' and its lines with 'profctl export --format pprof'",
+	    "%s runs in %.1f%% of the CPU samples",
+	    json_string_value(json_object_get(f, "function")), pct);
 }
 
 static int rule_imbalance(struct analysis *a)
@@ -198,23 +196,23 @@ static int rule_imbalance(struct analysis *a)
 	busy = json_integer_value(json_object_get(imb, "threads"));
 	if (busy < 2)
 		return checked(a, "thread-imbalance", "no data",
-			       "%lld thread(s) with CPU samples: nothing to compare", (long long)busy);
+			       "%lld thread(s) with CPU samples: nothing to compare",
+			       (long long)busy);
 	ratio = json_real_value(json_object_get(imb, "max_over_mean"));
 	if (ratio < IMBALANCE_MEDIUM)
 		return checked(a, "thread-imbalance", "ok",
 			       "the busiest of %lld threads has %.2fx the mean", (long long)busy,
 			       ratio);
 	return finding(a, "thread-imbalance", ratio >= IMBALANCE_HIGH ? "high" : "medium",
-		       json_pack("{s:I, s:f, s:O, s:O, s:O, s:O}", "threads", busy,
-				 "max_over_mean", ratio, "cv", json_object_get(imb, "cv"),
-				 "straggler_tid", json_object_get(imb, "straggler_tid"),
-				 "straggler_name", json_object_get(imb, "straggler_name"),
-				 "max_samples", json_object_get(imb, "max_samples")),
+		       json_pack("{s:I, s:f, s:O, s:O, s:O, s:O}", "threads", busy, "max_over_mean",
+				 ratio, "cv", json_object_get(imb, "cv"), "straggler_tid",
+				 json_object_get(imb, "straggler_tid"), "straggler_name",
+				 json_object_get(imb, "straggler_name"), "max_samples",
+				 json_object_get(imb, "max_samples")),
 		       "Split the work more evenly (smaller chunks, a shared queue); the others "
 		       "wait for the straggler: 'profctl threads' shows each thread",
 		       "thread %s has %.2fx the mean CPU samples of %lld busy threads",
-		       json_string_value(json_object_get(imb, "straggler_name"))
-			   ?: "(unnamed)",
+		       json_string_value(json_object_get(imb, "straggler_name")) ?: "(unnamed)",
 		       ratio, (long long)busy);
 }
 
@@ -227,8 +225,9 @@ static int rule_main_starved(struct analysis *a)
 	if (r < 0)
 		return r;
 	if (events <= 0)
-		return checked(a, "main-thread-starved", "no data",
-			       "off-CPU time not recorded in this session (attach --events cpu,offcpu)");
+		return checked(
+		    a, "main-thread-starved", "no data",
+		    "off-CPU time not recorded in this session (attach --events cpu,offcpu)");
 	r = scalar(a,
 		   "SELECT sum(total_ns) FROM offcpu WHERE session_id = ?1 AND tid = ?2"
 		   " AND state = 'runnable'",
@@ -272,8 +271,9 @@ static int rule_cache_misses(struct analysis *a)
 	if (r < 0)
 		return r;
 	if (r == 0)
-		return checked(a, "cache-misses", "no data",
-			       "counters not recorded in this session (attach --events cpu,counters)");
+		return checked(
+		    a, "cache-misses", "no data",
+		    "counters not recorded in this session (attach --events cpu,counters)");
 	if (status_ok <= 0)
 		return checked(a, "cache-misses", "no data",
 			       "cache-misses is unsupported on this machine (no hardware PMU)");
@@ -317,7 +317,8 @@ static int rule_needs_tables(struct analysis *a, const char *rule, const char *c
 	if (n < 0)
 		return (int)n;
 	if (!tables)
-		return checked(a, rule, "no data", "%s not recorded in this session (%s)", what, how);
+		return checked(a, rule, "no data", "%s not recorded in this session (%s)", what,
+			       how);
 	if (n == 0)
 		return checked(a, rule, "no data", "%s not recorded in this session", what);
 	return checked(a, rule, "no data",
@@ -339,9 +340,9 @@ static int rule_needs_tables(struct analysis *a, const char *rule, const char *c
 int analyze__session(sqlite3 *db, int64_t session_id, json_t **ret)
 {
 	_cleanup_(json_decrefp) json_t *session = NULL, *o = NULL;
-	static const char *const cuda_tables[] = { "cuda%", "gpu%", "nvtx%", NULL };
-	static const char *const memory_tables[] = { "memory%", "alloc%", "heap%", NULL };
-	struct analysis a = { .db = db, .session = session_id };
+	static const char *const cuda_tables[] = {"cuda%", "gpu%", "nvtx%", NULL};
+	static const char *const memory_tables[] = {"memory%", "alloc%", "heap%", NULL};
+	struct analysis a = {.db = db, .session = session_id};
 	json_t *sorted;
 	int r;
 
@@ -376,7 +377,8 @@ int analyze__session(sqlite3 *db, int64_t session_id, json_t **ret)
 
 		json_array_foreach(a.findings, i, f)
 		{
-			bool high = strcmp(json_string_value(json_object_get(f, "severity")), "high") == 0;
+			bool high =
+			    strcmp(json_string_value(json_object_get(f, "severity")), "high") == 0;
 
 			if (high == (pass == 0) && json_array_append(sorted, f) < 0) {
 				json_decref(sorted);

@@ -47,20 +47,20 @@ struct sql_ctx {
 };
 
 static const char *const readonly_pragmas[] = {
-	/* These take a table or index name and only read. */
-	"table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
-	"foreign_key_list",
+    /* These take a table or index name and only read. */
+    "table_info", "table_xinfo", "table_list",	     "index_list",
+    "index_info", "index_xinfo", "foreign_key_list",
 };
 
 /* Pragmas that read a setting when given no value, and change it when given one. */
 static const char *const setting_pragmas[] = {
-	"user_version", "schema_version", "application_id", "page_size", "page_count",
-	"freelist_count", "encoding", "compile_options", "function_list", "pragma_list",
-	"collation_list", "journal_mode",
+    "user_version",  "schema_version", "application_id", "page_size",
+    "page_count",    "freelist_count", "encoding",	 "compile_options",
+    "function_list", "pragma_list",    "collation_list", "journal_mode",
 };
 
 static const char *const refused_functions[] = {
-	"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer",
+    "load_extension", "readfile", "writefile", "edit", "fts3_tokenizer",
 };
 
 static bool in_list(const char *s, const char *const *list, size_t n)
@@ -106,11 +106,13 @@ static int authorize(void *arg, int action, const char *a1, const char *a2, cons
 				return SQLITE_OK;
 		for (size_t i = 0; a1 && i < c->n_filter_views; i++)
 			if (strcmp(a1, c->filter_views[i]) == 0)
-				return refuse(c,
-					      "main.%s: you see your own sessions only, through the "
-					      "views of the same names; leave out \"main.\"",
-					      a1);
-		return refuse(c, "table %s is readable by root only (it does not belong to sessions)",
+				return refuse(
+				    c,
+				    "main.%s: you see your own sessions only, through the "
+				    "views of the same names; leave out \"main.\"",
+				    a1);
+		return refuse(c,
+			      "table %s is readable by root only (it does not belong to sessions)",
 			      a1 ? a1 : "?");
 	case SQLITE_FUNCTION:
 		if (in_list(a2, refused_functions, ARRAY_SIZE(refused_functions)))
@@ -121,8 +123,8 @@ static int authorize(void *arg, int action, const char *a1, const char *a2, cons
 			return SQLITE_OK;
 		if (!a2 && in_list(a1, setting_pragmas, ARRAY_SIZE(setting_pragmas)))
 			return SQLITE_OK;
-		return refuse(c, "PRAGMA %s%s is not allowed: profctl sql only reads", a1 ? a1 : "?",
-			      a2 ? " with a value" : "");
+		return refuse(c, "PRAGMA %s%s is not allowed: profctl sql only reads",
+			      a1 ? a1 : "?", a2 ? " with a value" : "");
 	case SQLITE_ATTACH:
 		return refuse(c, "ATTACH is not allowed");
 	case SQLITE_DETACH:
@@ -361,7 +363,7 @@ int sql__run(const char *db_path, const char *query, bool admin, uid_t uid, size
 	_cleanup_(sqlite3_close_v2p) sqlite3 *db = NULL;
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	_cleanup_(json_decrefp) json_t *o = NULL;
-	struct sql_ctx c = { .admin = admin };
+	struct sql_ctx c = {.admin = admin};
 	json_t *columns, *rows;
 	const char *tail = NULL;
 	size_t bytes = 0, n_rows = 0;
@@ -409,14 +411,16 @@ int sql__run(const char *db_path, const char *query, bool admin, uid_t uid, size
 	}
 	for (; tail && *tail; tail++)
 		if (!strchr(" \t\r\n;", *tail)) {
-			snprintf(errbuf, errlen, "one statement at a time, please (found more after "
-						 "the first ';')");
+			snprintf(errbuf, errlen,
+				 "one statement at a time, please (found more after "
+				 "the first ';')");
 			r = -EINVAL;
 			goto out;
 		}
 	if (!sqlite3_stmt_readonly(st)) {
-		snprintf(errbuf, errlen, "only SELECT statements are allowed: profctl sql cannot "
-					 "change the database");
+		snprintf(errbuf, errlen,
+			 "only SELECT statements are allowed: profctl sql cannot "
+			 "change the database");
 		r = -EPERM;
 		goto out;
 	}
@@ -459,8 +463,9 @@ int sql__run(const char *db_path, const char *query, bool admin, uid_t uid, size
 	}
 	if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
 		if ((rc & 0xff) == SQLITE_INTERRUPT) {
-			snprintf(errbuf, errlen, "query stopped after %.0f s (profd answers no one "
-						 "while a query runs): narrow it with WHERE session_id = ...",
+			snprintf(errbuf, errlen,
+				 "query stopped after %.0f s (profd answers no one "
+				 "while a query runs): narrow it with WHERE session_id = ...",
 				 (double)timeout_ns / 1e9);
 			r = -ETIMEDOUT;
 		} else {
