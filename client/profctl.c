@@ -1307,10 +1307,10 @@ static const struct command commands[] = {
 	.name = "export",
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION --format FORMAT [-o FILE] [--from S] [--to S] [--thread TID]",
-	.summary = "write the profile for other tools: pprof, folded, Chrome trace, speedscope",
+	.summary = "the profile for other tools: pprof, folded, chrome-trace",
 	.details = "Write the call stacks of session SESSION in a format other tools read.\n"
-		   "Every format carries the lost-sample, truncated-stack and\n"
-		   "unsymbolized-frame counts (pprof: as comments).\n"
+		   "The lost-sample, truncated-stack and unsymbolized-frame counts are\n"
+		   "printed on stderr, and kept in the file where the format has room.\n"
 		   "\n"
 		   "Formats:\n"
 		   "  pprof         profile.proto, gzip-compressed: go tool pprof, Pyroscope,\n"
@@ -1500,7 +1500,7 @@ static void help_global(FILE *f)
 			 : commands[i].operand == OPERAND_TWO_SESSIONS ? "A B"
 			 : commands[i].operand == OPERAND_SQL	  ? "QUERY"
 								  : "");
-		fprintf(f, "  %-18s %s\n", head, commands[i].summary);
+		fprintf(f, "  %-19s %s\n", head, commands[i].summary);
 	}
 	fprintf(f,
 		"\n"
