@@ -25,3 +25,7 @@ int output__offcpu(FILE *f, const json_t *reply);
 /* output__memory() - the memory report (sparklines in block characters, or ASCII with @ascii). */
 int output__memory(FILE *f, const json_t *reply, bool ascii);
 const char *output__error(void);
+int output__sql(FILE *f, const json_t *reply);
+int output__sql_csv(FILE *f, const json_t *reply);
+int output__diff(FILE *f, const json_t *diff);
+int output__analyze(FILE *f, const json_t *reply);

@@ -9,11 +9,14 @@
 #include <langinfo.h>
 #include <limits.h>
 #include <locale.h>
+#include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <string.h>
 
 #include "conn.h"
+#include "export.h"
 #include "log.h"
 #include "output.h"
 #include "protocol.h"
@@ -28,7 +31,14 @@
 /* Range of --limit, as profd accepts it (docs/protocol.md). */
 #define LIMIT_MAX 10000
 
-enum operand { OPERAND_NONE, OPERAND_PID, OPERAND_SESSION, OPERAND_TOPIC };
+enum operand {
+	OPERAND_NONE,
+	OPERAND_PID,
+	OPERAND_SESSION,
+	OPERAND_TOPIC,
+	OPERAND_TWO_SESSIONS, /* diff A B */
+	OPERAND_SQL,	      /* sql "SELECT ..." */
+};
 
 enum {
 	OPT_ASCII = 0x100,
@@ -42,6 +52,13 @@ enum {
 	OPT_MEMORY_INTERVAL,
 	OPT_MALLOC_SAMPLE_BYTES,
 	OPT_MALLOC_MAX_RATE,
+	OPT_FROM,
+	OPT_TO,
+	OPT_THREAD,
+	OPT_INVERTED,
+	OPT_FORMAT,
+	OPT_CSV,
+	OPT_MAX_ROWS,
 };
 
 /* The parsed command line. */
@@ -68,6 +85,16 @@ struct args {
 	const char *event;		  /* top/hotpaths --event NAME; NULL: CPU samples */
 	double window_s;		  /* threads --window SECONDS; 0: none */
 	long long limit;		  /* 0: profd's default */
+	long long id2;			  /* diff: the second SESSION */
+	const char *sql;		  /* sql: the statement */
+	double from_s, to_s;		  /* --from/--to; to_s 0: to the end */
+	bool has_from, has_to;
+	long long thread;		  /* --thread TID; 0: all */
+	bool inverted;			  /* flamegraph --inverted */
+	const char *format;		  /* export --format */
+	const char *output;		  /* -o FILE; NULL: stdout */
+	bool csv;			  /* sql --csv */
+	long long max_rows;		  /* sql --max-rows; 0: profd's default */
 	const struct command *help_topic; /* "help COMMAND" */
 };
 
@@ -545,6 +572,21 @@ static int run_session(struct conn *c, const struct args *a)
 	return call_and_render(c, a, request_session("session", a->id), output__session, "session");
 }
 
+/* request_range() - @request with "from_s"/"to_s" from --from/--to; consumes @request. */
+static json_t *request_range(json_t *request, const struct args *a)
+{
+	if (request && a->has_from &&
+	    json_object_set_new(request, "from_s", json_real(a->from_s)) < 0) {
+		json_decref(request);
+		return NULL;
+	}
+	if (request && a->has_to && json_object_set_new(request, "to_s", json_real(a->to_s)) < 0) {
+		json_decref(request);
+		return NULL;
+	}
+	return request;
+}
+
 /* request_report() - a "top"/"hotpaths" request; "limit" only if given, else profd's default. */
 static json_t *request_report(const char *cmd, const struct args *a)
 {
@@ -559,7 +601,7 @@ static json_t *request_report(const char *cmd, const struct args *a)
 		json_decref(request);
 		return NULL;
 	}
-	return request;
+	return request_range(request, a);
 }
 
 static int run_top(struct conn *c, const struct args *a)
@@ -661,6 +703,347 @@ static int run_resymbolize(struct conn *c, const struct args *a)
 	return 0;
 }
 
+/* The export formats: name, and whether the output is binary (not for a terminal). */
+static const struct export_format {
+	const char *name;
+	int (*write)(FILE *f, const struct xprofile *p, int64_t tid);
+	bool binary;
+} export_formats[] = {
+    {"folded", export__folded, false},
+    {"pprof", export__pprof, true},
+    {"chrome-trace", export__chrome_trace, false},
+    {"speedscope", export__speedscope, false},
+};
+
+static const struct export_format *export_format_find(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(export_formats); i++)
+		if (strcmp(export_formats[i].name, name) == 0)
+			return &export_formats[i];
+	return NULL;
+}
+
+/*
+ * load_profile() - ask profd for session @a->id's raw profile (with
+ * --from/--to and --event; per window if @per_window, else summed) and its
+ * SESSION object, into @p. Logs; returns
+ * 0 or -errno.
+ */
+static int load_profile(struct conn *c, const struct args *a, bool per_window,
+			struct xprofile *p)
+{
+	_cleanup_(json_decrefp) json_t *reply = NULL, *session = NULL;
+	json_t *request = request_range(request_session("profile", a->id), a);
+	int r;
+
+	/* Only the Chrome trace places samples in time: the others take them summed. */
+	if (request && !per_window &&
+	    json_object_set_new(request, "per_window", json_false()) < 0)
+		request = NULL;
+	if (request && a->event && json_object_set_new(request, "event", json_string(a->event)) < 0)
+		request = NULL;
+	r = call(c, request, &reply);
+	if (r < 0)
+		return r;
+	r = call(c, request_session("session", a->id), &session);
+	if (r < 0)
+		return r;
+	r = xprofile__load(p, reply, json_object_get(session, "session"));
+	if (r == -EBADMSG)
+		log_error("malformed \"profile\" response from profd");
+	else if (r < 0)
+		log_oom();
+	return r;
+}
+
+/*
+ * write_output() - run @write into -o FILE (created 0644, replaced only once
+ * complete: written to FILE.tmp, then renamed) or stdout. Logs; returns 0 or -errno.
+ */
+static int write_output(const struct args *a, bool binary,
+			int (*write)(FILE *f, const struct xprofile *p, int64_t tid, bool inv),
+			const struct xprofile *p)
+{
+	_cleanup_free_ char *tmp = NULL;
+	FILE *f = stdout;
+	int r;
+
+	if (!a->output && binary && isatty(STDOUT_FILENO)) {
+		log_error("%s output is binary: write it to a file with -o FILE", a->format);
+		return -EINVAL;
+	}
+	if (a->output) {
+		int fd;
+
+		if (asprintf(&tmp, "%s.tmp", a->output) < 0) {
+			tmp = NULL;
+			return log_oom();
+		}
+		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0)
+			return log_error_errno(-errno, "cannot create %s: %m", tmp);
+		f = fdopen(fd, "w");
+		if (!f) {
+			close(fd);
+			unlink(tmp);
+			return log_oom();
+		}
+	}
+	r = write(f, p, a->thread, a->inverted);
+	if (a->output) {
+		if (fclose(f) != 0 && r >= 0)
+			r = -errno;
+		if (r >= 0 && rename(tmp, a->output) < 0)
+			r = -errno;
+		if (r < 0)
+			unlink(tmp);
+	}
+	if (r == -ENODATA)
+		log_error("no samples%s in session %lld%s", a->thread ? " of that thread" : "",
+			  a->id, a->has_from || a->has_to ? " in that time range" : "");
+	else if (r == -ENOMEM)
+		log_oom();
+	else if (r < 0)
+		log_error_errno(r, "cannot write %s: %m", a->output ? a->output : "the output");
+	return r;
+}
+
+static const struct export_format *current_format;
+
+static int write_export(FILE *f, const struct xprofile *p, int64_t tid, bool inverted)
+{
+	return current_format->write(f, p, tid);
+}
+
+static int write_flamegraph(FILE *f, const struct xprofile *p, int64_t tid, bool inverted)
+{
+	return flamegraph__svg(f, p, tid, inverted);
+}
+
+/* --thread TID must name a thread of the session: say so rather than print an empty file. */
+static int check_thread(const struct args *a, const struct xprofile *p)
+{
+	if (!a->thread)
+		return 0;
+	for (size_t i = 0; i < p->n_samples; i++)
+		if (p->samples[i].tid == a->thread)
+			return 0;
+	log_error("session %lld has no samples of thread %lld%s (see 'profctl threads %lld')",
+		  a->id, a->thread, a->has_from || a->has_to ? " in that time range" : "", a->id);
+	return -ENOENT;
+}
+
+static int run_export(struct conn *c, const struct args *a)
+{
+	_cleanup_(xprofile__free) struct xprofile p = {};
+	int r;
+
+	current_format = export_format_find(a->format);
+	r = load_profile(c, a, current_format->write == export__chrome_trace, &p);
+	if (r < 0)
+		return r;
+	r = check_thread(a, &p);
+	if (r < 0)
+		return r;
+	r = write_output(a, current_format->binary, write_export, &p);
+	/* On stderr too, since the folded format has no room for them. */
+	if (r == 0)
+		fprintf(stderr,
+			"profctl: %s %s: %lld samples; lost samples %lld, truncated stacks %lld, "
+			"unsymbolized frames %lld\n",
+			a->output ? "wrote" : "exported", a->output ? a->output : a->format,
+			(long long)p.total_samples, (long long)p.lost_samples,
+			(long long)p.truncated_stacks, (long long)p.unsymbolized_frames);
+	return r;
+}
+
+static int run_flamegraph(struct conn *c, const struct args *a)
+{
+	_cleanup_(xprofile__free) struct xprofile p = {};
+	int r;
+
+	r = load_profile(c, a, false, &p);
+	if (r < 0)
+		return r;
+	r = check_thread(a, &p);
+	if (r < 0)
+		return r;
+	r = write_output(a, false, write_flamegraph, &p);
+	if (r == 0 && a->output)
+		fprintf(stderr, "profctl: wrote %s; open it in a web browser\n", a->output);
+	return r;
+}
+
+/* A function's samples in the two sessions of a diff. */
+struct diff_row {
+	const char *function, *module;
+	int64_t self[2], total[2];
+	double self_pct[2], total_pct[2];
+};
+
+static double diff_change(const struct diff_row *d)
+{
+	return MAX(fabs(d->self_pct[1] - d->self_pct[0]), fabs(d->total_pct[1] - d->total_pct[0]));
+}
+
+static int diff_row_cmp(const void *x, const void *y)
+{
+	const struct diff_row *a = x, *b = y;
+	double ca = diff_change(a), cb = diff_change(b);
+	int c;
+
+	if (ca != cb)
+		return ca > cb ? -1 : 1;
+	c = strcmp(a->function, b->function);
+	return c ? c : strcmp(a->module, b->module);
+}
+
+/* Percentage with two decimals, from the counts (top's are rounded to one). */
+static double pct2(int64_t part, int64_t whole)
+{
+	return whole > 0 ? round(10000.0 * (double)part / (double)whole) / 100.0 : 0.0;
+}
+
+static int run_diff(struct conn *c, const struct args *a)
+{
+	_cleanup_(json_decrefp) json_t *top_a = NULL, *top_b = NULL, *out = NULL;
+	json_t **top[2] = {&top_a, &top_b};
+	_cleanup_free_ struct diff_row *rows = NULL;
+	long long ids[2] = {a->id, a->id2};
+	size_t n = 0, cap = 0;
+	int64_t totals[2];
+	json_t *list;
+	int r;
+
+	for (int k = 0; k < 2; k++) {
+		json_t *request = request_range(request_session("top", ids[k]), a);
+
+		if (request && json_object_set_new(request, "limit", json_integer(LIMIT_MAX)) < 0)
+			request = NULL;
+		r = call(c, request, top[k]);
+		if (r < 0)
+			return r;
+		totals[k] = json_integer_value(json_object_get(*top[k], "total_samples"));
+	}
+	for (int k = 0; k < 2; k++) {
+		size_t i;
+		json_t *fn;
+
+		json_array_foreach(json_object_get(*top[k], "functions"), i, fn)
+		{
+			const char *name = json_string_value(json_object_get(fn, "function"));
+			const char *module = json_string_value(json_object_get(fn, "module")) ?: "";
+			struct diff_row *d = NULL;
+
+			if (!name) {
+				log_error("malformed response from profd: a function without a name");
+				return -EBADMSG;
+			}
+			for (size_t j = 0; j < n && !d; j++)
+				if (strcmp(rows[j].function, name) == 0 &&
+				    strcmp(rows[j].module, module) == 0)
+					d = &rows[j];
+			if (!d) {
+				if (n == cap) {
+					struct diff_row *nr;
+
+					cap = cap ? 2 * cap : 64;
+					nr = reallocarray(rows, cap, sizeof(*rows));
+					if (!nr)
+						return log_oom();
+					rows = nr;
+				}
+				d = &rows[n++];
+				*d = (struct diff_row){.function = name, .module = module};
+			}
+			d->self[k] = json_integer_value(json_object_get(fn, "self_samples"));
+			d->total[k] = json_integer_value(json_object_get(fn, "total_samples"));
+			d->self_pct[k] = pct2(d->self[k], totals[k]);
+			d->total_pct[k] = pct2(d->total[k], totals[k]);
+		}
+	}
+	if (n)
+		qsort(rows, n, sizeof(*rows), diff_row_cmp);
+	if (a->limit && (size_t)a->limit < n)
+		n = (size_t)a->limit;
+
+	out = json_pack("{s:I, s:I, s:I, s:I, s:[]}", "session_a", (json_int_t)a->id, "session_b",
+			(json_int_t)a->id2, "total_samples_a", (json_int_t)totals[0],
+			"total_samples_b", (json_int_t)totals[1], "functions");
+	if (!out)
+		return log_oom();
+	for (int k = 0; k < 2; k++) {
+		static const char *const keys[] = {"lost_samples", "truncated_stacks",
+						   "unsymbolized_frames"};
+
+		for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+			char key[64];
+
+			snprintf(key, sizeof(key), "%s_%c", keys[i], 'a' + k);
+			if (json_object_set(out, key, json_object_get(*top[k], keys[i]) ?: json_null()) < 0)
+				return log_oom();
+		}
+	}
+	list = json_object_get(out, "functions");
+	for (size_t i = 0; i < n; i++) {
+		const struct diff_row *d = &rows[i];
+
+		if (json_array_append_new(
+			list, json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}", "function",
+					d->function, "module", d->module, "self_pct_a", d->self_pct[0],
+					"self_pct_b", d->self_pct[1], "self_delta_pct",
+					round(100.0 * (d->self_pct[1] - d->self_pct[0])) / 100.0,
+					"total_pct_a", d->total_pct[0], "total_pct_b", d->total_pct[1],
+					"total_delta_pct",
+					round(100.0 * (d->total_pct[1] - d->total_pct[0])) / 100.0,
+					"self_samples_a", (json_int_t)d->self[0], "self_samples_b",
+					(json_int_t)d->self[1])) < 0)
+			return log_oom();
+	}
+	if (a->json)
+		return print_json(out);
+	{
+		struct render o;
+
+		if ((r = render_begin(&o)) < 0)
+			return r;
+		return render_end(&o, output__diff(o.f, out));
+	}
+}
+
+static int run_analyze(struct conn *c, const struct args *a)
+{
+	return call_and_render(c, a, request_session("analyze", a->id), output__analyze, NULL);
+}
+
+static int run_sql(struct conn *c, const struct args *a)
+{
+	_cleanup_(json_decrefp) json_t *reply = NULL;
+	json_t *request = json_pack("{s:i, s:s, s:s}", "v", PROFD_PROTOCOL_VERSION, "cmd", "sql",
+				    "query", a->sql);
+	struct render out;
+	int r;
+
+	if (request && a->max_rows &&
+	    json_object_set_new(request, "max_rows", json_integer(a->max_rows)) < 0)
+		request = NULL;
+	r = call(c, request, &reply);
+	if (r < 0)
+		return r;
+	if (json_is_true(json_object_get(reply, "truncated")))
+		log_warning("result truncated after %lld rows (at most %s): narrow the query or "
+			    "raise --max-rows",
+			    (long long)json_integer_value(json_object_get(reply, "row_count")),
+			    strcmp(json_string_value(json_object_get(reply, "truncated_by")) ?: "", "rows") == 0
+				? "--max-rows rows"
+				: "16 MiB");
+	if (a->json)
+		return print_json(reply);
+	if ((r = render_begin(&out)) < 0)
+		return r;
+	return render_end(&out, a->csv ? output__sql_csv(out.f, reply) : output__sql(out.f, reply));
+}
+
 static int run_ping(struct conn *c, const struct args *a)
 {
 	_cleanup_(json_decrefp) json_t *reply = NULL;
@@ -720,9 +1103,14 @@ static const struct option limit_options[] = {
     {},
 };
 
+/* --from and --to, in every command that reads a time range. */
+#define RANGE_OPTIONS                                                                              \
+	{"from", required_argument, NULL, OPT_FROM}, {"to", required_argument, NULL, OPT_TO}
+
 static const struct option top_options[] = {
     {"limit", required_argument, NULL, 'n'},
     {"event", required_argument, NULL, OPT_EVENT},
+    RANGE_OPTIONS,
     {},
 };
 
@@ -730,8 +1118,46 @@ static const struct option hotpaths_options[] = {
     {"limit", required_argument, NULL, 'n'},
     {"ascii", no_argument, NULL, OPT_ASCII},
     {"event", required_argument, NULL, OPT_EVENT},
+    RANGE_OPTIONS,
     {},
 };
+
+static const struct option export_options[] = {
+    {"format", required_argument, NULL, OPT_FORMAT},
+    {"output", required_argument, NULL, 'o'},
+    RANGE_OPTIONS,
+    {"thread", required_argument, NULL, OPT_THREAD},
+    {"event", required_argument, NULL, OPT_EVENT},
+    {},
+};
+
+static const struct option flamegraph_options[] = {
+    {"output", required_argument, NULL, 'o'},
+    RANGE_OPTIONS,
+    {"thread", required_argument, NULL, OPT_THREAD},
+    {"inverted", no_argument, NULL, OPT_INVERTED},
+    {"event", required_argument, NULL, OPT_EVENT},
+    {},
+};
+
+static const struct option diff_options[] = {
+    {"limit", required_argument, NULL, 'n'},
+    RANGE_OPTIONS,
+    {},
+};
+
+static const struct option sql_options[] = {
+    {"csv", no_argument, NULL, OPT_CSV},
+    {"max-rows", required_argument, NULL, OPT_MAX_ROWS},
+    {},
+};
+
+/* --from/--to, shared by the help of every command that takes them. */
+#define RANGE_HELP                                                                                 \
+	"      --from SECONDS  only samples from SECONDS after the session's start\n"              \
+	"      --to SECONDS    only samples up to SECONDS after the session's start\n"             \
+	"                      (samples are stored per 1-second window: a window\n"                \
+	"                      that overlaps the range is counted whole)\n"
 
 static const struct command commands[] = {
     {
@@ -841,7 +1267,7 @@ static const struct command commands[] = {
     {
 	.name = "top",
 	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION [--limit N] [--event NAME]",
+	.synopsis = "SESSION [--limit N] [--event NAME] [--from SECONDS] [--to SECONDS]",
 	.summary = "hottest functions, by samples in the function itself",
 	.details = "Print the hottest functions of session SESSION, by self samples (the\n"
 		   "function was running), with total samples (the function was on the\n"
@@ -852,10 +1278,12 @@ static const struct command commands[] = {
 		   "      --event NAME  the samples of the session's second sampled event\n"
 		   "                 (attach --events cpu,NAME: page-faults, cache-misses,\n"
 		   "                 ...) instead of the CPU samples\n"
+		   RANGE_HELP
 		   "\n"
 		   "Examples:\n"
 		   "  profctl top 7\n"
-		   "  profctl top 7 --limit 5 --json\n",
+		   "  profctl top 7 --limit 5 --json\n"
+		   "  profctl top 7 --from 10 --to 20   # the 10th to the 20th second\n",
 	.shortopts = "n:",
 	.longopts = top_options,
 	.run = run_top,
@@ -863,7 +1291,7 @@ static const struct command commands[] = {
     {
 	.name = "hotpaths",
 	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION [--limit N] [--ascii] [--event NAME]",
+	.synopsis = "SESSION [--limit N] [--ascii] [--event NAME] [--from S] [--to S]",
 	.summary = "hottest call paths, merged into a call tree",
 	.details = "Print the hottest call stacks of session SESSION merged into one call\n"
 		   "tree, outermost caller first. Each line shows the samples whose stack\n"
@@ -876,6 +1304,7 @@ static const struct command commands[] = {
 		   "  -n, --limit N  merge the N hottest stacks, 1..10000 (default 10)\n"
 		   "      --ascii    draw the tree with |- and `- (the default where the\n"
 		   "                 locale is not UTF-8)\n"
+		   RANGE_HELP
 		   "\n"
 		   "Examples:\n"
 		   "  profctl hotpaths 7\n"
@@ -957,6 +1386,131 @@ static const struct command commands[] = {
 	.run = run_memory,
     },
     {
+	.name = "export",
+	.operand = OPERAND_SESSION,
+	.synopsis = "SESSION --format FORMAT [-o FILE] [--from S] [--to S] [--thread TID]",
+	.summary = "the profile for other tools: pprof, folded, chrome-trace",
+	.details = "Write the call stacks of session SESSION in a format other tools read.\n"
+		   "The lost-sample, truncated-stack and unsymbolized-frame counts are\n"
+		   "printed on stderr, and kept in the file where the format has room.\n"
+		   "\n"
+		   "Formats:\n"
+		   "  pprof         profile.proto, gzip-compressed: go tool pprof, Pyroscope,\n"
+		   "                Parca; samples and CPU time, build IDs, a label per thread\n"
+		   "  folded        one line per call stack, 'main;f;g COUNT': FlameGraph's\n"
+		   "                flamegraph.pl, inferno, and for grep/awk\n"
+		   "  chrome-trace  Chrome trace event JSON, a track per thread:\n"
+		   "                ui.perfetto.dev, chrome://tracing (samples are stored per\n"
+		   "                1-second window; within one, stacks are laid end to end)\n"
+		   "  speedscope    speedscope.app JSON, a profile per thread\n"
+		   "\n"
+		   "Options:\n"
+		   "      --format FORMAT     pprof, folded, chrome-trace or speedscope\n"
+		   "  -o, --output FILE       write to FILE (replaced only once complete);\n"
+		   "                          default: standard output (not pprof on a terminal)\n"
+		   "      --thread TID        only the samples of thread TID\n"
+		   "      --event NAME        the samples of the session's second sampled event\n"
+		   RANGE_HELP
+		   "\n"
+		   "Examples:\n"
+		   "  profctl export 7 --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz\n"
+		   "  profctl export 7 --format folded | flamegraph.pl > cpu.svg\n"
+		   "  profctl export 7 --format chrome-trace -o trace.json --from 5 --to 10\n",
+	.shortopts = "o:",
+	.longopts = export_options,
+	.run = run_export,
+    },
+    {
+	.name = "flamegraph",
+	.operand = OPERAND_SESSION,
+	.synopsis = "SESSION [-o FILE.svg] [--thread TID] [--inverted] [--from S] [--to S]",
+	.summary = "an SVG flame graph of the call stacks, for a web browser",
+	.details = "Write a flame graph of session SESSION as one self-contained SVG file:\n"
+		   "each box is a function in a call path, as wide as its share of the\n"
+		   "samples, its callers below it. Hover over a box for its samples and\n"
+		   "share; click it to zoom in, 'Reset zoom' to go back.\n"
+		   "\n"
+		   "Options:\n"
+		   "  -o, --output FILE       write to FILE; default: standard output\n"
+		   "      --thread TID        only the samples of thread TID\n"
+		   "      --inverted          leaf functions at the top, their callers below:\n"
+		   "                          who calls the hot code\n"
+		   "      --event NAME        the samples of the session's second sampled event\n"
+		   RANGE_HELP
+		   "\n"
+		   "Examples:\n"
+		   "  profctl flamegraph 7 -o cpu.svg && xdg-open cpu.svg\n"
+		   "  profctl flamegraph 7 --thread 4242 --inverted -o worker.svg\n",
+	.shortopts = "o:",
+	.longopts = flamegraph_options,
+	.run = run_flamegraph,
+    },
+    {
+	.name = "diff",
+	.operand = OPERAND_TWO_SESSIONS,
+	.synopsis = "SESSION_A SESSION_B [--limit N] [--from S] [--to S]",
+	.summary = "compare two sessions: which functions' shares changed most",
+	.details = "Compare the functions of two sessions (say, before and after a\n"
+		   "change): for each function its self and total share of each session's\n"
+		   "samples and the difference (B - A, in percentage points), sorted by the\n"
+		   "largest change. Shares, not sample counts: the sessions may differ in\n"
+		   "length.\n"
+		   "\n"
+		   "Options:\n"
+		   "  -n, --limit N     print the N largest changes (default: all)\n"
+		   RANGE_HELP
+		   "\n"
+		   "Examples:\n"
+		   "  profctl diff 7 8\n"
+		   "  profctl diff 7 8 --limit 10 --json\n",
+	.shortopts = "n:",
+	.longopts = diff_options,
+	.run = run_diff,
+    },
+    {
+	.name = "analyze",
+	.operand = OPERAND_SESSION,
+	.synopsis = "SESSION",
+	.summary = "findings: bottlenecks with evidence and a suggestion",
+	.details = "Check session SESSION for common bottlenecks and print each finding\n"
+		   "with a severity, the figures behind it and a suggestion: a dominant hot\n"
+		   "function, thread imbalance, a main thread starved of CPU while workers\n"
+		   "run, a high cache-miss rate, time blocked in CUDA synchronization, many\n"
+		   "tiny kernel launches, memory growth. A check whose data the session\n"
+		   "did not record says so (\"no data\") instead of guessing.\n"
+		   "\n"
+		   "Example:\n"
+		   "  profctl analyze 7\n",
+	.shortopts = "",
+	.run = run_analyze,
+    },
+    {
+	.name = "sql",
+	.operand = OPERAND_SQL,
+	.synopsis = "\"SELECT ...\" [--csv] [--max-rows N]",
+	.summary = "run a read-only SQL query over the stored profiles",
+	.details = "Run one SELECT statement over profd's database and print the result.\n"
+		   "The tables and the views (hot_functions, hot_paths, thread_imbalance,\n"
+		   "frame_names) are described in the schema reference, docs/schema.md.\n"
+		   "Nothing can be changed: writes, ATTACH, PRAGMAs that set something and\n"
+		   "load_extension() are refused. A user other than root sees only the\n"
+		   "sessions it started: every table and view shows their rows only.\n"
+		   "profd stops a query after 5 s.\n"
+		   "\n"
+		   "Options:\n"
+		   "      --csv           print CSV (RFC 4180) with a header row\n"
+		   "      --max-rows N    at most N rows, 1..1000000 (default 10000); the\n"
+		   "                      result is also cut at 16 MiB; a cut is reported\n"
+		   "\n"
+		   "Examples:\n"
+		   "  profctl sql \"SELECT * FROM hot_functions WHERE session_id = 7\n"
+		   "               ORDER BY self_samples DESC LIMIT 10\"\n"
+		   "  profctl sql \"SELECT tid, name, samples FROM threads WHERE session_id = 7\" --csv\n",
+	.shortopts = "",
+	.longopts = sql_options,
+	.run = run_sql,
+    },
+    {
 	.name = "resymbolize",
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--debuginfod]",
@@ -1025,8 +1579,10 @@ static void help_global(FILE *f)
 			 commands[i].operand == OPERAND_PID	  ? "PID"
 			 : commands[i].operand == OPERAND_SESSION ? "SESSION"
 			 : commands[i].operand == OPERAND_TOPIC	  ? "[COMMAND]"
+			 : commands[i].operand == OPERAND_TWO_SESSIONS ? "A B"
+			 : commands[i].operand == OPERAND_SQL	  ? "QUERY"
 								  : "");
-		fprintf(f, "  %-18s %s\n", head, commands[i].summary);
+		fprintf(f, "  %-19s %s\n", head, commands[i].summary);
 	}
 	fprintf(f,
 		"\n"
@@ -1039,6 +1595,9 @@ static void help_global(FILE *f)
 		"  profctl top 7 --limit 10\n"
 		"  profctl hotpaths 7\n"
 		"  profctl top 7 --json\n"
+		"  profctl flamegraph 7 -o cpu.svg\n"
+		"  profctl export 7 --format pprof -o cpu.pb.gz\n"
+		"  profctl sql \"SELECT * FROM hot_functions WHERE session_id = 7\"\n"
 		"  profctl help attach\n"
 		"\n"
 		"Exit status: 0 success, 1 error (from profd, or profd unreachable),\n"
@@ -1130,6 +1689,24 @@ static int parse_seconds(const char *s, double *ret, bool *ret_integral)
 	return 0;
 }
 
+/* parse_offset() - --from/--to: seconds from the session's start, >= 0 ("0", "2.5"). */
+static int parse_offset(const char *s, const char *what, double *ret)
+{
+	char *end;
+
+	errno = 0;
+	if (!isdigit((unsigned char)s[0])) {
+		log_error("invalid %s '%s': seconds from the session's start, >= 0", what, s);
+		return -EINVAL;
+	}
+	*ret = strtod(s, &end);
+	if (*end != '\0' || errno == ERANGE || *ret > 366 * 86400.0) {
+		log_error("invalid %s '%s': seconds from the session's start, >= 0", what, s);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int parse_events(const char *list)
 {
 	const char *name;
@@ -1150,6 +1727,8 @@ static int parse_events(const char *list)
  */
 static int parse_operand(const char *operand, struct args *a, bool *have_operand)
 {
+	if (a->command->operand == OPERAND_TWO_SESSIONS && *have_operand && !a->id2)
+		return parse_integer(operand, "SESSION_B", 1, LLONG_MAX, &a->id2);
 	if (*have_operand || a->command->operand == OPERAND_NONE) {
 		log_error("unexpected argument '%s' (see 'profctl %s --help')", operand,
 			  a->command->name);
@@ -1161,6 +1740,11 @@ static int parse_operand(const char *operand, struct args *a, bool *have_operand
 		return parse_integer(operand, "PID", 1, INT_MAX, &a->id);
 	case OPERAND_SESSION:
 		return parse_integer(operand, "SESSION", 1, LLONG_MAX, &a->id);
+	case OPERAND_TWO_SESSIONS:
+		return parse_integer(operand, "SESSION_A", 1, LLONG_MAX, &a->id);
+	case OPERAND_SQL:
+		a->sql = operand;
+		return 0;
 	default:
 		a->help_topic = command_find(operand);
 		if (!a->help_topic) {
@@ -1346,6 +1930,39 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 		case OPT_ASCII:
 			a->ascii = true;
 			break;
+		case OPT_FROM:
+		case OPT_TO:
+			if (parse_offset(optarg, c == OPT_FROM ? "--from" : "--to",
+					 c == OPT_FROM ? &a->from_s : &a->to_s) < 0)
+				return -EINVAL;
+			*(c == OPT_FROM ? &a->has_from : &a->has_to) = true;
+			break;
+		case OPT_THREAD:
+			if (parse_integer(optarg, "--thread", 1, INT_MAX, &a->thread) < 0)
+				return -EINVAL;
+			break;
+		case OPT_INVERTED:
+			a->inverted = true;
+			break;
+		case OPT_FORMAT:
+			if (!export_format_find(optarg)) {
+				log_error("invalid --format '%s': folded, pprof, chrome-trace or "
+					  "speedscope",
+					  optarg);
+				return -EINVAL;
+			}
+			a->format = optarg;
+			break;
+		case 'o':
+			a->output = optarg;
+			break;
+		case OPT_CSV:
+			a->csv = true;
+			break;
+		case OPT_MAX_ROWS:
+			if (parse_integer(optarg, "--max-rows", 1, 1000000, &a->max_rows) < 0)
+				return -EINVAL;
+			break;
 		case 1:
 			if (parse_operand(optarg, a, &have_operand) < 0)
 				return -EINVAL;
@@ -1361,10 +1978,26 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 		if (parse_operand(sub_argv[optind], a, &have_operand) < 0)
 			return -EINVAL;
 
-	if (!have_operand &&
-	    (a->command->operand == OPERAND_PID || a->command->operand == OPERAND_SESSION)) {
+	if (!have_operand && a->command->operand != OPERAND_NONE &&
+	    a->command->operand != OPERAND_TOPIC) {
 		log_error("missing %s (see 'profctl %s --help')",
-			  a->command->operand == OPERAND_PID ? "PID" : "SESSION", a->command->name);
+			  a->command->operand == OPERAND_PID	? "PID"
+			  : a->command->operand == OPERAND_SQL ? "SQL statement"
+							       : "SESSION",
+			  a->command->name);
+		return -EINVAL;
+	}
+	if (a->command->operand == OPERAND_TWO_SESSIONS && !a->id2) {
+		log_error("missing SESSION_B: diff compares two sessions (see 'profctl diff --help')");
+		return -EINVAL;
+	}
+	if (a->command->run == run_export && !a->format) {
+		log_error("missing --format: folded, pprof, chrome-trace or speedscope (see 'profctl "
+			  "export --help')");
+		return -EINVAL;
+	}
+	if (a->has_from && a->has_to && a->from_s >= a->to_s) {
+		log_error("--from %g must be less than --to %g", a->from_s, a->to_s);
 		return -EINVAL;
 	}
 	return 0;

@@ -16,6 +16,7 @@
 
 #include <bpf/libbpf.h>
 
+#include "analyze.h"
 #include "counters.h"
 #include "heap.h"
 #include "log.h"
@@ -28,6 +29,7 @@
 #include "sampler.h"
 #include "server.h"
 #include "session.h"
+#include "sql.h"
 #include "store.h"
 #include "symbolize.h"
 #include "threads_report.h"
@@ -45,6 +47,9 @@
 #define OFFCPU_MIN_BLOCK_NS (10 * NSEC_PER_USEC)
 /* Allocation samples: ~2.5 KiB per sampled call, 64 bytes per return and free. */
 #define HEAP_RINGBUF_BYTES (4u << 20)
+/* profctl sql: result size cap, and how long a statement may hold up the loop. */
+#define SQL_MAX_RESULT_BYTES (16u << 20)
+#define SQL_TIMEOUT_NS (5 * NSEC_PER_SEC)
 /* How often the loop wakes up to end expired sessions; flushes are every PROFD_WINDOW_NS. */
 #define TICK_NS (200 * NSEC_PER_MSEC)
 
@@ -474,13 +479,19 @@ static json_t *event_response(int r, json_t *fields, const struct request *req)
 	return query_response(r, fields, req->session);
 }
 
+/* An admin sees every session and the whole database in profctl sql: root, for now. */
+static bool is_admin(const struct ucred *peer)
+{
+	return peer->uid == 0;
+}
+
 /* Sessions that are not the requester's are invisible to it, as if absent. */
 static bool may_see(struct profd *p, const struct ucred *peer, int64_t id)
 {
 	sqlite3_stmt *stmt;
 	bool ok = false;
 
-	if (peer->uid == 0)
+	if (is_admin(peer))
 		return true;
 	if (sqlite3_prepare_v2(store__db(p->env.store), "SELECT uid FROM sessions WHERE id = ?1",
 			       -1, &stmt, NULL) != SQLITE_OK)
@@ -598,14 +609,16 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 static json_t *handle_request(void *ctx, const struct ucred *peer, const char *line, size_t len)
 {
 	struct profd *p = ctx;
-	struct request req;
-	char err[256];
+	static struct request req; /* 16 KiB of SQL text: not on the stack */
+	struct query_range range;
+	char err[512];
 	json_t *fields = NULL;
 	int r;
 
 	r = request__parse(line, len, &req, err, sizeof(err));
 	if (r < 0)
 		return json_error_response(r, "%s", err);
+	range = (struct query_range){ .from_ns = req.from_ns, .to_ns = req.to_ns };
 
 	if (req.session && !may_see(p, peer, req.session))
 		return json_error_response(-ENOENT, "no session %lld", (long long)req.session);
@@ -635,7 +648,7 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 		return query_response(r, fields, req.session);
 	case CMD_SESSIONS:
 		r = query__sessions(store__db(p->env.store), &fields);
-		if (r == 0 && peer->uid != 0) {
+		if (r == 0 && !is_admin(peer)) {
 			/* Only the requester's own sessions. */
 			json_t *list = json_object_get(fields, "sessions"), *item;
 			size_t i;
@@ -652,12 +665,25 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 		return query_response(r, fields, 0);
 	case CMD_TOP:
 		r = query__top(store__db(p->env.store), req.session, req.limit, req.sampled_event,
-			       &fields);
+			       req.has_range ? &range : NULL, &fields);
 		return event_response(r, fields, &req);
 	case CMD_HOTPATHS:
 		r = query__hotpaths(store__db(p->env.store), req.session, req.limit,
-				    req.sampled_event, &fields);
+				    req.sampled_event, req.has_range ? &range : NULL, &fields);
 		return event_response(r, fields, &req);
+	case CMD_PROFILE:
+		r = query__profile(store__db(p->env.store), req.session, req.sampled_event,
+				   req.has_range ? &range : NULL, req.per_window, &fields);
+		return event_response(r, fields, &req);
+	case CMD_ANALYZE:
+		r = analyze__session(store__db(p->env.store), req.session, &fields);
+		return query_response(r, fields, req.session);
+	case CMD_SQL:
+		r = sql__run(opts.db_path, req.sql, is_admin(peer), peer->uid, (size_t)req.max_rows,
+			     SQL_MAX_RESULT_BYTES, SQL_TIMEOUT_NS, &fields, err, sizeof(err));
+		if (r < 0)
+			return json_error_response(r, "%s", err[0] ? err : strerror(-r));
+		return ok_response(fields);
 	case CMD_THREADS: {
 		struct threads_opts topts = { .group_by_name = req.group_by_name,
 					      .window_s = req.window_s };

@@ -7,7 +7,18 @@
 
 #include <jansson.h>
 #include <sqlite3.h>
+#include <stdbool.h>
 #include <stdint.h>
+
+/*
+ * A time range of a session, in nanoseconds from its start: the samples of
+ * the 1-second windows that overlap [from_ns, to_ns). to_ns INT64_MAX: to
+ * the end. A NULL range is the whole session.
+ */
+struct query_range {
+	int64_t from_ns;
+	int64_t to_ns;
+};
 
 /*
  * Each function reads from @db (an open connection on a database at the
@@ -22,7 +33,14 @@ int query__sessions(sqlite3 *db, json_t **ret);                      /* {"sessio
  * of the session's second sampled event named @event: -ENODATA if the
  * session did not sample it, -EOPNOTSUPP if the machine could not.
  */
-int query__top(sqlite3 *db, int64_t session_id, int limit, const char *event, json_t **ret);
+int query__top(sqlite3 *db, int64_t session_id, int limit, const char *event,
+	       const struct query_range *range, json_t **ret);
 int query__hotpaths(sqlite3 *db, int64_t session_id, int limit, const char *event,
-		    json_t **ret);
+		    const struct query_range *range, json_t **ret);
 int query__threads(sqlite3 *db, int64_t session_id, json_t **ret);
+/*
+ * The raw profile (frames, stacks, samples per window and thread, threads,
+ * mappings, period) for exporters; @event and @range as for top.
+ */
+int query__profile(sqlite3 *db, int64_t session_id, const char *event,
+		   const struct query_range *range, bool per_window, json_t **ret);

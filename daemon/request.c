@@ -24,6 +24,8 @@ static const struct {
 	{ "hotpaths", CMD_HOTPATHS, true },  { "threads", CMD_THREADS, true },
 	{ "resymbolize", CMD_RESYMBOLIZE, true }, { "offcpu", CMD_OFFCPU, true },
 	{ "memory", CMD_MEMORY, true },
+	{ "profile", CMD_PROFILE, true },   { "sql", CMD_SQL, false },
+	{ "analyze", CMD_ANALYZE, true },
 };
 
 static const char *const event_names[] = { "cpu", "offcpu", "counters", "rss", "malloc" };
@@ -132,6 +134,32 @@ static int parse_events(json_t *v, struct request *req, char *errbuf, size_t err
 	}
 	if (!(req->events & EVENT_CPU))
 		return fail(errbuf, errlen, -EINVAL, "\"events\" must include \"cpu\"");
+	return 0;
+}
+
+/* "from_s"/"to_s": seconds from the session's start, 0 <= from < to. */
+static int parse_range(json_t *root, struct request *req, char *errbuf, size_t errlen)
+{
+	static const char *const keys[] = { "from_s", "to_s" };
+	double v[2] = { 0, INFINITY };
+
+	for (int i = 0; i < 2; i++) {
+		json_t *j = json_object_get(root, keys[i]);
+
+		if (!j || json_is_null(j))
+			continue;
+		if (!json_is_number(j) || !isfinite(json_number_value(j)) ||
+		    json_number_value(j) < 0 || json_number_value(j) > 366 * 86400.0)
+			return fail(errbuf, errlen, -EINVAL,
+				    "\"%s\" must be a number of seconds from the session's start, >= 0",
+				    keys[i]);
+		v[i] = json_number_value(j);
+		req->has_range = true;
+	}
+	if (v[0] >= v[1])
+		return fail(errbuf, errlen, -EINVAL, "\"from_s\" must be less than \"to_s\"");
+	req->from_ns = (int64_t)(v[0] * NSEC_PER_SEC);
+	req->to_ns = isinf(v[1]) ? INT64_MAX : (int64_t)(v[1] * NSEC_PER_SEC);
 	return 0;
 }
 
@@ -273,7 +301,13 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 	case CMD_HOTPATHS:
 	case CMD_OFFCPU:
 	case CMD_MEMORY:
+	case CMD_PROFILE:
 		req.limit = req.cmd == CMD_TOP ? 20 : 10;
+		if (req.cmd != CMD_OFFCPU && req.cmd != CMD_MEMORY) {
+			r = parse_range(root, &req, errbuf, errlen);
+			if (r < 0)
+				return r;
+		}
 		v = json_object_get(root, "event");
 		if (v && !json_is_null(v) && req.cmd != CMD_OFFCPU && req.cmd != CMD_MEMORY) {
 			const char *name = json_string_value(v);
@@ -284,6 +318,11 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 				return fail(errbuf, errlen, -EINVAL,
 					    "\"event\" must be cpu or a sampled event name");
 		}
+		v = json_object_get(root, "per_window");
+		if (v && !json_is_null(v) && (!json_is_boolean(v) || req.cmd != CMD_PROFILE))
+			return fail(errbuf, errlen, -EINVAL,
+				    "\"per_window\" must be true or false (profile only)");
+		req.per_window = !json_is_false(v);
 		r = get_int(root, "limit", 1, 10000, &n, errbuf, errlen);
 		if (r == 0)
 			req.limit = (int)n;
@@ -306,6 +345,21 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 					    "\"window_s\" must be a number of seconds >= 0.001");
 			req.window_s = d;
 		}
+		break;
+	case CMD_SQL:
+		v = json_object_get(root, "query");
+		if (!json_is_string(v) || json_string_length(v) == 0)
+			return fail(errbuf, errlen, -EINVAL, "missing \"query\" string");
+		if (json_string_length(v) >= sizeof(req.sql) ||
+		    strlen(json_string_value(v)) != json_string_length(v))
+			return fail(errbuf, errlen, -EINVAL,
+				    "\"query\" must be at most %zu bytes, without NUL bytes",
+				    sizeof(req.sql) - 1);
+		memcpy(req.sql, json_string_value(v), json_string_length(v) + 1);
+		req.max_rows = 10000;
+		r = get_int(root, "max_rows", 1, 1000000, &req.max_rows, errbuf, errlen);
+		if (r < 0 && r != -ENOENT)
+			return r;
 		break;
 	case CMD_RESYMBOLIZE:
 		v = json_object_get(root, "debuginfod");

@@ -21,7 +21,13 @@ enum request_cmd {
 	CMD_RESYMBOLIZE,
 	CMD_OFFCPU,
 	CMD_MEMORY,
+	CMD_PROFILE,
+	CMD_SQL,
+	CMD_ANALYZE,
 };
+
+/* Longest SQL text of an "sql" request, bytes. */
+#define REQUEST_MAX_SQL_BYTES 16384
 
 /* Event names a session can ask for (bit i = event_names[i] in request.c). */
 #define EVENT_CPU (1u << 0)      /* "cpu": CPU samples with call stacks */
@@ -57,6 +63,11 @@ struct request {
 				    * top, hotpaths: report that event's samples instead of CPU samples */
 	bool group_by_name;   /* threads: group like-named threads */
 	double window_s;      /* threads: > 0, imbalance per window of this many seconds */
+	bool has_range;       /* top, hotpaths, profile: from_s or to_s given */
+	int64_t from_ns, to_ns; /* their range, ns from the session start; to_ns INT64_MAX: open */
+	char sql[REQUEST_MAX_SQL_BYTES]; /* sql: the statement */
+	int64_t max_rows;     /* sql: 1..1000000, default 10000 */
+	bool per_window;      /* profile: samples per 1-second window (default), or summed */
 };
 
 /*

@@ -171,6 +171,19 @@ def run_checks(profctl, fake, tmp):
         (("attach", "4242", "--events", ""), "empty event name"),
         (("attach", "4242", "--wait=yes"), "doesn't allow an argument"),
         (("help", "nope"), "unknown command 'nope'"),
+        (("export", "7"), "missing --format"),
+        (("export", "7", "--format", "svg"), "invalid --format 'svg'"),
+        (("export", "7", "--format", "folded", "--thread", "0"), "invalid --thread '0'"),
+        (("flamegraph", "7", "--from", "5", "--to", "2"), "--from 5 must be less than --to 2"),
+        (("flamegraph", "7", "--from", "-1"), "invalid --from '-1'"),
+        (("top", "7", "--to", "soon"), "invalid --to 'soon'"),
+        (("diff", "7"), "missing SESSION_B"),
+        (("diff", "7", "8", "9"), "unexpected argument '9'"),
+        (("diff", "7", "x"), "invalid SESSION_B 'x'"),
+        (("sql",), "missing SQL statement"),
+        (("sql", "SELECT 1", "SELECT 2"), "unexpected argument 'SELECT 2'"),
+        (("sql", "SELECT 1", "--max-rows", "0"), "invalid --max-rows '0'"),
+        (("analyze",), "missing SESSION"),
     ]
     mark = fake.mark()
     for args, needle in usage_errors:

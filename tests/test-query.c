@@ -245,7 +245,7 @@ static void test_top(sqlite3 *db)
 	json_t *o = NULL, *f;
 	int r;
 
-	r = query__top(db, 1, 20, NULL, &o);
+	r = query__top(db, 1, 20, NULL, NULL, &o);
 	CHECK_INT(r, 0);
 	if (r < 0)
 		return;
@@ -281,13 +281,13 @@ static void test_top(sqlite3 *db)
 	json_decref(o);
 
 	o = NULL;
-	CHECK_INT(query__top(db, 1, 3, NULL, &o), 0);
+	CHECK_INT(query__top(db, 1, 3, NULL, NULL, &o), 0);
 	CHECK_INT(json_array_size(get(o, "functions")), 3);
 	json_decref(o);
 
 	/* Session 2 sees only its own 5 samples of S1. */
 	o = NULL;
-	CHECK_INT(query__top(db, 2, 20, NULL, &o), 0);
+	CHECK_INT(query__top(db, 2, 20, NULL, NULL, &o), 0);
 	CHECK_INT(gi(o, "total_samples"), 5);
 	check_fn(at(o, "functions", 0), "hot_loop", "/usr/bin/spin", 5, 5, 100.0, 100.0);
 	json_decref(o);
@@ -317,7 +317,7 @@ static void test_hotpaths(sqlite3 *db)
 	json_t *o = NULL, *f;
 	int r;
 
-	r = query__hotpaths(db, 1, 10, NULL, &o);
+	r = query__hotpaths(db, 1, 10, NULL, NULL, &o);
 	CHECK_INT(r, 0);
 	if (r < 0)
 		return;
@@ -346,7 +346,7 @@ static void test_hotpaths(sqlite3 *db)
 	json_decref(o);
 
 	o = NULL;
-	CHECK_INT(query__hotpaths(db, 1, 2, NULL, &o), 0);
+	CHECK_INT(query__hotpaths(db, 1, 2, NULL, NULL, &o), 0);
 	CHECK_INT(json_array_size(get(o, "paths")), 2);
 	json_decref(o);
 }
@@ -407,11 +407,11 @@ static void test_empty(sqlite3 *db)
 	CHECK(json_is_null(get(imb, "straggler_tid")));
 	json_decref(o);
 	o = NULL;
-	CHECK_INT(query__top(db, 3, 20, NULL, &o), 0);
+	CHECK_INT(query__top(db, 3, 20, NULL, NULL, &o), 0);
 	CHECK_INT(json_array_size(get(o, "functions")), 0);
 	json_decref(o);
 	o = NULL;
-	CHECK_INT(query__hotpaths(db, 3, 10, NULL, &o), 0);
+	CHECK_INT(query__hotpaths(db, 3, 10, NULL, NULL, &o), 0);
 	CHECK_INT(json_array_size(get(o, "paths")), 0);
 	json_decref(o);
 	exec(db, "DELETE FROM sessions WHERE id = 3");
@@ -476,11 +476,11 @@ static void test_enoent(sqlite3 *db)
 	json_t *o = NULL;
 
 	CHECK_INT(query__session(db, 99, &o), -ENOENT);
-	CHECK_INT(query__top(db, 99, 20, NULL, &o), -ENOENT);
-	CHECK_INT(query__hotpaths(db, 99, 10, NULL, &o), -ENOENT);
+	CHECK_INT(query__top(db, 99, 20, NULL, NULL, &o), -ENOENT);
+	CHECK_INT(query__hotpaths(db, 99, 10, NULL, NULL, &o), -ENOENT);
 	CHECK_INT(query__threads(db, 99, &o), -ENOENT);
 	CHECK(o == NULL);
-	CHECK_INT(query__top(db, 1, 0, NULL, &o), -EINVAL);
+	CHECK_INT(query__top(db, 1, 0, NULL, NULL, &o), -EINVAL);
 }
 
 /* SQLite failures become -EIO: a database without the schema. */
@@ -492,7 +492,7 @@ static void test_eio(void)
 	if (sqlite3_open(":memory:", &db) != SQLITE_OK)
 		exit(99);
 	CHECK_INT(query__sessions(db, &o), -EIO);
-	CHECK_INT(query__top(db, 1, 20, NULL, &o), -EIO);
+	CHECK_INT(query__top(db, 1, 20, NULL, NULL, &o), -EIO);
 	CHECK(o == NULL);
 	sqlite3_close(db);
 }
@@ -507,15 +507,127 @@ static void test_corrupt(sqlite3 *db)
 		 " (4, 1, 1, 'bad', 0, 'cpu-clock', 'cpu', 99, 1700000300000000000, 'running');"
 		 " INSERT INTO stacks (id, frame_ids, depth) VALUES (40, x'0100000000', 1);"
 		 " INSERT INTO samples VALUES (4, 1700000300000000000, 1, 40, 1)");
-	CHECK_INT(query__top(db, 4, 20, NULL, &o), -EIO);
-	CHECK_INT(query__hotpaths(db, 4, 10, NULL, &o), -EIO);
+	CHECK_INT(query__top(db, 4, 20, NULL, NULL, &o), -EIO);
+	CHECK_INT(query__hotpaths(db, 4, 10, NULL, NULL, &o), -EIO);
 	CHECK(o == NULL);
 	/* A frame id with no frames row. */
 	exec(db, "UPDATE stacks SET frame_ids = x'e703000000000000' WHERE id = 40");
-	CHECK_INT(query__top(db, 4, 20, NULL, &o), -EIO);
+	CHECK_INT(query__top(db, 4, 20, NULL, NULL, &o), -EIO);
 	CHECK(o == NULL);
 	exec(db, "DELETE FROM samples WHERE session_id = 4; DELETE FROM stacks WHERE id = 40;"
 		 " DELETE FROM sessions WHERE id = 4");
+}
+
+/* The raw profile for exporters: whole, summed over windows, and a time range. */
+static void test_profile(sqlite3 *db)
+{
+	struct query_range range = { .from_ns = 1000000000, .to_ns = 2000000000 };
+	json_t *o = NULL, *samples, *stacks, *frames, *row;
+	int64_t sum = 0;
+	size_t i;
+
+	CHECK_INT(query__profile(db, 1, NULL, NULL, true, &o), 0);
+	if (!o)
+		return;
+	samples = get(o, "samples");
+	stacks = get(o, "stacks");
+	frames = get(o, "frames");
+	CHECK_INT(gi(o, "total_samples"), 60);
+	CHECK_INT(gi(o, "period"), 1000000000 / 99);
+	CHECK_STR(gs(o, "period_unit"), "nanoseconds");
+	CHECK_INT(json_array_size(samples), 9);
+	CHECK_INT(json_array_size(stacks), 6);
+	CHECK_INT(json_array_size(frames), 10);
+	json_array_foreach(samples, i, row)
+	{
+		json_t *stack = json_array_get(stacks, (size_t)json_integer_value(json_array_get(row, 0)));
+		json_t *leaf = json_array_get(frames, (size_t)json_integer_value(json_array_get(stack, 0)));
+		json_t *root = json_array_get(
+		    frames, (size_t)json_integer_value(json_array_get(stack, json_array_size(stack) - 1)));
+
+		sum += json_integer_value(json_array_get(row, 3));
+		/* Every stack ends (outermost) in main, and windows are offsets from the start. */
+		CHECK_STR(gs(root, "function"), "main");
+		CHECK(leaf != NULL);
+		CHECK(json_integer_value(json_array_get(row, 2)) >= -123456789);
+		CHECK(json_integer_value(json_array_get(row, 2)) < 3000000000);
+	}
+	CHECK_INT(sum, 60);
+	/* Frames: kernel addresses as unsigned hex, unsymbolized with a null function. */
+	json_array_foreach(frames, i, row)
+	{
+		if (json_is_null(get(row, "function")))
+			CHECK_STR(gs(row, "address"), "0x2a2f");
+		if (strcmp(gs(row, "kind"), "kernel") == 0)
+			CHECK_STR(gs(row, "address"), "0xffffffff81c00040");
+	}
+	CHECK_INT(json_array_size(get(o, "threads")), 4);
+	json_decref(o);
+
+	/* Summed: one row per (thread, stack). */
+	o = NULL;
+	CHECK_INT(query__profile(db, 1, NULL, NULL, false, &o), 0);
+	CHECK_INT(json_array_size(get(o, "samples")), 9);
+	CHECK_INT(gi(o, "total_samples"), 60);
+	json_decref(o);
+
+	/* 1 s to 2 s after the start (.123 s past a whole second): windows 1 and 2 overlap it. */
+	o = NULL;
+	CHECK_INT(query__profile(db, 1, NULL, &range, true, &o), 0);
+	CHECK_INT(gi(o, "total_samples"), 34);
+	CHECK_INT(json_array_size(get(o, "samples")), 5);
+	json_decref(o);
+	o = NULL;
+	CHECK_INT(query__top(db, 1, 20, NULL, &range, &o), 0);
+	CHECK_INT(gi(o, "total_samples"), 34);
+	CHECK_REAL(gr(o, "from_s"), 1.0);
+	check_fn(at(o, "functions", 0), "hot_loop", "/usr/bin/spin", 14, 26, 41.2, 76.5);
+	json_decref(o);
+	CHECK_INT(query__profile(db, 99, NULL, NULL, true, &o), -ENOENT);
+}
+
+/* The views of schema 11 agree with top and threads. */
+static void test_views(sqlite3 *db)
+{
+	json_t *o = NULL, *f;
+	sqlite3_stmt *st;
+	size_t i;
+
+	CHECK_INT(query__top(db, 1, 100, NULL, NULL, &o), 0);
+	CHECK(sqlite3_prepare_v2(db,
+				 "SELECT self_samples, total_samples, self_pct, total_pct FROM hot_functions"
+				 " WHERE session_id = 1 AND function = ?1 AND module = ?2",
+				 -1, &st, NULL) == SQLITE_OK);
+	json_array_foreach(get(o, "functions"), i, f)
+	{
+		sqlite3_reset(st);
+		sqlite3_bind_text(st, 1, gs(f, "function"), -1, SQLITE_TRANSIENT);
+		sqlite3_bind_text(st, 2, gs(f, "module"), -1, SQLITE_TRANSIENT);
+		CHECK_INT(sqlite3_step(st), SQLITE_ROW);
+		CHECK_INT(sqlite3_column_int64(st, 0), gi(f, "self_samples"));
+		CHECK_INT(sqlite3_column_int64(st, 1), gi(f, "total_samples"));
+		CHECK_REAL(sqlite3_column_double(st, 2), gr(f, "self_pct"));
+		CHECK_REAL(sqlite3_column_double(st, 3), gr(f, "total_pct"));
+	}
+	sqlite3_finalize(st);
+	json_decref(o);
+	CHECK(sqlite3_prepare_v2(db,
+				 "SELECT path, samples FROM hot_paths WHERE session_id = 1 AND stack_id = 4",
+				 -1, &st, NULL) == SQLITE_OK);
+	CHECK_INT(sqlite3_step(st), SQLITE_ROW);
+	CHECK_STR((const char *)sqlite3_column_text(st, 0), "main;work;fib;fib");
+	CHECK_INT(sqlite3_column_int64(st, 1), 6);
+	sqlite3_finalize(st);
+	CHECK(sqlite3_prepare_v2(db,
+				 "SELECT name, samples, share_pct, over_mean FROM thread_imbalance"
+				 " WHERE session_id = 1 ORDER BY samples DESC",
+				 -1, &st, NULL) == SQLITE_OK);
+	CHECK_INT(sqlite3_step(st), SQLITE_ROW);
+	CHECK_STR((const char *)sqlite3_column_text(st, 0), "worker-3");
+	CHECK_INT(sqlite3_column_int64(st, 1), 30);
+	CHECK_REAL(sqlite3_column_double(st, 2), 50.0);
+	CHECK_REAL(sqlite3_column_double(st, 3), 1.5);
+	sqlite3_finalize(st);
 }
 
 int main(void)
@@ -534,6 +646,8 @@ int main(void)
 	test_threads(db);
 	test_sessions(db);
 	test_enoent(db);
+	test_profile(db);
+	test_views(db);
 	/* Queries only read, and leave no transaction open. */
 	CHECK_INT(sqlite3_total_changes(db), changes);
 	CHECK(sqlite3_get_autocommit(db));

@@ -26,7 +26,7 @@ static void expect_error(const char *s, int want, const char *needle)
 
 int main(void)
 {
-	struct request req;
+	static struct request req; /* holds 16 KiB of SQL text */
 	char err[256];
 	char *big;
 
@@ -84,6 +84,47 @@ int main(void)
 		     0);
 	CHECK_INT_EQ(req.limit, 5);
 	CHECK_INT_EQ(parse("  {\"cmd\":\"ping\"}  \r", &req, err, sizeof(err)), 0);
+
+	/* Time ranges (top, hotpaths, profile), and the commands of exports and SQL. */
+	CHECK_INT_EQ(parse("{\"cmd\":\"top\",\"session\":3,\"from_s\":1.5,\"to_s\":4}", &req, err,
+			   sizeof(err)),
+		     0);
+	CHECK_INT_EQ(req.has_range, 1);
+	CHECK_INT_EQ(req.from_ns, 1500000000LL);
+	CHECK_INT_EQ(req.to_ns, 4000000000LL);
+	CHECK_INT_EQ(parse("{\"cmd\":\"profile\",\"session\":3,\"from_s\":2}", &req, err,
+			   sizeof(err)),
+		     0);
+	CHECK_INT_EQ(req.cmd, CMD_PROFILE);
+	CHECK_INT_EQ(req.to_ns, INT64_MAX);
+	CHECK_INT_EQ(req.per_window, 1);
+	CHECK_INT_EQ(parse("{\"cmd\":\"profile\",\"session\":3,\"per_window\":false}", &req, err,
+			   sizeof(err)),
+		     0);
+	CHECK_INT_EQ(req.per_window, 0);
+	expect_error("{\"cmd\":\"profile\",\"session\":3,\"per_window\":1}", -EINVAL, "per_window");
+	expect_error("{\"cmd\":\"top\",\"session\":3,\"per_window\":false}", -EINVAL, "per_window");
+	CHECK_INT_EQ(parse("{\"cmd\":\"hotpaths\",\"session\":3}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(req.has_range, 0);
+	expect_error("{\"cmd\":\"top\",\"session\":3,\"from_s\":5,\"to_s\":2}", -EINVAL, "less than");
+	expect_error("{\"cmd\":\"top\",\"session\":3,\"from_s\":-1}", -EINVAL, "from_s");
+	expect_error("{\"cmd\":\"profile\",\"session\":3,\"to_s\":\"x\"}", -EINVAL, "to_s");
+	expect_error("{\"cmd\":\"profile\"}", -EINVAL, "session");
+	CHECK_INT_EQ(parse("{\"cmd\":\"analyze\",\"session\":9}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(req.cmd, CMD_ANALYZE);
+	CHECK_INT_EQ(parse("{\"cmd\":\"sql\",\"query\":\"SELECT 1\"}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(req.cmd, CMD_SQL);
+	CHECK_STR_EQ(req.sql, "SELECT 1");
+	CHECK_INT_EQ(req.max_rows, 10000);
+	CHECK_INT_EQ(parse("{\"cmd\":\"sql\",\"query\":\"SELECT 1\",\"max_rows\":5}", &req, err,
+			   sizeof(err)),
+		     0);
+	CHECK_INT_EQ(req.max_rows, 5);
+	expect_error("{\"cmd\":\"sql\"}", -EINVAL, "query");
+	expect_error("{\"cmd\":\"sql\",\"query\":\"\"}", -EINVAL, "query");
+	expect_error("{\"cmd\":\"sql\",\"query\":7}", -EINVAL, "query");
+	expect_error("{\"cmd\":\"sql\",\"query\":\"SELECT \\u0000 1\"}", -EINVAL, "NUL");
+	expect_error("{\"cmd\":\"sql\",\"query\":\"SELECT 1\",\"max_rows\":0}", -EINVAL, "max_rows");
 
 	/* Malformed JSON and wrong shapes. */
 	expect_error("", -EINVAL, "invalid JSON");

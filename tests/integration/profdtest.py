@@ -132,6 +132,15 @@ class Profd:
                              env=dict(os.environ, **env))
         self.children.append(p)
         return p
+    def profile_run(self, argv, threads, freq=397):
+        """Run workload @argv to its end in a session at @freq Hz, attached once it
+        has @threads threads; return (session id, the workload's output)."""
+        w = self.spawn(*argv)
+        wait_for_threads(w.pid, threads)
+        sid = self.json('attach', w.pid, '--freq', str(freq))['session']
+        out, _ = w.communicate(timeout=60)
+        self.wait_ended(sid)
+        return sid, out
 
     def wait_ended(self, session, timeout=60):
         deadline = time.time() + timeout

@@ -56,6 +56,12 @@ def test_leak(d, alloc):
     # Its estimated live bytes: ~10 MiB leaked; sampling noise with ~19 samples is ~25%.
     live = suspects[0]['live_bytes']
     check(5 * MIB <= live <= 16 * MIB, 'leak_chunk live bytes estimated at %d, ~10 MiB leaked' % live)
+    # analyze turns it into findings: the leak suspect, and the RSS growth.
+    findings = d.json('analyze', sid)['findings']
+    leak = [f for f in findings if f['rule'] == 'leak-suspect']
+    check(leak and leak[0]['evidence']['function'] == 'leak_chunk' and leak[0]['severity'] == 'high',
+          'analyze leak findings: %r' % leak)
+    check(any(f['rule'] == 'memory-growth' for f in findings), 'no memory-growth finding: %r' % findings)
     # The text report names it too.
     _, out, _ = d.ctl('memory', sid, '--ascii')
     check('leak suspects' in out and 'leak_chunk' in out, 'profctl memory text:\n' + out)

@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""diff of the same workload run twice, the second time with hot_function
+twice as slow (spin-threads --hot-factor 2): hot_function's share grows
+(from ~90% to ~95% of the stacks), warm_function's shrinks, hot_function's
+samples relative to warm_function's double, and hot_function is among the
+largest changes."""
+from profdtest import Profd, binary, check, require_root_bpf, run
+
+
+def profile(d, spin, *extra):
+    return d.profile_run([spin, '--seconds', '5', '--weights', '3,3'] + list(extra), 3)[0]
+
+
+def test():
+    require_root_bpf()
+    spin = binary('SPIN_THREADS')
+    with Profd() as d:
+        a = profile(d, spin)
+        b = profile(d, spin, '--hot-factor', '2')
+        diff = d.json('diff', a, b)
+        fns = {f['function']: f for f in diff['functions']}
+        hot, warm = fns['hot_function'], fns['warm_function']
+        print('hot_function self %.2f%% -> %.2f%%, total %.2f%% -> %.2f%%; warm_function self %.2f%% -> %.2f%%' % (
+            hot['self_pct_a'], hot['self_pct_b'], hot['total_pct_a'], hot['total_pct_b'],
+            warm['self_pct_a'], warm['self_pct_b']))
+        # Expected: hot_function on 90% -> 94.7% of the stacks, warm_function 10% -> 5.3%.
+        # Total (on the stack), not self: on a loaded machine interrupts land on top of
+        # hot_function in a varying share of samples (self then goes to the kernel).
+        # ~1000 samples per run give ~1 point of noise on each share.
+        check(hot['total_delta_pct'] >= 1.0, 'hot_function share grew by only %.2f points' % hot['total_delta_pct'])
+        check(warm['total_delta_pct'] <= -1.0, 'warm_function share fell by only %.2f points' % -warm['total_delta_pct'])
+        # And relative to each other, hot_function did about twice the work of before.
+        growth = (hot['self_pct_b'] / warm['self_pct_b']) / (hot['self_pct_a'] / warm['self_pct_a'])
+        check(1.4 <= growth <= 3.0, 'hot/warm self samples grew %.2fx, expected about 2x' % growth)
+        check(abs(hot['self_delta_pct'] - (hot['self_pct_b'] - hot['self_pct_a'])) < 0.02, 'delta is not B - A')
+        order = [f['function'] for f in diff['functions']]
+        check(order.index('hot_function') < 3, 'hot_function is not among the 3 largest changes: %r' % order[:5])
+        changes = [max(abs(f['self_delta_pct']), abs(f['total_delta_pct'])) for f in diff['functions']]
+        check(changes == sorted(changes, reverse=True), 'not sorted by the largest change')
+        _, text, _ = d.ctl('diff', a, b, '--limit', '5')
+        check('hot_function' in text and 'DELTA' in text, 'human diff:\n' + text)
+        rc, _, err = d.ctl('diff', a, check_rc=False)
+        check(rc == 2 and 'SESSION_B' in err, 'diff with one session: rc %d %r' % (rc, err))
+
+
+run(test)
