@@ -16,6 +16,7 @@
 
 #include <bpf/libbpf.h>
 
+#include "authz.h"
 #include "counters.h"
 #include "log.h"
 #include "offcpu.h"
@@ -338,28 +339,59 @@ static json_t *event_response(int r, json_t *fields, const struct request *req)
 	return query_response(r, fields, req->session);
 }
 
-/* Sessions that are not the requester's are invisible to it, as if absent. */
-static bool may_see(struct profd *p, const struct ucred *peer, int64_t id)
+/*
+ * The one check every command naming a session goes through: sessions that
+ * are not the requester's are invisible to it, as if absent (authz.h).
+ */
+static bool may_see(struct profd *p, const struct ucred *peer, bool admin, int64_t id)
 {
 	sqlite3_stmt *stmt;
 	bool ok = false;
 
-	if (peer->uid == 0)
+	if (admin)
 		return true;
 	if (sqlite3_prepare_v2(store__db(p->env.store), "SELECT uid FROM sessions WHERE id = ?1",
 			       -1, &stmt, NULL) != SQLITE_OK)
 		return false;
 	sqlite3_bind_int64(stmt, 1, id);
-	ok = sqlite3_step(stmt) == SQLITE_ROW && (uid_t)sqlite3_column_int64(stmt, 0) == peer->uid;
+	ok = sqlite3_step(stmt) == SQLITE_ROW &&
+	     authz__may_see(peer, admin, (uid_t)sqlite3_column_int64(stmt, 0));
 	sqlite3_finalize(stmt);
 	return ok;
 }
 
-static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struct request *req)
+/* Drop from a sessions list those the requester may not see. */
+static void filter_sessions(json_t *list, const struct ucred *peer, bool admin)
+{
+	json_t *item;
+	size_t i;
+
+	json_array_foreach(list, i, item)
+	{
+		if (!authz__may_see(peer, admin,
+				    (uid_t)json_integer_value(json_object_get(item, "uid")))) {
+			json_array_remove(list, i);
+			i--;
+		}
+	}
+}
+
+static json_t *not_allowed(pid_t pid)
+{
+	return json_error_response(-EPERM,
+				   "not allowed to profile PID %d: it is not yours (same uid and gid, "
+				   "not setuid), and you are not root or in group '%s'",
+				   pid, PROFD_ADMIN_GROUP);
+}
+
+static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
+			  const struct request *req)
 {
 	struct session_params params = {
 		.pid = (pid_t)req->pid,
 		.uid = peer->uid,
+		.gid = peer->gid,
+		.admin = admin,
 		.freq_hz = req->freq_hz,
 		.duration_ns = req->duration_ns,
 		.events = req->events_str,
@@ -376,6 +408,10 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 
 	if (params.pid == getpid())
 		return json_error_response(-EINVAL, "refusing to profile profd itself");
+	/* Before saying who profiles it: another user's process is not the requester's business.
+	 * session__new() checks again, on the process its pidfd pins. */
+	if (!admin && authz__may_trace(params.pid, peer->uid, peer->gid) == -EPERM)
+		return not_allowed(params.pid);
 	for (slot = 0; slot < PROFILE_MAX_SLOTS; slot++) {
 		if (p->slots[slot] && p->slots[slot]->pid == params.pid)
 			return json_error_response(-EBUSY, "PID %d is already profiled by session %lld",
@@ -395,7 +431,7 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 		return json_error_response(r, "no process with PID %d", params.pid);
 	case -EPERM:
 	case -EACCES:
-		return json_error_response(-EPERM, "not allowed to profile PID %d", params.pid);
+		return not_allowed(params.pid);
 	case -EBUSY:
 		return json_error_response(r, "PID %d is already being profiled", params.pid);
 	case -EOPNOTSUPP:
@@ -435,13 +471,15 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 	struct request req;
 	char err[256];
 	json_t *fields = NULL;
+	bool admin;
 	int r;
 
 	r = request__parse(line, len, &req, err, sizeof(err));
 	if (r < 0)
 		return json_error_response(r, "%s", err);
 
-	if (req.session && !may_see(p, peer, req.session))
+	admin = authz__is_admin(peer);
+	if (req.session && !may_see(p, peer, admin, req.session))
 		return json_error_response(-ENOENT, "no session %lld", (long long)req.session);
 
 	/* Reports read the store: give them what was sampled up to now. */
@@ -455,7 +493,7 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 		return ok_response(json_pack("{s:s, s:i}", "version", PROFD_VERSION, "protocol",
 					     PROFD_PROTOCOL_VERSION));
 	case CMD_ATTACH:
-		return cmd_attach(p, peer, &req);
+		return cmd_attach(p, peer, admin, &req);
 	case CMD_DETACH:
 		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 			if (p->slots[i] && p->slots[i]->id == req.session)
@@ -469,20 +507,8 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 		return query_response(r, fields, req.session);
 	case CMD_SESSIONS:
 		r = query__sessions(store__db(p->env.store), &fields);
-		if (r == 0 && peer->uid != 0) {
-			/* Only the requester's own sessions. */
-			json_t *list = json_object_get(fields, "sessions"), *item;
-			size_t i;
-
-			json_array_foreach(list, i, item)
-			{
-				if (json_integer_value(json_object_get(item, "uid")) !=
-				    (json_int_t)peer->uid) {
-					json_array_remove(list, i);
-					i--;
-				}
-			}
-		}
+		if (r == 0)
+			filter_sessions(json_object_get(fields, "sessions"), peer, admin);
 		return query_response(r, fields, 0);
 	case CMD_TOP:
 		r = query__top(store__db(p->env.store), req.session, req.limit, req.sampled_event,

@@ -11,6 +11,7 @@
 
 #include "protocol.h"
 #include "request.h"
+#include "authz.h"
 #include "session.h"
 #include "util.h"
 
@@ -113,29 +114,6 @@ static int read_small_file(const char *path, char *buf, size_t size)
 		return -errno;
 	buf[n] = '\0';
 	return (int)n;
-}
-
-/*
- * May @uid trace @pid? Root may trace anything. Any other uid only a process
- * whose real, effective, saved and filesystem uids are all @uid (the uid part
- * of the ptrace access rules, ptrace(2) "Ptrace access mode checking").
- */
-static int check_permission(pid_t pid, uid_t uid)
-{
-	char path[64], buf[4096], *line;
-	unsigned r, e, s, f;
-
-	if (uid == 0)
-		return 0;
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	if (read_small_file(path, buf, sizeof(buf)) < 0)
-		return -ESRCH;
-	line = strstr(buf, "\nUid:");
-	if (!line || sscanf(line, "\nUid: %u %u %u %u", &r, &e, &s, &f) != 4)
-		return -EPERM;
-	if (r != uid || e != uid || s != uid || f != uid)
-		return -EPERM;
-	return 0;
 }
 
 static bool mapping_key_eq(const void *entry, const void *key)
@@ -276,7 +254,8 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	r = proc_start_ticks(p->pid, &ticks);
 	if (r < 0)
 		goto fail;
-	r = check_permission(p->pid, p->uid);
+	/* After pidfd_open(): the process checked is the one pinned. */
+	r = p->admin ? 0 : authz__may_trace(p->pid, p->uid, p->gid);
 	if (r < 0)
 		goto fail;
 	snprintf(path, sizeof(path), "/proc/%d/comm", p->pid);

@@ -30,6 +30,8 @@ struct session_env {
 struct session_params {
 	pid_t pid;
 	uid_t uid;            /* requester (SO_PEERCRED) */
+	gid_t gid;            /* its gid */
+	bool admin;           /* authz__is_admin(): may profile any process */
 	unsigned freq_hz;     /* 1..PROFD_MAX_FREQ_HZ */
 	uint64_t duration_ns; /* 0: until detach or exit */
 	const char *events;   /* comma-separated, validated by the caller */
@@ -93,7 +95,7 @@ struct session {
  * session__new() - check and open @p->pid, insert the session row, start
  * sampling it in @slot.
  * Returns 0 and *@ret, -ESRCH if the process does not exist (or is a zombie),
- * -EPERM if @p->uid may not trace it, -EBUSY if it is already a target,
+ * -EPERM if @p->uid may not trace it (authz__may_trace(), unless @p->admin), -EBUSY if it is already a target,
  * -EOPNOTSUPP if no sampling event can be opened, -EIO on a store error,
  * -ENOMEM. Does not log.
  */

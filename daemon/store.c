@@ -204,6 +204,17 @@ int store__open(const char *path, struct store **ret_store)
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
+	/* Each user's sessions are private (authz.h): a database made readable
+	 * by others (copied, restored from a backup) is closed to them again. */
+	{
+		struct stat stbuf;
+
+		if (fstat(fd, &stbuf) == 0 && (stbuf.st_mode & 0077) && fchmod(fd, 0600) < 0) {
+			r = -errno;
+			close(fd);
+			return r;
+		}
+	}
 	close(fd);
 
 	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=

@@ -35,6 +35,13 @@ def binary(name):
     return path
 
 
+def as_user(user):
+    """Command prefix that runs a program as @user (name), with its groups; [] for None."""
+    if user is None:
+        return []
+    return ['setpriv', '--reuid', user, '--regid', user, '--init-groups', '--']
+
+
 class Failure(Exception):
     pass
 
@@ -104,25 +111,25 @@ class Profd:
         shutil.rmtree(self.dir, ignore_errors=True)
         return False
 
-    def ctl(self, *args, check_rc=True, timeout=60):
-        """Run profctl with the test socket; return (rc, stdout, stderr)."""
-        cmd = [self.profctl, '--socket', self.socket] + [str(a) for a in args]
+    def ctl(self, *args, check_rc=True, timeout=60, user=None):
+        """Run profctl with the test socket (as @user if given); return (rc, stdout, stderr)."""
+        cmd = as_user(user) + [self.profctl, '--socket', self.socket] + [str(a) for a in args]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if check_rc and p.returncode != 0:
             raise Failure('%s exited %d\nstdout: %s\nstderr: %s' % (' '.join(cmd), p.returncode, p.stdout, p.stderr))
         return p.returncode, p.stdout, p.stderr
 
-    def json(self, *args):
-        """Run profctl --json and parse its one JSON document."""
-        _, out, _ = self.ctl('--json', *args)
+    def json(self, *args, user=None):
+        """Run profctl --json (as @user if given) and parse its one JSON document."""
+        _, out, _ = self.ctl('--json', *args, user=user)
         try:
             return json.loads(out)
         except ValueError as e:
             raise Failure('profctl %s --json printed invalid JSON (%s):\n%s' % (' '.join(map(str, args)), e, out))
 
-    def spawn(self, *argv):
-        """Start a workload; it is killed when the test ends."""
-        p = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    def spawn(self, *argv, user=None):
+        """Start a workload (as @user if given); it is killed when the test ends."""
+        p = subprocess.Popen(as_user(user) + [str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.children.append(p)
         return p
 
