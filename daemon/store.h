@@ -45,8 +45,8 @@ struct store_counts {
 };
 
 /*
- * store__open() - open or create the database at @path (mode 0600 when
- * created), switch it to WAL, and apply the migrations in schema/ that
+ * store__open() - open or create the database at @path (mode 0600: created
+ * so, or made so if others could read it), switch it to WAL, and apply the migrations in schema/ that
  * PRAGMA user_version says are missing, each in its own transaction.
  * Returns 0, -EIO if SQLite fails (the message is in store__errmsg() of a
  * half-open store, so *@ret_store is set even then, and must be closed),
