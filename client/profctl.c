@@ -164,6 +164,9 @@ static int call(struct conn *c, json_t *request, json_t **ret)
 	r = call_quiet(c, request, ret, &detail);
 	if (r < 0)
 		return call_error(r, detail);
+	/* profd answered, but something needs the user's attention (a full disk). */
+	if (json_is_string(json_object_get(*ret, "warning")))
+		log_warning("profd: %s", json_string_value(json_object_get(*ret, "warning")));
 	return 0;
 }
 

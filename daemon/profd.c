@@ -58,7 +58,9 @@ struct profd {
 	struct watch sampler_watch, timer_watch, signal_watch, worker_watch, offcpu_watch;
 	int timer_fd, signal_fd;
 	uint64_t last_flush_ns;
-	uint64_t flush_errors;
+	uint64_t flush_errors;      /* failed flushes in a row */
+	uint64_t flush_failing_since_ns; /* CLOCK_REALTIME of the first of them */
+	char flush_error[256];      /* SQLite's message for the last one */
 	/* A session's pidfd, watched for the target's exit. */
 	struct pid_watch {
 		struct watch watch;
@@ -199,6 +201,10 @@ static int flush_all(struct profd *p)
 		if (p->slots[i])
 			session__flush_done(p->slots[i]);
 	p->last_flush_ns = now_ns(CLOCK_MONOTONIC);
+	if (p->flush_errors)
+		log_info("Database writes work again, after %llu failed flush(es)",
+			 (unsigned long long)p->flush_errors);
+	p->flush_errors = 0;
 	return 0;
 fail:
 	store__rollback(p->env.store);
@@ -206,9 +212,12 @@ fail:
 		if (p->slots[i])
 			session__flush_failed(p->slots[i]);
 	/* Report once per burst of failures (a full disk fails every second). */
-	if (p->flush_errors++ == 0)
+	snprintf(p->flush_error, sizeof(p->flush_error), "%s", store__errmsg(p->env.store));
+	if (p->flush_errors++ == 0) {
+		p->flush_failing_since_ns = now_ns(CLOCK_REALTIME);
 		log_error_errno(r, "Failed to write samples to the database: %s (will retry)",
-				store__errmsg(p->env.store));
+				p->flush_error);
+	}
 	p->last_flush_ns = now_ns(CLOCK_MONOTONIC);
 	return r;
 }
@@ -290,8 +299,7 @@ static void on_timer(struct watch *w, uint32_t events)
 		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 			if (p->slots[i])
 				session__read_counters(p->slots[i], &p->env);
-		if (flush_all(p) == 0)
-			p->flush_errors = 0;
+		flush_all(p);
 	}
 }
 
@@ -400,6 +408,8 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
 		.follow_children = req->children,
 		.event_bits = req->events,
 		.sampled_event = req->sampled_event,
+		.pid_start_ticks = req->pid_start_ticks,
+		.label = req->label,
 	};
 	struct session *s;
 	json_t *fields;
@@ -429,6 +439,10 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
 		break;
 	case -ESRCH:
 		return json_error_response(r, "no process with PID %d", params.pid);
+	case -ESTALE:
+		return json_error_response(r, "PID %d now is another process (its start time is not "
+					      "%llu): the process asked for has exited",
+					   params.pid, (unsigned long long)params.pid_start_ticks);
 	case -EPERM:
 	case -EACCES:
 		return not_allowed(params.pid);
@@ -465,9 +479,9 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
 	return ok_response(fields);
 }
 
-static json_t *handle_request(void *ctx, const struct ucred *peer, const char *line, size_t len)
+static json_t *handle_request_unchecked(struct profd *p, const struct ucred *peer, const char *line,
+					size_t len)
 {
-	struct profd *p = ctx;
 	struct request req;
 	char err[256];
 	json_t *fields = NULL;
@@ -539,6 +553,33 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 		return query_response(r, fields, req.session);
 	}
 	return json_error_response(-EINVAL, "unknown command");
+}
+
+/*
+ * Answer one request. While the database cannot be written (a full disk),
+ * queries still answer from what is stored, and every answer says that
+ * newer samples are waiting: the requester learns it, not only the log.
+ */
+static json_t *handle_request(void *ctx, const struct ucred *peer, const char *line, size_t len)
+{
+	struct profd *p = ctx;
+	json_t *resp = handle_request_unchecked(p, peer, line, len);
+
+	if (p->flush_errors && json_is_true(json_object_get(resp, "ok"))) {
+		char msg[512];
+		time_t since = (time_t)(p->flush_failing_since_ns / NSEC_PER_SEC);
+		struct tm tm;
+		char when[32] = "";
+
+		if (gmtime_r(&since, &tm))
+			strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		snprintf(msg, sizeof(msg),
+			 "the database cannot be written since %s (%s): samples since then are "
+			 "held in memory and not in these results; profd retries every second",
+			 when, p->flush_error);
+		json_object_set_new(resp, "warning", json_string(msg));
+	}
+	return resp;
 }
 
 /* profd needs CAP_BPF + CAP_PERFMON (Linux >= 5.8), or CAP_SYS_ADMIN before them. */

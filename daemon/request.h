@@ -51,6 +51,9 @@ struct request {
 				    * top, hotpaths: report that event's samples instead of CPU samples */
 	bool group_by_name;   /* threads: group like-named threads */
 	double window_s;      /* threads: > 0, imbalance per window of this many seconds */
+	uint64_t pid_start_ticks; /* attach: if not 0, the target's /proc/PID/stat starttime
+				   * the requester saw; another value means the PID was reused */
+	char label[257];      /* attach: free text stored with the session, "" if none */
 };
 
 /*

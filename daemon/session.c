@@ -254,6 +254,12 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	r = proc_start_ticks(p->pid, &ticks);
 	if (r < 0)
 		goto fail;
+	/* The requester found the process by name or cgroup a moment ago; if
+	 * the PID now names a newer process, that one was not asked for. */
+	if (p->pid_start_ticks && p->pid_start_ticks != ticks) {
+		r = -ESTALE;
+		goto fail;
+	}
 	/* After pidfd_open(): the process checked is the one pinned. */
 	r = p->admin ? 0 : authz__may_trace(p->pid, p->uid, p->gid);
 	if (r < 0)
@@ -300,6 +306,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	struct store_session row = {
 		.pid = p->pid,
 		.pid_start_ticks = ticks,
+		.label = p->label,
 		.comm = s->comm,
 		.exe = n > 0 ? exe : NULL,
 		.uid = p->uid,

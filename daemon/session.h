@@ -40,6 +40,8 @@ struct session_params {
 	unsigned stack_bytes; /* user stack copied per sample (dwarf, auto), 512..PROFILE_MAX_STACK_BYTES */
 	bool follow_children; /* processes the target forks after the attach join the session */
 	const char *sampled_event; /* a second event sampled with stacks (request.c's name), or NULL */
+	uint64_t pid_start_ticks;  /* if not 0: the starttime the requester saw (PID reuse check) */
+	const char *label;         /* stored with the session; NULL or "" for none */
 };
 
 /* One process of a session: the target, or a child it forked (follow_children). */
@@ -95,6 +97,7 @@ struct session {
  * session__new() - check and open @p->pid, insert the session row, start
  * sampling it in @slot.
  * Returns 0 and *@ret, -ESRCH if the process does not exist (or is a zombie),
+ * -ESTALE if @p->pid_start_ticks is given and differs (the PID was reused),
  * -EPERM if @p->uid may not trace it (authz__may_trace(), unless @p->admin), -EBUSY if it is already a target,
  * -EOPNOTSUPP if no sampling event can be opened, -EIO on a store error,
  * -ENOMEM. Does not log.

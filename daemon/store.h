@@ -31,6 +31,7 @@ struct store_session {
 	const char *sampled_event_status; /* "ok" or "unsupported", NULL without one */
 	uint64_t duration_ns;  /* 0: none */
 	uint64_t started_at_ns;
+	const char *label;     /* free text, NULL or "" for none */
 };
 
 /* Counters added to a session (and its window row) at a flush. */

@@ -55,10 +55,10 @@ def check(cond, message):
 class Profd:
     """A profd on a temporary socket and database, stopped on exit."""
 
-    def __init__(self, extra_args=(), env=None):
+    def __init__(self, extra_args=(), env=None, db=None):
         self.dir = tempfile.mkdtemp(prefix='profd-test-')
         self.socket = os.path.join(self.dir, 'profd.sock')
-        self.db = os.path.join(self.dir, 'profd.db')
+        self.db = db or os.path.join(self.dir, 'profd.db')
         self.log = open(os.path.join(self.dir, 'profd.log'), 'w+')
         self.profd = binary('PROFD')
         self.profctl = binary('PROFCTL')
@@ -93,6 +93,26 @@ class Profd:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode if self.proc else None
+
+    def request(self, obj, sock=None):
+        """Send one raw protocol request (a dict) and return the parsed response."""
+        import socket as socketmod
+        s = sock or socketmod.socket(socketmod.AF_UNIX, socketmod.SOCK_STREAM)
+        try:
+            if sock is None:
+                s.settimeout(60)
+                s.connect(self.socket)
+            s.sendall((json.dumps(obj) + '\n').encode())
+            buf = b''
+            while not buf.endswith(b'\n'):
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise Failure('profd closed the connection without answering %r' % obj)
+                buf += chunk
+            return json.loads(buf)
+        finally:
+            if sock is None:
+                s.close()
 
     def logtext(self):
         self.log.flush()
