@@ -373,8 +373,8 @@ static json_t *attach_request(const struct args *a)
 				a->duration_integral ? json_integer((json_int_t)a->duration_s)
 						     : json_real(a->duration_s)) < 0)
 		return NULL;
-	if (json_object_set_new(request, "freq_hz",
-				json_integer(a->freq_hz ? a->freq_hz : PROFD_DEFAULT_FREQ_HZ)) < 0)
+	/* Without --freq, profd's default_freq_hz (profd.conf). */
+	if (a->freq_hz && json_object_set_new(request, "freq_hz", json_integer(a->freq_hz)) < 0)
 		return NULL;
 	if (a->unwind && json_object_set_new(request, "unwind", json_string(a->unwind)) < 0)
 		return NULL;
@@ -712,7 +712,7 @@ static const struct command commands[] = {
 		   "                          default: run until 'profctl detach' or the\n"
 		   "                          process exits\n"
 		   "  -f, --freq HZ           samples per second of CPU time, 1..10000\n"
-		   "                          (default 99)\n"
+		   "                          (default 99, or default_freq_hz in profd.conf)\n"
 		   "  -e, --events LIST       comma-separated: cpu (CPU samples with call\n"
 		   "                          stacks), offcpu (time blocked, per blocking\n"
 		   "                          stack and state), counters (per-thread perf\n"

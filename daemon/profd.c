@@ -17,6 +17,7 @@
 #include <bpf/libbpf.h>
 
 #include "authz.h"
+#include "config.h"
 #include "counters.h"
 #include "log.h"
 #include "offcpu.h"
@@ -69,11 +70,8 @@ struct profd {
 	} pid_watches[PROFILE_MAX_SLOTS];
 };
 
-static struct options {
-	const char *db_path;
-	const char *socket_path;
-	bool foreground;
-} opts = { PROFD_DEFAULT_DB, PROFD_DEFAULT_SOCKET, false };
+/* The effective settings: defaults, then profd.conf, then the command line. */
+static struct profd_config cfg;
 
 /* A sample from the ring buffer, or back from the unwinding thread. */
 static void on_sample(void *ctx, const struct sample_event *e, size_t size)
@@ -400,7 +398,7 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
 		.uid = peer->uid,
 		.gid = peer->gid,
 		.admin = admin,
-		.freq_hz = req->freq_hz,
+		.freq_hz = req->freq_hz ? req->freq_hz : cfg.default_freq_hz,
 		.duration_ns = req->duration_ns,
 		.events = req->events_str,
 		.unwind = req->unwind,
@@ -410,6 +408,8 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
 		.sampled_event = req->sampled_event,
 		.pid_start_ticks = req->pid_start_ticks,
 		.label = req->label,
+		.max_threads = cfg.max_threads,
+		.max_stacks = cfg.max_stacks,
 	};
 	struct session *s;
 	json_t *fields;
@@ -426,6 +426,17 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
 		if (p->slots[slot] && p->slots[slot]->pid == params.pid)
 			return json_error_response(-EBUSY, "PID %d is already profiled by session %lld",
 						   params.pid, (long long)p->slots[slot]->id);
+	}
+	{
+		unsigned running = 0;
+
+		for (slot = 0; slot < PROFILE_MAX_SLOTS; slot++)
+			running += p->slots[slot] != NULL;
+		if (running >= cfg.max_sessions)
+			return json_error_response(-EBUSY,
+						   "%u sessions are running, profd's limit "
+						   "(max_sessions in profd.conf): detach one first",
+						   running);
 	}
 	for (slot = 0; slot < PROFILE_MAX_SLOTS && p->slots[slot]; slot++)
 		;
@@ -448,6 +459,10 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
 		return not_allowed(params.pid);
 	case -EBUSY:
 		return json_error_response(r, "PID %d is already being profiled", params.pid);
+	case -E2BIG:
+		return json_error_response(r, "PID %d has more than %u threads, profd's limit per "
+					      "session (max_threads_per_session in profd.conf)",
+					   params.pid, cfg.max_threads);
 	case -EOPNOTSUPP:
 		return json_error_response(r, "no CPU sampling event can be opened on this machine");
 	case -EIO:
@@ -469,7 +484,7 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
 	if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, s->pidfd, &ev) < 0)
 		log_warning_errno(-errno, "Cannot watch PID %d for exit: %m", s->pid);
 	log_info("session %lld: attached to PID %d (%s), %s at %u Hz, unwind %s", (long long)s->id,
-		 s->pid, s->comm, s->event, req->freq_hz, unwind_mode_name(s->unwind));
+		 s->pid, s->comm, s->event, params.freq_hz, unwind_mode_name(s->unwind));
 
 	r = query__session(store__db(p->env.store), s->id, &fields);
 	if (r < 0)
@@ -617,56 +632,115 @@ static void help(void)
 	       "\n"
 	       "Sampling profiler daemon: profiles processes on request from profctl(1),\n"
 	       "and stores call stacks and counters in an SQLite database.\n"
+	       "Settings come from the configuration file, then from these options.\n"
 	       "\n"
 	       "Options:\n"
-	       "  --db PATH          database file (default %s)\n"
-	       "  --socket PATH      Unix socket to listen on (default %s)\n"
-	       "  --foreground       stay in the foreground (profd never forks; accepted for\n"
-	       "                     compatibility with init scripts)\n"
-	       "  --log-level LEVEL  error, warning, info (default) or debug\n"
-	       "  -h, --help         show this help\n"
-	       "  --version          show the version\n"
+	       "  --config PATH          configuration file (default %s; a missing\n"
+	       "                         default file is not an error)\n"
+	       "  --check-config         check the configuration file and options, print\n"
+	       "                         the effective settings, and exit (0 if valid)\n"
+	       "  --db PATH              database file (default %s)\n"
+	       "  --socket PATH          Unix socket to listen on (default %s)\n"
+	       "  --log-level LEVEL      error, warning, info (default) or debug\n"
+	       "  --default-freq HZ      samples per second when attach gives none (default %d)\n"
+	       "  --retention-days DAYS  delete ended sessions older than DAYS (0: keep; default)\n"
+	       "  --max-db-bytes SIZE    delete the oldest ended sessions while the database is\n"
+	       "                         larger than SIZE (K, M, G suffixes; 0: no limit)\n"
+	       "  --max-sessions N       sessions running at once (default %d, at most %d)\n"
+	       "  --max-threads N        threads sampled per session (default %d)\n"
+	       "  --max-stacks N         distinct call stacks per session (default %d); samples\n"
+	       "                         past it are counted as limit_dropped_samples\n"
+	       "  --foreground           stay in the foreground (profd never forks; accepted for\n"
+	       "                         compatibility with init scripts)\n"
+	       "  -h, --help             show this help\n"
+	       "  --version              show the version\n"
 	       "\n"
-	       "profd must run as root (it needs CAP_BPF and CAP_PERFMON).\n"
-	       "Example:\n"
+	       "profd must run as root (it needs CAP_BPF and CAP_PERFMON). Under systemd it\n"
+	       "notifies readiness (Type=notify), pets the watchdog, takes its socket from\n"
+	       "profd.socket if activated so, and logs with journald priorities.\n"
+	       "Examples:\n"
 	       "  profd --db /tmp/p.db --socket /tmp/p.sock &\n"
-	       "  PROFD_SOCKET=/tmp/p.sock profctl attach $(pidof myjob) --duration 10 --wait\n",
-	       PROFD_DEFAULT_DB, PROFD_DEFAULT_SOCKET);
+	       "  PROFD_SOCKET=/tmp/p.sock profctl attach $(pidof myjob) --duration 10 --wait\n"
+	       "  profd --config /etc/profd/profd.conf --retention-days 30 --check-config\n",
+	       PROFD_DEFAULT_CONFIG, PROFD_DEFAULT_DB, PROFD_DEFAULT_SOCKET, PROFD_DEFAULT_FREQ_HZ,
+	       PROFD_DEFAULT_MAX_SESSIONS, PROFILE_MAX_SLOTS, PROFD_DEFAULT_MAX_THREADS,
+	       PROFD_DEFAULT_MAX_STACKS);
 }
 
+enum {
+	OPT_DB = 256,
+	OPT_SOCKET,
+	OPT_FOREGROUND,
+	OPT_LOG_LEVEL,
+	OPT_VERSION,
+	OPT_CONFIG,
+	OPT_CHECK_CONFIG,
+	OPT_DEFAULT_FREQ,
+	OPT_RETENTION_DAYS,
+	OPT_MAX_DB_BYTES,
+	OPT_MAX_SESSIONS,
+	OPT_MAX_THREADS,
+	OPT_MAX_STACKS,
+};
+
+static const struct option longopts[] = {
+	{ "db", required_argument, NULL, OPT_DB },
+	{ "socket", required_argument, NULL, OPT_SOCKET },
+	{ "foreground", no_argument, NULL, OPT_FOREGROUND },
+	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+	{ "config", required_argument, NULL, OPT_CONFIG },
+	{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
+	{ "default-freq", required_argument, NULL, OPT_DEFAULT_FREQ },
+	{ "retention-days", required_argument, NULL, OPT_RETENTION_DAYS },
+	{ "max-db-bytes", required_argument, NULL, OPT_MAX_DB_BYTES },
+	{ "max-sessions", required_argument, NULL, OPT_MAX_SESSIONS },
+	{ "max-threads", required_argument, NULL, OPT_MAX_THREADS },
+	{ "max-stacks", required_argument, NULL, OPT_MAX_STACKS },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, OPT_VERSION },
+	{},
+};
+
+/* The configuration key each option overrides. */
+static const char *option_key(int c)
+{
+	switch (c) {
+	case OPT_DB: return "db";
+	case OPT_SOCKET: return "socket";
+	case OPT_LOG_LEVEL: return "log_level";
+	case OPT_DEFAULT_FREQ: return "default_freq_hz";
+	case OPT_RETENTION_DAYS: return "retention_days";
+	case OPT_MAX_DB_BYTES: return "max_db_bytes";
+	case OPT_MAX_SESSIONS: return "max_sessions";
+	case OPT_MAX_THREADS: return "max_threads_per_session";
+	case OPT_MAX_STACKS: return "max_stacks_per_session";
+	}
+	return NULL;
+}
+
+/*
+ * Two passes: the first finds --config (and --help, --version), the file is
+ * read, then the second applies the other options over it.
+ * Returns 1 to run, 0 to exit with success, -EINVAL (logged).
+ */
 static int parse_args(int argc, char **argv)
 {
-	enum { OPT_DB = 256, OPT_SOCKET, OPT_FOREGROUND, OPT_LOG_LEVEL, OPT_VERSION };
-	static const struct option longopts[] = {
-		{ "db", required_argument, NULL, OPT_DB },
-		{ "socket", required_argument, NULL, OPT_SOCKET },
-		{ "foreground", no_argument, NULL, OPT_FOREGROUND },
-		{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, OPT_VERSION },
-		{},
-	};
+	const char *config_path = NULL;
+	bool check_config = false;
+	char err[512];
 	int c, r;
 
+	r = config__init(&cfg);
+	if (r < 0)
+		return log_error_errno(r, "Out of memory");
+	opterr = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) >= 0) {
 		switch (c) {
-		case OPT_DB:
-			opts.db_path = optarg;
+		case OPT_CONFIG:
+			config_path = optarg;
 			break;
-		case OPT_SOCKET:
-			opts.socket_path = optarg;
-			break;
-		case OPT_FOREGROUND:
-			opts.foreground = true;
-			break;
-		case OPT_LOG_LEVEL:
-			r = log_parse_level(optarg);
-			if (r < 0) {
-				log_error("invalid --log-level '%s' (error, warning, info, debug)",
-					  optarg);
-				return -EINVAL;
-			}
-			log_set_level(r);
+		case OPT_CHECK_CONFIG:
+			check_config = true;
 			break;
 		case 'h':
 			help();
@@ -674,13 +748,45 @@ static int parse_args(int argc, char **argv)
 		case OPT_VERSION:
 			printf("profd %s\n", PROFD_VERSION);
 			return 0;
-		default:
+		case '?':
 			return -EINVAL;
 		}
 	}
 	if (optind < argc) {
 		log_error("unexpected argument '%s' (see profd --help)", argv[optind]);
 		return -EINVAL;
+	}
+	r = config__load(&cfg, config_path ? config_path : PROFD_DEFAULT_CONFIG, !config_path, err,
+			 sizeof(err));
+	if (r < 0) {
+		log_error("invalid configuration: %s", err);
+		return -EINVAL;
+	}
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) >= 0) {
+		const char *key = option_key(c);
+
+		if (!key)
+			continue;
+		r = config__set(&cfg, key, optarg, err, sizeof(err));
+		if (r == -ENOMEM)
+			return log_error_errno(r, "Out of memory");
+		if (r < 0) {
+			/* The message names the key; say which option it came from. */
+			const char *name = "";
+
+			for (const struct option *o = longopts; o->name; o++)
+				if (o->val == c)
+					name = o->name;
+			log_error("invalid --%s: %s", name, err);
+			return -EINVAL;
+		}
+	}
+	log_set_level(cfg.log_level);
+	if (check_config) {
+		config__print(&cfg, stdout);
+		return 0;
 	}
 	return 1;
 }
@@ -730,17 +836,17 @@ static int run(void)
 		}
 	}
 
-	r = store__open(opts.db_path, &p.env.store);
+	r = store__open(cfg.db_path, &p.env.store);
 	if (r < 0) {
 		if (r == -EPROTO)
 			log_error("Database '%s' has schema version %d, newer than this profd (%d)",
-				  opts.db_path, store__schema_version(p.env.store),
+				  cfg.db_path, store__schema_version(p.env.store),
 				  store__latest_version());
 		else if (r == -EIO)
-			log_error("Failed to open database '%s': %s", opts.db_path,
+			log_error("Failed to open database '%s': %s", cfg.db_path,
 				  store__errmsg(p.env.store));
 		else
-			log_error_errno(r, "Failed to open database '%s': %m", opts.db_path);
+			log_error_errno(r, "Failed to open database '%s': %m", cfg.db_path);
 		goto out;
 	}
 	r = store__mark_interrupted(p.env.store);
@@ -802,18 +908,18 @@ static int run(void)
 		goto out;
 	}
 
-	r = server__new(opts.socket_path, p.epfd, handle_request, &p, &p.server);
+	r = server__new(cfg.socket_path, p.epfd, handle_request, &p, &p.server);
 	if (r == -EADDRINUSE) {
-		log_error("Another profd is already listening on %s", opts.socket_path);
+		log_error("Another profd is already listening on %s", cfg.socket_path);
 		goto out;
 	}
 	if (r < 0) {
-		log_error_errno(r, "Failed to listen on %s: %m", opts.socket_path);
+		log_error_errno(r, "Failed to listen on %s: %m", cfg.socket_path);
 		goto out;
 	}
 	p.last_flush_ns = now_ns(CLOCK_MONOTONIC);
-	log_info("profd %s: listening on %s, database %s", PROFD_VERSION, opts.socket_path,
-		 opts.db_path);
+	log_info("profd %s: listening on %s, database %s", PROFD_VERSION, cfg.socket_path,
+		 cfg.db_path);
 
 	while (!p.quit) {
 		struct epoll_event evs[16];
@@ -859,8 +965,11 @@ int main(int argc, char **argv)
 
 	log_set_program("profd");
 	r = parse_args(argc, argv);
-	if (r <= 0)
+	if (r <= 0) {
+		config__done(&cfg);
 		return r < 0 ? 2 : 0;
+	}
 	r = run();
+	config__done(&cfg);
 	return r < 0 ? 1 : 0;
 }

@@ -152,7 +152,7 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 		   size_t errlen)
 {
 	_cleanup_(json_decrefp) json_t *root = NULL;
-	struct request req = { .freq_hz = PROFD_DEFAULT_FREQ_HZ,
+	struct request req = { .freq_hz = 0,
 			       .events = EVENT_DEFAULT,
 			       .unwind = UNWIND_MODE_AUTO,
 			       .stack_bytes = PROFD_DEFAULT_STACK_BYTES };

@@ -39,7 +39,7 @@ struct request {
 	int64_t pid;          /* attach: >= 1 */
 	int64_t session;      /* detach, session, top, hotpaths, threads: >= 1 */
 	uint64_t duration_ns; /* attach: 0 = until detach or exit */
-	unsigned freq_hz;     /* attach: 1..PROFD_MAX_FREQ_HZ */
+	unsigned freq_hz;     /* attach: 1..PROFD_MAX_FREQ_HZ; 0 if not given (profd's default) */
 	unsigned events;      /* attach: EVENT_* bits, EVENT_CPU at least */
 	char events_str[64];  /* attach: the events as a comma-separated list */
 	int limit;            /* top, hotpaths, offcpu: 1..10000 */

@@ -116,6 +116,24 @@ static int read_small_file(const char *path, char *buf, size_t size)
 	return (int)n;
 }
 
+/* Threads of @pid now (entries of /proc/PID/task), or -errno. */
+static long count_threads(pid_t pid)
+{
+	char path[64];
+	struct dirent *de;
+	long n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	d = opendir(path);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
 static bool mapping_key_eq(const void *entry, const void *key)
 {
 	const struct mapping_key *a = entry, *b = key;
@@ -245,6 +263,8 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->unwind = p->unwind;
 	s->follow_children = p->follow_children;
 	s->events = p->event_bits;
+	s->max_threads = p->max_threads ? p->max_threads : UINT_MAX;
+	s->max_stacks = p->max_stacks ? p->max_stacks : UINT_MAX;
 	s->pidfd = -1;
 
 	/* The pidfd pins the process identity: from here on a reused PID cannot fool us. */
@@ -258,6 +278,10 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	 * the PID now names a newer process, that one was not asked for. */
 	if (p->pid_start_ticks && p->pid_start_ticks != ticks) {
 		r = -ESTALE;
+		goto fail;
+	}
+	if (p->max_threads && count_threads(p->pid) > (long)p->max_threads) {
+		r = -E2BIG;
 		goto fail;
 	}
 	/* After pidfd_open(): the process checked is the one pinned. */
@@ -422,9 +446,13 @@ static void thread_seen(struct session *s, int pid, int tid, const char *comm, u
 	th->samples += samples;
 }
 
-/* Intern a stack of process @pid (@klen kernel then @ulen user frames); NULL only on OOM. */
+/*
+ * Intern a stack of process @pid (@klen kernel then @ulen user frames); NULL
+ * on OOM, or with *@ret_limited set when the session has max_stacks already.
+ */
 static struct raw_stack *stack_intern(struct session *s, pid_t pid, const uint64_t *ips,
-				      unsigned klen, unsigned ulen, uint32_t flags)
+				      unsigned klen, unsigned ulen, uint32_t flags,
+				      bool *ret_limited)
 {
 	size_t n = (size_t)klen + ulen;
 	struct raw_stack *key, *st;
@@ -451,6 +479,11 @@ static struct raw_stack *stack_intern(struct session *s, pid_t pid, const uint64
 	st = hashmap__find(&s->stacks, h, raw_stack_eq, key);
 	if (st)
 		return st;
+	if (s->stacks.len >= s->max_stacks) {
+		if (ret_limited)
+			*ret_limited = true;
+		return NULL;
+	}
 	st = malloc(sizeof(*st) + n * sizeof(uint64_t));
 	if (!st)
 		return NULL;
@@ -463,10 +496,30 @@ static struct raw_stack *stack_intern(struct session *s, pid_t pid, const uint64
 	return st;
 }
 
-static struct raw_stack *stack_get(struct session *s, const struct sample_event *e)
+static struct raw_stack *stack_get(struct session *s, const struct sample_event *e,
+				   bool *ret_limited)
 {
 	return stack_intern(s, (pid_t)e->pid, (const uint64_t *)e->ips, e->kstack_len, e->ustack_len,
-			    e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED));
+			    e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED),
+			    ret_limited);
+}
+
+static bool tid_eq(const void *entry, const void *key)
+{
+	return entry == key;
+}
+
+/* Is @tid one of the session's max_threads? The first max_threads seen are. */
+static bool tid_admitted(struct session *s, int tid)
+{
+	void *key = (void *)(uintptr_t)((unsigned)tid + 1);
+	uint64_t h = hash64(HASH64_INIT, &tid, sizeof(tid));
+
+	if (hashmap__find(&s->tids, h, tid_eq, key))
+		return true;
+	if (s->tids.len >= s->max_threads)
+		return false;
+	return hashmap__insert(&s->tids, h, key) == 0;
 }
 
 /* Off-CPU intervals since the last flush, per window, thread, stack and state. */
@@ -496,7 +549,7 @@ void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *com
 			  *acc;
 	uint64_t h;
 
-	key.stack = stack_intern(s, pid, ips, klen, ulen, 0);
+	key.stack = stack_intern(s, pid, ips, klen, ulen, 0, NULL);
 	if (!key.stack) {
 		s->offcpu_lost++;
 		return;
@@ -684,6 +737,7 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 	struct pending_sample key, *ps;
 	struct window_acc *w;
 	int tid = (int)e->tid;
+	bool limited = false;
 	uint64_t h;
 
 	key.window = t / PROFD_WINDOW_NS;
@@ -692,7 +746,15 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 	w = window_get(s, key.window);
 	if (!w)
 		return;
-	key.stack = stack_get(s, e);
+	if (!tid_admitted(s, tid)) {
+		s->limit_dropped++;
+		return;
+	}
+	key.stack = stack_get(s, e, &limited);
+	if (!key.stack && limited) {
+		s->limit_dropped++;
+		return;
+	}
 	if (!key.stack) {
 		w->counts.lost_samples++; /* out of memory: lost, and counted */
 		return;
@@ -703,6 +765,11 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 	h = hash64(h, &key.stack, sizeof(key.stack));
 	h = hash64(h, &key.event, sizeof(key.event));
 	ps = hashmap__find(&s->pending, h, pending_eq, &key);
+	if (!ps && s->pending.len >= s->max_stacks) {
+		/* Rows waiting for a flush that keeps failing (a full disk): bounded too. */
+		s->limit_dropped++;
+		return;
+	}
 	if (!ps) {
 		ps = malloc(sizeof(*ps));
 		if (!ps || hashmap__insert(&s->pending, h, ps) < 0) {
@@ -990,7 +1057,9 @@ int session__flush(struct session *s, const struct session_env *env)
 	total.unsymbolized_frames = s->unsymbolized_pending;
 	total.unwind_dropped = s->unwind_dropped;
 	total.frames = s->frames_pending;
+	total.limit_dropped = s->limit_dropped;
 	s->unwind_dropped_flushing = s->unwind_dropped;
+	s->limit_dropped_flushing = s->limit_dropped;
 	r = store__session_add_counts(env->store, s->id, &total);
 	if (r < 0)
 		return r;
@@ -1031,6 +1100,7 @@ void session__flush_done(struct session *s)
 	s->unsymbolized_pending = 0;
 	s->frames_pending = 0;
 	s->unwind_dropped -= s->unwind_dropped_flushing;
+	s->limit_dropped -= s->limit_dropped_flushing;
 	hashmap__for_each(&s->pending, i, ps) free(ps);
 	hashmap__clear(&s->pending);
 	hashmap__for_each(&s->threads, i, th) free(th);
@@ -1090,6 +1160,7 @@ void session__free(struct session *s)
 	free_all(&s->windows);
 	free_all(&s->offcpu);
 	free_all(&s->counter_rows);
+	hashmap__free(&s->tids); /* values are not pointers */
 	{
 		struct counters_entry *ce;
 

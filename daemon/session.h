@@ -42,6 +42,8 @@ struct session_params {
 	const char *sampled_event; /* a second event sampled with stacks (request.c's name), or NULL */
 	uint64_t pid_start_ticks;  /* if not 0: the starttime the requester saw (PID reuse check) */
 	const char *label;         /* stored with the session; NULL or "" for none */
+	unsigned max_threads;      /* threads sampled; more at attach: -E2BIG; later: dropped */
+	unsigned max_stacks;       /* distinct call stacks (and rows waiting for a flush) */
 };
 
 /* One process of a session: the target, or a child it forked (follow_children). */
@@ -91,12 +93,19 @@ struct session {
 	uint64_t offcpu_lost_flushing;
 	struct hashmap counters;        /* struct counters_entry: per-thread counters, by tid */
 	struct hashmap counter_rows;    /* struct counter_row: values read, not yet committed */
+
+	/* Limits (bounded memory): samples past them are counted, not kept. */
+	unsigned max_threads, max_stacks;
+	struct hashmap tids;            /* tids sampled so far, as (void *)(tid + 1) */
+	uint64_t limit_dropped;         /* samples dropped at a limit, not yet flushed */
+	uint64_t limit_dropped_flushing;
 };
 
 /*
  * session__new() - check and open @p->pid, insert the session row, start
  * sampling it in @slot.
  * Returns 0 and *@ret, -ESRCH if the process does not exist (or is a zombie),
+ * -E2BIG if the process has more than @p->max_threads threads,
  * -ESTALE if @p->pid_start_ticks is given and differs (the PID was reused),
  * -EPERM if @p->uid may not trace it (authz__may_trace(), unless @p->admin), -EBUSY if it is already a target,
  * -EOPNOTSUPP if no sampling event can be opened, -EIO on a store error,

@@ -45,7 +45,8 @@ static const char *const stmt_sql[_STMT_MAX] = {
 				"missing_user_stacks = missing_user_stacks + ?5, "
 				"unsymbolized_frames = unsymbolized_frames + ?6, "
 				"unwind_dropped = unwind_dropped + ?7, "
-				"frames = frames + ?8 WHERE id = ?1",
+				"frames = frames + ?8, "
+				"limit_dropped_samples = limit_dropped_samples + ?9 WHERE id = ?1",
 	[STMT_SESSION_END] = "UPDATE sessions SET state = 'ended', end_reason = ?2, "
 			     "ended_at_ns = ?3 WHERE id = ?1",
 	[STMT_WINDOW_ADD] =
@@ -352,6 +353,7 @@ int store__session_add_counts(struct store *st, int64_t id, const struct store_c
 	sqlite3_bind_int64(stmt, 6, (int64_t)c->unsymbolized_frames);
 	sqlite3_bind_int64(stmt, 7, (int64_t)c->unwind_dropped);
 	sqlite3_bind_int64(stmt, 8, (int64_t)c->frames);
+	sqlite3_bind_int64(stmt, 9, (int64_t)c->limit_dropped);
 	return step_done(stmt);
 }
 

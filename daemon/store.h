@@ -43,6 +43,7 @@ struct store_counts {
 	uint64_t unsymbolized_frames;
 	uint64_t unwind_dropped;      /* session only: also counted in lost_samples */
 	uint64_t frames;              /* session only: distinct frames symbolized */
+	uint64_t limit_dropped;       /* session only: samples dropped at a session limit */
 };
 
 /*

@@ -282,10 +282,9 @@ def run_checks(profctl, fake, tmp):
     check(reqs == [
         {"v": 1, "cmd": "attach", "pid": 4242, "duration_s": 10, "freq_hz": 199,
          "events": ["cpu"]},
-        # Without --events profctl sends none: profd's default set applies.
-        {"v": 1, "cmd": "attach", "pid": 4242, "freq_hz": 99},
-        {"v": 1, "cmd": "attach", "pid": 4242, "duration_s": 0.5, "freq_hz": 99,
-         "events": ["cpu"]},
+        # Without --events (--freq) profctl sends none: profd's default set (frequency) applies.
+        {"v": 1, "cmd": "attach", "pid": 4242},
+        {"v": 1, "cmd": "attach", "pid": 4242, "duration_s": 0.5, "events": ["cpu"]},
         {"v": 1, "cmd": "attach", "pid": 2222, "freq_hz": 999},
     ], "attach requests", reqs)
     check(r1.returncode == 0 and r1.stdout ==

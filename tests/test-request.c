@@ -34,7 +34,7 @@ int main(void)
 	CHECK_INT_EQ(parse("{\"v\":1,\"cmd\":\"attach\",\"pid\":42}", &req, err, sizeof(err)), 0);
 	CHECK_INT_EQ(req.cmd, CMD_ATTACH);
 	CHECK_INT_EQ(req.pid, 42);
-	CHECK_INT_EQ(req.freq_hz, PROFD_DEFAULT_FREQ_HZ);
+	CHECK_INT_EQ(req.freq_hz, 0); /* profd's default_freq_hz */
 	CHECK_INT_EQ(req.duration_ns, 0);
 	CHECK_STR_EQ(req.events_str, "cpu,offcpu");
 
