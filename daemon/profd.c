@@ -43,6 +43,8 @@
  * blocks are not counted (a lock handed over in microseconds is noise here). */
 #define OFFCPU_RINGBUF_BYTES (16u << 20)
 #define OFFCPU_MIN_BLOCK_NS (10 * NSEC_PER_USEC)
+/* How often retention runs (and once at start), when configured. */
+#define RETENTION_INTERVAL_NS (600 * NSEC_PER_SEC)
 /* How often the loop wakes up to end expired sessions; flushes are every PROFD_WINDOW_NS. */
 #define TICK_NS (200 * NSEC_PER_MSEC)
 
@@ -59,6 +61,7 @@ struct profd {
 	struct watch sampler_watch, timer_watch, signal_watch, worker_watch, offcpu_watch;
 	int timer_fd, signal_fd;
 	uint64_t last_flush_ns;
+	uint64_t last_retention_ns; /* CLOCK_MONOTONIC */
 	uint64_t flush_errors;      /* failed flushes in a row */
 	uint64_t flush_failing_since_ns; /* CLOCK_REALTIME of the first of them */
 	char flush_error[256];      /* SQLite's message for the last one */
@@ -260,6 +263,44 @@ static int end_session(struct profd *p, unsigned slot, const char *reason)
 	return r;
 }
 
+/*
+ * Delete what retention_days and max_db_bytes say is too old or too much
+ * (never a running session), and log what was done.
+ */
+static void run_retention(struct profd *p)
+{
+	struct store_retention res;
+	int r;
+
+	p->last_retention_ns = now_ns(CLOCK_MONOTONIC);
+	if (!cfg.retention_ns && !cfg.max_db_bytes)
+		return;
+	/* Pending samples first, so that the deletes run in a quiet store
+	 * (at start, before the sampler exists, there are none). */
+	if (p->env.sampler) {
+		collect(p, false);
+		flush_all(p);
+	}
+	r = store__retention(p->env.store, now_ns(CLOCK_REALTIME), cfg.retention_ns,
+			     cfg.max_db_bytes, &res);
+	if (r < 0) {
+		log_error_errno(r, "Retention failed: %s", store__errmsg(p->env.store));
+		return;
+	}
+	if (res.sessions_deleted) {
+		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+			if (p->slots[i])
+				session__forget_row_ids(p->slots[i]);
+		log_info("retention: deleted %u ended session(s); database %llu -> %llu bytes",
+			 res.sessions_deleted, (unsigned long long)res.bytes_before,
+			 (unsigned long long)res.bytes_after);
+	}
+	if (res.over_limit)
+		log_warning("database is larger than max_db_bytes (%llu) with only running "
+			    "sessions left to delete",
+			    (unsigned long long)cfg.max_db_bytes);
+}
+
 static void on_pid_exit(struct watch *w, uint32_t events)
 {
 	struct pid_watch *pw = (struct pid_watch *)w;
@@ -292,6 +333,8 @@ static void on_timer(struct watch *w, uint32_t events)
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		if (p->slots[i] && session__expired(p->slots[i], now))
 			end_session(p, i, "duration");
+	if (now - p->last_retention_ns >= RETENTION_INTERVAL_NS)
+		run_retention(p);
 	if (now - p->last_flush_ns >= PROFD_WINDOW_NS) {
 		collect_offcpu_lost(p);
 		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
@@ -852,6 +895,17 @@ static int run(void)
 	r = store__mark_interrupted(p.env.store);
 	if (r > 0)
 		log_warning("%d session(s) left running by a previous profd marked 'interrupted'", r);
+	if (cfg.retention_ns || cfg.max_db_bytes) {
+		/* Deleted sessions should give their space back to the file system. */
+		r = store__enable_incremental_vacuum(p.env.store);
+		if (r < 0)
+			log_warning("Cannot switch the database to incremental vacuum (%s): deleted "
+				    "sessions leave free pages in the file, reused by new data",
+				    store__errmsg(p.env.store));
+		else if (r > 0)
+			log_info("Database rewritten once (VACUUM) for incremental vacuum");
+		run_retention(&p);
+	}
 
 	p.env.sym = symbolizer__new();
 	if (!p.env.sym) {

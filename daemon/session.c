@@ -1109,6 +1109,16 @@ void session__flush_done(struct session *s)
 	hashmap__clear(&s->windows);
 }
 
+void session__forget_row_ids(struct session *s)
+{
+	struct raw_stack *st;
+	void *v;
+
+	hashmap__for_each(&s->stacks, i, st) st->stack_id = 0;
+	hashmap__for_each(&s->frames, i, v) free(v);
+	hashmap__clear(&s->frames);
+}
+
 void session__flush_failed(struct session *s)
 {
 	struct raw_stack *st;

@@ -165,6 +165,13 @@ void session__flush_done(struct session *s);
 void session__flush_failed(struct session *s);
 
 /*
+ * session__forget_row_ids() - forget the stack and frame row ids the session
+ * cached: retention may have deleted rows of other sessions that it shared.
+ * They are looked up (or inserted) again at the next flush.
+ */
+void session__forget_row_ids(struct session *s);
+
+/*
  * session__stop() - stop sampling (events closed; samples already in the ring
  * buffer are still delivered on the next sampler__poll()). Idempotent.
  */

@@ -74,6 +74,40 @@ void store__rollback(struct store *st);
  */
 int store__mark_interrupted(struct store *st);
 
+/* What store__retention() did. */
+struct store_retention {
+	unsigned sessions_deleted;
+	uint64_t bytes_before;   /* database file size before, bytes */
+	uint64_t bytes_after;    /* after, once free pages went back to the file system */
+	bool over_limit;         /* still above max_db_bytes: only running sessions left */
+};
+
+/*
+ * store__retention() - delete ended sessions (whole: every row of theirs,
+ * then the stacks and frames no session uses any more) that ended more than
+ * @retention_ns before @now_ns (0: no age limit), then the oldest ended ones
+ * while the live data is larger than @max_db_bytes (0: no size limit).
+ * Running sessions are never deleted. Free pages go back to the file system
+ * (incremental vacuum, if store__enable_incremental_vacuum() was done) and
+ * the WAL is truncated. Each round is one transaction.
+ * Returns 0 with *@ret filled, or -EIO (store__errmsg()). Blocks for as long
+ * as the deletes take; does not log.
+ */
+int store__retention(struct store *st, uint64_t now_ns, uint64_t retention_ns,
+		     uint64_t max_db_bytes, struct store_retention *ret);
+
+/*
+ * store__enable_incremental_vacuum() - switch the database to
+ * auto_vacuum=INCREMENTAL, so that deleted data can be given back to the
+ * file system. A database made before is rewritten once (VACUUM: it needs
+ * as much free space as the database, and time). Returns 1 if it rewrote
+ * the file, 0 if nothing was needed, -EIO. Does not log.
+ */
+int store__enable_incremental_vacuum(struct store *st);
+
+/* store__size_bytes() - the database file's size (page_count * page_size), or -EIO. */
+int64_t store__size_bytes(struct store *st);
+
 int store__session_insert(struct store *st, const struct store_session *s, int64_t *ret_id);
 int store__session_add_counts(struct store *st, int64_t id, const struct store_counts *c);
 /* store__session_end() - state 'ended', with @reason and @ended_at_ns. */
