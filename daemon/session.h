@@ -13,6 +13,7 @@
 #include "counters.h"
 #include "hashmap.h"
 #include "perfmap.h"
+#include "procfs.h"
 #include "unwind_worker.h"
 #include "sampler.h"
 #include "store.h"
@@ -182,5 +183,3 @@ bool session__expired(const struct session *s, uint64_t mono_ns);
 
 void session__free(struct session *s); /* accepts NULL */
 
-/* proc_start_ticks() - /proc/@pid/stat starttime (field 22). -ESRCH if gone. */
-int proc_start_ticks(pid_t pid, uint64_t *ret_ticks);

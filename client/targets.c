@@ -1,0 +1,132 @@
+/* targets.c - find the processes a snapshot names, by command name or cgroup. */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "procfs.h"
+#include "targets.h"
+#include "util.h"
+
+#define CGROUP_ROOT "/sys/fs/cgroup"
+
+static int target_add(struct target **v, size_t *n, size_t *cap, pid_t pid)
+{
+	struct target t = { .pid = pid };
+
+	/* Gone since it was listed: not a target. */
+	if (proc_start_ticks(pid, &t.start_ticks) < 0)
+		return 0;
+	if (*n == *cap) {
+		size_t ncap = *cap ? *cap * 2 : 16;
+		struct target *nv = realloc(*v, ncap * sizeof(**v));
+
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+		*cap = ncap;
+	}
+	(*v)[(*n)++] = t;
+	return 0;
+}
+
+static int cmp_pid(const void *a, const void *b)
+{
+	const struct target *x = a, *y = b;
+
+	return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+int targets__by_comm(const char *name, struct target **ret, size_t *ret_n)
+{
+	_cleanup_free_ struct target *v = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	DIR *d;
+	int r = 0;
+
+	d = opendir("/proc");
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		char path[64], comm[64];
+		_cleanup_close_ int fd = -1;
+		ssize_t len;
+		long pid;
+		char *end;
+
+		if (!isdigit((unsigned char)de->d_name[0]))
+			continue;
+		pid = strtol(de->d_name, &end, 10);
+		if (*end || pid <= 0 || pid > INT_MAX || pid == getpid())
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		len = read(fd, comm, sizeof(comm) - 1);
+		if (len <= 0)
+			continue;
+		comm[len] = '\0';
+		comm[strcspn(comm, "\n")] = '\0';
+		/* The kernel keeps 15 bytes of the name: match a longer NAME by its prefix. */
+		if (strncmp(comm, name, 15) != 0 || (strlen(name) < 15 && strcmp(comm, name) != 0))
+			continue;
+		r = target_add(&v, &n, &cap, (pid_t)pid);
+		if (r < 0)
+			break;
+	}
+	closedir(d);
+	if (r < 0)
+		return r;
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_pid);
+	*ret = TAKE_PTR(v);
+	*ret_n = n;
+	return 0;
+}
+
+int targets__by_cgroup(const char *path, struct target **ret, size_t *ret_n)
+{
+	_cleanup_free_ struct target *v = NULL;
+	_cleanup_free_ char *procs = NULL;
+	size_t n = 0, cap = 0;
+	char line[32];
+	FILE *f;
+	int r = 0;
+
+	if (strncmp(path, CGROUP_ROOT "/", strlen(CGROUP_ROOT) + 1) == 0)
+		r = asprintf(&procs, "%s/cgroup.procs", path);
+	else
+		r = asprintf(&procs, CGROUP_ROOT "/%s/cgroup.procs", path + (path[0] == '/'));
+	if (r < 0) {
+		procs = NULL;
+		return -ENOMEM;
+	}
+	f = fopen(procs, "re");
+	if (!f)
+		return -errno;
+	r = 0;
+	while (fgets(line, sizeof(line), f)) {
+		long pid = strtol(line, NULL, 10);
+
+		if (pid <= 0 || pid > INT_MAX || pid == getpid())
+			continue;
+		r = target_add(&v, &n, &cap, (pid_t)pid);
+		if (r < 0)
+			break;
+	}
+	fclose(f);
+	if (r < 0)
+		return r;
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_pid);
+	*ret = TAKE_PTR(v);
+	*ret_n = n;
+	return 0;
+}
