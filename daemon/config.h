@@ -9,7 +9,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* SYSCONFDIR/profd/profd.conf, set by meson: /etc/profd/profd.conf with prefix /usr. */
+#ifndef PROFD_DEFAULT_CONFIG
 #define PROFD_DEFAULT_CONFIG "/etc/profd/profd.conf"
+#endif
 
 /* Defaults of the limits (docs/man/profd.8). */
 #define PROFD_DEFAULT_MAX_SESSIONS 16

@@ -20,6 +20,7 @@
 #include "config.h"
 #include "counters.h"
 #include "log.h"
+#include "notify.h"
 #include "offcpu.h"
 #include "protocol.h"
 #include "query.h"
@@ -62,6 +63,8 @@ struct profd {
 	int timer_fd, signal_fd;
 	uint64_t last_flush_ns;
 	uint64_t last_retention_ns; /* CLOCK_MONOTONIC */
+	uint64_t watchdog_ns;       /* WATCHDOG=1 this often; 0: no watchdog */
+	uint64_t last_watchdog_ns;
 	uint64_t flush_errors;      /* failed flushes in a row */
 	uint64_t flush_failing_since_ns; /* CLOCK_REALTIME of the first of them */
 	char flush_error[256];      /* SQLite's message for the last one */
@@ -180,6 +183,17 @@ static void collect(struct profd *p, bool wait_for_unwinder)
 	unwind_worker__drain(p->worker, on_sample, p);
 }
 
+/* STATUS= for systemctl status: what profd is doing. */
+static void notify_status(struct profd *p)
+{
+	unsigned running = 0;
+
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+		running += p->slots[i] != NULL;
+	notify__send("STATUS=%u session(s) running%s", running,
+		     p->flush_errors ? "; database writes failing" : "");
+}
+
 /* Write every running session's pending samples in one transaction. */
 static int flush_all(struct profd *p)
 {
@@ -260,6 +274,7 @@ static int end_session(struct profd *p, unsigned slot, const char *reason)
 		hashmap__for_each(&s->procs, i, proc) unwind_worker__forget(p->worker, proc->as);
 	}
 	session__free(s);
+	notify_status(p);
 	return r;
 }
 
@@ -329,6 +344,11 @@ static void on_timer(struct watch *w, uint32_t events)
 
 	if (read(p->timer_fd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
 		return;
+	/* From the loop itself: a loop stuck in a slow query or a deadlock stops it. */
+	if (p->watchdog_ns && now - p->last_watchdog_ns >= p->watchdog_ns) {
+		notify__send("WATCHDOG=1");
+		p->last_watchdog_ns = now;
+	}
 	collect(p, false);
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		if (p->slots[i] && session__expired(p->slots[i], now))
@@ -526,6 +546,7 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &p->pid_watches[slot].watch };
 	if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, s->pidfd, &ev) < 0)
 		log_warning_errno(-errno, "Cannot watch PID %d for exit: %m", s->pid);
+	notify_status(p);
 	log_info("session %lld: attached to PID %d (%s), %s at %u Hz, unwind %s", (long long)s->id,
 		 s->pid, s->comm, s->event, params.freq_hz, unwind_mode_name(s->unwind));
 
@@ -665,7 +686,10 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 		return 0;
 	if (level != LIBBPF_WARN && log_get_level() < LOG_LEVEL_INFO)
 		return 0;
-	fputs("profd: libbpf: ", stderr);
+	fprintf(stderr, "%sprofd: libbpf: ",
+		log_priority_prefix(level == LIBBPF_WARN    ? LOG_LEVEL_WARNING
+				    : level == LIBBPF_INFO ? LOG_LEVEL_INFO
+							   : LOG_LEVEL_DEBUG));
 	return vfprintf(stderr, fmt, ap);
 }
 
@@ -962,7 +986,24 @@ static int run(void)
 		goto out;
 	}
 
-	r = server__new(cfg.socket_path, p.epfd, handle_request, &p, &p.server);
+	r = notify__listen_fd();
+	if (r >= 0) {
+		/* Socket activation (profd.socket): systemd made the socket and its mode. */
+		int fd = r;
+
+		r = server__new_from_fd(fd, p.epfd, handle_request, &p, &p.server);
+		if (r < 0) {
+			log_error_errno(r, "Failed to serve on the socket systemd passed: %m");
+			goto out;
+		}
+		log_info("serving on the socket passed by systemd (--socket is ignored)");
+	} else if (r != -ENOENT) {
+		log_error_errno(r, "systemd passed sockets profd cannot use (one listening Unix "
+				   "stream socket expected): %m");
+		goto out;
+	} else {
+		r = server__new(cfg.socket_path, p.epfd, handle_request, &p, &p.server);
+	}
 	if (r == -EADDRINUSE) {
 		log_error("Another profd is already listening on %s", cfg.socket_path);
 		goto out;
@@ -974,6 +1015,9 @@ static int run(void)
 	p.last_flush_ns = now_ns(CLOCK_MONOTONIC);
 	log_info("profd %s: listening on %s, database %s", PROFD_VERSION, cfg.socket_path,
 		 cfg.db_path);
+	p.watchdog_ns = notify__watchdog_ns();
+	p.last_watchdog_ns = now_ns(CLOCK_MONOTONIC);
+	notify__send("READY=1\nSTATUS=0 session(s) running");
 
 	while (!p.quit) {
 		struct epoll_event evs[16];
@@ -991,6 +1035,7 @@ static int run(void)
 			w->fn(w, evs[i].events);
 		}
 	}
+	notify__send("STOPPING=1\nSTATUS=stopping: ending the running sessions");
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		if (p.slots[i])
 			end_session(&p, i, "daemon_stopped");
