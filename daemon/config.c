@@ -16,7 +16,7 @@
 
 #define NSEC_PER_DAY (86400ULL * NSEC_PER_SEC)
 
-enum setting_kind { SET_PATH, SET_LOG_LEVEL, SET_UINT, SET_DAYS, SET_BYTES };
+enum setting_kind { SET_PATH, SET_LOG_LEVEL, SET_UINT, SET_DAYS, SET_BYTES, SET_POW2_BYTES };
 
 /* Every setting: its section in the file, its key, and where it goes. */
 static const struct setting {
@@ -40,6 +40,8 @@ static const struct setting {
 	  offsetof(struct profd_config, max_threads), 1, 1000000 },
 	{ "limits", "max_stacks_per_session", SET_UINT, offsetof(struct profd_config, max_stacks),
 	  16, 100000000 },
+	{ "limits", "ring_buffer_bytes", SET_POW2_BYTES,
+	  offsetof(struct profd_config, ring_buffer_bytes), 1ULL << 20, 1ULL << 30 },
 };
 
 static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
@@ -62,6 +64,7 @@ int config__init(struct profd_config *c)
 		.max_sessions = PROFD_DEFAULT_MAX_SESSIONS,
 		.max_threads = PROFD_DEFAULT_MAX_THREADS,
 		.max_stacks = PROFD_DEFAULT_MAX_STACKS,
+		.ring_buffer_bytes = PROFD_DEFAULT_RING_BUFFER_BYTES,
 	};
 	return c->db_path && c->socket_path ? 0 : -ENOMEM;
 }
@@ -164,6 +167,16 @@ static int setting_apply(struct profd_config *c, const struct setting *s, const 
 		if (parse_size_bytes(value, &bytes) < 0)
 			return fail(errbuf, errlen,
 				    "%s must be a size in bytes (suffixes K, M, G, T), not '%s'",
+				    s->key, value);
+		*(uint64_t *)field = bytes;
+		return 0;
+	case SET_POW2_BYTES:
+		/* The kernel wants a BPF ring buffer of a power-of-2 number of pages. */
+		if (parse_size_bytes(value, &bytes) < 0 || bytes < s->min || bytes > s->max ||
+		    (bytes & (bytes - 1)))
+			return fail(errbuf, errlen,
+				    "%s must be a power of 2 from 1M to 1G (suffixes K, M, G), "
+				    "not '%s'",
 				    s->key, value);
 		*(uint64_t *)field = bytes;
 		return 0;
@@ -273,4 +286,5 @@ void config__print(const struct profd_config *c, FILE *f)
 	fprintf(f, "max_sessions = %u\n", c->max_sessions);
 	fprintf(f, "max_threads_per_session = %u\n", c->max_threads);
 	fprintf(f, "max_stacks_per_session = %u\n", c->max_stacks);
+	fprintf(f, "ring_buffer_bytes = %llu\n", (unsigned long long)c->ring_buffer_bytes);
 }

@@ -18,6 +18,8 @@
 #define PROFD_DEFAULT_MAX_SESSIONS 16
 #define PROFD_DEFAULT_MAX_THREADS 4096
 #define PROFD_DEFAULT_MAX_STACKS 200000
+/* 32 MiB holds ~2000 samples with 16 KiB stack copies, ~16000 frame-pointer samples. */
+#define PROFD_DEFAULT_RING_BUFFER_BYTES (32u << 20)
 
 struct profd_config {
 	char *db_path;                 /* owned */
@@ -29,6 +31,7 @@ struct profd_config {
 	unsigned max_sessions;         /* running at once, 1..PROFILE_MAX_SLOTS */
 	unsigned max_threads;          /* per session */
 	unsigned max_stacks;           /* distinct call stacks per session */
+	uint64_t ring_buffer_bytes;    /* BPF ring buffer for samples, a power of 2; off-CPU: half */
 };
 
 /* config__init() - the built-in defaults into @c. Returns 0 or -ENOMEM. */

@@ -35,14 +35,11 @@
 #include "unwind_worker.h"
 #include "util.h"
 
-/* Ring buffer between the BPF program and profd: 32 MiB holds ~2000 samples
- * with 16 KiB stack copies, ~16000 frame-pointer samples. */
-#define RINGBUF_BYTES (32u << 20)
 /* Samples waiting for or in DWARF unwinding, at most (~20 KiB each). */
 #define UNWIND_QUEUE 1024
-/* Off-CPU intervals: the ring buffer, and the shortest interval recorded. Shorter
+/* Off-CPU intervals: the ring buffer is half the samples' (ring_buffer_bytes).
+ * The shortest interval recorded: shorter
  * blocks are not counted (a lock handed over in microseconds is noise here). */
-#define OFFCPU_RINGBUF_BYTES (16u << 20)
 #define OFFCPU_MIN_BLOCK_NS (10 * NSEC_PER_USEC)
 /* How often retention runs (and once at start), when configured. */
 #define RETENTION_INTERVAL_NS (600 * NSEC_PER_SEC)
@@ -717,6 +714,9 @@ static void help(void)
 	       "  --max-threads N        threads sampled per session (default %d)\n"
 	       "  --max-stacks N         distinct call stacks per session (default %d); samples\n"
 	       "                         past it are counted as limit_dropped_samples\n"
+	       "  --ring-buffer-bytes SIZE  BPF ring buffer for samples (default 32M, a power of\n"
+	       "                         2; off-CPU intervals get half): kernel memory, mapped\n"
+	       "                         twice into profd, so counted twice in its RSS\n"
 	       "  --foreground           stay in the foreground (profd never forks; accepted for\n"
 	       "                         compatibility with init scripts)\n"
 	       "  -h, --help             show this help\n"
@@ -748,6 +748,7 @@ enum {
 	OPT_MAX_SESSIONS,
 	OPT_MAX_THREADS,
 	OPT_MAX_STACKS,
+	OPT_RING_BUFFER_BYTES,
 };
 
 static const struct option longopts[] = {
@@ -763,6 +764,7 @@ static const struct option longopts[] = {
 	{ "max-sessions", required_argument, NULL, OPT_MAX_SESSIONS },
 	{ "max-threads", required_argument, NULL, OPT_MAX_THREADS },
 	{ "max-stacks", required_argument, NULL, OPT_MAX_STACKS },
+	{ "ring-buffer-bytes", required_argument, NULL, OPT_RING_BUFFER_BYTES },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{},
@@ -781,6 +783,7 @@ static const char *option_key(int c)
 	case OPT_MAX_SESSIONS: return "max_sessions";
 	case OPT_MAX_THREADS: return "max_threads_per_session";
 	case OPT_MAX_STACKS: return "max_stacks_per_session";
+	case OPT_RING_BUFFER_BYTES: return "ring_buffer_bytes";
 	}
 	return NULL;
 }
@@ -937,7 +940,7 @@ static int run(void)
 		goto out;
 	}
 	libbpf_set_print(libbpf_print);
-	r = sampler__new(RINGBUF_BYTES, on_sample, &p, &p.env.sampler);
+	r = sampler__new(cfg.ring_buffer_bytes, on_sample, &p, &p.env.sampler);
 	if (r < 0) {
 		log_error_errno(r, "Failed to load the BPF sampling program: %m");
 		goto out;
@@ -954,7 +957,7 @@ static int run(void)
 		goto out;
 	}
 	/* Sharing the sampler's targets: children it follows are traced off the CPU too. */
-	r = offcpu__new_shared(OFFCPU_RINGBUF_BYTES, OFFCPU_MIN_BLOCK_NS,
+	r = offcpu__new_shared(cfg.ring_buffer_bytes / 2, OFFCPU_MIN_BLOCK_NS,
 			       sampler__targets_fd(p.env.sampler), on_offcpu, &p, &p.offcpu);
 	if (r < 0) {
 		/* Off-CPU time is one report among others: run without it, and say so. */

@@ -52,7 +52,8 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
                 '[limits]\n'
                 'max_sessions = 4\n'
                 'max_threads_per_session = 128\n'
-                'max_stacks_per_session = 5000\n')
+                'max_stacks_per_session = 5000\n'
+                'ring_buffer_bytes = 8M\n')
 
     r = profd('--config', conf, '--check-config')
     s = settings(r.stdout)
@@ -63,7 +64,8 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
     check(s.get('retention_days') == '14' and s.get('max_db_bytes') == str(2 << 30),
           '[retention] settings read (2G = %d bytes)' % (2 << 30), r)
     check(s.get('max_sessions') == '4' and s.get('max_threads_per_session') == '128' and
-          s.get('max_stacks_per_session') == '5000', '[limits] settings read', r)
+          s.get('max_stacks_per_session') == '5000' and s.get('ring_buffer_bytes') == str(8 << 20),
+          '[limits] settings read', r)
 
     # Flags override the file, wherever they stand relative to --config.
     r = profd('--db', '/tmp/x.db', '--config', conf, '--check-config', '--max-sessions', '2',
@@ -89,6 +91,7 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
             ('[daemon]\ndb = relative.db\n', 'db must be an absolute path'),
             ('[daemon]\nlog_level = loud\n', 'log_level must be error, warning, info or debug'),
             ('[retention]\nmax_db_bytes = 10X\n', 'max_db_bytes must be a size'),
+            ('[limits]\nring_buffer_bytes = 3M\n', 'ring_buffer_bytes must be a power of 2'),
             ('[daemon]\n\njust words\n', 'syntax error')]:
         bad = os.path.join(d, 'bad.conf')
         with open(bad, 'w') as f:
