@@ -42,6 +42,20 @@ static int cmp_pid(const void *a, const void *b)
 	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
+/* Hand @v (@n targets, taken) to the caller, ascending by PID; or free it after error @r. */
+static int targets_finish(int r, struct target *v, size_t n, struct target **ret, size_t *ret_n)
+{
+	if (r < 0) {
+		free(v);
+		return r;
+	}
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_pid);
+	*ret = v;
+	*ret_n = n;
+	return 0;
+}
+
 int targets__by_comm(const char *name, struct target **ret, size_t *ret_n)
 {
 	_cleanup_free_ struct target *v = NULL;
@@ -82,13 +96,7 @@ int targets__by_comm(const char *name, struct target **ret, size_t *ret_n)
 			break;
 	}
 	closedir(d);
-	if (r < 0)
-		return r;
-	if (n)
-		qsort(v, n, sizeof(*v), cmp_pid);
-	*ret = TAKE_PTR(v);
-	*ret_n = n;
-	return 0;
+	return targets_finish(r, TAKE_PTR(v), n, ret, ret_n);
 }
 
 int targets__by_cgroup(const char *path, struct target **ret, size_t *ret_n)
@@ -122,11 +130,5 @@ int targets__by_cgroup(const char *path, struct target **ret, size_t *ret_n)
 			break;
 	}
 	fclose(f);
-	if (r < 0)
-		return r;
-	if (n)
-		qsort(v, n, sizeof(*v), cmp_pid);
-	*ret = TAKE_PTR(v);
-	*ret_n = n;
-	return 0;
+	return targets_finish(r, TAKE_PTR(v), n, ret, ret_n);
 }

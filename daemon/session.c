@@ -1086,13 +1086,10 @@ void session__forget_row_ids(struct session *s)
 
 void session__flush_failed(struct session *s)
 {
-	struct raw_stack *st;
 	void *v;
 
 	/* Rows written in the rolled-back transaction do not exist: forget their ids. */
-	hashmap__for_each(&s->stacks, i, st) st->stack_id = 0;
-	hashmap__for_each(&s->frames, i, v) free(v);
-	hashmap__clear(&s->frames);
+	session__forget_row_ids(s);
 	hashmap__for_each(&s->mappings_stored, i, v) free(v);
 	hashmap__clear(&s->mappings_stored);
 	s->unsymbolized_pending = 0;

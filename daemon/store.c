@@ -141,17 +141,23 @@ static int foreign_key_violations(struct store *st)
 	return rc == SQLITE_DONE ? n : -EIO;
 }
 
-int store__schema_version(struct store *st)
+/* The one integer a statement (a PRAGMA) returns; -EIO if none. */
+static int64_t query_int64(struct store *st, const char *sql)
 {
 	sqlite3_stmt *stmt;
-	int v = -EIO;
+	int64_t v = -EIO;
 
-	if (sqlite3_prepare_v2(st->db, "PRAGMA user_version", -1, &stmt, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(st->db, sql, -1, &stmt, NULL) != SQLITE_OK)
 		return -EIO;
 	if (sqlite3_step(stmt) == SQLITE_ROW)
-		v = sqlite3_column_int(stmt, 0);
+		v = sqlite3_column_int64(stmt, 0);
 	sqlite3_finalize(stmt);
 	return v;
+}
+
+int store__schema_version(struct store *st)
+{
+	return (int)query_int64(st, "PRAGMA user_version");
 }
 
 /*
@@ -316,20 +322,6 @@ int store__mark_interrupted(struct store *st)
 	if (exec(st, sql) < 0)
 		return -EIO;
 	return sqlite3_changes(st->db);
-}
-
-/* The one integer a statement (a PRAGMA) returns; -EIO if none. */
-static int64_t query_int64(struct store *st, const char *sql)
-{
-	sqlite3_stmt *stmt;
-	int64_t v = -EIO;
-
-	if (sqlite3_prepare_v2(st->db, sql, -1, &stmt, NULL) != SQLITE_OK)
-		return -EIO;
-	if (sqlite3_step(stmt) == SQLITE_ROW)
-		v = sqlite3_column_int64(stmt, 0);
-	sqlite3_finalize(stmt);
-	return v;
 }
 
 int64_t store__size_bytes(struct store *st)
