@@ -170,6 +170,12 @@ def run_checks(profctl, fake, tmp):
         (("attach", "4242", "--events", "cpu,,x"), "empty event name"),
         (("attach", "4242", "--events", ""), "empty event name"),
         (("attach", "4242", "--wait=yes"), "doesn't allow an argument"),
+        (("snapshot", "--duration", "5"), "give one of PID, --comm NAME or --cgroup PATH"),
+        (("snapshot", "42", "--comm", "x", "-d", "5"), "give one of PID, --comm NAME or --cgroup PATH"),
+        (("snapshot", "42"), "missing --duration SECONDS"),
+        (("snapshot", "--comm", "", "-d", "5"), "invalid --comm '': empty name"),
+        (("snapshot", "42", "-d", "5", "--label", "x" * 300), "invalid --label: longer than 256 bytes"),
+        (("snapshot", "4x", "-d", "5"), "invalid PID '4x'"),
         (("help", "nope"), "unknown command 'nope'"),
     ]
     mark = fake.mark()

@@ -8,6 +8,7 @@ import grp
 import os
 import shutil
 import subprocess
+import time
 
 from profdtest import Failure, Profd, binary, check, require_root_bpf, run, skip, wait_for_threads
 
@@ -41,8 +42,9 @@ def scenario(d, spin):
     check(d.json('sessions')['sessions'] == [], 'a refused attach left a session')
 
     # B profiles its own process; A profiles its own.
-    sb = d.json('attach', wb.pid, user=USER_B)['session']
-    sa = d.json('attach', wa.pid, user=USER_A)['session']
+    sb = d.json('attach', wb.pid, '--freq', 397, user=USER_B)['session']
+    sa = d.json('attach', wa.pid, '--freq', 397, user=USER_A)['session']
+    time.sleep(1.5)
     # A cannot see B's session, in the list or by id, nor detach it.
     ids_a = [s['id'] for s in d.json('sessions', user=USER_A)['sessions']]
     check(ids_a == [sa], 'A lists sessions %r, expected only its own %d' % (ids_a, sa))
@@ -65,10 +67,10 @@ def scenario(d, spin):
     ids_adm = sorted(s['id'] for s in d.json('sessions', user=USER_ADM)['sessions'])
     check(ids_adm == sorted([sa, sb]), 'profd group member lists %r' % ids_adm)
     d.json('top', sb, user=USER_ADM)
-    sr = d.json('attach', wr.pid, user=USER_ADM)['session']
+    sr = d.json('attach', wr.pid, '--freq', 397, user=USER_ADM)['session']
     d.json('detach', sr, user=USER_ADM)
     d.json('detach', sa)
-    sr2 = d.json('attach', wa.pid)['session']
+    sr2 = d.json('attach', wa.pid, '--freq', 397)['session']
     d.json('detach', sr2)
 
     # A setuid program run by A is not A's to profile (its saved uid is root's).
