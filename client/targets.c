@@ -17,7 +17,7 @@
 
 static int target_add(struct target **v, size_t *n, size_t *cap, pid_t pid)
 {
-	struct target t = { .pid = pid };
+	struct target t = {.pid = pid};
 
 	/* Gone since it was listed: not a target. */
 	if (proc_start_ticks(pid, &t.start_ticks) < 0)

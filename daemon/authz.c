@@ -38,8 +38,8 @@ static int status_ids(const char *status, const char *key, unsigned ids[4])
 
 	snprintf(needle, sizeof(needle), "\n%s:", key);
 	line = strstr(status, needle);
-	if (!line || sscanf(line + strlen(needle), "%u %u %u %u", &ids[0], &ids[1], &ids[2],
-			    &ids[3]) != 4)
+	if (!line ||
+	    sscanf(line + strlen(needle), "%u %u %u %u", &ids[0], &ids[1], &ids[2], &ids[3]) != 4)
 		return -EPERM;
 	return 0;
 }

@@ -26,22 +26,22 @@ static const struct setting {
 	size_t offset;
 	unsigned long long min, max; /* SET_UINT, SET_DAYS */
 } settings[] = {
-	{ "daemon", "db", SET_PATH, offsetof(struct profd_config, db_path), 0, 0 },
-	{ "daemon", "socket", SET_PATH, offsetof(struct profd_config, socket_path), 0, 0 },
-	{ "daemon", "log_level", SET_LOG_LEVEL, offsetof(struct profd_config, log_level), 0, 0 },
-	{ "daemon", "default_freq_hz", SET_UINT, offsetof(struct profd_config, default_freq_hz),
-	  1, PROFD_MAX_FREQ_HZ },
-	{ "retention", "retention_days", SET_DAYS, offsetof(struct profd_config, retention_ns), 0,
-	  100000 },
-	{ "retention", "max_db_bytes", SET_BYTES, offsetof(struct profd_config, max_db_bytes), 0, 0 },
-	{ "limits", "max_sessions", SET_UINT, offsetof(struct profd_config, max_sessions), 1,
-	  PROFILE_MAX_SLOTS },
-	{ "limits", "max_threads_per_session", SET_UINT,
-	  offsetof(struct profd_config, max_threads), 1, 1000000 },
-	{ "limits", "max_stacks_per_session", SET_UINT, offsetof(struct profd_config, max_stacks),
-	  16, 100000000 },
-	{ "limits", "ring_buffer_bytes", SET_POW2_BYTES,
-	  offsetof(struct profd_config, ring_buffer_bytes), 1ULL << 20, 1ULL << 30 },
+    {"daemon", "db", SET_PATH, offsetof(struct profd_config, db_path), 0, 0},
+    {"daemon", "socket", SET_PATH, offsetof(struct profd_config, socket_path), 0, 0},
+    {"daemon", "log_level", SET_LOG_LEVEL, offsetof(struct profd_config, log_level), 0, 0},
+    {"daemon", "default_freq_hz", SET_UINT, offsetof(struct profd_config, default_freq_hz), 1,
+     PROFD_MAX_FREQ_HZ},
+    {"retention", "retention_days", SET_DAYS, offsetof(struct profd_config, retention_ns), 0,
+     100000},
+    {"retention", "max_db_bytes", SET_BYTES, offsetof(struct profd_config, max_db_bytes), 0, 0},
+    {"limits", "max_sessions", SET_UINT, offsetof(struct profd_config, max_sessions), 1,
+     PROFILE_MAX_SLOTS},
+    {"limits", "max_threads_per_session", SET_UINT, offsetof(struct profd_config, max_threads), 1,
+     1000000},
+    {"limits", "max_stacks_per_session", SET_UINT, offsetof(struct profd_config, max_stacks), 16,
+     100000000},
+    {"limits", "ring_buffer_bytes", SET_POW2_BYTES,
+     offsetof(struct profd_config, ring_buffer_bytes), 1ULL << 20, 1ULL << 30},
 };
 
 static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
@@ -57,14 +57,14 @@ static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
 int config__init(struct profd_config *c)
 {
 	*c = (struct profd_config){
-		.db_path = strdup(PROFD_DEFAULT_DB),
-		.socket_path = strdup(PROFD_DEFAULT_SOCKET),
-		.log_level = LOG_LEVEL_INFO,
-		.default_freq_hz = PROFD_DEFAULT_FREQ_HZ,
-		.max_sessions = PROFD_DEFAULT_MAX_SESSIONS,
-		.max_threads = PROFD_DEFAULT_MAX_THREADS,
-		.max_stacks = PROFD_DEFAULT_MAX_STACKS,
-		.ring_buffer_bytes = PROFD_DEFAULT_RING_BUFFER_BYTES,
+	    .db_path = strdup(PROFD_DEFAULT_DB),
+	    .socket_path = strdup(PROFD_DEFAULT_SOCKET),
+	    .log_level = LOG_LEVEL_INFO,
+	    .default_freq_hz = PROFD_DEFAULT_FREQ_HZ,
+	    .max_sessions = PROFD_DEFAULT_MAX_SESSIONS,
+	    .max_threads = PROFD_DEFAULT_MAX_THREADS,
+	    .max_stacks = PROFD_DEFAULT_MAX_STACKS,
+	    .ring_buffer_bytes = PROFD_DEFAULT_RING_BUFFER_BYTES,
 	};
 	return c->db_path && c->socket_path ? 0 : -ENOMEM;
 }
@@ -91,16 +91,20 @@ int parse_size_bytes(const char *s, uint64_t *ret)
 	switch (*end) {
 	case '\0':
 		break;
-	case 'K': case 'k':
+	case 'K':
+	case 'k':
 		shift = 10;
 		break;
-	case 'M': case 'm':
+	case 'M':
+	case 'm':
 		shift = 20;
 		break;
-	case 'G': case 'g':
+	case 'G':
+	case 'g':
 		shift = 30;
 		break;
-	case 'T': case 't':
+	case 'T':
+	case 't':
 		shift = 40;
 		break;
 	default:
@@ -148,7 +152,8 @@ static int setting_apply(struct profd_config *c, const struct setting *s, const 
 		r = log_parse_level(value);
 		if (r < 0)
 			return fail(errbuf, errlen,
-				    "log_level must be error, warning, info or debug, not '%s'", value);
+				    "log_level must be error, warning, info or debug, not '%s'",
+				    value);
 		*(int *)field = r;
 		return 0;
 	case SET_UINT:
@@ -156,8 +161,9 @@ static int setting_apply(struct profd_config *c, const struct setting *s, const 
 		errno = 0;
 		v = strtoull(value, &end, 10);
 		if (value[0] < '0' || value[0] > '9' || *end || errno || v < s->min || v > s->max)
-			return fail(errbuf, errlen, "%s must be an integer from %llu to %llu, not '%s'",
-				    s->key, s->min, s->max, value);
+			return fail(errbuf, errlen,
+				    "%s must be an integer from %llu to %llu, not '%s'", s->key,
+				    s->min, s->max, value);
 		if (s->kind == SET_DAYS)
 			*(uint64_t *)field = (uint64_t)v * NSEC_PER_DAY;
 		else
@@ -246,7 +252,7 @@ static int on_ini(void *user, const char *section, const char *key, const char *
 int config__load(struct profd_config *c, const char *path, bool missing_ok, char *errbuf,
 		 size_t errlen)
 {
-	struct load_ctx ctx = { c, path, errbuf, errlen, 0, NULL, 0 };
+	struct load_ctx ctx = {c, path, errbuf, errlen, 0, NULL, 0};
 	FILE *f = fopen(path, "re");
 	int r;
 
@@ -263,8 +269,8 @@ int config__load(struct profd_config *c, const char *path, bool missing_ok, char
 	if (ctx.r < 0)
 		return ctx.r;
 	if (r > 0)
-		return fail(errbuf, errlen, "%s:%d: syntax error (expected [section] or key = value)",
-			    path, r);
+		return fail(errbuf, errlen,
+			    "%s:%d: syntax error (expected [section] or key = value)", path, r);
 	if (r < 0)
 		return -ENOMEM;
 	return 0;
@@ -272,7 +278,7 @@ int config__load(struct profd_config *c, const char *path, bool missing_ok, char
 
 void config__print(const struct profd_config *c, FILE *f)
 {
-	static const char *const levels[] = { "error", "warning", "info", "debug" };
+	static const char *const levels[] = {"error", "warning", "info", "debug"};
 
 	fprintf(f, "[daemon]\n");
 	fprintf(f, "db = %s\n", c->db_path);

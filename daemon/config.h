@@ -22,16 +22,16 @@
 #define PROFD_DEFAULT_RING_BUFFER_BYTES (32u << 20)
 
 struct profd_config {
-	char *db_path;                 /* owned */
-	char *socket_path;             /* owned */
-	int log_level;                 /* enum log_level */
-	unsigned default_freq_hz;      /* attach without freq_hz: 1..PROFD_MAX_FREQ_HZ */
-	uint64_t retention_ns;         /* ended sessions older than this are deleted; 0: kept */
-	uint64_t max_db_bytes;         /* oldest ended sessions deleted above this size; 0: none */
-	unsigned max_sessions;         /* running at once, 1..PROFILE_MAX_SLOTS */
-	unsigned max_threads;          /* per session */
-	unsigned max_stacks;           /* distinct call stacks per session */
-	uint64_t ring_buffer_bytes;    /* BPF ring buffer for samples, a power of 2; off-CPU: half */
+	char *db_path;		    /* owned */
+	char *socket_path;	    /* owned */
+	int log_level;		    /* enum log_level */
+	unsigned default_freq_hz;   /* attach without freq_hz: 1..PROFD_MAX_FREQ_HZ */
+	uint64_t retention_ns;	    /* ended sessions older than this are deleted; 0: kept */
+	uint64_t max_db_bytes;	    /* oldest ended sessions deleted above this size; 0: none */
+	unsigned max_sessions;	    /* running at once, 1..PROFILE_MAX_SLOTS */
+	unsigned max_threads;	    /* per session */
+	unsigned max_stacks;	    /* distinct call stacks per session */
+	uint64_t ring_buffer_bytes; /* BPF ring buffer for samples, a power of 2; off-CPU: half */
 };
 
 /* config__init() - the built-in defaults into @c. Returns 0 or -ENOMEM. */

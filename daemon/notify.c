@@ -1,4 +1,5 @@
-/* notify.c - sd_notify readiness/status/watchdog and socket activation, when built with libsystemd. */
+/* notify.c - sd_notify readiness/status/watchdog and socket activation, when built with libsystemd.
+ */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
