@@ -539,9 +539,14 @@ static int snapshot_targets(const struct args *a, struct target **ret, size_t *r
 		r = targets__by_comm(a->comm, ret, ret_n);
 		if (r < 0)
 			return log_error_errno(r, "cannot list processes in /proc: %m");
+		/* On a shared machine others run processes of the same name: a user
+		 * who may profile only their own (profd(8), AUTHORIZATION) means those. */
+		if (!targets__may_profile_all())
+			targets__keep_uid(*ret, ret_n, getuid());
 		if (*ret_n == 0) {
 			free(*ret);
-			log_error("no process named '%s'", a->comm);
+			log_error("no process named '%s'%s", a->comm,
+				  targets__may_profile_all() ? "" : " of yours");
 			return -ESRCH;
 		}
 		return 0;
@@ -938,7 +943,8 @@ static const struct command commands[] = {
 		   "Options:\n"
 		   "  -d, --duration SECONDS  how long to profile (required)\n"
 		   "      --comm NAME         every process whose command name is NAME (as in\n"
-		   "                          'pgrep -x NAME'; the kernel keeps 15 bytes)\n"
+		   "                          'pgrep -x NAME'; the kernel keeps 15 bytes); your\n"
+		   "                          own only, unless you are root or in group profd\n"
 		   "      --cgroup PATH       every process in cgroup PATH (cgroup v2; absolute,\n"
 		   "                          or relative to /sys/fs/cgroup, e.g.\n"
 		   "                          system.slice/trainer.service)\n"

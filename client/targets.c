@@ -3,10 +3,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "procfs.h"
@@ -131,4 +133,39 @@ int targets__by_cgroup(const char *path, struct target **ret, size_t *ret_n)
 	}
 	fclose(f);
 	return targets_finish(r, TAKE_PTR(v), n, ret, ret_n);
+}
+
+bool targets__may_profile_all(void)
+{
+	struct group gr, *res = NULL;
+	gid_t groups[256];
+	char buf[4096];
+	int n;
+
+	if (geteuid() == 0)
+		return true;
+	if (getgrnam_r("profd", &gr, buf, sizeof(buf), &res) != 0 || !res)
+		return false;
+	if (getegid() == gr.gr_gid)
+		return true;
+	n = getgroups(ARRAY_SIZE(groups), groups);
+	for (int i = 0; i < n; i++)
+		if (groups[i] == gr.gr_gid)
+			return true;
+	return false;
+}
+
+void targets__keep_uid(struct target *v, size_t *n, uid_t uid)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < *n; i++) {
+		char path[64];
+		struct stat st;
+
+		snprintf(path, sizeof(path), "/proc/%d", v[i].pid);
+		if (stat(path, &st) == 0 && st.st_uid == uid)
+			v[kept++] = v[i];
+	}
+	*n = kept;
 }

@@ -1,6 +1,7 @@
 /* targets.h - the processes a snapshot names: by command name or by cgroup. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -25,3 +26,13 @@ int targets__by_comm(const char *name, struct target **ret, size_t *ret_n);
  * Returns 0, -ENOENT if there is no such cgroup, -ENOMEM, -errno. Does not log.
  */
 int targets__by_cgroup(const char *path, struct target **ret, size_t *ret_n);
+
+/*
+ * targets__may_profile_all() - is the caller root or in the group "profd",
+ * whom profd lets profile any process? (profd decides; this only chooses
+ * which processes of a name to ask for.)
+ */
+bool targets__may_profile_all(void);
+
+/* targets__keep_uid() - drop from @v (*@n targets) the processes @uid does not own. */
+void targets__keep_uid(struct target *v, size_t *n, uid_t uid);

@@ -73,6 +73,14 @@ def scenario(d, spin):
     sr2 = d.json('attach', wa.pid, '--freq', 397)['session']
     d.json('detach', sr2)
 
+    # snapshot --comm as A takes A's processes of that name, not B's or root's.
+    rc, out, err = d.ctl('snapshot', '--comm', 'spin-threads', '--duration', '1', '--freq', 397,
+                         user=USER_A, check_rc=False)
+    check(rc == 0 and len(out.split()) == 1, 'A snapshot --comm: rc %d out %r err %r' % (rc, out, err))
+    if rc == 0:
+        snap = d.json('session', int(out.split()[0]))['session']
+        check(snap['pid'] == wa.pid, "A's snapshot --comm took PID %d, not A's %d" % (snap['pid'], wa.pid))
+
     # A setuid program run by A is not A's to profile (its saved uid is root's).
     sudo_like = os.path.join(d.dir, 'spin-setuid')
     shutil.copy(spin, sudo_like)
