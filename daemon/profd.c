@@ -923,7 +923,11 @@ static int run(void)
 	if (r > 0)
 		log_warning("%d session(s) left running by a previous profd marked 'interrupted'", r);
 	if (cfg.retention_ns || cfg.max_db_bytes) {
-		/* Deleted sessions should give their space back to the file system. */
+		/* Deleted sessions should give their space back to the file system.
+		 * Converting an older database rewrites it: tell systemd to wait. */
+		notify__send("STATUS=checking the database for incremental vacuum (a one-time "
+			     "VACUUM may take a while)\nEXTEND_TIMEOUT_USEC=%llu",
+			     3600ULL * 1000000);
 		r = store__enable_incremental_vacuum(p.env.store);
 		if (r < 0)
 			log_warning("Cannot switch the database to incremental vacuum (%s): deleted "
