@@ -73,7 +73,9 @@ class Profd:
 
     def start(self):
         self.proc = subprocess.Popen(
-            [self.profd, '--db', self.db, '--socket', self.socket, '--foreground'] + self.extra_args,
+            # --config /dev/null: an installed profd.conf must not change what tests see.
+            [self.profd, '--config', '/dev/null', '--db', self.db, '--socket', self.socket,
+             '--foreground'] + self.extra_args,
             stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.time() + 20
         while time.time() < deadline:
