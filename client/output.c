@@ -303,6 +303,20 @@ int output__session(FILE *f, const json_t *s)
 			fprintf(f, "%-21s%lld\n", labels[i], n);
 		}
 	}
+	/* Newer fields, shown when profd sends them. */
+	{
+		const json_t *label = json_object_get(s, "label");
+		const json_t *dropped = json_object_get(s, "limit_dropped_samples");
+
+		if (json_is_integer(dropped))
+			fprintf(f, "%-21s%lld%s\n", "limit dropped:",
+				(long long)json_integer_value(dropped),
+				json_integer_value(dropped) ? " (samples past a session limit of "
+							      "profd.conf: max stacks or threads)"
+							    : "");
+		if (json_is_string(label))
+			fprintf(f, "%-21s%s\n", "label:", json_string_value(label));
+	}
 	return 0;
 }
 

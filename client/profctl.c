@@ -20,6 +20,8 @@
 #include "log.h"
 #include "output.h"
 #include "protocol.h"
+#include "procfs.h"
+#include "targets.h"
 #include "util.h"
 
 #define EXIT_USAGE 2
@@ -31,6 +33,7 @@
 /* Range of --limit, as profd accepts it (docs/protocol.md). */
 #define LIMIT_MAX 10000
 
+/* OPERAND_TARGET: a PID, or none with --comm or --cgroup (snapshot). */
 enum operand {
 	OPERAND_NONE,
 	OPERAND_PID,
@@ -38,6 +41,7 @@ enum operand {
 	OPERAND_TOPIC,
 	OPERAND_TWO_SESSIONS, /* diff A B */
 	OPERAND_SQL,	      /* sql "SELECT ..." */
+	OPERAND_TARGET,
 };
 
 enum {
@@ -59,6 +63,9 @@ enum {
 	OPT_FORMAT,
 	OPT_CSV,
 	OPT_MAX_ROWS,
+	OPT_COMM,
+	OPT_CGROUP,
+	OPT_LABEL,
 };
 
 /* The parsed command line. */
@@ -95,6 +102,11 @@ struct args {
 	const char *output;		  /* -o FILE; NULL: stdout */
 	bool csv;			  /* sql --csv */
 	long long max_rows;		  /* sql --max-rows; 0: profd's default */
+	bool has_pid;			  /* snapshot: the PID operand was given */
+	const char *comm;		  /* snapshot --comm NAME */
+	const char *cgroup;		  /* snapshot --cgroup PATH */
+	const char *label;		  /* snapshot --label TEXT */
+	uint64_t pid_start_ticks;	  /* attach request: the start time of the process meant */
 	const struct command *help_topic; /* "help COMMAND" */
 };
 
@@ -197,6 +209,9 @@ static int call(struct conn *c, json_t *request, json_t **ret)
 	r = call_quiet(c, request, ret, &detail);
 	if (r < 0)
 		return call_error(r, detail);
+	/* profd answered, but something needs the user's attention (a full disk). */
+	if (json_is_string(json_object_get(*ret, "warning")))
+		log_warning("profd: %s", json_string_value(json_object_get(*ret, "warning")));
 	return 0;
 }
 
@@ -403,8 +418,8 @@ static json_t *attach_request(const struct args *a)
 				a->duration_integral ? json_integer((json_int_t)a->duration_s)
 						     : json_real(a->duration_s)) < 0)
 		return NULL;
-	if (json_object_set_new(request, "freq_hz",
-				json_integer(a->freq_hz ? a->freq_hz : PROFD_DEFAULT_FREQ_HZ)) < 0)
+	/* Without --freq, profd's default_freq_hz (profd.conf). */
+	if (a->freq_hz && json_object_set_new(request, "freq_hz", json_integer(a->freq_hz)) < 0)
 		return NULL;
 	if (a->unwind && json_object_set_new(request, "unwind", json_string(a->unwind)) < 0)
 		return NULL;
@@ -412,6 +427,12 @@ static json_t *attach_request(const struct args *a)
 		return NULL;
 	if (a->stack_bytes &&
 	    json_object_set_new(request, "stack_bytes", json_integer(a->stack_bytes)) < 0)
+		return NULL;
+	if (a->pid_start_ticks &&
+	    json_object_set_new(request, "pid_start_ticks",
+				json_integer((json_int_t)a->pid_start_ticks)) < 0)
+		return NULL;
+	if (a->label && json_object_set_new(request, "label", json_string(a->label)) < 0)
 		return NULL;
 	if (a->memory_interval_s > 0 &&
 	    json_object_set_new(request, "memory_interval_s", json_real(a->memory_interval_s)) < 0)
@@ -540,6 +561,157 @@ static int run_detach(struct conn *c, const struct args *a)
 	else
 		fprintf(out.f, "session %lld: detached\n\n", a->id);
 	return render_end(&out, output__session(out.f, s));
+}
+
+/* The processes "snapshot" names: the PID operand, --comm NAME or --cgroup PATH. Logs. */
+static int snapshot_targets(const struct args *a, struct target **ret, size_t *ret_n)
+{
+	int r;
+
+	if (a->has_pid) {
+		struct target *t = calloc(1, sizeof(*t));
+
+		if (!t)
+			return log_oom();
+		t->pid = (pid_t)a->id;
+		/* Not checked here: profd says clearly if the PID does not exist. */
+		(void)proc_start_ticks(t->pid, &t->start_ticks);
+		*ret = t;
+		*ret_n = 1;
+		return 0;
+	}
+	if (a->comm) {
+		r = targets__by_comm(a->comm, ret, ret_n);
+		if (r < 0)
+			return log_error_errno(r, "cannot list processes in /proc: %m");
+		/* On a shared machine others run processes of the same name: a user
+		 * who may profile only their own (profd(8), AUTHORIZATION) means those. */
+		if (!targets__may_profile_all())
+			targets__keep_uid(*ret, ret_n, getuid());
+		if (*ret_n == 0) {
+			free(*ret);
+			log_error("no process named '%s'%s", a->comm,
+				  targets__may_profile_all() ? "" : " of yours");
+			return -ESRCH;
+		}
+		return 0;
+	}
+	r = targets__by_cgroup(a->cgroup, ret, ret_n);
+	if (r == -ENOENT)
+		return log_error("no cgroup '%s' (a cgroup v2 directory under /sys/fs/cgroup)",
+				 a->cgroup);
+	if (r < 0)
+		return log_error_errno(r, "cannot read cgroup '%s': %m", a->cgroup);
+	if (*ret_n == 0) {
+		free(*ret);
+		log_error("no process in cgroup '%s'", a->cgroup);
+		return -ESRCH;
+	}
+	return 0;
+}
+
+/*
+ * run_snapshot() - attach to every target for --duration, wait for all the
+ * sessions to end, print their IDs (one per line; with --json, the ended
+ * sessions). A target that cannot be attached is reported and the others
+ * still taken; the exit status is then 1. Ctrl-C detaches what runs.
+ */
+static int run_snapshot(struct conn *c, const struct args *a)
+{
+	struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESETHAND};
+	_cleanup_(json_decrefp) json_t *finals = NULL;
+	_cleanup_free_ struct target *targets = NULL;
+	_cleanup_free_ long long *ids = NULL;
+	size_t n = 0, started = 0, running;
+	struct sigaction old;
+	int r, failed = 0;
+
+	r = snapshot_targets(a, &targets, &n);
+	if (r < 0)
+		return r;
+	ids = calloc(n, sizeof(*ids));
+	finals = json_array();
+	if (!ids || !finals)
+		return log_oom();
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, &old);
+
+	for (size_t i = 0; i < n && !interrupted; i++) {
+		_cleanup_(json_decrefp) json_t *reply = NULL;
+		_cleanup_free_ char *detail = NULL;
+		struct args one = *a;
+
+		one.id = targets[i].pid;
+		one.pid_start_ticks = targets[i].start_ticks;
+		r = call_quiet(c, attach_request(&one), &reply, &detail);
+		if (r < 0) {
+			/* One target refused (not ours, gone): say so, take the others. */
+			log_error("PID %d: %s", targets[i].pid, detail ? detail : strerror(-r));
+			failed++;
+			if (r != -EREMOTEIO)
+				break; /* profd itself is unreachable */
+			continue;
+		}
+		ids[i] = json_integer_value(json_object_get(reply, "session"));
+		started++;
+	}
+
+	/* Wait until every session has ended (its duration, or its process's exit). */
+	for (running = started; running > 0 && !interrupted;) {
+		sleep_ns(WAIT_POLL_NS);
+		running = 0;
+		for (size_t i = 0; i < n && !interrupted; i++) {
+			json_t *reply = NULL;
+			const json_t *s;
+
+			if (!ids[i])
+				continue;
+			r = call(c, request_session("session", ids[i]), &reply);
+			if (r < 0) {
+				sigaction(SIGINT, &old, NULL);
+				return r;
+			}
+			s = json_object_get(reply, "session");
+			if (strcmp(json_string_value(json_object_get(s, "state")) ?: "", "ended") == 0) {
+				json_array_append(finals, (json_t *)s);
+				ids[i] = 0;
+				if (!a->json)
+					printf("%lld\n", (long long)json_integer_value(
+								  json_object_get(s, "id")));
+			} else {
+				running++;
+			}
+			json_decref(reply);
+		}
+	}
+	if (interrupted) {
+		for (size_t i = 0; i < n; i++) {
+			json_t *reply = NULL;
+
+			if (!ids[i])
+				continue;
+			log_info("interrupted: detaching session %lld", ids[i]);
+			if (call(c, request_session("detach", ids[i]), &reply) == 0) {
+				json_array_append(finals, (json_t *)session_of(reply));
+				if (!a->json)
+					printf("%lld\n", ids[i]);
+			}
+			json_decref(reply);
+		}
+	}
+	sigaction(SIGINT, &old, NULL);
+	if (a->json) {
+		_cleanup_(json_decrefp) json_t *out = json_pack("{s:O}", "sessions", finals);
+
+		if (!out)
+			return log_oom();
+		r = print_json(out);
+		if (r < 0)
+			return r;
+	}
+	if (interrupted)
+		return -EINTR;
+	return failed ? -EIO : 0;
 }
 
 /* A request answered by one rendering: the reply as JSON with --json, else @fn's text. */
@@ -1087,6 +1259,19 @@ static const struct option memory_options[] = {
     {},
 };
 
+static const struct option snapshot_options[] = {
+    {"duration", required_argument, NULL, 'd'},
+    {"comm", required_argument, NULL, OPT_COMM},
+    {"cgroup", required_argument, NULL, OPT_CGROUP},
+    {"label", required_argument, NULL, OPT_LABEL},
+    {"freq", required_argument, NULL, 'f'},
+    {"events", required_argument, NULL, 'e'},
+    {"unwind", required_argument, NULL, OPT_UNWIND},
+    {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
+    {"children", no_argument, NULL, OPT_CHILDREN},
+    {},
+};
+
 static const struct option threads_options[] = {
     {"group-by", required_argument, NULL, OPT_GROUP_BY},
     {"window", required_argument, NULL, OPT_WINDOW},
@@ -1174,7 +1359,7 @@ static const struct command commands[] = {
 		   "                          default: run until 'profctl detach' or the\n"
 		   "                          process exits\n"
 		   "  -f, --freq HZ           samples per second of CPU time, 1..10000\n"
-		   "                          (default 99)\n"
+		   "                          (default 99, or default_freq_hz in profd.conf)\n"
 		   "  -e, --events LIST       comma-separated: cpu (CPU samples with call\n"
 		   "                          stacks), offcpu (time blocked, per blocking\n"
 		   "                          stack and state), counters (per-thread perf\n"
@@ -1222,6 +1407,44 @@ static const struct command commands[] = {
 	.shortopts = "d:f:e:w",
 	.longopts = attach_options,
 	.run = run_attach,
+    },
+    {
+	.name = "snapshot",
+	.operand = OPERAND_TARGET,
+	.synopsis = "(PID | --comm NAME | --cgroup PATH) --duration SECONDS\n"
+		    "        [--label TEXT] [--freq HZ] [--events LIST] [--unwind MODE]",
+	.summary = "profile for a while and print the session ID(s); for cron",
+	.details = "Attach to the process(es), wait --duration SECONDS, let the sessions\n"
+		   "end, and print each session ID on a line of its own; exit 0. Made for\n"
+		   "cron jobs and systemd timers (profd-snapshot@.timer): each run is one\n"
+		   "session per process, to compare later. A NAME or cgroup matching several\n"
+		   "processes snapshots each of them at once; one that cannot be profiled\n"
+		   "(not yours, gone) is reported and the others are still taken (exit 1).\n"
+		   "A process found by name is named to profd by PID and start time, so a\n"
+		   "process that took a PID in between is not profiled by mistake.\n"
+		   "\n"
+		   "Options:\n"
+		   "  -d, --duration SECONDS  how long to profile (required)\n"
+		   "      --comm NAME         every process whose command name is NAME (as in\n"
+		   "                          'pgrep -x NAME'; the kernel keeps 15 bytes); your\n"
+		   "                          own only, unless you are root or in group profd\n"
+		   "      --cgroup PATH       every process in cgroup PATH (cgroup v2; absolute,\n"
+		   "                          or relative to /sys/fs/cgroup, e.g.\n"
+		   "                          system.slice/trainer.service)\n"
+		   "      --label TEXT        stored with each session (profctl session shows it)\n"
+		   "  -f, --freq HZ, -e, --events LIST, --unwind MODE, --stack-bytes N,\n"
+		   "  --children              as for attach\n"
+		   "  --json                  print {\"sessions\": [...]}, the ended sessions\n"
+		   "\n"
+		   "Examples:\n"
+		   "  profctl snapshot 1234 --duration 30\n"
+		   "  profctl snapshot --comm python3 --duration 10 --label nightly\n"
+		   "  profctl snapshot --cgroup system.slice/trainer.service --duration 60\n"
+		   "  # crontab: every hour, 30 s of the trainer\n"
+		   "  0 * * * * profctl snapshot --comm trainer --duration 30 --label hourly\n",
+	.shortopts = "d:f:e:",
+	.longopts = snapshot_options,
+	.run = run_snapshot,
     },
     {
 	.name = "detach",
@@ -1577,6 +1800,7 @@ static void help_global(FILE *f)
 
 		snprintf(head, sizeof(head), "%s %s", commands[i].name,
 			 commands[i].operand == OPERAND_PID	  ? "PID"
+			 : commands[i].operand == OPERAND_TARGET  ? "TARGET"
 			 : commands[i].operand == OPERAND_SESSION ? "SESSION"
 			 : commands[i].operand == OPERAND_TOPIC	  ? "[COMMAND]"
 			 : commands[i].operand == OPERAND_TWO_SESSIONS ? "A B"
@@ -1737,6 +1961,9 @@ static int parse_operand(const char *operand, struct args *a, bool *have_operand
 	*have_operand = true;
 	switch (a->command->operand) {
 	case OPERAND_PID:
+		return parse_integer(operand, "PID", 1, INT_MAX, &a->id);
+	case OPERAND_TARGET:
+		a->has_pid = true;
 		return parse_integer(operand, "PID", 1, INT_MAX, &a->id);
 	case OPERAND_SESSION:
 		return parse_integer(operand, "SESSION", 1, LLONG_MAX, &a->id);
@@ -1962,6 +2189,26 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 		case OPT_MAX_ROWS:
 			if (parse_integer(optarg, "--max-rows", 1, 1000000, &a->max_rows) < 0)
 				return -EINVAL;
+		case OPT_COMM:
+			if (!*optarg) {
+				log_error("invalid --comm '': empty name");
+				return -EINVAL;
+			}
+			a->comm = optarg;
+			break;
+		case OPT_CGROUP:
+			if (!*optarg) {
+				log_error("invalid --cgroup '': empty path");
+				return -EINVAL;
+			}
+			a->cgroup = optarg;
+			break;
+		case OPT_LABEL:
+			if (strlen(optarg) > 256) {
+				log_error("invalid --label: longer than 256 bytes");
+				return -EINVAL;
+			}
+			a->label = optarg;
 			break;
 		case 1:
 			if (parse_operand(optarg, a, &have_operand) < 0)
@@ -1978,8 +2225,21 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 		if (parse_operand(sub_argv[optind], a, &have_operand) < 0)
 			return -EINVAL;
 
+	if (a->command->operand == OPERAND_TARGET) {
+		if (have_operand + !!a->comm + !!a->cgroup != 1) {
+			log_error("give one of PID, --comm NAME or --cgroup PATH (see 'profctl %s "
+				  "--help')",
+				  a->command->name);
+			return -EINVAL;
+		}
+		if (!a->has_duration) {
+			log_error("missing --duration SECONDS (see 'profctl %s --help')",
+				  a->command->name);
+			return -EINVAL;
+		}
+	}
 	if (!have_operand && a->command->operand != OPERAND_NONE &&
-	    a->command->operand != OPERAND_TOPIC) {
+	    a->command->operand != OPERAND_TOPIC && a->command->operand != OPERAND_TARGET) {
 		log_error("missing %s (see 'profctl %s --help')",
 			  a->command->operand == OPERAND_PID	? "PID"
 			  : a->command->operand == OPERAND_SQL ? "SQL statement"

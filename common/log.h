@@ -1,4 +1,4 @@
-/* log.h - leveled logging to stderr, once, at the top of the program (library code does not log). */
+/* log.h - leveled logging to stderr (with journald priorities under systemd), once, at the top of the program (library code does not log). */
 #pragma once
 
 #include <errno.h>
@@ -10,6 +10,13 @@ enum log_level log_get_level(void);
 /* log_parse_level() - "error", "warning", "info" or "debug"; -EINVAL otherwise. */
 int log_parse_level(const char *s);
 void log_set_program(const char *name);
+
+/*
+ * log_priority_prefix() - "<3>" (error), "<4>", "<6>", "<7>" (debug) when
+ * stderr is connected to the systemd journal (JOURNAL_STREAM), so that
+ * journald records each line's priority; "" otherwise.
+ */
+const char *log_priority_prefix(enum log_level level);
 
 /*
  * log_full_errno() - print "program: message" to stderr if @level is enabled.

@@ -17,10 +17,13 @@
 #include <bpf/libbpf.h>
 
 #include "analyze.h"
+#include "authz.h"
+#include "config.h"
 #include "counters.h"
 #include "heap.h"
 #include "log.h"
 #include "memory_report.h"
+#include "notify.h"
 #include "offcpu.h"
 #include "protocol.h"
 #include "query.h"
@@ -36,20 +39,19 @@
 #include "unwind_worker.h"
 #include "util.h"
 
-/* Ring buffer between the BPF program and profd: 32 MiB holds ~2000 samples
- * with 16 KiB stack copies, ~16000 frame-pointer samples. */
-#define RINGBUF_BYTES (32u << 20)
 /* Samples waiting for or in DWARF unwinding, at most (~20 KiB each). */
 #define UNWIND_QUEUE 1024
-/* Off-CPU intervals: the ring buffer, and the shortest interval recorded. Shorter
+/* Off-CPU intervals: the ring buffer is half the samples' (ring_buffer_bytes).
+ * The shortest interval recorded: shorter
  * blocks are not counted (a lock handed over in microseconds is noise here). */
-#define OFFCPU_RINGBUF_BYTES (16u << 20)
 #define OFFCPU_MIN_BLOCK_NS (10 * NSEC_PER_USEC)
 /* Allocation samples: ~2.5 KiB per sampled call, 64 bytes per return and free. */
 #define HEAP_RINGBUF_BYTES (4u << 20)
 /* profctl sql: result size cap, and how long a statement may hold up the loop. */
 #define SQL_MAX_RESULT_BYTES (16u << 20)
 #define SQL_TIMEOUT_NS (5 * NSEC_PER_SEC)
+/* How often retention runs (and once at start), when configured. */
+#define RETENTION_INTERVAL_NS (600 * NSEC_PER_SEC)
 /* How often the loop wakes up to end expired sessions; flushes are every PROFD_WINDOW_NS. */
 #define TICK_NS (200 * NSEC_PER_MSEC)
 
@@ -67,7 +69,12 @@ struct profd {
 	struct watch sampler_watch, timer_watch, signal_watch, worker_watch, offcpu_watch, heap_watch;
 	int timer_fd, signal_fd;
 	uint64_t last_flush_ns;
-	uint64_t flush_errors;
+	uint64_t last_retention_ns; /* CLOCK_MONOTONIC */
+	uint64_t watchdog_ns;       /* WATCHDOG=1 this often; 0: no watchdog */
+	uint64_t last_watchdog_ns;
+	uint64_t flush_errors;      /* failed flushes in a row */
+	uint64_t flush_failing_since_ns; /* CLOCK_REALTIME of the first of them */
+	char flush_error[256];      /* SQLite's message for the last one */
 	/* A session's pidfd, watched for the target's exit. */
 	struct pid_watch {
 		struct watch watch;
@@ -76,11 +83,8 @@ struct profd {
 	} pid_watches[PROFILE_MAX_SLOTS];
 };
 
-static struct options {
-	const char *db_path;
-	const char *socket_path;
-	bool foreground;
-} opts = { PROFD_DEFAULT_DB, PROFD_DEFAULT_SOCKET, false };
+/* The effective settings: defaults, then profd.conf, then the command line. */
+static struct profd_config cfg;
 
 /* A sample from the ring buffer, or back from the unwinding thread. */
 static void on_sample(void *ctx, const struct sample_event *e, size_t size)
@@ -307,6 +311,17 @@ static void collect_heap_stats(struct profd *p)
 	}
 }
 
+/* STATUS= for systemctl status: what profd is doing. */
+static void notify_status(struct profd *p)
+{
+	unsigned running = 0;
+
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+		running += p->slots[i] != NULL;
+	notify__send("STATUS=%u session(s) running%s", running,
+		     p->flush_errors ? "; database writes failing" : "");
+}
+
 /* Write every running session's pending samples in one transaction. */
 static int flush_all(struct profd *p)
 {
@@ -331,6 +346,10 @@ static int flush_all(struct profd *p)
 		if (p->slots[i])
 			session__flush_done(p->slots[i]);
 	p->last_flush_ns = now_ns(CLOCK_MONOTONIC);
+	if (p->flush_errors)
+		log_info("Database writes work again, after %llu failed flush(es)",
+			 (unsigned long long)p->flush_errors);
+	p->flush_errors = 0;
 	return 0;
 fail:
 	store__rollback(p->env.store);
@@ -338,9 +357,12 @@ fail:
 		if (p->slots[i])
 			session__flush_failed(p->slots[i]);
 	/* Report once per burst of failures (a full disk fails every second). */
-	if (p->flush_errors++ == 0)
+	snprintf(p->flush_error, sizeof(p->flush_error), "%s", store__errmsg(p->env.store));
+	if (p->flush_errors++ == 0) {
+		p->flush_failing_since_ns = now_ns(CLOCK_REALTIME);
 		log_error_errno(r, "Failed to write samples to the database: %s (will retry)",
-				store__errmsg(p->env.store));
+				p->flush_error);
+	}
 	p->last_flush_ns = now_ns(CLOCK_MONOTONIC);
 	return r;
 }
@@ -385,7 +407,46 @@ static int end_session(struct profd *p, unsigned slot, const char *reason)
 		hashmap__for_each(&s->procs, i, proc) unwind_worker__forget(p->worker, proc->as);
 	}
 	session__free(s);
+	notify_status(p);
 	return r;
+}
+
+/*
+ * Delete what retention_days and max_db_bytes say is too old or too much
+ * (never a running session), and log what was done.
+ */
+static void run_retention(struct profd *p)
+{
+	struct store_retention res;
+	int r;
+
+	p->last_retention_ns = now_ns(CLOCK_MONOTONIC);
+	if (!cfg.retention_ns && !cfg.max_db_bytes)
+		return;
+	/* Pending samples first, so that the deletes run in a quiet store
+	 * (at start, before the sampler exists, there are none). */
+	if (p->env.sampler) {
+		collect(p, false);
+		flush_all(p);
+	}
+	r = store__retention(p->env.store, now_ns(CLOCK_REALTIME), cfg.retention_ns,
+			     cfg.max_db_bytes, &res);
+	if (r < 0) {
+		log_error_errno(r, "Retention failed: %s", store__errmsg(p->env.store));
+		return;
+	}
+	if (res.sessions_deleted) {
+		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+			if (p->slots[i])
+				session__forget_row_ids(p->slots[i]);
+		log_info("retention: deleted %u ended session(s); database %llu -> %llu bytes",
+			 res.sessions_deleted, (unsigned long long)res.bytes_before,
+			 (unsigned long long)res.bytes_after);
+	}
+	if (res.over_limit)
+		log_warning("database is larger than max_db_bytes (%llu) with only running "
+			    "sessions left to delete",
+			    (unsigned long long)cfg.max_db_bytes);
 }
 
 static void on_pid_exit(struct watch *w, uint32_t events)
@@ -416,6 +477,11 @@ static void on_timer(struct watch *w, uint32_t events)
 
 	if (read(p->timer_fd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
 		return;
+	/* From the loop itself: a loop stuck in a slow query or a deadlock stops it. */
+	if (p->watchdog_ns && now - p->last_watchdog_ns >= p->watchdog_ns) {
+		notify__send("WATCHDOG=1");
+		p->last_watchdog_ns = now;
+	}
 	collect(p, false);
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		if (p->slots[i] && session__expired(p->slots[i], now))
@@ -425,13 +491,14 @@ static void on_timer(struct watch *w, uint32_t events)
 		if (p->slots[i] && session__read_memory(p->slots[i], now) < 0)
 			log_warning("Session %lld: out of memory for its memory readings",
 				    (long long)p->slots[i]->id);
+	if (now - p->last_retention_ns >= RETENTION_INTERVAL_NS)
+		run_retention(p);
 	if (now - p->last_flush_ns >= PROFD_WINDOW_NS) {
 		collect_offcpu_lost(p);
 		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 			if (p->slots[i])
 				session__read_counters(p->slots[i], &p->env);
-		if (flush_all(p) == 0)
-			p->flush_errors = 0;
+		flush_all(p);
 	}
 }
 
@@ -479,35 +546,60 @@ static json_t *event_response(int r, json_t *fields, const struct request *req)
 	return query_response(r, fields, req->session);
 }
 
-/* An admin sees every session and the whole database in profctl sql: root, for now. */
-static bool is_admin(const struct ucred *peer)
-{
-	return peer->uid == 0;
-}
-
-/* Sessions that are not the requester's are invisible to it, as if absent. */
-static bool may_see(struct profd *p, const struct ucred *peer, int64_t id)
+/*
+ * The one check every command naming a session goes through: sessions that
+ * are not the requester's are invisible to it, as if absent (authz.h).
+ */
+static bool may_see(struct profd *p, const struct ucred *peer, bool admin, int64_t id)
 {
 	sqlite3_stmt *stmt;
 	bool ok = false;
 
-	if (is_admin(peer))
+	if (admin)
 		return true;
 	if (sqlite3_prepare_v2(store__db(p->env.store), "SELECT uid FROM sessions WHERE id = ?1",
 			       -1, &stmt, NULL) != SQLITE_OK)
 		return false;
 	sqlite3_bind_int64(stmt, 1, id);
-	ok = sqlite3_step(stmt) == SQLITE_ROW && (uid_t)sqlite3_column_int64(stmt, 0) == peer->uid;
+	ok = sqlite3_step(stmt) == SQLITE_ROW &&
+	     authz__may_see(peer, admin, (uid_t)sqlite3_column_int64(stmt, 0));
 	sqlite3_finalize(stmt);
 	return ok;
 }
 
-static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struct request *req)
+/* Drop from a sessions list those the requester may not see. */
+static void filter_sessions(json_t *list, const struct ucred *peer, bool admin)
+{
+	json_t *item;
+	size_t i;
+
+	json_array_foreach(list, i, item)
+	{
+		if (!authz__may_see(peer, admin,
+				    (uid_t)json_integer_value(json_object_get(item, "uid")))) {
+			json_array_remove(list, i);
+			i--;
+		}
+	}
+}
+
+static json_t *not_allowed(pid_t pid)
+{
+	return json_error_response(-EPERM,
+				   "not allowed to profile PID %d: it is not yours (same uid and gid, "
+				   "not setuid), and you are not root or in group '%s'",
+				   pid, PROFD_ADMIN_GROUP);
+}
+
+static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
+			  const struct request *req)
 {
 	struct session_params params = {
 		.pid = (pid_t)req->pid,
 		.uid = peer->uid,
-		.freq_hz = req->freq_hz,
+		.gid = peer->gid,
+		.admin = admin,
+		.freq_hz = req->freq_hz ? req->freq_hz : cfg.default_freq_hz,
 		.duration_ns = req->duration_ns,
 		.events = req->events_str,
 		.unwind = req->unwind,
@@ -518,6 +610,10 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 		.memory_interval_ns = req->memory_interval_ns,
 		.malloc_sample_bytes = req->malloc_sample_bytes,
 		.malloc_max_hits_per_s = req->malloc_max_hits_per_s,
+		.pid_start_ticks = req->pid_start_ticks,
+		.label = req->label,
+		.max_threads = cfg.max_threads,
+		.max_stacks = cfg.max_stacks,
 	};
 	char probes[256] = "";
 	struct session *s;
@@ -530,10 +626,25 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 	if ((req->events & EVENT_MALLOC) && !p->heap)
 		return json_error_response(-EOPNOTSUPP, "allocation probes are unavailable: their BPF "
 							"program did not load (see profd's log)");
+	/* Before saying who profiles it: another user's process is not the requester's business.
+	 * session__new() checks again, on the process its pidfd pins. */
+	if (!admin && authz__may_trace(params.pid, peer->uid, peer->gid) == -EPERM)
+		return not_allowed(params.pid);
 	for (slot = 0; slot < PROFILE_MAX_SLOTS; slot++) {
 		if (p->slots[slot] && p->slots[slot]->pid == params.pid)
 			return json_error_response(-EBUSY, "PID %d is already profiled by session %lld",
 						   params.pid, (long long)p->slots[slot]->id);
+	}
+	{
+		unsigned running = 0;
+
+		for (slot = 0; slot < PROFILE_MAX_SLOTS; slot++)
+			running += p->slots[slot] != NULL;
+		if (running >= cfg.max_sessions)
+			return json_error_response(-EBUSY,
+						   "%u sessions are running, profd's limit "
+						   "(max_sessions in profd.conf): detach one first",
+						   running);
 	}
 	for (slot = 0; slot < PROFILE_MAX_SLOTS && p->slots[slot]; slot++)
 		;
@@ -547,11 +658,19 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 		break;
 	case -ESRCH:
 		return json_error_response(r, "no process with PID %d", params.pid);
+	case -ESTALE:
+		return json_error_response(r, "PID %d now is another process (its start time is not "
+					      "%llu): the process asked for has exited",
+					   params.pid, (unsigned long long)params.pid_start_ticks);
 	case -EPERM:
 	case -EACCES:
-		return json_error_response(-EPERM, "not allowed to profile PID %d", params.pid);
+		return not_allowed(params.pid);
 	case -EBUSY:
 		return json_error_response(r, "PID %d is already being profiled", params.pid);
+	case -E2BIG:
+		return json_error_response(r, "PID %d has more than %u threads, profd's limit per "
+					      "session (max_threads_per_session in profd.conf)",
+					   params.pid, cfg.max_threads);
 	case -EOPNOTSUPP:
 		return json_error_response(r, "no CPU sampling event can be opened on this machine");
 	case -EIO:
@@ -595,8 +714,9 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &p->pid_watches[slot].watch };
 	if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, s->pidfd, &ev) < 0)
 		log_warning_errno(-errno, "Cannot watch PID %d for exit: %m", s->pid);
+	notify_status(p);
 	log_info("session %lld: attached to PID %d (%s), %s at %u Hz, unwind %s", (long long)s->id,
-		 s->pid, s->comm, s->event, req->freq_hz, unwind_mode_name(s->unwind));
+		 s->pid, s->comm, s->event, params.freq_hz, unwind_mode_name(s->unwind));
 
 	r = query__session(store__db(p->env.store), s->id, &fields);
 	if (r < 0)
@@ -606,13 +726,14 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 	return ok_response(fields);
 }
 
-static json_t *handle_request(void *ctx, const struct ucred *peer, const char *line, size_t len)
+static json_t *handle_request_unchecked(struct profd *p, const struct ucred *peer, const char *line,
+					size_t len)
 {
-	struct profd *p = ctx;
 	static struct request req; /* 16 KiB of SQL text: not on the stack */
 	struct query_range range;
 	char err[512];
 	json_t *fields = NULL;
+	bool admin;
 	int r;
 
 	r = request__parse(line, len, &req, err, sizeof(err));
@@ -620,7 +741,8 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 		return json_error_response(r, "%s", err);
 	range = (struct query_range){ .from_ns = req.from_ns, .to_ns = req.to_ns };
 
-	if (req.session && !may_see(p, peer, req.session))
+	admin = authz__is_admin(peer);
+	if (req.session && !may_see(p, peer, admin, req.session))
 		return json_error_response(-ENOENT, "no session %lld", (long long)req.session);
 
 	/* Reports read the store: give them what was sampled up to now. */
@@ -634,7 +756,7 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 		return ok_response(json_pack("{s:s, s:i}", "version", PROFD_VERSION, "protocol",
 					     PROFD_PROTOCOL_VERSION));
 	case CMD_ATTACH:
-		return cmd_attach(p, peer, &req);
+		return cmd_attach(p, peer, admin, &req);
 	case CMD_DETACH:
 		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 			if (p->slots[i] && p->slots[i]->id == req.session)
@@ -648,20 +770,8 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 		return query_response(r, fields, req.session);
 	case CMD_SESSIONS:
 		r = query__sessions(store__db(p->env.store), &fields);
-		if (r == 0 && !is_admin(peer)) {
-			/* Only the requester's own sessions. */
-			json_t *list = json_object_get(fields, "sessions"), *item;
-			size_t i;
-
-			json_array_foreach(list, i, item)
-			{
-				if (json_integer_value(json_object_get(item, "uid")) !=
-				    (json_int_t)peer->uid) {
-					json_array_remove(list, i);
-					i--;
-				}
-			}
-		}
+		if (r == 0)
+			filter_sessions(json_object_get(fields, "sessions"), peer, admin);
 		return query_response(r, fields, 0);
 	case CMD_TOP:
 		r = query__top(store__db(p->env.store), req.session, req.limit, req.sampled_event,
@@ -679,7 +789,7 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 		r = analyze__session(store__db(p->env.store), req.session, &fields);
 		return query_response(r, fields, req.session);
 	case CMD_SQL:
-		r = sql__run(opts.db_path, req.sql, is_admin(peer), peer->uid, (size_t)req.max_rows,
+		r = sql__run(cfg.db_path, req.sql, admin, peer->uid, (size_t)req.max_rows,
 			     SQL_MAX_RESULT_BYTES, SQL_TIMEOUT_NS, &fields, err, sizeof(err));
 		if (r < 0)
 			return json_error_response(r, "%s", err[0] ? err : strerror(-r));
@@ -710,6 +820,33 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 	return json_error_response(-EINVAL, "unknown command");
 }
 
+/*
+ * Answer one request. While the database cannot be written (a full disk),
+ * queries still answer from what is stored, and every answer says that
+ * newer samples are waiting: the requester learns it, not only the log.
+ */
+static json_t *handle_request(void *ctx, const struct ucred *peer, const char *line, size_t len)
+{
+	struct profd *p = ctx;
+	json_t *resp = handle_request_unchecked(p, peer, line, len);
+
+	if (p->flush_errors && json_is_true(json_object_get(resp, "ok"))) {
+		char msg[512];
+		time_t since = (time_t)(p->flush_failing_since_ns / NSEC_PER_SEC);
+		struct tm tm;
+		char when[32] = "";
+
+		if (gmtime_r(&since, &tm))
+			strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		snprintf(msg, sizeof(msg),
+			 "the database cannot be written since %s (%s): samples since then are "
+			 "held in memory and not in these results; profd retries every second",
+			 when, p->flush_error);
+		json_object_set_new(resp, "warning", json_string(msg));
+	}
+	return resp;
+}
+
 /* profd needs CAP_BPF + CAP_PERFMON (Linux >= 5.8), or CAP_SYS_ADMIN before them. */
 static int check_capabilities(void)
 {
@@ -735,7 +872,10 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 		return 0;
 	if (level != LIBBPF_WARN && log_get_level() < LOG_LEVEL_INFO)
 		return 0;
-	fputs("profd: libbpf: ", stderr);
+	fprintf(stderr, "%sprofd: libbpf: ",
+		log_priority_prefix(level == LIBBPF_WARN    ? LOG_LEVEL_WARNING
+				    : level == LIBBPF_INFO ? LOG_LEVEL_INFO
+							   : LOG_LEVEL_DEBUG));
 	return vfprintf(stderr, fmt, ap);
 }
 
@@ -745,56 +885,121 @@ static void help(void)
 	       "\n"
 	       "Sampling profiler daemon: profiles processes on request from profctl(1),\n"
 	       "and stores call stacks and counters in an SQLite database.\n"
+	       "Settings come from the configuration file, then from these options.\n"
 	       "\n"
 	       "Options:\n"
-	       "  --db PATH          database file (default %s)\n"
-	       "  --socket PATH      Unix socket to listen on (default %s)\n"
-	       "  --foreground       stay in the foreground (profd never forks; accepted for\n"
-	       "                     compatibility with init scripts)\n"
-	       "  --log-level LEVEL  error, warning, info (default) or debug\n"
-	       "  -h, --help         show this help\n"
-	       "  --version          show the version\n"
+	       "  --config PATH          configuration file (default %s; a missing\n"
+	       "                         default file is not an error)\n"
+	       "  --check-config         check the configuration file and options, print\n"
+	       "                         the effective settings, and exit (0 if valid)\n"
+	       "  --db PATH              database file (default %s)\n"
+	       "  --socket PATH          Unix socket to listen on (default %s)\n"
+	       "  --log-level LEVEL      error, warning, info (default) or debug\n"
+	       "  --default-freq HZ      samples per second when attach gives none (default %d)\n"
+	       "  --retention-days DAYS  delete ended sessions older than DAYS (0: keep; default)\n"
+	       "  --max-db-bytes SIZE    delete the oldest ended sessions while the database is\n"
+	       "                         larger than SIZE (K, M, G suffixes; 0: no limit)\n"
+	       "  --max-sessions N       sessions running at once (default %d, at most %d)\n"
+	       "  --max-threads N        threads sampled per session (default %d)\n"
+	       "  --max-stacks N         distinct call stacks per session (default %d); samples\n"
+	       "                         past it are counted as limit_dropped_samples\n"
+	       "  --ring-buffer-bytes SIZE  BPF ring buffer for samples (default 32M, a power of\n"
+	       "                         2; off-CPU intervals get half): kernel memory, mapped\n"
+	       "                         twice into profd, so counted twice in its RSS\n"
+	       "  --foreground           stay in the foreground (profd never forks; accepted for\n"
+	       "                         compatibility with init scripts)\n"
+	       "  -h, --help             show this help\n"
+	       "  --version              show the version\n"
 	       "\n"
-	       "profd must run as root (it needs CAP_BPF and CAP_PERFMON).\n"
-	       "Example:\n"
+	       "profd must run as root (it needs CAP_BPF and CAP_PERFMON). Under systemd it\n"
+	       "notifies readiness (Type=notify), pets the watchdog, takes its socket from\n"
+	       "profd.socket if activated so, and logs with journald priorities.\n"
+	       "Examples:\n"
 	       "  profd --db /tmp/p.db --socket /tmp/p.sock &\n"
-	       "  PROFD_SOCKET=/tmp/p.sock profctl attach $(pidof myjob) --duration 10 --wait\n",
-	       PROFD_DEFAULT_DB, PROFD_DEFAULT_SOCKET);
+	       "  PROFD_SOCKET=/tmp/p.sock profctl attach $(pidof myjob) --duration 10 --wait\n"
+	       "  profd --config /etc/profd/profd.conf --retention-days 30 --check-config\n",
+	       PROFD_DEFAULT_CONFIG, PROFD_DEFAULT_DB, PROFD_DEFAULT_SOCKET, PROFD_DEFAULT_FREQ_HZ,
+	       PROFD_DEFAULT_MAX_SESSIONS, PROFILE_MAX_SLOTS, PROFD_DEFAULT_MAX_THREADS,
+	       PROFD_DEFAULT_MAX_STACKS);
 }
 
+enum {
+	OPT_DB = 256,
+	OPT_SOCKET,
+	OPT_FOREGROUND,
+	OPT_LOG_LEVEL,
+	OPT_VERSION,
+	OPT_CONFIG,
+	OPT_CHECK_CONFIG,
+	OPT_DEFAULT_FREQ,
+	OPT_RETENTION_DAYS,
+	OPT_MAX_DB_BYTES,
+	OPT_MAX_SESSIONS,
+	OPT_MAX_THREADS,
+	OPT_MAX_STACKS,
+	OPT_RING_BUFFER_BYTES,
+};
+
+static const struct option longopts[] = {
+	{ "db", required_argument, NULL, OPT_DB },
+	{ "socket", required_argument, NULL, OPT_SOCKET },
+	{ "foreground", no_argument, NULL, OPT_FOREGROUND },
+	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+	{ "config", required_argument, NULL, OPT_CONFIG },
+	{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
+	{ "default-freq", required_argument, NULL, OPT_DEFAULT_FREQ },
+	{ "retention-days", required_argument, NULL, OPT_RETENTION_DAYS },
+	{ "max-db-bytes", required_argument, NULL, OPT_MAX_DB_BYTES },
+	{ "max-sessions", required_argument, NULL, OPT_MAX_SESSIONS },
+	{ "max-threads", required_argument, NULL, OPT_MAX_THREADS },
+	{ "max-stacks", required_argument, NULL, OPT_MAX_STACKS },
+	{ "ring-buffer-bytes", required_argument, NULL, OPT_RING_BUFFER_BYTES },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, OPT_VERSION },
+	{},
+};
+
+/* The configuration key each option overrides. */
+static const char *option_key(int c)
+{
+	switch (c) {
+	case OPT_DB: return "db";
+	case OPT_SOCKET: return "socket";
+	case OPT_LOG_LEVEL: return "log_level";
+	case OPT_DEFAULT_FREQ: return "default_freq_hz";
+	case OPT_RETENTION_DAYS: return "retention_days";
+	case OPT_MAX_DB_BYTES: return "max_db_bytes";
+	case OPT_MAX_SESSIONS: return "max_sessions";
+	case OPT_MAX_THREADS: return "max_threads_per_session";
+	case OPT_MAX_STACKS: return "max_stacks_per_session";
+	case OPT_RING_BUFFER_BYTES: return "ring_buffer_bytes";
+	}
+	return NULL;
+}
+
+/*
+ * Two passes: the first finds --config (and --help, --version), the file is
+ * read, then the second applies the other options over it.
+ * Returns 1 to run, 0 to exit with success, -EINVAL (logged).
+ */
 static int parse_args(int argc, char **argv)
 {
-	enum { OPT_DB = 256, OPT_SOCKET, OPT_FOREGROUND, OPT_LOG_LEVEL, OPT_VERSION };
-	static const struct option longopts[] = {
-		{ "db", required_argument, NULL, OPT_DB },
-		{ "socket", required_argument, NULL, OPT_SOCKET },
-		{ "foreground", no_argument, NULL, OPT_FOREGROUND },
-		{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, OPT_VERSION },
-		{},
-	};
+	const char *config_path = NULL;
+	bool check_config = false;
+	char err[512];
 	int c, r;
 
+	r = config__init(&cfg);
+	if (r < 0)
+		return log_error_errno(r, "Out of memory");
+	opterr = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) >= 0) {
 		switch (c) {
-		case OPT_DB:
-			opts.db_path = optarg;
+		case OPT_CONFIG:
+			config_path = optarg;
 			break;
-		case OPT_SOCKET:
-			opts.socket_path = optarg;
-			break;
-		case OPT_FOREGROUND:
-			opts.foreground = true;
-			break;
-		case OPT_LOG_LEVEL:
-			r = log_parse_level(optarg);
-			if (r < 0) {
-				log_error("invalid --log-level '%s' (error, warning, info, debug)",
-					  optarg);
-				return -EINVAL;
-			}
-			log_set_level(r);
+		case OPT_CHECK_CONFIG:
+			check_config = true;
 			break;
 		case 'h':
 			help();
@@ -802,13 +1007,45 @@ static int parse_args(int argc, char **argv)
 		case OPT_VERSION:
 			printf("profd %s\n", PROFD_VERSION);
 			return 0;
-		default:
+		case '?':
 			return -EINVAL;
 		}
 	}
 	if (optind < argc) {
 		log_error("unexpected argument '%s' (see profd --help)", argv[optind]);
 		return -EINVAL;
+	}
+	r = config__load(&cfg, config_path ? config_path : PROFD_DEFAULT_CONFIG, !config_path, err,
+			 sizeof(err));
+	if (r < 0) {
+		log_error("invalid configuration: %s", err);
+		return -EINVAL;
+	}
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) >= 0) {
+		const char *key = option_key(c);
+
+		if (!key)
+			continue;
+		r = config__set(&cfg, key, optarg, err, sizeof(err));
+		if (r == -ENOMEM)
+			return log_error_errno(r, "Out of memory");
+		if (r < 0) {
+			/* The message names the key; say which option it came from. */
+			const char *name = "";
+
+			for (const struct option *o = longopts; o->name; o++)
+				if (o->val == c)
+					name = o->name;
+			log_error("invalid --%s: %s", name, err);
+			return -EINVAL;
+		}
+	}
+	log_set_level(cfg.log_level);
+	if (check_config) {
+		config__print(&cfg, stdout);
+		return 0;
 	}
 	return 1;
 }
@@ -858,22 +1095,37 @@ static int run(void)
 		}
 	}
 
-	r = store__open(opts.db_path, &p.env.store);
+	r = store__open(cfg.db_path, &p.env.store);
 	if (r < 0) {
 		if (r == -EPROTO)
 			log_error("Database '%s' has schema version %d, newer than this profd (%d)",
-				  opts.db_path, store__schema_version(p.env.store),
+				  cfg.db_path, store__schema_version(p.env.store),
 				  store__latest_version());
 		else if (r == -EIO)
-			log_error("Failed to open database '%s': %s", opts.db_path,
+			log_error("Failed to open database '%s': %s", cfg.db_path,
 				  store__errmsg(p.env.store));
 		else
-			log_error_errno(r, "Failed to open database '%s': %m", opts.db_path);
+			log_error_errno(r, "Failed to open database '%s': %m", cfg.db_path);
 		goto out;
 	}
 	r = store__mark_interrupted(p.env.store);
 	if (r > 0)
 		log_warning("%d session(s) left running by a previous profd marked 'interrupted'", r);
+	if (cfg.retention_ns || cfg.max_db_bytes) {
+		/* Deleted sessions should give their space back to the file system.
+		 * Converting an older database rewrites it: tell systemd to wait. */
+		notify__send("STATUS=checking the database for incremental vacuum (a one-time "
+			     "VACUUM may take a while)\nEXTEND_TIMEOUT_USEC=%llu",
+			     3600ULL * 1000000);
+		r = store__enable_incremental_vacuum(p.env.store);
+		if (r < 0)
+			log_warning("Cannot switch the database to incremental vacuum (%s): deleted "
+				    "sessions leave free pages in the file, reused by new data",
+				    store__errmsg(p.env.store));
+		else if (r > 0)
+			log_info("Database rewritten once (VACUUM) for incremental vacuum");
+		run_retention(&p);
+	}
 
 	p.env.sym = symbolizer__new();
 	if (!p.env.sym) {
@@ -881,7 +1133,7 @@ static int run(void)
 		goto out;
 	}
 	libbpf_set_print(libbpf_print);
-	r = sampler__new(RINGBUF_BYTES, on_sample, &p, &p.env.sampler);
+	r = sampler__new(cfg.ring_buffer_bytes, on_sample, &p, &p.env.sampler);
 	if (r < 0) {
 		log_error_errno(r, "Failed to load the BPF sampling program: %m");
 		goto out;
@@ -898,7 +1150,7 @@ static int run(void)
 		goto out;
 	}
 	/* Sharing the sampler's targets: children it follows are traced off the CPU too. */
-	r = offcpu__new_shared(OFFCPU_RINGBUF_BYTES, OFFCPU_MIN_BLOCK_NS,
+	r = offcpu__new_shared(cfg.ring_buffer_bytes / 2, OFFCPU_MIN_BLOCK_NS,
 			       sampler__targets_fd(p.env.sampler), on_offcpu, &p, &p.offcpu);
 	if (r < 0) {
 		/* Off-CPU time is one report among others: run without it, and say so. */
@@ -937,18 +1189,38 @@ static int run(void)
 		goto out;
 	}
 
-	r = server__new(opts.socket_path, p.epfd, handle_request, &p, &p.server);
+	r = notify__listen_fd();
+	if (r >= 0) {
+		/* Socket activation (profd.socket): systemd made the socket and its mode. */
+		int fd = r;
+
+		r = server__new_from_fd(fd, p.epfd, handle_request, &p, &p.server);
+		if (r < 0) {
+			log_error_errno(r, "Failed to serve on the socket systemd passed: %m");
+			goto out;
+		}
+		log_info("serving on the socket passed by systemd (--socket is ignored)");
+	} else if (r != -ENOENT) {
+		log_error_errno(r, "systemd passed sockets profd cannot use (one listening Unix "
+				   "stream socket expected): %m");
+		goto out;
+	} else {
+		r = server__new(cfg.socket_path, p.epfd, handle_request, &p, &p.server);
+	}
 	if (r == -EADDRINUSE) {
-		log_error("Another profd is already listening on %s", opts.socket_path);
+		log_error("Another profd is already listening on %s", cfg.socket_path);
 		goto out;
 	}
 	if (r < 0) {
-		log_error_errno(r, "Failed to listen on %s: %m", opts.socket_path);
+		log_error_errno(r, "Failed to listen on %s: %m", cfg.socket_path);
 		goto out;
 	}
 	p.last_flush_ns = now_ns(CLOCK_MONOTONIC);
-	log_info("profd %s: listening on %s, database %s", PROFD_VERSION, opts.socket_path,
-		 opts.db_path);
+	log_info("profd %s: listening on %s, database %s", PROFD_VERSION, cfg.socket_path,
+		 cfg.db_path);
+	p.watchdog_ns = notify__watchdog_ns();
+	p.last_watchdog_ns = now_ns(CLOCK_MONOTONIC);
+	notify__send("READY=1\nSTATUS=0 session(s) running");
 
 	while (!p.quit) {
 		struct epoll_event evs[16];
@@ -966,6 +1238,7 @@ static int run(void)
 			w->fn(w, evs[i].events);
 		}
 	}
+	notify__send("STOPPING=1\nSTATUS=stopping: ending the running sessions");
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		if (p.slots[i])
 			end_session(&p, i, "daemon_stopped");
@@ -995,8 +1268,11 @@ int main(int argc, char **argv)
 
 	log_set_program("profd");
 	r = parse_args(argc, argv);
-	if (r <= 0)
+	if (r <= 0) {
+		config__done(&cfg);
 		return r < 0 ? 2 : 0;
+	}
 	r = run();
+	config__done(&cfg);
 	return r < 0 ? 1 : 0;
 }

@@ -223,7 +223,8 @@ static json_t *json_pct(int64_t part, int64_t whole)
 	" s.lost_samples, s.truncated_stacks, s.missing_user_stacks, s.unsymbolized_frames,"       \
 	" (SELECT count(*) FROM threads t WHERE t.session_id = s.id),"                             \
 	" s.stack_bytes, s.unwind_dropped, s.frames, s.follow_children,"                           \
-	" s.sampled_event, s.sampled_event_status"                                                 \
+	" s.sampled_event, s.sampled_event_status, s.label, s.pid_start_ticks,"                    \
+	" s.limit_dropped_samples"                                                                 \
 	" FROM sessions s"
 
 enum {
@@ -253,6 +254,9 @@ enum {
 	SC_FOLLOW_CHILDREN,
 	SC_SAMPLED_EVENT,
 	SC_SAMPLED_EVENT_STATUS,
+	SC_LABEL,
+	SC_PID_START_TICKS,
+	SC_LIMIT_DROPPED_SAMPLES,
 };
 
 /* The SESSION object of docs/protocol.md from a row of SESSION_SELECT; @now: CLOCK_REALTIME ns. */
@@ -307,6 +311,10 @@ static int session_from_row(sqlite3_stmt *st, int64_t now, json_t **ret)
 	fail |= json_object_set_new(o, "sampled_event", json_col_text(st, SC_SAMPLED_EVENT));
 	fail |= json_object_set_new(o, "sampled_event_status",
 				    json_col_text(st, SC_SAMPLED_EVENT_STATUS));
+	fail |= json_object_set_new(o, "label", json_col_text(st, SC_LABEL));
+	fail |= json_object_set_new(o, "pid_start_ticks", json_col_int(st, SC_PID_START_TICKS));
+	fail |= json_object_set_new(o, "limit_dropped_samples",
+				    json_col_int(st, SC_LIMIT_DROPPED_SAMPLES));
 	fail |= json_object_set_new(o, "unsymbolized_pct",
 				    json_pct(sqlite3_column_int64(st, SC_UNSYMBOLIZED_FRAMES),
 					     sqlite3_column_int64(st, SC_FRAMES)));
@@ -524,6 +532,10 @@ static int report_head(sqlite3 *db, int64_t session_id, const char *table,
 	fail |= json_object_set_new(o, "truncated_stacks", json_col_int(st, 2));
 	fail |= json_object_set_new(o, "missing_user_stacks", json_col_int(st, 3));
 	fail |= json_object_set_new(o, "unsymbolized_frames", json_col_int(st, 4));
+	fail |= json_object_set_new(o, "label", json_col_text(st, SC_LABEL));
+	fail |= json_object_set_new(o, "pid_start_ticks", json_col_int(st, SC_PID_START_TICKS));
+	fail |= json_object_set_new(o, "limit_dropped_samples",
+				    json_col_int(st, SC_LIMIT_DROPPED_SAMPLES));
 	fail |= json_object_set_new(o, "unsymbolized_pct",
 				    json_pct(sqlite3_column_int64(st, 4), sqlite3_column_int64(st, 7)));
 	fail |= json_object_set_new(o, "unwind", json_col_text(st, 8));

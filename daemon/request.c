@@ -181,7 +181,7 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 		   size_t errlen)
 {
 	_cleanup_(json_decrefp) json_t *root = NULL;
-	struct request req = { .freq_hz = PROFD_DEFAULT_FREQ_HZ,
+	struct request req = { .freq_hz = 0,
 			       .events = EVENT_DEFAULT,
 			       .unwind = UNWIND_MODE_AUTO,
 			       .stack_bytes = PROFD_DEFAULT_STACK_BYTES,
@@ -296,6 +296,26 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 				return r;
 		}
 		format_events(&req);
+		r = get_int(root, "pid_start_ticks", 0, INT64_MAX, &n, errbuf, errlen);
+		if (r == 0)
+			req.pid_start_ticks = (uint64_t)n;
+		else if (r != -ENOENT)
+			return r;
+		v = json_object_get(root, "label");
+		if (v && !json_is_null(v)) {
+			const char *label = json_string_value(v);
+
+			if (!label || json_string_length(v) >= sizeof(req.label) ||
+			    strlen(label) != json_string_length(v))
+				return fail(errbuf, errlen, -EINVAL,
+					    "\"label\" must be a string of at most %zu bytes",
+					    sizeof(req.label) - 1);
+			for (const char *c = label; *c; c++)
+				if ((unsigned char)*c < 0x20 || *c == 0x7f)
+					return fail(errbuf, errlen, -EINVAL,
+						    "\"label\" must not hold control characters");
+			memcpy(req.label, label, json_string_length(v) + 1);
+		}
 		break;
 	case CMD_TOP:
 	case CMD_HOTPATHS:

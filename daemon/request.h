@@ -48,7 +48,7 @@ struct request {
 	int64_t pid;          /* attach: >= 1 */
 	int64_t session;      /* detach, session, top, hotpaths, threads: >= 1 */
 	uint64_t duration_ns; /* attach: 0 = until detach or exit */
-	unsigned freq_hz;     /* attach: 1..PROFD_MAX_FREQ_HZ */
+	unsigned freq_hz;     /* attach: 1..PROFD_MAX_FREQ_HZ; 0 if not given (profd's default) */
 	unsigned events;      /* attach: EVENT_* bits, EVENT_CPU at least */
 	char events_str[64];  /* attach: the events as a comma-separated list */
 	int limit;            /* top, hotpaths, offcpu, memory: 1..10000 */
@@ -68,6 +68,9 @@ struct request {
 	char sql[REQUEST_MAX_SQL_BYTES]; /* sql: the statement */
 	int64_t max_rows;     /* sql: 1..1000000, default 10000 */
 	bool per_window;      /* profile: samples per 1-second window (default), or summed */
+	uint64_t pid_start_ticks; /* attach: if not 0, the target's /proc/PID/stat starttime
+				   * the requester saw; another value means the PID was reused */
+	char label[257];      /* attach: free text stored with the session, "" if none */
 };
 
 /*

@@ -204,12 +204,13 @@ static int mkdir_parents(const char *path)
 	return 0;
 }
 
+static int server_adopt(int fd, const char *path, int epfd, server_handler_fn fn, void *ctx,
+			struct server **ret);
+
 int server__new(const char *path, int epfd, server_handler_fn fn, void *ctx, struct server **ret)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	struct epoll_event ev = { .events = EPOLLIN };
 	_cleanup_close_ int fd = -1;
-	struct server *srv;
 	int r;
 
 	if (strlen(path) >= sizeof(addr.sun_path))
@@ -238,24 +239,55 @@ int server__new(const char *path, int epfd, server_handler_fn fn, void *ctx, str
 	}
 	if (chmod(path, 0666) < 0 || listen(fd, 64) < 0)
 		return -errno;
+	r = server_adopt(fd, path, epfd, fn, ctx, ret);
+	if (r == 0)
+		fd = -1; /* the server owns it now */
+	return r;
+}
+
+/* Serve on the listening socket @fd (closed by server__free() on success); @path: unlink it then, or NULL. */
+static int server_adopt(int fd, const char *path, int epfd, server_handler_fn fn, void *ctx,
+			struct server **ret)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct server *srv;
+	int r;
 
 	srv = calloc(1, sizeof(*srv));
 	if (!srv)
 		return -ENOMEM;
-	srv->path = strdup(path);
+	srv->fd = -1;
+	if (path) {
+		srv->path = strdup(path);
+		if (!srv->path) {
+			free(srv);
+			return -ENOMEM;
+		}
+	}
 	srv->watch.fn = server_on_event;
 	srv->epfd = epfd;
 	srv->fn = fn;
 	srv->ctx = ctx;
-	srv->fd = TAKE_FD(fd);
 	ev.data.ptr = &srv->watch;
-	if (!srv->path || epoll_ctl(epfd, EPOLL_CTL_ADD, srv->fd, &ev) < 0) {
-		r = srv->path ? -errno : -ENOMEM;
+	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		r = -errno;
 		server__free(srv);
 		return r;
 	}
+	srv->fd = fd;
 	*ret = srv;
 	return 0;
+}
+
+int server__new_from_fd(int fd, int epfd, server_handler_fn fn, void *ctx, struct server **ret)
+{
+	int flags = fcntl(fd, F_GETFL);
+
+	/* Accepting must not block the loop; systemd hands the socket over blocking. */
+	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+	    fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+		return -errno;
+	return server_adopt(fd, NULL, epfd, fn, ctx, ret);
 }
 
 void server__free(struct server *srv)

@@ -31,7 +31,14 @@ struct server;
  */
 int server__new(const char *path, int epfd, server_handler_fn fn, void *ctx,
 		struct server **ret);
-/* server__free() - close every client and the socket, unlink @path. */
+/*
+ * server__new_from_fd() - serve on @fd, a listening Unix stream socket made
+ * by someone else (systemd socket activation: profd.socket). The socket's
+ * file, mode and owner are theirs: server__free() closes @fd but does not
+ * unlink anything. Takes @fd only on success. Returns 0 or -errno.
+ */
+int server__new_from_fd(int fd, int epfd, server_handler_fn fn, void *ctx, struct server **ret);
+/* server__free() - close every client and the socket, unlink the path server__new() made. */
 void server__free(struct server *srv);
 
 /* json_error_response() - {"v":1,"ok":false,"error":{code,errno,message}} for -@err. */

@@ -11,6 +11,7 @@
 
 #include "protocol.h"
 #include "request.h"
+#include "authz.h"
 #include "session.h"
 #include "session_internal.h"
 #include "util.h"
@@ -58,41 +59,6 @@ struct mapping_key {
 	pid_t pid;
 };
 
-int proc_start_ticks(pid_t pid, uint64_t *ret_ticks)
-{
-	char path[64], buf[1024], *p;
-	_cleanup_close_ int fd = -1;
-	unsigned long long ticks;
-	ssize_t n;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT ? -ESRCH : -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
-	if (n <= 0)
-		return -ESRCH;
-	buf[n] = '\0';
-	/* comm may hold spaces and parentheses: fields restart after the last ')'. */
-	p = strrchr(buf, ')');
-	if (!p)
-		return -EIO;
-	/* After ") " come field 3 (state) .. field 22 (starttime): skip 19 fields. */
-	p += 2;
-	if (*p == 'Z' || *p == 'X')
-		return -ESRCH;
-	for (int field = 3; field < 22; field++) {
-		p = strchr(p, ' ');
-		if (!p)
-			return -EIO;
-		p++;
-	}
-	if (sscanf(p, "%llu", &ticks) != 1)
-		return -EIO;
-	*ret_ticks = ticks;
-	return 0;
-}
-
 static int read_small_file(const char *path, char *buf, size_t size)
 {
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -107,27 +73,22 @@ static int read_small_file(const char *path, char *buf, size_t size)
 	return (int)n;
 }
 
-/*
- * May @uid trace @pid? Root may trace anything. Any other uid only a process
- * whose real, effective, saved and filesystem uids are all @uid (the uid part
- * of the ptrace access rules, ptrace(2) "Ptrace access mode checking").
- */
-static int check_permission(pid_t pid, uid_t uid)
+/* Threads of @pid now (entries of /proc/PID/task), or -errno. */
+static long count_threads(pid_t pid)
 {
-	char path[64], buf[4096], *line;
-	unsigned r, e, s, f;
+	char path[64];
+	struct dirent *de;
+	long n = 0;
+	DIR *d;
 
-	if (uid == 0)
-		return 0;
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	if (read_small_file(path, buf, sizeof(buf)) < 0)
-		return -ESRCH;
-	line = strstr(buf, "\nUid:");
-	if (!line || sscanf(line, "\nUid: %u %u %u %u", &r, &e, &s, &f) != 4)
-		return -EPERM;
-	if (r != uid || e != uid || s != uid || f != uid)
-		return -EPERM;
-	return 0;
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	d = opendir(path);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
 }
 
 static bool mapping_key_eq(const void *entry, const void *key)
@@ -259,6 +220,8 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->unwind = p->unwind;
 	s->follow_children = p->follow_children;
 	s->events = p->event_bits;
+	s->max_threads = p->max_threads ? p->max_threads : UINT_MAX;
+	s->max_stacks = p->max_stacks ? p->max_stacks : UINT_MAX;
 	s->pidfd = -1;
 	s->memory_interval_ns = (s->events & EVENT_RSS) ? p->memory_interval_ns : 0;
 	s->malloc_sample_bytes = (s->events & EVENT_MALLOC) ? p->malloc_sample_bytes : 0;
@@ -271,7 +234,18 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	r = proc_start_ticks(p->pid, &ticks);
 	if (r < 0)
 		goto fail;
-	r = check_permission(p->pid, p->uid);
+	/* The requester found the process by name or cgroup a moment ago; if
+	 * the PID now names a newer process, that one was not asked for. */
+	if (p->pid_start_ticks && p->pid_start_ticks != ticks) {
+		r = -ESTALE;
+		goto fail;
+	}
+	if (p->max_threads && count_threads(p->pid) > (long)p->max_threads) {
+		r = -E2BIG;
+		goto fail;
+	}
+	/* After pidfd_open(): the process checked is the one pinned. */
+	r = p->admin ? 0 : authz__may_trace(p->pid, p->uid, p->gid);
 	if (r < 0)
 		goto fail;
 	snprintf(path, sizeof(path), "/proc/%d/comm", p->pid);
@@ -318,6 +292,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	struct store_session row = {
 		.pid = p->pid,
 		.pid_start_ticks = ticks,
+		.label = p->label,
 		.comm = s->comm,
 		.exe = n > 0 ? exe : NULL,
 		.uid = p->uid,
@@ -437,11 +412,13 @@ static void thread_seen(struct session *s, int pid, int tid, const char *comm, u
 /*
  * session__stack_intern() - the session's one copy of a stack of process
  * @pid (@klen kernel then @ulen user frames, leaf first each, at most
- * PROFILE_MAX_FRAMES each), owned by the session; NULL only on out-of-memory
- * or a length out of range.
+ * PROFILE_MAX_FRAMES each), owned by the session; NULL on out-of-memory or
+ * a length out of range, or with *@ret_limited set (if not NULL) when the
+ * session has max_stacks already.
  */
 struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint64_t *ips,
-				      unsigned klen, unsigned ulen, uint32_t flags)
+					unsigned klen, unsigned ulen, uint32_t flags,
+					bool *ret_limited)
 {
 	size_t n = (size_t)klen + ulen;
 	struct raw_stack *key, *st;
@@ -468,6 +445,11 @@ struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint
 	st = hashmap__find(&s->stacks, h, raw_stack_eq, key);
 	if (st)
 		return st;
+	if (s->stacks.len >= s->max_stacks) {
+		if (ret_limited)
+			*ret_limited = true;
+		return NULL;
+	}
 	st = malloc(sizeof(*st) + n * sizeof(uint64_t));
 	if (!st)
 		return NULL;
@@ -480,10 +462,30 @@ struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint
 	return st;
 }
 
-static struct raw_stack *stack_get(struct session *s, const struct sample_event *e)
+static struct raw_stack *stack_get(struct session *s, const struct sample_event *e,
+				   bool *ret_limited)
 {
 	return session__stack_intern(s, (pid_t)e->pid, (const uint64_t *)e->ips, e->kstack_len, e->ustack_len,
-			    e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED));
+			    e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED),
+			    ret_limited);
+}
+
+static bool tid_eq(const void *entry, const void *key)
+{
+	return entry == key;
+}
+
+/* Is @tid one of the session's max_threads? The first max_threads seen are. */
+static bool tid_admitted(struct session *s, int tid)
+{
+	void *key = (void *)(uintptr_t)((unsigned)tid + 1);
+	uint64_t h = hash64(HASH64_INIT, &tid, sizeof(tid));
+
+	if (hashmap__find(&s->tids, h, tid_eq, key))
+		return true;
+	if (s->tids.len >= s->max_threads)
+		return false;
+	return hashmap__insert(&s->tids, h, key) == 0;
 }
 
 /* Off-CPU intervals since the last flush, per window, thread, stack and state. */
@@ -513,7 +515,7 @@ void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *com
 			  *acc;
 	uint64_t h;
 
-	key.stack = session__stack_intern(s, pid, ips, klen, ulen, 0);
+	key.stack = session__stack_intern(s, pid, ips, klen, ulen, 0, NULL);
 	if (!key.stack) {
 		s->offcpu_lost++;
 		return;
@@ -701,6 +703,7 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 	struct pending_sample key, *ps;
 	struct window_acc *w;
 	int tid = (int)e->tid;
+	bool limited = false;
 	uint64_t h;
 
 	key.window = t / PROFD_WINDOW_NS;
@@ -709,7 +712,15 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 	w = window_get(s, key.window);
 	if (!w)
 		return;
-	key.stack = stack_get(s, e);
+	if (!tid_admitted(s, tid)) {
+		s->limit_dropped++;
+		return;
+	}
+	key.stack = stack_get(s, e, &limited);
+	if (!key.stack && limited) {
+		s->limit_dropped++;
+		return;
+	}
 	if (!key.stack) {
 		w->counts.lost_samples++; /* out of memory: lost, and counted */
 		return;
@@ -720,6 +731,11 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 	h = hash64(h, &key.stack, sizeof(key.stack));
 	h = hash64(h, &key.event, sizeof(key.event));
 	ps = hashmap__find(&s->pending, h, pending_eq, &key);
+	if (!ps && s->pending.len >= s->max_stacks) {
+		/* Rows waiting for a flush that keeps failing (a full disk): bounded too. */
+		s->limit_dropped++;
+		return;
+	}
 	if (!ps) {
 		ps = malloc(sizeof(*ps));
 		if (!ps || hashmap__insert(&s->pending, h, ps) < 0) {
@@ -1031,7 +1047,9 @@ int session__flush(struct session *s, const struct session_env *env)
 	total.unsymbolized_frames = s->unsymbolized_pending;
 	total.unwind_dropped = s->unwind_dropped;
 	total.frames = s->frames_pending;
+	total.limit_dropped = s->limit_dropped;
 	s->unwind_dropped_flushing = s->unwind_dropped;
+	s->limit_dropped_flushing = s->limit_dropped;
 	r = store__session_add_counts(env->store, s->id, &total);
 	if (r < 0)
 		return r;
@@ -1075,6 +1093,7 @@ void session__flush_done(struct session *s)
 	s->unsymbolized_pending = 0;
 	s->frames_pending = 0;
 	s->unwind_dropped -= s->unwind_dropped_flushing;
+	s->limit_dropped -= s->limit_dropped_flushing;
 	hashmap__for_each(&s->pending, i, ps) free(ps);
 	hashmap__clear(&s->pending);
 	hashmap__for_each(&s->threads, i, th) free(th);
@@ -1084,15 +1103,22 @@ void session__flush_done(struct session *s)
 	session__flush_memory_done(s);
 }
 
-void session__flush_failed(struct session *s)
+void session__forget_row_ids(struct session *s)
 {
 	struct raw_stack *st;
 	void *v;
 
-	/* Rows written in the rolled-back transaction do not exist: forget their ids. */
 	hashmap__for_each(&s->stacks, i, st) st->stack_id = 0;
 	hashmap__for_each(&s->frames, i, v) free(v);
 	hashmap__clear(&s->frames);
+}
+
+void session__flush_failed(struct session *s)
+{
+	void *v;
+
+	/* Rows written in the rolled-back transaction do not exist: forget their ids. */
+	session__forget_row_ids(s);
 	hashmap__for_each(&s->mappings_stored, i, v) free(v);
 	hashmap__clear(&s->mappings_stored);
 	s->unsymbolized_pending = 0;
@@ -1137,6 +1163,7 @@ void session__free(struct session *s)
 	free_all(&s->offcpu);
 	free_all(&s->counter_rows);
 	session__free_memory(s);
+	hashmap__free(&s->tids); /* values are not pointers */
 	{
 		struct counters_entry *ce;
 

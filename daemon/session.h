@@ -13,6 +13,7 @@
 #include "counters.h"
 #include "hashmap.h"
 #include "perfmap.h"
+#include "procfs.h"
 #include "unwind_worker.h"
 #include "bpf/heap.h"
 #include "sampler.h"
@@ -31,6 +32,8 @@ struct session_env {
 struct session_params {
 	pid_t pid;
 	uid_t uid;            /* requester (SO_PEERCRED) */
+	gid_t gid;            /* its gid */
+	bool admin;           /* authz__is_admin(): may profile any process */
 	unsigned freq_hz;     /* 1..PROFD_MAX_FREQ_HZ */
 	uint64_t duration_ns; /* 0: until detach or exit */
 	const char *events;   /* comma-separated, validated by the caller */
@@ -42,6 +45,10 @@ struct session_params {
 	uint64_t memory_interval_ns;  /* RSS series period (events rss) */
 	uint64_t malloc_sample_bytes; /* mean bytes between allocation samples (events malloc) */
 	uint64_t malloc_max_hits_per_s; /* probes detached above this rate; 0: never */
+	uint64_t pid_start_ticks;  /* if not 0: the starttime the requester saw (PID reuse check) */
+	const char *label;         /* stored with the session; NULL or "" for none */
+	unsigned max_threads;      /* threads sampled; more at attach: -E2BIG; later: dropped */
+	unsigned max_stacks;       /* distinct call stacks (and rows waiting for a flush) */
 };
 
 /* One process of a session: the target, or a child it forked (follow_children). */
@@ -106,6 +113,11 @@ struct session {
 	uint64_t malloc_max_hits_per_s; /* 0: no limit */
 	uint64_t malloc_hits_seen;      /* probe hits at the last rate check */
 	uint64_t malloc_hits_mono_ns;   /* ...and when it was */
+	/* Limits (bounded memory): samples past them are counted, not kept. */
+	unsigned max_threads, max_stacks;
+	struct hashmap tids;            /* tids sampled so far, as (void *)(tid + 1) */
+	uint64_t limit_dropped;         /* samples dropped at a limit, not yet flushed */
+	uint64_t limit_dropped_flushing;
 };
 
 /*
@@ -127,7 +139,9 @@ void session__on_malloc(struct session *s, const struct malloc_event *e, const u
  * session__new() - check and open @p->pid, insert the session row, start
  * sampling it in @slot.
  * Returns 0 and *@ret, -ESRCH if the process does not exist (or is a zombie),
- * -EPERM if @p->uid may not trace it, -EBUSY if it is already a target,
+ * -E2BIG if the process has more than @p->max_threads threads,
+ * -ESTALE if @p->pid_start_ticks is given and differs (the PID was reused),
+ * -EPERM if @p->uid may not trace it (authz__may_trace(), unless @p->admin), -EBUSY if it is already a target,
  * -EOPNOTSUPP if no sampling event can be opened, -EIO on a store error,
  * -ENOMEM. Does not log.
  */
@@ -185,6 +199,13 @@ void session__flush_done(struct session *s);
 void session__flush_failed(struct session *s);
 
 /*
+ * session__forget_row_ids() - forget the stack and frame row ids the session
+ * cached: retention may have deleted rows of other sessions that it shared.
+ * They are looked up (or inserted) again at the next flush.
+ */
+void session__forget_row_ids(struct session *s);
+
+/*
  * session__stop() - stop sampling (events closed; samples already in the ring
  * buffer are still delivered on the next sampler__poll()). Idempotent.
  */
@@ -195,5 +216,3 @@ bool session__expired(const struct session *s, uint64_t mono_ns);
 
 void session__free(struct session *s); /* accepts NULL */
 
-/* proc_start_ticks() - /proc/@pid/stat starttime (field 22). -ESRCH if gone. */
-int proc_start_ticks(pid_t pid, uint64_t *ret_ticks);

@@ -23,7 +23,8 @@ struct raw_stack {
 
 /* Documented where they are defined, in session.c. */
 struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint64_t *ips,
-					unsigned klen, unsigned ulen, uint32_t flags);
+					unsigned klen, unsigned ulen, uint32_t flags,
+					bool *ret_limited);
 int session__resolve_stack(struct session *s, const struct session_env *env, struct raw_stack *st,
 			   bool *refreshed);
 

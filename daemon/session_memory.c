@@ -214,7 +214,8 @@ static void on_alloc(struct session *s, const struct malloc_event *e, const uint
 	b->weight_bytes = heap__weight(e->size, s->malloc_sample_bytes);
 	b->alloc_ns = e->time_ns;
 	b->stack = session__stack_intern(s, (pid_t)e->pid, ips, 0, n,
-					 e->flags & MALLOC_USER_TRUNCATED ? SAMPLE_USER_TRUNCATED : 0);
+					 e->flags & MALLOC_USER_TRUNCATED ? SAMPLE_USER_TRUNCATED : 0,
+					 NULL);
 	if (!b->stack) {
 		free(b);
 		s->alloc_orphans++;

@@ -1,6 +1,7 @@
 /* store.c - the SQLite database: open, migrate, and the daemon's writes. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -41,15 +42,17 @@ static const char *const stmt_sql[_STMT_MAX] = {
 	[STMT_SESSION_INSERT] =
 		"INSERT INTO sessions (pid, pid_start_ticks, comm, exe, uid, event, events, freq_hz, "
 		"unwind, duration_ns, started_at_ns, stack_bytes, follow_children, sampled_event, "
-		"sampled_event_status, state) "
-		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 'running')",
+		"sampled_event_status, label, state) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+		"'running')",
 	[STMT_SESSION_COUNTS] = "UPDATE sessions SET samples = samples + ?2, "
 				"lost_samples = lost_samples + ?3, "
 				"truncated_stacks = truncated_stacks + ?4, "
 				"missing_user_stacks = missing_user_stacks + ?5, "
 				"unsymbolized_frames = unsymbolized_frames + ?6, "
 				"unwind_dropped = unwind_dropped + ?7, "
-				"frames = frames + ?8 WHERE id = ?1",
+				"frames = frames + ?8, "
+				"limit_dropped_samples = limit_dropped_samples + ?9 WHERE id = ?1",
 	[STMT_SESSION_END] = "UPDATE sessions SET state = 'ended', end_reason = ?2, "
 			     "ended_at_ns = ?3 WHERE id = ?1",
 	[STMT_WINDOW_ADD] =
@@ -157,17 +160,23 @@ static int foreign_key_violations(struct store *st)
 	return rc == SQLITE_DONE ? n : -EIO;
 }
 
-int store__schema_version(struct store *st)
+/* The one integer a statement (a PRAGMA) returns; -EIO if none. */
+static int64_t query_int64(struct store *st, const char *sql)
 {
 	sqlite3_stmt *stmt;
-	int v = -EIO;
+	int64_t v = -EIO;
 
-	if (sqlite3_prepare_v2(st->db, "PRAGMA user_version", -1, &stmt, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(st->db, sql, -1, &stmt, NULL) != SQLITE_OK)
 		return -EIO;
 	if (sqlite3_step(stmt) == SQLITE_ROW)
-		v = sqlite3_column_int(stmt, 0);
+		v = sqlite3_column_int64(stmt, 0);
 	sqlite3_finalize(stmt);
 	return v;
+}
+
+int store__schema_version(struct store *st)
+{
+	return (int)query_int64(st, "PRAGMA user_version");
 }
 
 /*
@@ -223,6 +232,17 @@ int store__open(const char *path, struct store **ret_store)
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
+	/* Each user's sessions are private (authz.h): a database made readable
+	 * by others (copied, restored from a backup) is closed to them again. */
+	{
+		struct stat stbuf;
+
+		if (fstat(fd, &stbuf) == 0 && (stbuf.st_mode & 0077) && fchmod(fd, 0600) < 0) {
+			r = -errno;
+			close(fd);
+			return r;
+		}
+	}
 	close(fd);
 
 	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
@@ -233,6 +253,11 @@ int store__open(const char *path, struct store **ret_store)
 	/* WAL: readers do not block the writer; synchronous=NORMAL is durable
 	 * against application crashes, and may lose the last commit only on a
 	 * power loss (sqlite.org/pragma.html#pragma_synchronous). */
+	/* A new database gives deleted data back (retention). Effective only
+	 * before the file has a header (so before journal_mode): a no-op on an
+	 * existing database, which store__enable_incremental_vacuum() converts. */
+	if (exec(st, "PRAGMA auto_vacuum = INCREMENTAL") < 0)
+		return -EIO;
 	if (exec(st, "PRAGMA journal_mode = WAL") < 0 || exec(st, "PRAGMA synchronous = NORMAL") < 0 ||
 	    exec(st, "PRAGMA foreign_keys = ON") < 0)
 		return -EIO;
@@ -318,6 +343,201 @@ int store__mark_interrupted(struct store *st)
 	return sqlite3_changes(st->db);
 }
 
+int64_t store__size_bytes(struct store *st)
+{
+	int64_t pages = query_int64(st, "PRAGMA page_count");
+	int64_t size = query_int64(st, "PRAGMA page_size");
+
+	return pages < 0 || size < 0 ? -EIO : pages * size;
+}
+
+/* Bytes in use: the file size less its free pages. */
+static int64_t live_bytes(struct store *st)
+{
+	int64_t pages = query_int64(st, "PRAGMA page_count");
+	int64_t free_pages = query_int64(st, "PRAGMA freelist_count");
+	int64_t size = query_int64(st, "PRAGMA page_size");
+
+	if (pages < 0 || free_pages < 0 || size < 0)
+		return -EIO;
+	return (pages - free_pages) * size;
+}
+
+int store__enable_incremental_vacuum(struct store *st)
+{
+	/* 0 none, 1 full, 2 incremental (sqlite.org/pragma.html#pragma_auto_vacuum) */
+	int64_t mode = query_int64(st, "PRAGMA auto_vacuum");
+
+	if (mode < 0)
+		return -EIO;
+	if (mode == 2)
+		return 0;
+	/* On an existing database the mode changes only through a VACUUM. */
+	if (exec(st, "PRAGMA auto_vacuum = INCREMENTAL") < 0 || exec(st, "VACUUM") < 0)
+		return -EIO;
+	return 1;
+}
+
+/*
+ * "SELECT col FROM t1 UNION SELECT col FROM t2 ..." over every column that
+ * is a foreign key to @table, from tables other than @except (NULL: none):
+ * found in the schema, so that tables later migrations add are seen too.
+ * NULL if none or out of memory (*@ret_err -ENOMEM or -EIO).
+ */
+static char *references_sql(struct store *st, const char *table, const char *except, int *ret_err)
+{
+	sqlite3_stmt *stmt;
+	char *sql = NULL;
+	size_t size = 0;
+	FILE *f;
+	int n = 0, rc;
+
+	*ret_err = 0;
+	if (sqlite3_prepare_v2(st->db,
+			       "SELECT m.name, k.\"from\" FROM sqlite_master m, "
+			       "pragma_foreign_key_list(m.name) k WHERE m.type = 'table' AND "
+			       "k.\"table\" = ?1 AND m.name != coalesce(?2, '') ORDER BY m.name",
+			       -1, &stmt, NULL) != SQLITE_OK) {
+		*ret_err = -EIO;
+		return NULL;
+	}
+	sqlite3_bind_text(stmt, 1, table, -1, SQLITE_STATIC);
+	if (except)
+		sqlite3_bind_text(stmt, 2, except, -1, SQLITE_STATIC);
+	f = open_memstream(&sql, &size);
+	if (!f) {
+		sqlite3_finalize(stmt);
+		*ret_err = -ENOMEM;
+		return NULL;
+	}
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		fprintf(f, "%sSELECT \"%s\" FROM \"%s\"", n++ ? " UNION " : "",
+			(const char *)sqlite3_column_text(stmt, 1),
+			(const char *)sqlite3_column_text(stmt, 0));
+	sqlite3_finalize(stmt);
+	if (fclose(f) != 0) {
+		*ret_err = -ENOMEM;
+		return NULL;
+	}
+	if (rc != SQLITE_DONE || n == 0) {
+		*ret_err = rc != SQLITE_DONE ? -EIO : 0;
+		free(sql);
+		return NULL;
+	}
+	return sql;
+}
+
+/*
+ * Delete the stacks no row refers to any more (with their stack_frames),
+ * then the frames no stack uses. Stacks and frames are shared between
+ * sessions, so they outlive the session that made them until this runs.
+ */
+static int delete_unused_stacks_and_frames(struct store *st)
+{
+	_cleanup_free_ char *stack_refs = NULL, *frame_refs = NULL, *sql = NULL;
+	int r;
+
+	stack_refs = references_sql(st, "stacks", "stack_frames", &r);
+	if (!stack_refs)
+		return r;
+	if (asprintf(&sql,
+		     "DELETE FROM stack_frames WHERE stack_id NOT IN (%s);"
+		     "DELETE FROM stacks WHERE id NOT IN (%s);",
+		     stack_refs, stack_refs) < 0)
+		return -ENOMEM;
+	if (exec(st, sql) < 0)
+		return -EIO;
+	frame_refs = references_sql(st, "frames", NULL, &r);
+	if (!frame_refs)
+		return r;
+	free(sql);
+	if (asprintf(&sql, "DELETE FROM frames WHERE id NOT IN (%s)", frame_refs) < 0) {
+		sql = NULL;
+		return -ENOMEM;
+	}
+	return exec(st, sql);
+}
+
+/* One transaction: delete @sql's sessions (ended ones only) and what only they used. */
+static int delete_sessions(struct store *st, const char *where, int64_t arg, unsigned *ret_n)
+{
+	_cleanup_free_ char *sql = NULL;
+	sqlite3_stmt *stmt;
+	int rc, r;
+
+	if (asprintf(&sql, "DELETE FROM sessions WHERE state = 'ended' AND %s", where) < 0)
+		return -ENOMEM;
+	if (store__begin(st) < 0)
+		return -EIO;
+	if (sqlite3_prepare_v2(st->db, sql, -1, &stmt, NULL) != SQLITE_OK) {
+		store__rollback(st);
+		return -EIO;
+	}
+	sqlite3_bind_int64(stmt, 1, arg);
+	rc = sqlite3_step(stmt);
+	sqlite3_finalize(stmt);
+	if (rc != SQLITE_DONE) {
+		store__rollback(st);
+		return -EIO;
+	}
+	*ret_n = (unsigned)sqlite3_changes(st->db);
+	r = *ret_n ? delete_unused_stacks_and_frames(st) : 0;
+	if (r < 0 || store__commit(st) < 0) {
+		store__rollback(st);
+		return r < 0 ? r : -EIO;
+	}
+	return 0;
+}
+
+int store__retention(struct store *st, uint64_t now_ns, uint64_t retention_ns,
+		     uint64_t max_db_bytes, struct store_retention *ret)
+{
+	int64_t size = store__size_bytes(st), live;
+	unsigned n;
+	int r;
+
+	*ret = (struct store_retention){ .bytes_before = size > 0 ? (uint64_t)size : 0 };
+	if (retention_ns && now_ns > retention_ns) {
+		r = delete_sessions(st, "coalesce(ended_at_ns, started_at_ns) < ?1",
+				    (int64_t)(now_ns - retention_ns), &n);
+		if (r < 0)
+			return r;
+		ret->sessions_deleted += n;
+	}
+	/* Oldest first, in rounds: each deletes the share of the ended sessions
+	 * that the excess is of the live bytes (at least one), since how much a
+	 * session frees is only known once its shared stacks are gone too. */
+	while (max_db_bytes && (live = live_bytes(st)) > (int64_t)max_db_bytes) {
+		int64_t ended = query_int64(st, "SELECT count(*) FROM sessions WHERE state = 'ended'");
+		int64_t batch;
+
+		if (ended < 0)
+			return -EIO;
+		if (ended == 0) {
+			ret->over_limit = true;
+			break;
+		}
+		batch = (int64_t)((double)ended * (double)(live - (int64_t)max_db_bytes) /
+				  (double)live) + 1;
+		r = delete_sessions(st,
+				    "id IN (SELECT id FROM sessions WHERE state = 'ended' "
+				    "ORDER BY coalesce(ended_at_ns, started_at_ns), id LIMIT ?1)",
+				    batch, &n);
+		if (r < 0)
+			return r;
+		ret->sessions_deleted += n;
+	}
+	if (ret->sessions_deleted) {
+		/* Give the free pages back (a no-op unless auto_vacuum is incremental). */
+		if (exec(st, "PRAGMA incremental_vacuum") < 0)
+			return -EIO;
+		(void)exec(st, "PRAGMA wal_checkpoint(TRUNCATE)");
+	}
+	size = store__size_bytes(st);
+	ret->bytes_after = size > 0 ? (uint64_t)size : 0;
+	return 0;
+}
+
 int store__session_insert(struct store *st, const struct store_session *s, int64_t *ret_id)
 {
 	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_INSERT];
@@ -339,6 +559,7 @@ int store__session_insert(struct store *st, const struct store_session *s, int64
 	sqlite3_bind_int(stmt, 13, s->follow_children);
 	bind_text_or_null(stmt, 14, s->sampled_event);
 	bind_text_or_null(stmt, 15, s->sampled_event_status);
+	bind_text_or_null(stmt, 16, s->label && *s->label ? s->label : NULL);
 	r = step_done(stmt);
 	if (r < 0)
 		return r;
@@ -358,6 +579,7 @@ int store__session_add_counts(struct store *st, int64_t id, const struct store_c
 	sqlite3_bind_int64(stmt, 6, (int64_t)c->unsymbolized_frames);
 	sqlite3_bind_int64(stmt, 7, (int64_t)c->unwind_dropped);
 	sqlite3_bind_int64(stmt, 8, (int64_t)c->frames);
+	sqlite3_bind_int64(stmt, 9, (int64_t)c->limit_dropped);
 	return step_done(stmt);
 }
 

@@ -31,6 +31,7 @@ struct store_session {
 	const char *sampled_event_status; /* "ok" or "unsupported", NULL without one */
 	uint64_t duration_ns;  /* 0: none */
 	uint64_t started_at_ns;
+	const char *label;     /* free text, NULL or "" for none */
 };
 
 /* Counters added to a session (and its window row) at a flush. */
@@ -42,11 +43,12 @@ struct store_counts {
 	uint64_t unsymbolized_frames;
 	uint64_t unwind_dropped;      /* session only: also counted in lost_samples */
 	uint64_t frames;              /* session only: distinct frames symbolized */
+	uint64_t limit_dropped;       /* session only: samples dropped at a session limit */
 };
 
 /*
- * store__open() - open or create the database at @path (mode 0600 when
- * created), switch it to WAL, and apply the migrations in schema/ that
+ * store__open() - open or create the database at @path (mode 0600: created
+ * so, or made so if others could read it), switch it to WAL, and apply the migrations in schema/ that
  * PRAGMA user_version says are missing, each in its own transaction.
  * Returns 0, -EIO if SQLite fails (the message is in store__errmsg() of a
  * half-open store, so *@ret_store is set even then, and must be closed),
@@ -71,6 +73,40 @@ void store__rollback(struct store *st);
  * their last stored window. Returns the number of sessions marked, or -EIO.
  */
 int store__mark_interrupted(struct store *st);
+
+/* What store__retention() did. */
+struct store_retention {
+	unsigned sessions_deleted;
+	uint64_t bytes_before;   /* database file size before, bytes */
+	uint64_t bytes_after;    /* after, once free pages went back to the file system */
+	bool over_limit;         /* still above max_db_bytes: only running sessions left */
+};
+
+/*
+ * store__retention() - delete ended sessions (whole: every row of theirs,
+ * then the stacks and frames no session uses any more) that ended more than
+ * @retention_ns before @now_ns (0: no age limit), then the oldest ended ones
+ * while the live data is larger than @max_db_bytes (0: no size limit).
+ * Running sessions are never deleted. Free pages go back to the file system
+ * (incremental vacuum, if store__enable_incremental_vacuum() was done) and
+ * the WAL is truncated. Each round is one transaction.
+ * Returns 0 with *@ret filled, or -EIO (store__errmsg()). Blocks for as long
+ * as the deletes take; does not log.
+ */
+int store__retention(struct store *st, uint64_t now_ns, uint64_t retention_ns,
+		     uint64_t max_db_bytes, struct store_retention *ret);
+
+/*
+ * store__enable_incremental_vacuum() - switch the database to
+ * auto_vacuum=INCREMENTAL, so that deleted data can be given back to the
+ * file system. A database made before is rewritten once (VACUUM: it needs
+ * as much free space as the database, and time). Returns 1 if it rewrote
+ * the file, 0 if nothing was needed, -EIO. Does not log.
+ */
+int store__enable_incremental_vacuum(struct store *st);
+
+/* store__size_bytes() - the database file's size (page_count * page_size), or -EIO. */
+int64_t store__size_bytes(struct store *st);
 
 int store__session_insert(struct store *st, const struct store_session *s, int64_t *ret_id);
 int store__session_add_counts(struct store *st, int64_t id, const struct store_counts *c);

@@ -170,6 +170,12 @@ def run_checks(profctl, fake, tmp):
         (("attach", "4242", "--events", "cpu,,x"), "empty event name"),
         (("attach", "4242", "--events", ""), "empty event name"),
         (("attach", "4242", "--wait=yes"), "doesn't allow an argument"),
+        (("snapshot", "--duration", "5"), "give one of PID, --comm NAME or --cgroup PATH"),
+        (("snapshot", "42", "--comm", "x", "-d", "5"), "give one of PID, --comm NAME or --cgroup PATH"),
+        (("snapshot", "42"), "missing --duration SECONDS"),
+        (("snapshot", "--comm", "", "-d", "5"), "invalid --comm '': empty name"),
+        (("snapshot", "42", "-d", "5", "--label", "x" * 300), "invalid --label: longer than 256 bytes"),
+        (("snapshot", "4x", "-d", "5"), "invalid PID '4x'"),
         (("help", "nope"), "unknown command 'nope'"),
         (("export", "7"), "missing --format"),
         (("export", "7", "--format", "svg"), "invalid --format 'svg'"),
@@ -295,10 +301,9 @@ def run_checks(profctl, fake, tmp):
     check(reqs == [
         {"v": 1, "cmd": "attach", "pid": 4242, "duration_s": 10, "freq_hz": 199,
          "events": ["cpu"]},
-        # Without --events profctl sends none: profd's default set applies.
-        {"v": 1, "cmd": "attach", "pid": 4242, "freq_hz": 99},
-        {"v": 1, "cmd": "attach", "pid": 4242, "duration_s": 0.5, "freq_hz": 99,
-         "events": ["cpu"]},
+        # Without --events (--freq) profctl sends none: profd's default set (frequency) applies.
+        {"v": 1, "cmd": "attach", "pid": 4242},
+        {"v": 1, "cmd": "attach", "pid": 4242, "duration_s": 0.5, "events": ["cpu"]},
         {"v": 1, "cmd": "attach", "pid": 2222, "freq_hz": 999},
     ], "attach requests", reqs)
     check(r1.returncode == 0 and r1.stdout ==

@@ -34,7 +34,7 @@ int main(void)
 	CHECK_INT_EQ(parse("{\"v\":1,\"cmd\":\"attach\",\"pid\":42}", &req, err, sizeof(err)), 0);
 	CHECK_INT_EQ(req.cmd, CMD_ATTACH);
 	CHECK_INT_EQ(req.pid, 42);
-	CHECK_INT_EQ(req.freq_hz, PROFD_DEFAULT_FREQ_HZ);
+	CHECK_INT_EQ(req.freq_hz, 0); /* profd's default_freq_hz */
 	CHECK_INT_EQ(req.duration_ns, 0);
 	CHECK_STR_EQ(req.events_str, "cpu,offcpu,rss");
 	CHECK_INT_EQ(req.memory_interval_ns, PROFD_DEFAULT_MEMORY_INTERVAL_NS);
@@ -76,6 +76,28 @@ int main(void)
 		     0);
 	CHECK_INT_EQ(req.duration_ns, 1500000000LL);
 	CHECK_INT_EQ(req.freq_hz, 250);
+	CHECK_STR_EQ(req.label, "");
+	CHECK_INT_EQ(req.pid_start_ticks, 0);
+
+	/* A snapshot's label and the start time of the process it means. */
+	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":7,\"label\":\"timer:trainer \u00e9\","
+			   "\"pid_start_ticks\":123456789}",
+			   &req, err, sizeof(err)),
+		     0);
+	CHECK_STR_EQ(req.label, "timer:trainer \xc3\xa9");
+	CHECK_INT_EQ(req.pid_start_ticks, 123456789);
+	expect_error("{\"cmd\":\"attach\",\"pid\":7,\"label\":5}", -EINVAL, "\"label\" must be a string");
+	expect_error("{\"cmd\":\"attach\",\"pid\":7,\"label\":\"a\\nb\"}", -EINVAL,
+		     "control characters");
+	expect_error("{\"cmd\":\"attach\",\"pid\":7,\"label\":\"a\\u0000b\"}", -EINVAL, NULL);
+	expect_error("{\"cmd\":\"attach\",\"pid\":7,\"pid_start_ticks\":-1}", -EINVAL,
+		     "pid_start_ticks");
+	{
+		char long_label[400];
+
+		snprintf(long_label, sizeof(long_label), "{\"cmd\":\"attach\",\"pid\":7,\"label\":\"%0300d\"}", 0);
+		expect_error(long_label, -EINVAL, "at most 256 bytes");
+	}
 
 	CHECK_INT_EQ(parse("{\"cmd\":\"top\",\"session\":3}", &req, err, sizeof(err)), 0);
 	CHECK_INT_EQ(req.limit, 20);

@@ -23,6 +23,139 @@ static long long query_int(struct store *st, const char *sql)
 	return v;
 }
 
+/* A session row started at @started_ns, ended at @ended_ns (0: still running). */
+static int64_t add_session(struct store *st, uint64_t started_ns, uint64_t ended_ns)
+{
+	struct store_session row = { .pid = 1, .pid_start_ticks = 1, .comm = "ret", .uid = 0,
+				     .event = "cpu-clock", .events = "cpu", .freq_hz = 99,
+				     .unwind = "fp", .started_at_ns = started_ns };
+	int64_t id = 0;
+
+	CHECK_INT_EQ(store__session_insert(st, &row, &id), 0);
+	if (ended_ns)
+		CHECK_INT_EQ(store__session_end(st, id, "detached", ended_ns), 0);
+	return id;
+}
+
+/* A stack of one frame at @addr in /bin/@module, with @count samples in session @sid. */
+static int64_t add_stack_samples(struct store *st, int64_t sid, const char *module,
+				 uint64_t addr, uint64_t count)
+{
+	struct frame_info f = { .module = module, .build_id = "", .rel_addr = addr };
+	int64_t fid = 0, stack = 0;
+
+	CHECK_INT_EQ(store__frame_id(st, &f, &fid), 0);
+	CHECK_INT_EQ(store__stack_id(st, &fid, 1, false, true, &stack), 0);
+	CHECK_INT_EQ(store__sample_add(st, sid, 1000, 1, stack, count, 0), 0);
+	return stack;
+}
+
+/*
+ * Retention: sessions that ended before the age limit are deleted whole, with
+ * the stacks and frames only they used; a running session is never deleted,
+ * however old; the size limit deletes the oldest ended sessions first, and
+ * the file shrinks (incremental vacuum).
+ */
+static void test_retention(const char *dir)
+{
+	const uint64_t day = 86400ULL * 1000000000ULL, now = 100 * day;
+	struct store_retention res;
+	struct store *st = NULL;
+	char path[160], blob[200];
+	int64_t old_ended, old_running, recent, shared, only_old;
+
+	snprintf(path, sizeof(path), "%s/retention.db", dir);
+	CHECK_INT_EQ(store__open(path, &st), 0);
+	CHECK_INT_EQ(query_int(st, "PRAGMA auto_vacuum"), 2); /* incremental from the start */
+	CHECK_INT_EQ(store__begin(st), 0);
+	old_ended = add_session(st, 1 * day, 2 * day);
+	old_running = add_session(st, 1 * day, 0);
+	recent = add_session(st, 99 * day, 99 * day + 1);
+	shared = add_stack_samples(st, old_ended, "/bin/shared", 0x10, 3);
+	CHECK_INT_EQ(add_stack_samples(st, recent, "/bin/shared", 0x10, 4), shared);
+	only_old = add_stack_samples(st, old_ended, "/bin/old-only", 0x20, 5);
+	add_stack_samples(st, old_running, "/bin/running", 0x30, 6);
+	CHECK_INT_EQ(store__commit(st), 0);
+
+	/* 30 days: the session that ended on day 2 goes, the one running since day 1 stays. */
+	CHECK_INT_EQ(store__retention(st, now, 30 * day, 0, &res), 0);
+	CHECK_INT_EQ(res.sessions_deleted, 1);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM sessions"), 2);
+	snprintf(blob, sizeof(blob), "SELECT count(*) FROM sessions WHERE id IN (%lld, %lld)",
+		 (long long)old_running, (long long)recent);
+	CHECK_INT_EQ(query_int(st, blob), 2);
+	snprintf(blob, sizeof(blob), "SELECT count(*) FROM stacks WHERE id = %lld", (long long)shared);
+	CHECK_INT_EQ(query_int(st, blob), 1); /* still used by the recent session */
+	snprintf(blob, sizeof(blob), "SELECT count(*) FROM stacks WHERE id = %lld",
+		 (long long)only_old);
+	CHECK_INT_EQ(query_int(st, blob), 0);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM frames WHERE module = '/bin/old-only'"), 0);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM frames WHERE module = '/bin/running'"), 1);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM samples WHERE session_id = (SELECT min(id) FROM sessions)"), 1);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+	/* Nothing more is old enough: a second pass deletes nothing. */
+	CHECK_INT_EQ(store__retention(st, now, 30 * day, 0, &res), 0);
+	CHECK_INT_EQ(res.sessions_deleted, 0);
+
+	/* Size: 40 ended sessions of ~100 KiB each (distinct stacks), then a limit of
+	 * a quarter of that: the oldest go first, the newest and the running one stay. */
+	CHECK_INT_EQ(store__begin(st), 0);
+	for (int i = 0; i < 40; i++) {
+		int64_t sid = add_session(st, (50 + i) * day, (50 + i) * day + 1);
+
+		for (int k = 0; k < 400; k++) {
+			char module[64];
+
+			snprintf(module, sizeof(module), "/bin/lib-%d-%d-padding-padding-padding", i, k);
+			add_stack_samples(st, sid, module, (uint64_t)k, 1);
+		}
+	}
+	CHECK_INT_EQ(store__commit(st), 0);
+	int64_t before = store__size_bytes(st);
+	CHECK(before > 2 * 1024 * 1024);
+	CHECK_INT_EQ(store__retention(st, now, 0, (uint64_t)before / 4, &res), 0);
+	CHECK(res.sessions_deleted >= 25 && res.sessions_deleted <= 36);
+	CHECK(!res.over_limit);
+	CHECK(res.bytes_after <= (uint64_t)before / 4);
+	CHECK_INT_EQ(store__size_bytes(st), (int64_t)res.bytes_after);
+	CHECK(res.bytes_after < res.bytes_before / 2);
+	snprintf(blob, sizeof(blob), "SELECT count(*) FROM sessions WHERE id = %lld",
+		 (long long)old_running);
+	CHECK_INT_EQ(query_int(st, blob), 1);
+	/* The survivors are the newest ended sessions. */
+	CHECK_INT_EQ(query_int(st, "SELECT max(ended_at_ns) FROM sessions"), (long long)(99 * day + 1));
+	CHECK(query_int(st, "SELECT min(started_at_ns) FROM sessions WHERE state = 'ended'") >
+	      (long long)(60 * day));
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+
+	/* A limit only running sessions exceed: they stay, and it is said. */
+	CHECK_INT_EQ(store__retention(st, now, 0, 4096, &res), 0);
+	CHECK(res.over_limit);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM sessions"), 1);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM sessions WHERE state = 'running'"), 1);
+	CHECK_INT_EQ(query_int(st, "SELECT sum(count) FROM samples"), 6);
+	store__close(st);
+
+	/* An existing database made without auto_vacuum is converted once. */
+	{
+		sqlite3 *db;
+
+		snprintf(path, sizeof(path), "%s/novacuum.db", dir);
+		CHECK_INT_EQ(sqlite3_open(path, &db), SQLITE_OK);
+		CHECK_INT_EQ(sqlite3_exec(db, "CREATE TABLE x (a); INSERT INTO x VALUES (1);", NULL,
+					  NULL, NULL),
+			     SQLITE_OK);
+		sqlite3_close(db);
+		CHECK_INT_EQ(store__open(path, &st), 0);
+		CHECK_INT_EQ(query_int(st, "PRAGMA auto_vacuum"), 0);
+		CHECK_INT_EQ(store__enable_incremental_vacuum(st), 1);
+		CHECK_INT_EQ(query_int(st, "PRAGMA auto_vacuum"), 2);
+		CHECK_INT_EQ(store__enable_incremental_vacuum(st), 0);
+		CHECK_INT_EQ(query_int(st, "SELECT a FROM x"), 1);
+		store__close(st);
+	}
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/test-store-XXXXXX", path[128], bad[128];
@@ -149,6 +282,8 @@ int main(void)
 	/* A directory that does not exist. */
 	CHECK(store__open("/nonexistent-dir/x/profd.db", &st) == -ENOENT);
 	store__close(st);
+
+	test_retention(dir);
 
 	snprintf(path, sizeof(path), "rm -rf %s", dir);
 	if (system(path) != 0)

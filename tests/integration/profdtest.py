@@ -35,6 +35,13 @@ def binary(name):
     return path
 
 
+def as_user(user):
+    """Command prefix that runs a program as @user (name), with its groups; [] for None."""
+    if user is None:
+        return []
+    return ['setpriv', '--reuid', user, '--regid', user, '--init-groups', '--']
+
+
 class Failure(Exception):
     pass
 
@@ -48,10 +55,10 @@ def check(cond, message):
 class Profd:
     """A profd on a temporary socket and database, stopped on exit."""
 
-    def __init__(self, extra_args=(), env=None):
+    def __init__(self, extra_args=(), env=None, db=None):
         self.dir = tempfile.mkdtemp(prefix='profd-test-')
         self.socket = os.path.join(self.dir, 'profd.sock')
-        self.db = os.path.join(self.dir, 'profd.db')
+        self.db = db or os.path.join(self.dir, 'profd.db')
         self.log = open(os.path.join(self.dir, 'profd.log'), 'w+')
         self.profd = binary('PROFD')
         self.profctl = binary('PROFCTL')
@@ -66,7 +73,9 @@ class Profd:
 
     def start(self):
         self.proc = subprocess.Popen(
-            [self.profd, '--db', self.db, '--socket', self.socket, '--foreground'] + self.extra_args,
+            # --config /dev/null: an installed profd.conf must not change what tests see.
+            [self.profd, '--config', '/dev/null', '--db', self.db, '--socket', self.socket,
+             '--foreground'] + self.extra_args,
             stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.time() + 20
         while time.time() < deadline:
@@ -87,6 +96,26 @@ class Profd:
                 self.proc.wait()
         return self.proc.returncode if self.proc else None
 
+    def request(self, obj, sock=None):
+        """Send one raw protocol request (a dict) and return the parsed response."""
+        import socket as socketmod
+        s = sock or socketmod.socket(socketmod.AF_UNIX, socketmod.SOCK_STREAM)
+        try:
+            if sock is None:
+                s.settimeout(60)
+                s.connect(self.socket)
+            s.sendall((json.dumps(obj) + '\n').encode())
+            buf = b''
+            while not buf.endswith(b'\n'):
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise Failure('profd closed the connection without answering %r' % obj)
+                buf += chunk
+            return json.loads(buf)
+        finally:
+            if sock is None:
+                s.close()
+
     def logtext(self):
         self.log.flush()
         with open(self.log.name) as f:
@@ -104,25 +133,25 @@ class Profd:
         shutil.rmtree(self.dir, ignore_errors=True)
         return False
 
-    def ctl(self, *args, check_rc=True, timeout=60):
-        """Run profctl with the test socket; return (rc, stdout, stderr)."""
-        cmd = [self.profctl, '--socket', self.socket] + [str(a) for a in args]
+    def ctl(self, *args, check_rc=True, timeout=60, user=None):
+        """Run profctl with the test socket (as @user if given); return (rc, stdout, stderr)."""
+        cmd = as_user(user) + [self.profctl, '--socket', self.socket] + [str(a) for a in args]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if check_rc and p.returncode != 0:
             raise Failure('%s exited %d\nstdout: %s\nstderr: %s' % (' '.join(cmd), p.returncode, p.stdout, p.stderr))
         return p.returncode, p.stdout, p.stderr
 
-    def json(self, *args):
-        """Run profctl --json and parse its one JSON document."""
-        _, out, _ = self.ctl('--json', *args)
+    def json(self, *args, user=None):
+        """Run profctl --json (as @user if given) and parse its one JSON document."""
+        _, out, _ = self.ctl('--json', *args, user=user)
         try:
             return json.loads(out)
         except ValueError as e:
             raise Failure('profctl %s --json printed invalid JSON (%s):\n%s' % (' '.join(map(str, args)), e, out))
 
-    def spawn(self, *argv):
-        """Start a workload; it is killed when the test ends."""
-        p = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    def spawn(self, *argv, user=None):
+        """Start a workload (as @user if given); it is killed when the test ends."""
+        p = subprocess.Popen(as_user(user) + [str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.children.append(p)
         return p
 

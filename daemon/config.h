@@ -1,0 +1,67 @@
+/*
+ * config.h - profd's settings: built-in defaults, then the configuration
+ * file (/etc/profd/profd.conf, INI syntax, parsed by inih), then the
+ * command line, each overriding the one before.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* SYSCONFDIR/profd/profd.conf, set by meson: /etc/profd/profd.conf with prefix /usr. */
+#ifndef PROFD_DEFAULT_CONFIG
+#define PROFD_DEFAULT_CONFIG "/etc/profd/profd.conf"
+#endif
+
+/* Defaults of the limits (docs/man/profd.8). */
+#define PROFD_DEFAULT_MAX_SESSIONS 16
+#define PROFD_DEFAULT_MAX_THREADS 4096
+#define PROFD_DEFAULT_MAX_STACKS 200000
+/* 32 MiB holds ~2000 samples with 16 KiB stack copies, ~16000 frame-pointer samples. */
+#define PROFD_DEFAULT_RING_BUFFER_BYTES (32u << 20)
+
+struct profd_config {
+	char *db_path;		    /* owned */
+	char *socket_path;	    /* owned */
+	int log_level;		    /* enum log_level */
+	unsigned default_freq_hz;   /* attach without freq_hz: 1..PROFD_MAX_FREQ_HZ */
+	uint64_t retention_ns;	    /* ended sessions older than this are deleted; 0: kept */
+	uint64_t max_db_bytes;	    /* oldest ended sessions deleted above this size; 0: none */
+	unsigned max_sessions;	    /* running at once, 1..PROFILE_MAX_SLOTS */
+	unsigned max_threads;	    /* per session */
+	unsigned max_stacks;	    /* distinct call stacks per session */
+	uint64_t ring_buffer_bytes; /* BPF ring buffer for samples, a power of 2; off-CPU: half */
+};
+
+/* config__init() - the built-in defaults into @c. Returns 0 or -ENOMEM. */
+int config__init(struct profd_config *c);
+void config__done(struct profd_config *c);
+
+/*
+ * config__load() - read the INI file @path over @c. Settings absent from it
+ * keep their value; unknown sections or keys and bad values are errors.
+ * @missing_ok: a missing file is not an error (the default path).
+ * Returns 0, -ENOENT (no such file, @missing_ok false), -EINVAL (then
+ * @errbuf of @errlen bytes says "PATH:LINE: what"), -errno. Does not log.
+ */
+int config__load(struct profd_config *c, const char *path, bool missing_ok, char *errbuf,
+		 size_t errlen);
+
+/*
+ * config__set() - one setting by its key as in the file ("db",
+ * "retention_days", "max_sessions", ...), for a file line or a command-line
+ * flag. Returns 0, -EINVAL (unknown key or bad value; @errbuf says why),
+ * -ENOMEM.
+ */
+int config__set(struct profd_config *c, const char *key, const char *value, char *errbuf,
+		size_t errlen);
+
+/* config__print() - the effective settings, in the file's syntax, to @f. */
+void config__print(const struct profd_config *c, FILE *f);
+
+/*
+ * parse_size_bytes() - "1048576", "512K", "64M", "10G", "1T" (powers of
+ * 1024) into *@ret. Returns 0 or -EINVAL (or -ERANGE on overflow).
+ */
+int parse_size_bytes(const char *s, uint64_t *ret);

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Limits of profd.conf, each reached on a real process: max_sessions (a
+second attach is refused with a clear error), max_stacks_per_session (the
+distinct stacks stored stop at the limit, the samples past it are counted
+as limit_dropped_samples and shown), max_threads_per_session (a process with
+more threads is refused; threads started later past the limit are counted,
+not sampled)."""
+import sqlite3
+import time
+
+from profdtest import Profd, binary, check, require_root_bpf, run, wait_for_threads
+
+
+def test():
+    require_root_bpf()
+    spin = binary('SPIN_THREADS')
+    with Profd(['--max-sessions', '1', '--max-stacks', '16']) as d:
+        w1 = d.spawn(spin, '--seconds', '60', '--weights', '1,1')
+        w2 = d.spawn(spin, '--seconds', '60', '--weights', '1')
+        wait_for_threads(w1.pid, 3)
+        wait_for_threads(w2.pid, 2)
+        sid = d.json('attach', w1.pid, '--freq', 397, '--unwind', 'fp')['session']
+        rc, out, err = d.ctl('attach', w2.pid, check_rc=False)
+        check(rc != 0 and '1 sessions are running' in err and 'max_sessions' in err,
+              'second attach past max_sessions: %r' % err)
+        time.sleep(3)
+        s = d.json('detach', sid)
+        check(s['limit_dropped_samples'] > 0, 'no samples dropped at max_stacks 16: %r' % s)
+        check(s['samples'] > 0, 'nothing kept below the stack limit')
+        con = sqlite3.connect(d.db)
+        n = con.execute('SELECT count(DISTINCT stack_id) FROM samples WHERE session_id = ?',
+                        (sid,)).fetchone()[0]
+        con.close()
+        check(0 < n <= 16, '%d distinct stacks stored with max_stacks_per_session 16' % n)
+        _, out, _ = d.ctl('session', sid)
+        check('limit dropped:' in out and str(s['limit_dropped_samples']) in out,
+              'profctl session does not show the dropped samples:\n' + out)
+        # With the first session ended, the second attach is allowed.
+        d.json('detach', d.json('attach', w2.pid, '--freq', 397)['session'])
+
+    with Profd(['--max-threads', '2']) as d:
+        many = d.spawn(spin, '--seconds', '60', '--weights', '1,1,1')
+        wait_for_threads(many.pid, 4)
+        rc, out, err = d.ctl('attach', many.pid, check_rc=False)
+        check(rc != 0 and 'more than 2 threads' in err, 'attach to 4 threads with max 2: %r' % err)
+        # Workers that start after the attach: the first two threads seen are sampled.
+        late = d.spawn(spin, '--seconds', '4', '--weights', '1,1,1', '--delay', '1')
+        wait_for_threads(late.pid, 1)
+        sid = d.json('attach', late.pid, '--freq', 397)['session']
+        late.wait(timeout=30)
+        s = d.wait_ended(sid, timeout=15)
+        sampled = [t for t in d.json('threads', sid)['threads'] if t['samples'] > 0]
+        check(len(sampled) <= 2, '%d threads sampled with max 2' % len(sampled))
+        check(s['limit_dropped_samples'] > 0, 'third worker not counted as dropped: %r' % s)
+
+
+run(test)

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""profd's configuration: /etc/profd/profd.conf syntax read with --config,
+command-line flags override the file, --check-config prints the effective
+settings and exits 0, and a bad file or value is a clear error (file:line)
+with exit status 2. Needs no root: --check-config stops before anything is
+opened."""
+import os
+import subprocess
+import sys
+import tempfile
+
+PROFD = sys.argv[1]
+failures = 0
+
+
+def check(cond, what, r=None):
+    global failures
+    if not cond:
+        failures += 1
+        print('FAIL: %s' % what)
+        if r is not None:
+            print('  rc %d\n  stdout: %s\n  stderr: %s' % (r.returncode, r.stdout, r.stderr))
+
+
+def profd(*args):
+    return subprocess.run([PROFD] + list(args), capture_output=True, text=True, timeout=30)
+
+
+def settings(text):
+    out = {}
+    for line in text.splitlines():
+        if '=' in line:
+            k, v = line.split('=', 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
+    conf = os.path.join(d, 'profd.conf')
+    with open(conf, 'w') as f:
+        f.write('# a comment\n'
+                '[daemon]\n'
+                'db = /srv/profd/p.db\n'
+                'socket = /run/p.sock\n'
+                'log_level = debug\n'
+                'default_freq_hz = 397\n'
+                '\n'
+                '[retention]\n'
+                'retention_days = 14\n'
+                'max_db_bytes = 2G\n'
+                '\n'
+                '[limits]\n'
+                'max_sessions = 4\n'
+                'max_threads_per_session = 128\n'
+                'max_stacks_per_session = 5000\n'
+                'ring_buffer_bytes = 8M\n')
+
+    r = profd('--config', conf, '--check-config')
+    s = settings(r.stdout)
+    check(r.returncode == 0, '--check-config of a valid file exits 0', r)
+    check(s.get('db') == '/srv/profd/p.db' and s.get('socket') == '/run/p.sock' and
+          s.get('log_level') == 'debug' and s.get('default_freq_hz') == '397',
+          '[daemon] settings read', r)
+    check(s.get('retention_days') == '14' and s.get('max_db_bytes') == str(2 << 30),
+          '[retention] settings read (2G = %d bytes)' % (2 << 30), r)
+    check(s.get('max_sessions') == '4' and s.get('max_threads_per_session') == '128' and
+          s.get('max_stacks_per_session') == '5000' and s.get('ring_buffer_bytes') == str(8 << 20),
+          '[limits] settings read', r)
+
+    # Flags override the file, wherever they stand relative to --config.
+    r = profd('--db', '/tmp/x.db', '--config', conf, '--check-config', '--max-sessions', '2',
+              '--retention-days', '0', '--max-db-bytes', '64M')
+    s = settings(r.stdout)
+    check(r.returncode == 0 and s.get('db') == '/tmp/x.db' and s.get('max_sessions') == '2' and
+          s.get('retention_days') == '0' and s.get('max_db_bytes') == str(64 << 20) and
+          s.get('max_threads_per_session') == '128', 'flags override the file', r)
+
+    # The output of --check-config is itself a valid configuration file.
+    again = os.path.join(d, 'again.conf')
+    with open(again, 'w') as f:
+        f.write(r.stdout)
+    r2 = profd('--config', again, '--check-config')
+    check(r2.returncode == 0 and r2.stdout == r.stdout, '--check-config output reads back', r2)
+
+    # Errors: file:line and what is wrong; exit status 2.
+    for text, needle in [
+            ('[daemon]\nmax_sessions = 3\n', "'max_sessions' belongs in section [limits]"),
+            ('[limits]\nmax_sessions = 0\n', 'max_sessions must be an integer from 1 to'),
+            ('[limits]\nmax_sessions = lots\n', "not 'lots'"),
+            ('[daemon]\ncolour = blue\n', "unknown setting 'colour'"),
+            ('[daemon]\ndb = relative.db\n', 'db must be an absolute path'),
+            ('[daemon]\nlog_level = loud\n', 'log_level must be error, warning, info or debug'),
+            ('[retention]\nmax_db_bytes = 10X\n', 'max_db_bytes must be a size'),
+            ('[limits]\nring_buffer_bytes = 3M\n', 'ring_buffer_bytes must be a power of 2'),
+            ('[daemon]\n\njust words\n', 'syntax error')]:
+        bad = os.path.join(d, 'bad.conf')
+        with open(bad, 'w') as f:
+            f.write(text)
+        r = profd('--config', bad, '--check-config')
+        line = text.rstrip('\n').count('\n') + 1
+        check(r.returncode == 2 and needle in r.stderr and '%s:%d:' % (bad, line) in r.stderr,
+              'bad file %r: error names %s:%d and says %r' % (text, bad, line, needle), r)
+
+    r = profd('--config', os.path.join(d, 'missing.conf'), '--check-config')
+    check(r.returncode == 2 and 'No such file' in r.stderr, 'a missing --config file is an error', r)
+    r = profd('--config', conf, '--check-config', '--max-stacks', '3')
+    check(r.returncode == 2 and 'invalid --max-stacks' in r.stderr, 'a bad flag value', r)
+    r = profd('--help')
+    check(r.returncode == 0 and '--check-config' in r.stdout and '--retention-days' in r.stdout and
+          'Examples:' in r.stdout, '--help lists the new options with examples', r)
+
+print('%d failure(s)' % failures if failures else 'PASS')
+sys.exit(1 if failures else 0)
