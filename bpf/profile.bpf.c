@@ -90,6 +90,74 @@ static __always_inline void copy_user_stack(struct sample_event *e, __u32 max)
 	}
 }
 
+static __always_inline __u64 read_user_u64(__u64 addr)
+{
+	__u64 v = 0;
+
+	bpf_probe_read_user(&v, sizeof(v), (const void *)addr);
+	return v;
+}
+
+/*
+ * The PyThreadState of the sampled thread @tid: the GIL holder's if it is
+ * this thread (the usual case for a thread on the CPU running Python), else
+ * found in the main interpreter's list of thread states. 0 if none: the
+ * thread is not a Python thread, or the list is longer than the scan.
+ */
+static __always_inline __u64 python_thread_state(const struct python_config *pc, __u32 tid)
+{
+	__u64 ts, interp;
+
+	ts = read_user_u64(pc->runtime_addr + pc->runtime_tstate_current);
+	if (ts && read_user_u64(ts + pc->tstate_native_thread_id) == tid)
+		return ts;
+	interp = read_user_u64(pc->runtime_addr + pc->runtime_interp_main);
+	if (!interp)
+		return 0;
+	ts = read_user_u64(interp + pc->interp_threads_head);
+	for (int i = 0; i < PROFILE_PY_THREAD_SCAN && ts; i++) {
+		if (read_user_u64(ts + pc->tstate_native_thread_id) == tid)
+			return ts;
+		ts = read_user_u64(ts + pc->tstate_next);
+	}
+	return 0;
+}
+
+/*
+ * Walk the sampled thread's Python frames (CPython 3.11 layout: thread
+ * state -> cframe -> current_frame -> previous ...), at the same instant as
+ * the native stack, so user space can put each Python frame in place of the
+ * _PyEval_EvalFrameDefault call running it. Only pointers are copied here;
+ * user space reads the code objects (names, files, line tables), which live
+ * as long as the code does. A separate function: the verifier checks it
+ * once, not inline in every path of the caller.
+ */
+static __noinline void walk_python(struct sample_event *e, const struct python_config *pc)
+{
+	__u64 ts, cframe, frame;
+	__u32 n;
+	__u8 entry;
+
+	e->py_len = 0;
+	ts = python_thread_state(pc, e->tid);
+	if (!ts) {
+		e->flags |= SAMPLE_PY_NO_THREAD;
+		return;
+	}
+	cframe = read_user_u64(ts + pc->tstate_cframe);
+	frame = cframe ? read_user_u64(cframe + pc->cframe_current_frame) : 0;
+	for (n = 0; n < PROFILE_MAX_PY_FRAMES && frame; n++) {
+		entry = 0;
+		bpf_probe_read_user(&entry, sizeof(entry), (const void *)(frame + pc->frame_is_entry));
+		e->py[n].code = read_user_u64(frame + pc->frame_code) | (entry ? PY_FRAME_ENTRY : 0);
+		e->py[n].instr = read_user_u64(frame + pc->frame_prev_instr);
+		frame = read_user_u64(frame + pc->frame_previous);
+	}
+	if (frame)
+		e->flags |= SAMPLE_PY_TRUNCATED;
+	e->py_len = n;
+}
+
 SEC("perf_event")
 int profile_sample(struct bpf_perf_event_data *ctx)
 {
@@ -127,6 +195,7 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 	e->event = (__u32)(cookie >> 16);
 	e->stack_size = 0;
 	e->stack_offset = 0;
+	e->py_len = 0;
 	bpf_get_current_comm(&e->comm, sizeof(e->comm));
 
 	/* In user mode the kernel call chain is empty (get_perf_callchain()
@@ -161,6 +230,8 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 	}
 	if (cfg->copy_stack_bytes)
 		copy_user_stack(e, cfg->copy_stack_bytes);
+	if (cfg->python.runtime_addr)
+		walk_python(e, &cfg->python);
 	e->kstack_len = klen;
 	e->ustack_len = ulen;
 
@@ -233,6 +304,7 @@ int BPF_PROG(profile_exit, struct task_struct *task)
 		e->ustack_len = 0;
 		e->stack_size = 0;
 		e->stack_offset = 0;
+		e->py_len = 0;
 		bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), task->comm);
 		bpf_ringbuf_submit(e, 0);
 	}

@@ -366,6 +366,7 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 		.unwind = req->unwind,
 		.stack_bytes = req->stack_bytes,
 		.follow_children = req->children,
+		.python = req->python,
 		.event_bits = req->events,
 		.sampled_event = req->sampled_event,
 	};

@@ -13,6 +13,7 @@
 #include "counters.h"
 #include "hashmap.h"
 #include "perfmap.h"
+#include "python.h"
 #include "unwind_worker.h"
 #include "sampler.h"
 #include "store.h"
@@ -37,6 +38,7 @@ struct session_params {
 	enum unwind_mode unwind;
 	unsigned stack_bytes; /* user stack copied per sample (dwarf, auto), 512..PROFILE_MAX_STACK_BYTES */
 	bool follow_children; /* processes the target forks after the attach join the session */
+	bool python;          /* merge CPython frames into stacks where the target runs CPython */
 	const char *sampled_event; /* a second event sampled with stacks (request.c's name), or NULL */
 };
 
@@ -87,6 +89,11 @@ struct session {
 	uint64_t offcpu_lost_flushing;
 	struct hashmap counters;        /* struct counters_entry: per-thread counters, by tid */
 	struct hashmap counter_rows;    /* struct counter_row: values read, not yet committed */
+
+	struct python_reader *python;   /* NULL: no Python frames walked */
+	uint64_t python_samples;        /* samples with Python frames merged, not yet flushed */
+	uint64_t python_unmerged;       /* samples whose Python frames did not match, not yet flushed */
+	uint64_t python_samples_flushing, python_unmerged_flushing;
 };
 
 /*
