@@ -39,6 +39,7 @@ enum {
 	OPT_GROUP_BY,
 	OPT_WINDOW,
 	OPT_EVENT,
+	OPT_PYTHON,
 };
 
 /* The parsed command line. */
@@ -58,6 +59,7 @@ struct args {
 	long long stack_bytes;		  /* --stack-bytes; 0: profd's default */
 	bool debuginfod;		  /* resymbolize --debuginfod */
 	bool children;			  /* attach --children */
+	const char *python;		  /* attach --python: auto, off; NULL: profd's default */
 	bool group_by_name;		  /* threads --group-by name */
 	const char *event;		  /* top/hotpaths --event NAME; NULL: CPU samples */
 	double window_s;		  /* threads --window SECONDS; 0: none */
@@ -377,6 +379,8 @@ static json_t *attach_request(const struct args *a)
 		return NULL;
 	if (a->children && json_object_set_new(request, "children", json_true()) < 0)
 		return NULL;
+	if (a->python && json_object_set_new(request, "python", json_string(a->python)) < 0)
+		return NULL;
 	if (a->stack_bytes &&
 	    json_object_set_new(request, "stack_bytes", json_integer(a->stack_bytes)) < 0)
 		return NULL;
@@ -662,6 +666,7 @@ static const struct option attach_options[] = {
     {"unwind", required_argument, NULL, OPT_UNWIND},
     {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
     {"children", no_argument, NULL, OPT_CHILDREN},
+    {"python", required_argument, NULL, OPT_PYTHON},
     {},
 };
 
@@ -699,7 +704,7 @@ static const struct command commands[] = {
 	.name = "attach",
 	.operand = OPERAND_PID,
 	.synopsis = "PID [--duration SECONDS] [--freq HZ] [--events LIST] [--unwind MODE]\n"
-		    "        [--children] [--wait]",
+		    "        [--children] [--python auto|off] [--wait]",
 	.summary = "start sampling a process; prints the new session's ID",
 	.details = "Start a session that samples process PID (all its threads) and stores\n"
 		   "the call stacks; prints the session ID the other commands take.\n"
@@ -726,6 +731,10 @@ static const struct command commands[] = {
 		   "                          attach (data-loader workers), in this session\n"
 		   "      --stack-bytes N     user stack copied per sample for dwarf/auto,\n"
 		   "                          512..32768 (default 16384)\n"
+		   "      --python MODE       auto: where PID runs CPython 3.11, put the\n"
+		   "                          Python functions (file:line) in the stacks in\n"
+		   "                          place of the interpreter's frames (default);\n"
+		   "                          off: native frames only\n"
 		   "  -w, --wait              wait for the session to end, with progress on\n"
 		   "                          stderr if it is a terminal, then print the\n"
 		   "                          session summary; Ctrl-C detaches the session\n"
@@ -736,7 +745,8 @@ static const struct command commands[] = {
 		   "Examples:\n"
 		   "  profctl attach 1234\n"
 		   "  profctl attach 1234 --duration 10 --wait\n"
-		   "  profctl attach \"$(pidof myserver)\" --freq 999 --duration 30\n",
+		   "  profctl attach \"$(pidof myserver)\" --freq 999 --duration 30\n"
+		   "  profctl attach \"$(pgrep -f train.py)\" --children --duration 20 --wait\n",
 	.shortopts = "d:f:e:w",
 	.longopts = attach_options,
 	.run = run_attach,
@@ -1214,6 +1224,13 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 			break;
 		case OPT_CHILDREN:
 			a->children = true;
+			break;
+		case OPT_PYTHON:
+			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "off") != 0) {
+				log_error("invalid --python '%s': auto or off", optarg);
+				return -EINVAL;
+			}
+			a->python = optarg;
 			break;
 		case OPT_EVENT:
 			a->event = optarg;

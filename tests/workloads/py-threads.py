@@ -1,0 +1,46 @@
+"""py-threads.py - two Python threads running different functions for the
+seconds given: thread 'alpha' in alpha_work(), thread 'beta' in beta_work().
+Prints "tid NAME TID" for each, then "ready"."""
+import sys
+import threading
+import time
+
+
+def alpha_work(end):
+    x = 0
+    while time.monotonic() < end:
+        for i in range(1000):
+            x += i
+    return x
+
+
+def beta_work(end):
+    s = ''
+    while time.monotonic() < end:
+        for i in range(1000):
+            s = str(i)
+    return s
+
+
+def run(fn, end, started):
+    print('tid %s %d' % (threading.current_thread().name, threading.get_native_id()), flush=True)
+    started.release()
+    fn(end)
+
+
+def main():
+    end = time.monotonic() + (float(sys.argv[1]) if len(sys.argv) > 1 else 1e9)
+    started = threading.Semaphore(0)
+    threads = [threading.Thread(target=run, name=name, args=(fn, end, started))
+               for name, fn in (('alpha', alpha_work), ('beta', beta_work))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        started.acquire()
+    print('ready', flush=True)
+    for t in threads:
+        t.join()
+
+
+if __name__ == '__main__':
+    main()
