@@ -170,6 +170,7 @@ def run_checks(profctl, fake, tmp):
         (("attach", "4242", "--events", "cpu,,x"), "empty event name"),
         (("attach", "4242", "--events", ""), "empty event name"),
         (("attach", "4242", "--wait=yes"), "doesn't allow an argument"),
+        (("attach", "4242", "--python", "on"), "invalid --python 'on': auto or off"),
         (("help", "nope"), "unknown command 'nope'"),
     ]
     mark = fake.mark()
