@@ -41,6 +41,11 @@ static void state_bits(int which, unsigned *ret_shift, unsigned *ret_mask)
 	*ret_mask = word;
 }
 
+/* One field of the initializer: ".name = offsetof(type, member)," (@indent: tabs). */
+#define OFFSET(indent, name, type, member)                                                        \
+	printf(indent "." #name " = %zu, \\\n", offsetof(type, member))
+#define SIZE(name, type) printf("\t." #name " = %zu, \\\n", sizeof(type))
+
 int main(void)
 {
 	unsigned kind_shift, kind_mask, compact_bit, ascii_bit, m;
@@ -52,33 +57,32 @@ int main(void)
 	printf("#define PYTHON_OFFSETS_%d%d { \\\n", PY_MAJOR_VERSION, PY_MINOR_VERSION);
 	printf("\t.version_hex = 0x%x, \\\n", PY_MAJOR_VERSION << 24 | PY_MINOR_VERSION << 16);
 	printf("\t.bpf = { \\\n");
-	printf("\t\t.runtime_tstate_current = %zu, \\\n",
-	       offsetof(_PyRuntimeState, gilstate.tstate_current));
-	printf("\t\t.runtime_interp_main = %zu, \\\n", offsetof(_PyRuntimeState, interpreters.main));
-	printf("\t\t.interp_threads_head = %zu, \\\n", offsetof(PyInterpreterState, threads.head));
-	printf("\t\t.tstate_next = %zu, \\\n", offsetof(PyThreadState, next));
-	printf("\t\t.tstate_native_thread_id = %zu, \\\n", offsetof(PyThreadState, native_thread_id));
-	printf("\t\t.tstate_cframe = %zu, \\\n", offsetof(PyThreadState, cframe));
-	printf("\t\t.cframe_current_frame = %zu, \\\n", offsetof(_PyCFrame, current_frame));
-	printf("\t\t.frame_code = %zu, \\\n", offsetof(_PyInterpreterFrame, f_code));
-	printf("\t\t.frame_previous = %zu, \\\n", offsetof(_PyInterpreterFrame, previous));
-	printf("\t\t.frame_prev_instr = %zu, \\\n", offsetof(_PyInterpreterFrame, prev_instr));
-	printf("\t\t.frame_is_entry = %zu, \\\n", offsetof(_PyInterpreterFrame, is_entry));
+	OFFSET("\t\t", runtime_tstate_current, _PyRuntimeState, gilstate.tstate_current);
+	OFFSET("\t\t", runtime_interp_main, _PyRuntimeState, interpreters.main);
+	OFFSET("\t\t", interp_threads_head, PyInterpreterState, threads.head);
+	OFFSET("\t\t", tstate_next, PyThreadState, next);
+	OFFSET("\t\t", tstate_native_thread_id, PyThreadState, native_thread_id);
+	OFFSET("\t\t", tstate_cframe, PyThreadState, cframe);
+	OFFSET("\t\t", cframe_current_frame, _PyCFrame, current_frame);
+	OFFSET("\t\t", frame_code, _PyInterpreterFrame, f_code);
+	OFFSET("\t\t", frame_previous, _PyInterpreterFrame, previous);
+	OFFSET("\t\t", frame_prev_instr, _PyInterpreterFrame, prev_instr);
+	OFFSET("\t\t", frame_is_entry, _PyInterpreterFrame, is_entry);
 	printf("\t}, \\\n");
-	printf("\t.code_type = %zu, \\\n", offsetof(PyObject, ob_type));
-	printf("\t.code_qualname = %zu, \\\n", offsetof(PyCodeObject, co_qualname));
-	printf("\t.code_filename = %zu, \\\n", offsetof(PyCodeObject, co_filename));
-	printf("\t.code_firstlineno = %zu, \\\n", offsetof(PyCodeObject, co_firstlineno));
-	printf("\t.code_linetable = %zu, \\\n", offsetof(PyCodeObject, co_linetable));
-	printf("\t.code_adaptive = %zu, \\\n", offsetof(PyCodeObject, co_code_adaptive));
-	printf("\t.unicode_length = %zu, \\\n", offsetof(PyASCIIObject, length));
-	printf("\t.unicode_state = %zu, \\\n", offsetof(PyASCIIObject, state));
+	OFFSET("\t", code_type, PyObject, ob_type);
+	OFFSET("\t", code_qualname, PyCodeObject, co_qualname);
+	OFFSET("\t", code_filename, PyCodeObject, co_filename);
+	OFFSET("\t", code_firstlineno, PyCodeObject, co_firstlineno);
+	OFFSET("\t", code_linetable, PyCodeObject, co_linetable);
+	OFFSET("\t", code_adaptive, PyCodeObject, co_code_adaptive);
+	OFFSET("\t", unicode_length, PyASCIIObject, length);
+	OFFSET("\t", unicode_state, PyASCIIObject, state);
 	printf("\t.unicode_kind_shift = %u, .unicode_kind_mask = %u, \\\n", kind_shift, kind_mask);
 	printf("\t.unicode_compact_bit = %u, .unicode_ascii_bit = %u, \\\n", compact_bit, ascii_bit);
-	printf("\t.unicode_ascii_size = %zu, \\\n", sizeof(PyASCIIObject));
-	printf("\t.unicode_compact_size = %zu, \\\n", sizeof(PyCompactUnicodeObject));
-	printf("\t.bytes_size = %zu, \\\n", offsetof(PyVarObject, ob_size));
-	printf("\t.bytes_data = %zu, \\\n", offsetof(PyBytesObject, ob_sval));
+	SIZE(unicode_ascii_size, PyASCIIObject);
+	SIZE(unicode_compact_size, PyCompactUnicodeObject);
+	OFFSET("\t", bytes_size, PyVarObject, ob_size);
+	OFFSET("\t", bytes_data, PyBytesObject, ob_sval);
 	printf("}\n");
 	return 0;
 }

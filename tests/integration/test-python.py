@@ -9,12 +9,13 @@
   directly above the native numpy/BLAS frames of the same stack;
 - two Python threads running different functions: each thread's samples
   have its own function and never the other's (SQL over the documented
-  schema, as a user would run it)."""
+  schema, as a user would run it);
+- a process without Python: attached all the same, python "not_found"."""
 import os
 import sqlite3
 import subprocess
 
-from profdtest import Failure, Profd, check, require_root_bpf, run, skip
+from profdtest import Failure, Profd, binary, check, require_root_bpf, run, skip
 
 STATIC_PYTHON = '/usr/bin/python3'
 WORKLOADS = os.environ.get('PY_WORKLOADS', os.path.join(os.path.dirname(__file__), '..', 'workloads'))
@@ -152,6 +153,18 @@ def check_threads(d):
     db.close()
 
 
+def check_not_python(d):
+    p = d.spawn(binary('SPIN_THREADS'), '--seconds', '30')
+    sid = d.json('attach', p.pid, '--duration', '0.5')['session']
+    s = d.wait_ended(sid)
+    p.kill()
+    p.wait()
+    print('C workload: python %r, %d samples' % (s['python'], s['samples']))
+    check(s['python']['status'] == 'not_found' and s['python']['version'] is None,
+          'python %r for a C program' % s['python'])
+    check(s['samples'] > 0 and s['python']['samples'] == 0, 'samples %r' % s)
+
+
 def test():
     require_root_bpf()
     v = python_version(STATIC_PYTHON)
@@ -169,6 +182,7 @@ def test():
         check_off(d)
         check_numpy(d)
         check_threads(d)
+        check_not_python(d)
 
 
 if __name__ == '__main__':
