@@ -27,6 +27,9 @@
 /* Thread states scanned for the sampled thread when it does not hold the GIL. */
 #define PROFILE_PY_THREAD_SCAN 32
 
+/* A python_config offset that this interpreter version does not have. */
+#define PY_NO_OFFSET 0xffffffffu
+
 /*
  * Where the CPython interpreter of a slot's target keeps its frames: the
  * address of _PyRuntime in the target, and the byte offsets of the fields
@@ -35,17 +38,21 @@
  */
 struct python_config {
 	__u64 runtime_addr;
-	__u32 runtime_tstate_current; /* _PyRuntimeState.gilstate.tstate_current */
+	__u32 runtime_tstate_current; /* _PyRuntimeState.gilstate.tstate_current (3.11; else none) */
 	__u32 runtime_interp_main;    /* _PyRuntimeState.interpreters.main */
 	__u32 interp_threads_head;    /* PyInterpreterState.threads.head */
 	__u32 tstate_next;            /* PyThreadState.next */
 	__u32 tstate_native_thread_id;/* PyThreadState.native_thread_id (the kernel tid) */
-	__u32 tstate_cframe;          /* PyThreadState.cframe */
-	__u32 cframe_current_frame;   /* _PyCFrame.current_frame */
-	__u32 frame_code;             /* _PyInterpreterFrame.f_code */
+	__u32 tstate_cframe;          /* PyThreadState.cframe (3.11, 3.12; else none) */
+	__u32 current_frame;          /* _PyCFrame.current_frame, or PyThreadState.current_frame
+				       * without cframe (3.13) */
+	__u32 frame_code;             /* _PyInterpreterFrame.f_code (3.13: f_executable) */
 	__u32 frame_previous;         /* _PyInterpreterFrame.previous */
-	__u32 frame_prev_instr;       /* _PyInterpreterFrame.prev_instr */
-	__u32 frame_is_entry;         /* _PyInterpreterFrame.is_entry (a bool) */
+	__u32 frame_prev_instr;       /* _PyInterpreterFrame.prev_instr (3.13: instr_ptr) */
+	__u32 frame_is_entry;         /* _PyInterpreterFrame.is_entry, a bool (3.11; else none) */
+	__u32 frame_owner;            /* _PyInterpreterFrame.owner, a char (3.12+; else none) */
+	__u32 owner_cstack;           /* FRAME_OWNED_BY_CSTACK: the entry frame of an
+				       * interpreter call (3.12+), not a Python frame */
 	__u32 pad;
 };
 

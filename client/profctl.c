@@ -731,7 +731,7 @@ static const struct command commands[] = {
 		   "                          attach (data-loader workers), in this session\n"
 		   "      --stack-bytes N     user stack copied per sample for dwarf/auto,\n"
 		   "                          512..32768 (default 16384)\n"
-		   "      --python MODE       auto: where PID runs CPython 3.11, put the\n"
+		   "      --python MODE       auto: where PID runs CPython 3.11+, put the\n"
 		   "                          Python functions (file:line) in the stacks in\n"
 		   "                          place of the interpreter's frames (default);\n"
 		   "                          off: native frames only\n"

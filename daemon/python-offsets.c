@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#if PY_VERSION_HEX < 0x030b0000 || PY_VERSION_HEX >= 0x030c0000
-#error "python-offsets.c knows the CPython 3.11 frame layout only"
+#if PY_VERSION_HEX < 0x030b0000 || PY_VERSION_HEX >= 0x030e0000
+#error "python-offsets.c knows the CPython 3.11 to 3.13 frame layouts only"
 #endif
 
 /* Bit position and width of a field in PyASCIIObject.state, found by setting it. */
@@ -44,6 +44,7 @@ static void state_bits(int which, unsigned *ret_shift, unsigned *ret_mask)
 /* One field of the initializer: ".name = offsetof(type, member)," (@indent: tabs). */
 #define OFFSET(indent, name, type, member)                                                        \
 	printf(indent "." #name " = %zu, \\\n", offsetof(type, member))
+#define NONE(indent, name) printf(indent "." #name " = PY_NO_OFFSET, \\\n")
 #define SIZE(name, type) printf("\t." #name " = %zu, \\\n", sizeof(type))
 
 int main(void)
@@ -57,17 +58,36 @@ int main(void)
 	printf("#define PYTHON_OFFSETS_%d%d { \\\n", PY_MAJOR_VERSION, PY_MINOR_VERSION);
 	printf("\t.version_hex = 0x%x, \\\n", PY_MAJOR_VERSION << 24 | PY_MINOR_VERSION << 16);
 	printf("\t.bpf = { \\\n");
+#if PY_VERSION_HEX < 0x030c0000
 	OFFSET("\t\t", runtime_tstate_current, _PyRuntimeState, gilstate.tstate_current);
+#else
+	NONE("\t\t", runtime_tstate_current); /* a thread-local since 3.12 */
+#endif
 	OFFSET("\t\t", runtime_interp_main, _PyRuntimeState, interpreters.main);
 	OFFSET("\t\t", interp_threads_head, PyInterpreterState, threads.head);
 	OFFSET("\t\t", tstate_next, PyThreadState, next);
 	OFFSET("\t\t", tstate_native_thread_id, PyThreadState, native_thread_id);
+#if PY_VERSION_HEX < 0x030d0000
 	OFFSET("\t\t", tstate_cframe, PyThreadState, cframe);
-	OFFSET("\t\t", cframe_current_frame, _PyCFrame, current_frame);
+	OFFSET("\t\t", current_frame, _PyCFrame, current_frame);
 	OFFSET("\t\t", frame_code, _PyInterpreterFrame, f_code);
-	OFFSET("\t\t", frame_previous, _PyInterpreterFrame, previous);
 	OFFSET("\t\t", frame_prev_instr, _PyInterpreterFrame, prev_instr);
+#else
+	NONE("\t\t", tstate_cframe);
+	OFFSET("\t\t", current_frame, PyThreadState, current_frame);
+	OFFSET("\t\t", frame_code, _PyInterpreterFrame, f_executable);
+	OFFSET("\t\t", frame_prev_instr, _PyInterpreterFrame, instr_ptr);
+#endif
+	OFFSET("\t\t", frame_previous, _PyInterpreterFrame, previous);
+#if PY_VERSION_HEX < 0x030c0000
 	OFFSET("\t\t", frame_is_entry, _PyInterpreterFrame, is_entry);
+	NONE("\t\t", frame_owner);
+	NONE("\t\t", owner_cstack);
+#else
+	NONE("\t\t", frame_is_entry);
+	OFFSET("\t\t", frame_owner, _PyInterpreterFrame, owner);
+	printf("\t\t.owner_cstack = %d, \\\n", FRAME_OWNED_BY_CSTACK);
+#endif
 	printf("\t}, \\\n");
 	OFFSET("\t", code_type, PyObject, ob_type);
 	OFFSET("\t", code_qualname, PyCodeObject, co_qualname);

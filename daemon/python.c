@@ -16,23 +16,30 @@
 
 #include "hashmap.h"
 #include "python.h"
-#include "python_offsets.h"
 #include "util.h"
+
+/* Generated at build time for each interpreter found with its headers (daemon/meson.build). */
+#if __has_include("python_offsets_311.h")
+#include "python_offsets_311.h"
+#endif
+#if __has_include("python_offsets_312.h")
+#include "python_offsets_312.h"
+#endif
+#if __has_include("python_offsets_313.h")
+#include "python_offsets_313.h"
+#endif
 
 static const struct python_offsets known_offsets[] = {
 #ifdef PYTHON_OFFSETS_311
 	PYTHON_OFFSETS_311,
 #endif
-};
-
-const char *python__supported(void)
-{
-#ifdef PYTHON_OFFSETS_311
-	return "3.11";
-#else
-	return "";
+#ifdef PYTHON_OFFSETS_312
+	PYTHON_OFFSETS_312,
 #endif
-}
+#ifdef PYTHON_OFFSETS_313
+	PYTHON_OFFSETS_313,
+#endif
+};
 
 /* Read @len bytes at @addr of process @pid. 0, or -EFAULT on a short read, -ESRCH, -EPERM. */
 static int mem_read(pid_t pid, uint64_t addr, void *buf, size_t len)
@@ -348,7 +355,7 @@ static int svarint(const uint8_t *t, size_t n, size_t *i)
 
 /*
  * The line of code unit @unit (2-byte instructions from the first one) from a
- * CPython 3.11 location table (Objects/locations.md): entries of 1..8 code
+ * CPython 3.11 to 3.13 location table (Objects/locations.md): entries of 1..8 code
  * units, each with a line delta in one of five forms. 0 if unknown.
  */
 int python_linetable_line(const uint8_t *t, size_t n, int firstlineno, int64_t unit)

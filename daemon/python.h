@@ -63,14 +63,11 @@ int python__find(pid_t pid, const struct addrspace *as, struct python_interp *re
 
 /*
  * python_linetable_line() - the source line of code unit @unit (2-byte
- * instructions from the first; -1 before the first) in a CPython 3.11
+ * instructions from the first; -1 before the first) in a CPython 3.11-3.13
  * location table @t of @n bytes (co_linetable) of a code object starting at
  * line @firstlineno. 0 if the table has no line there or is malformed.
  */
 int python_linetable_line(const uint8_t *t, size_t n, int firstlineno, int64_t unit);
-
-/* python__supported() - comma-separated versions this build can walk ("3.11"), static. */
-const char *python__supported(void);
 
 /*
  * Merges Python frames into native stacks, for one session. Code objects are

@@ -6,12 +6,13 @@ interpreter itself reports it (code.co_lines()).
 
 Output, one code object a line: FIRSTLINENO HEX_LINETABLE START:END:LINE ...
 (START/END in bytes of instructions, LINE 0 where co_lines() says None).
-Run by the build python; with a version other than 3.11 the only line is
-"skip REASON"."""
+Run by the build python; with a version other than 3.11 to 3.13 (one
+format) the only line is "skip REASON"."""
 import sys
 
-if sys.version_info[:2] != (3, 11):
-    print('skip the build python is %d.%d, the table format checked is 3.11' % sys.version_info[:2])
+if not (3, 11) <= sys.version_info[:2] <= (3, 13):
+    print('skip the build python is %d.%d, the table format checked is that of 3.11 to 3.13'
+          % sys.version_info[:2])
     sys.exit(0)
 
 import argparse  # noqa: E402  (big modules with every kind of statement)

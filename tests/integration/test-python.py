@@ -2,8 +2,10 @@
 """Python-aware stacks, on real CPython processes attached while they run:
 - a pure-Python hot function three calls deep is first in top, with its
   .py file and the line of its hot loop, and its callers are in order on the
-  hottest path, for Debian's /usr/bin/python3 (libpython linked in) and for
-  an interpreter on the shared libpython (PY_EMBED, if built);
+  hottest path, for Debian's /usr/bin/python3 (libpython linked in), for
+  an interpreter on the shared libpython (PY_EMBED, if built), and for each
+  other CPython version profd was built for (PY_INTERPRETERS: meson option
+  python_interpreters);
 - --python off keeps the native frames (_PyEval_EvalFrameDefault), no .py;
 - numpy's matrix multiply in a named Python function: that function sits
   directly above the native numpy/BLAS frames of the same stack;
@@ -74,7 +76,7 @@ def check_deep(d, interp, label):
           % (label, py['samples'], s['samples']))
     top = d.json('top', sid, '--limit', '5')['functions']
     first = top[0]
-    hot_line = line_of(script, 'total += i * i % 7')
+    hot_line = line_of(script, 'total ^= x')
     print('%s: top %s' % (label, [(f['function'], f['file'], f['line'], f['self_pct']) for f in top]))
     check(first['function'] == 'inner_hot', '%s: top function %r' % (label, first['function']))
     check(first['module'].endswith('py-deep.py') and first['file'].endswith('py-deep.py'),
@@ -179,6 +181,11 @@ def test():
             check_deep(d, embed, 'shared libpython')
         else:
             print('shared libpython part skipped: py-embed not built (no python3-embed pkg-config)')
+        static_version = python_version(STATIC_PYTHON)
+        for exe in filter(None, os.environ.get('PY_INTERPRETERS', '').split(':')):
+            v = python_version(exe)
+            if v and v != static_version:
+                check_deep(d, exe, 'CPython %d.%d' % v)
         check_off(d)
         check_numpy(d)
         check_threads(d)
