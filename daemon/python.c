@@ -189,6 +189,7 @@ struct python_reader {
 	size_t nlocs, cap_locs;
 	struct py_code *all;
 	struct py_code unknown; /* frames whose code object could not be read */
+	unsigned char *heads;   /* PROFILE_MAX_PY_FRAMES code object heads, read per sample */
 };
 
 struct python_reader *python_reader__new(const struct python_interp *interp)
@@ -199,6 +200,11 @@ struct python_reader *python_reader__new(const struct python_interp *interp)
 		return NULL;
 	r->interp = *interp;
 	r->unknown.filename = (char *)"[python]";
+	r->heads = malloc(PROFILE_MAX_PY_FRAMES * (interp->offsets ? interp->offsets->code_adaptive : 1));
+	if (!r->heads) {
+		free(r);
+		return NULL;
+	}
 	return r;
 }
 
@@ -222,6 +228,7 @@ void python_reader__free(struct python_reader *r)
 		free(c->linetable);
 		free(c);
 	}
+	free(r->heads);
 	free(r);
 }
 
@@ -521,12 +528,10 @@ static int frame_tokens(struct python_reader *r, const struct sample_event *e, u
 {
 	const struct python_offsets *o = r->interp.offsets;
 	size_t head = o->code_adaptive, n = e->py_len;
-	_cleanup_free_ unsigned char *buf = malloc(PROFILE_MAX_PY_FRAMES * head);
 	struct iovec local[PROFILE_MAX_PY_FRAMES], remote[PROFILE_MAX_PY_FRAMES];
+	unsigned char *buf = r->heads;
 	ssize_t got;
 
-	if (!buf)
-		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		local[i] = (struct iovec){ .iov_base = buf + i * head, .iov_len = head };
 		remote[i] = (struct iovec){ .iov_base = (void *)(uintptr_t)(e->py[i].code &

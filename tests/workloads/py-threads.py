@@ -22,8 +22,8 @@ def beta_work(end):
     return s
 
 
-def run(fn, end, started):
-    print('tid %s %d' % (threading.current_thread().name, threading.get_native_id()), flush=True)
+def run(fn, end, started, tids):
+    tids.append((threading.current_thread().name, threading.get_native_id()))
     started.release()
     fn(end)
 
@@ -31,12 +31,15 @@ def run(fn, end, started):
 def main():
     end = time.monotonic() + (float(sys.argv[1]) if len(sys.argv) > 1 else 1e9)
     started = threading.Semaphore(0)
-    threads = [threading.Thread(target=run, name=name, args=(fn, end, started))
+    tids = []
+    threads = [threading.Thread(target=run, name=name, args=(fn, end, started, tids))
                for name, fn in (('alpha', alpha_work), ('beta', beta_work))]
     for t in threads:
         t.start()
     for t in threads:
         started.acquire()
+    for name, tid in tids:
+        print('tid %s %d' % (name, tid))
     print('ready', flush=True)
     for t in threads:
         t.join()
