@@ -92,7 +92,9 @@ static inline bool python_token(uint64_t ip)
  * after @e->kstack_len kernel ones, leaf first) with each
  * _PyEval_EvalFrameDefault address replaced by the Python frames that call
  * was running (@e->py split at its entry frames), as python tokens.
- * Writes at most @max addresses to @out and their number to *@ret_n.
+ * Writes at most @max addresses to @out and their number to *@ret_n;
+ * *@ret_cut is set if the merged stack was longer than @max (its outermost
+ * frames are cut: the caller marks the stack truncated).
  * Returns 1 if Python frames were merged, 0 if @e has none (@out is then
  * the native stack unchanged), -EPROTO if the Python frames do not match the
  * native stack (as many entry frames as interpreter calls; @out unchanged

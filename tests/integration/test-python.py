@@ -12,7 +12,11 @@
 - two Python threads running different functions: each thread's samples
   have its own function and never the other's (SQL over the documented
   schema, as a user would run it);
-- a process without Python: attached all the same, python "not_found"."""
+- a process without Python: attached all the same, python "not_found";
+- the README's main job: a PyTorch training loop attached while it runs,
+  with --children: train_step -> Model.forward sits above ATen's C++ and
+  the BLAS kernel, and the DataLoader worker processes forked during the
+  session have their own Python frames (Dataset.__getitem__)."""
 import os
 import sqlite3
 import subprocess
@@ -167,6 +171,38 @@ def check_not_python(d):
     check(s['samples'] > 0 and s['python']['samples'] == 0, 'samples %r' % s)
 
 
+def check_torch(d):
+    if subprocess.run([STATIC_PYTHON, '-c', 'import torch'], capture_output=True).returncode:
+        print('PyTorch part skipped: python3-torch not installed')
+        return
+    p = start(d, STATIC_PYTHON, workload('py-train.py'), '120')
+    sid = d.json('attach', p.pid, '--freq', '397', '--duration', 5, '--children')['session']
+    s = d.wait_ended(sid)
+    p.kill()
+    p.wait()
+    print('torch: %d samples, python %r' % (s['samples'], s['python']))
+    paths = [names(x['frames']) for x in d.json('hotpaths', sid, '--limit', '20')['paths']]
+    fwd = [x for x in paths if 'Model.forward' in x and 'train_step' in x]
+    check(fwd, 'no path through train_step and Model.forward: %r' % [x[:12] for x in paths[:3]])
+    x = fwd[0]
+    print('torch: a forward path (leaf first) %s' % x[:x.index('train_step') + 1])
+    below = x[:x.index('Model.forward')]
+    check(any(n and n.startswith('at::') for n in below), 'no ATen frame below Model.forward: %r' % below)
+    check(x.index('Model.forward') < x.index('train_step'), 'train_step does not call Model.forward')
+    db = sqlite3.connect('file:%s?mode=ro' % d.db, uri=True)
+    rows = db.execute(
+        'SELECT t.pid, sum(sa.count) FROM samples sa'
+        ' JOIN threads t ON t.session_id = sa.session_id AND t.tid = sa.tid'
+        ' JOIN (SELECT DISTINCT stack_id, frame_id FROM stack_frames) sf ON sf.stack_id = sa.stack_id'
+        ' JOIN frames f ON f.id = sf.frame_id'
+        ' WHERE sa.session_id = ? AND f.function = \'SyntheticImages.__getitem__\''
+        ' GROUP BY t.pid', (sid,)).fetchall()
+    db.close()
+    print('torch: samples in SyntheticImages.__getitem__ by process %r (trainer %d)' % (rows, p.pid))
+    check([pid for pid, n in rows if pid != p.pid and n > 0],
+          'no DataLoader worker process with Python frames: %r' % rows)
+
+
 def test():
     require_root_bpf()
     v = python_version(STATIC_PYTHON)
@@ -190,6 +226,7 @@ def test():
         check_numpy(d)
         check_threads(d)
         check_not_python(d)
+        check_torch(d)
 
 
 if __name__ == '__main__':
