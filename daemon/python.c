@@ -522,31 +522,45 @@ int python_reader__frame(struct python_reader *r, uint64_t token, struct frame_i
 
 /*
  * Tokens for the Python frames of @e, innermost first, in @tok (e->py_len
- * of them): the code objects' heads are read with one process_vm_readv.
+ * of them). The code objects' heads are read with one process_vm_readv();
+ * it stops at the first head it cannot read, so the heads after that one
+ * are read one by one.
  */
 static int frame_tokens(struct python_reader *r, const struct sample_event *e, uint64_t *tok)
 {
 	const struct python_offsets *o = r->interp.offsets;
-	size_t head = o->code_adaptive, n = e->py_len;
+	size_t head = o->code_adaptive, n = e->py_len, nio = 0;
 	struct iovec local[PROFILE_MAX_PY_FRAMES], remote[PROFILE_MAX_PY_FRAMES];
 	unsigned char *buf = r->heads;
+	bool ok[PROFILE_MAX_PY_FRAMES] = { false };
+	size_t iov_of[PROFILE_MAX_PY_FRAMES];
 	ssize_t got;
 
 	for (size_t i = 0; i < n; i++) {
-		local[i] = (struct iovec){ .iov_base = buf + i * head, .iov_len = head };
-		remote[i] = (struct iovec){ .iov_base = (void *)(uintptr_t)(e->py[i].code &
-									      ~PY_FRAME_ENTRY),
-					    .iov_len = head };
+		uint64_t addr = e->py[i].code & ~PY_FRAME_ENTRY;
+
+		if (!addr)
+			continue;
+		iov_of[nio] = i;
+		local[nio] = (struct iovec){ .iov_base = buf + i * head, .iov_len = head };
+		remote[nio] = (struct iovec){ .iov_base = (void *)(uintptr_t)addr, .iov_len = head };
+		nio++;
 	}
-	got = process_vm_readv((pid_t)e->pid, local, n, remote, n, 0);
-	if (got < 0)
-		got = 0;
+	got = nio ? process_vm_readv((pid_t)e->pid, local, nio, remote, nio, 0) : 0;
+	for (size_t k = 0; k < nio; k++) {
+		size_t i = iov_of[k];
+
+		ok[i] = got >= 0 && (size_t)got >= (k + 1) * head;
+		if (!ok[i] && got >= 0)
+			ok[i] = mem_read((pid_t)e->pid, (uint64_t)(uintptr_t)remote[k].iov_base,
+					 buf + i * head, head) == 0;
+	}
 	for (size_t i = 0; i < n; i++) {
 		uint64_t addr = e->py[i].code & ~PY_FRAME_ENTRY;
 		const struct py_code *c = &r->unknown;
 		int line = 0;
 
-		if ((size_t)got >= (i + 1) * head && addr) {
+		if (ok[i]) {
 			c = code_get(r, (pid_t)e->pid, addr, buf + i * head);
 			if (!c)
 				return -ENOMEM;
