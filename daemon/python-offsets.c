@@ -42,7 +42,7 @@ static void state_bits(int which, unsigned *ret_shift, unsigned *ret_mask)
 }
 
 /* One field of the initializer: ".name = offsetof(type, member)," (@indent: tabs). */
-#define OFFSET(indent, name, type, member)                                                        \
+#define OFFSET(indent, name, type, member)                                                         \
 	printf(indent "." #name " = %zu, \\\n", offsetof(type, member))
 #define NONE(indent, name) printf(indent "." #name " = PY_NO_OFFSET, \\\n")
 #define SIZE(name, type) printf("\t." #name " = %zu, \\\n", sizeof(type))
@@ -98,7 +98,8 @@ int main(void)
 	OFFSET("\t", unicode_length, PyASCIIObject, length);
 	OFFSET("\t", unicode_state, PyASCIIObject, state);
 	printf("\t.unicode_kind_shift = %u, .unicode_kind_mask = %u, \\\n", kind_shift, kind_mask);
-	printf("\t.unicode_compact_bit = %u, .unicode_ascii_bit = %u, \\\n", compact_bit, ascii_bit);
+	printf("\t.unicode_compact_bit = %u, .unicode_ascii_bit = %u, \\\n", compact_bit,
+	       ascii_bit);
 	SIZE(unicode_ascii_size, PyASCIIObject);
 	SIZE(unicode_compact_size, PyCompactUnicodeObject);
 	OFFSET("\t", bytes_size, PyVarObject, ob_size);

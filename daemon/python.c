@@ -31,21 +31,21 @@
 
 static const struct python_offsets known_offsets[] = {
 #ifdef PYTHON_OFFSETS_311
-	PYTHON_OFFSETS_311,
+    PYTHON_OFFSETS_311,
 #endif
 #ifdef PYTHON_OFFSETS_312
-	PYTHON_OFFSETS_312,
+    PYTHON_OFFSETS_312,
 #endif
 #ifdef PYTHON_OFFSETS_313
-	PYTHON_OFFSETS_313,
+    PYTHON_OFFSETS_313,
 #endif
 };
 
 /* Read @len bytes at @addr of process @pid. 0, or -EFAULT on a short read, -ESRCH, -EPERM. */
 static int mem_read(pid_t pid, uint64_t addr, void *buf, size_t len)
 {
-	struct iovec local = { .iov_base = buf, .iov_len = len };
-	struct iovec remote = { .iov_base = (void *)(uintptr_t)addr, .iov_len = len };
+	struct iovec local = {.iov_base = buf, .iov_len = len};
+	struct iovec remote = {.iov_base = (void *)(uintptr_t)addr, .iov_len = len};
 	ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
 
 	if (n < 0)
@@ -66,8 +66,8 @@ static void elf_find_symbols(Elf *elf, struct py_symbols *ret)
 		GElf_Shdr sh;
 		Elf_Data *data;
 
-		if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_DYNSYM && sh.sh_type != SHT_SYMTAB) ||
-		    !sh.sh_entsize)
+		if (!gelf_getshdr(scn, &sh) ||
+		    (sh.sh_type != SHT_DYNSYM && sh.sh_type != SHT_SYMTAB) || !sh.sh_entsize)
 			continue;
 		data = elf_getdata(scn, NULL);
 		if (!data)
@@ -113,7 +113,7 @@ int python__find(pid_t pid, const struct addrspace *as, struct python_interp *re
 	maps = addrspace__mappings(as, &n);
 	for (size_t i = 0; i < n; i++) {
 		const struct mapping *m = &maps[i];
-		struct py_symbols sym = { 0 };
+		struct py_symbols sym = {0};
 		_cleanup_close_ int fd = -1;
 		char path[PATH_MAX];
 		uint32_t hex;
@@ -140,8 +140,8 @@ int python__find(pid_t pid, const struct addrspace *as, struct python_interp *re
 		if ((hex >> 24) != 3 || ((hex >> 16) & 0xff) < 11)
 			continue;
 		memset(ret, 0, sizeof(*ret));
-		snprintf(ret->version, sizeof(ret->version), "%u.%u.%u", hex >> 24, (hex >> 16) & 0xff,
-			 (hex >> 8) & 0xff);
+		snprintf(ret->version, sizeof(ret->version), "%u.%u.%u", hex >> 24,
+			 (hex >> 16) & 0xff, (hex >> 8) & 0xff);
 		snprintf(ret->path, sizeof(ret->path), "%s", m->path);
 		ret->runtime_addr = sym.runtime + m->load_bias;
 		ret->eval_start = sym.eval + m->load_bias;
@@ -161,7 +161,7 @@ struct py_code {
 	/* What the code object's head held when read: a change means new code at the address. */
 	uint64_t type, qualname_ptr, filename_ptr, linetable_ptr;
 	int32_t firstlineno;
-	char *qualname;      /* NULL if unreadable */
+	char *qualname; /* NULL if unreadable */
 	char *filename;
 	uint8_t *linetable;
 	size_t linetable_len;
@@ -183,13 +183,13 @@ struct py_loc {
 
 struct python_reader {
 	struct python_interp interp;
-	struct hashmap codes;  /* struct py_code_slot */
-	struct hashmap locs;   /* struct py_loc, by (code, line) */
+	struct hashmap codes;	  /* struct py_code_slot */
+	struct hashmap locs;	  /* struct py_loc, by (code, line) */
 	struct py_loc **loc_list; /* by index: token - PYTHON_TOKEN_TAG */
 	size_t nlocs, cap_locs;
 	struct py_code *all;
 	struct py_code unknown; /* frames whose code object could not be read */
-	unsigned char *heads;   /* PROFILE_MAX_PY_FRAMES code object heads, read per sample */
+	unsigned char *heads;	/* PROFILE_MAX_PY_FRAMES code object heads, read per sample */
 };
 
 struct python_reader *python_reader__new(const struct python_interp *interp)
@@ -200,7 +200,8 @@ struct python_reader *python_reader__new(const struct python_interp *interp)
 		return NULL;
 	r->interp = *interp;
 	r->unknown.filename = (char *)"[python]";
-	r->heads = malloc(PROFILE_MAX_PY_FRAMES * (interp->offsets ? interp->offsets->code_adaptive : 1));
+	r->heads =
+	    malloc(PROFILE_MAX_PY_FRAMES * (interp->offsets ? interp->offsets->code_adaptive : 1));
 	if (!r->heads) {
 		free(r);
 		return NULL;
@@ -415,14 +416,16 @@ static struct py_code *code_get(struct python_reader *r, pid_t pid, uint64_t add
 				const unsigned char *head)
 {
 	const struct python_offsets *o = r->interp.offsets;
-	struct py_code_slot key = { .pid = pid, .addr = addr }, *slot;
+	struct py_code_slot key = {.pid = pid, .addr = addr}, *slot;
 	uint64_t h = hash64(hash64(HASH64_INIT, &addr, sizeof(addr)), &pid, sizeof(pid));
-	struct py_code fp = {
-		.type = get_u64(head, o->code_type),
-		.qualname_ptr = get_u64(head, o->code_qualname),
-		.filename_ptr = get_u64(head, o->code_filename),
-		.linetable_ptr = get_u64(head, o->code_linetable),
-	}, *c;
+	struct py_code fp =
+			   {
+			       .type = get_u64(head, o->code_type),
+			       .qualname_ptr = get_u64(head, o->code_qualname),
+			       .filename_ptr = get_u64(head, o->code_filename),
+			       .linetable_ptr = get_u64(head, o->code_linetable),
+			   },
+		       *c;
 
 	memcpy(&fp.firstlineno, head + o->code_firstlineno, sizeof(fp.firstlineno));
 	slot = hashmap__find(&r->codes, h, code_slot_eq, &key);
@@ -472,7 +475,7 @@ static bool loc_eq(const void *entry, const void *key)
 /* The token of (@code, @line); 0 on out-of-memory. */
 static uint64_t loc_token(struct python_reader *r, const struct py_code *code, int line)
 {
-	struct py_loc key = { .code = code, .line = line }, *loc;
+	struct py_loc key = {.code = code, .line = line}, *loc;
 	uint64_t h = hash64(hash64(HASH64_INIT, &code, sizeof(code)), &line, sizeof(line));
 
 	loc = hashmap__find(&r->locs, h, loc_eq, &key);
@@ -532,7 +535,7 @@ static int frame_tokens(struct python_reader *r, const struct sample_event *e, u
 	size_t head = o->code_adaptive, n = e->py_len, nio = 0;
 	struct iovec local[PROFILE_MAX_PY_FRAMES], remote[PROFILE_MAX_PY_FRAMES];
 	unsigned char *buf = r->heads;
-	bool ok[PROFILE_MAX_PY_FRAMES] = { false };
+	bool ok[PROFILE_MAX_PY_FRAMES] = {false};
 	size_t iov_of[PROFILE_MAX_PY_FRAMES];
 	ssize_t got;
 
@@ -542,8 +545,8 @@ static int frame_tokens(struct python_reader *r, const struct sample_event *e, u
 		if (!addr)
 			continue;
 		iov_of[nio] = i;
-		local[nio] = (struct iovec){ .iov_base = buf + i * head, .iov_len = head };
-		remote[nio] = (struct iovec){ .iov_base = (void *)(uintptr_t)addr, .iov_len = head };
+		local[nio] = (struct iovec){.iov_base = buf + i * head, .iov_len = head};
+		remote[nio] = (struct iovec){.iov_base = (void *)(uintptr_t)addr, .iov_len = head};
 		nio++;
 	}
 	got = nio ? process_vm_readv((pid_t)e->pid, local, nio, remote, nio, 0) : 0;
@@ -566,7 +569,8 @@ static int frame_tokens(struct python_reader *r, const struct sample_event *e, u
 				return -ENOMEM;
 		}
 		if (c != &r->unknown && c->linetable) {
-			int64_t unit = ((int64_t)e->py[i].instr - (int64_t)(addr + o->code_adaptive)) / 2;
+			int64_t unit =
+			    ((int64_t)e->py[i].instr - (int64_t)(addr + o->code_adaptive)) / 2;
 
 			if ((int64_t)e->py[i].instr < (int64_t)(addr + o->code_adaptive))
 				unit = -1;
@@ -603,7 +607,8 @@ int python_reader__merge(struct python_reader *r, const struct sample_event *e, 
 	}
 	for (size_t i = 0; i < e->py_len; i++)
 		segs += (e->py[i].code & PY_FRAME_ENTRY) != 0;
-	/* The outermost frame starts the first interpreter call; the walk was cut if it is not an entry. */
+	/* The outermost frame starts the first interpreter call; the walk was cut if it is not an
+	 * entry. */
 	if (evals == 0 || segs != evals || !(e->py[e->py_len - 1].code & PY_FRAME_ENTRY))
 		return -EPROTO;
 

@@ -22,31 +22,31 @@
  * by python.c from user space.
  */
 struct python_offsets {
-	unsigned version_hex;       /* major << 24 | minor << 16 */
+	unsigned version_hex; /* major << 24 | minor << 16 */
 	struct python_config bpf;
-	unsigned code_type;         /* offsetof(PyObject, ob_type) */
-	unsigned code_qualname;     /* PyCodeObject.co_qualname */
-	unsigned code_filename;     /* PyCodeObject.co_filename */
-	unsigned code_firstlineno;  /* PyCodeObject.co_firstlineno (int) */
-	unsigned code_linetable;    /* PyCodeObject.co_linetable (bytes) */
-	unsigned code_adaptive;     /* PyCodeObject.co_code_adaptive: the first instruction */
-	unsigned unicode_length;    /* PyASCIIObject.length */
-	unsigned unicode_state;     /* PyASCIIObject.state (32-bit bitfield word) */
+	unsigned code_type;	   /* offsetof(PyObject, ob_type) */
+	unsigned code_qualname;	   /* PyCodeObject.co_qualname */
+	unsigned code_filename;	   /* PyCodeObject.co_filename */
+	unsigned code_firstlineno; /* PyCodeObject.co_firstlineno (int) */
+	unsigned code_linetable;   /* PyCodeObject.co_linetable (bytes) */
+	unsigned code_adaptive;	   /* PyCodeObject.co_code_adaptive: the first instruction */
+	unsigned unicode_length;   /* PyASCIIObject.length */
+	unsigned unicode_state;	   /* PyASCIIObject.state (32-bit bitfield word) */
 	unsigned unicode_kind_shift, unicode_kind_mask; /* state: kind (1, 2 or 4 bytes a char) */
 	unsigned unicode_compact_bit, unicode_ascii_bit;
 	unsigned unicode_ascii_size;   /* sizeof(PyASCIIObject): ASCII data follows */
 	unsigned unicode_compact_size; /* sizeof(PyCompactUnicodeObject): other data follows */
-	unsigned bytes_size;        /* PyVarObject.ob_size */
-	unsigned bytes_data;        /* PyBytesObject.ob_sval */
+	unsigned bytes_size;	       /* PyVarObject.ob_size */
+	unsigned bytes_data;	       /* PyBytesObject.ob_sval */
 };
 
 /* What python__find() learned about a target's interpreter. */
 struct python_interp {
-	char version[16];          /* "3.11.7" */
-	char path[256];            /* the file holding the interpreter (executable or libpython) */
+	char version[16]; /* "3.11.7" */
+	char path[256];	  /* the file holding the interpreter (executable or libpython) */
 	const struct python_offsets *offsets; /* NULL: a version this build has no offsets for */
-	uint64_t runtime_addr;     /* &_PyRuntime in the target */
-	uint64_t code_type_addr;   /* &PyCode_Type in the target, 0 if not exported */
+	uint64_t runtime_addr;		      /* &_PyRuntime in the target */
+	uint64_t code_type_addr;	      /* &PyCode_Type in the target, 0 if not exported */
 	uint64_t eval_start, eval_end; /* _PyEval_EvalFrameDefault, [start, end) in the target */
 };
 

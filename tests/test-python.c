@@ -23,9 +23,10 @@ static int hexval(char c)
 
 static void check_merge(void)
 {
-	static const struct python_offsets offsets = { .version_hex = 0x030b0000, .code_adaptive = 64 };
-	struct python_interp interp = { .offsets = &offsets, .eval_start = EVAL,
-					.eval_end = EVAL + 0x1000 };
+	static const struct python_offsets offsets = {.version_hex = 0x030b0000,
+						      .code_adaptive = 64};
+	struct python_interp interp = {
+	    .offsets = &offsets, .eval_start = EVAL, .eval_end = EVAL + 0x1000};
 	struct python_reader *r = python_reader__new(&interp);
 	struct sample_event *e = calloc(1, sizeof(*e));
 	struct frame_info fi;
@@ -95,7 +96,8 @@ int main(int argc, char **argv)
 
 	check_merge();
 	if (argc != 2 || !(f = fopen(argv[1], "re"))) {
-		fprintf(stderr, "usage: test-python LINETABLES (written by python-linetables.py)\n");
+		fprintf(stderr,
+			"usage: test-python LINETABLES (written by python-linetables.py)\n");
 		return 99;
 	}
 	table = malloc(1 << 20);
@@ -127,7 +129,9 @@ int main(int argc, char **argv)
 
 				units++;
 				if (got != want) {
-					fprintf(stderr, "code at line %d, unit %ld: line %d, co_lines says %ld\n",
+					fprintf(stderr,
+						"code at line %d, unit %ld: line %d, co_lines says "
+						"%ld\n",
 						first, b / 2, got, want);
 					check_failures++;
 					if (check_failures > 20)
