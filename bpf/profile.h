@@ -25,7 +25,7 @@
 /* Python frames walked per sample (innermost first); deeper ones are cut. */
 #define PROFILE_MAX_PY_FRAMES 64
 /* Thread states scanned for the sampled thread when it does not hold the GIL. */
-#define PROFILE_PY_THREAD_SCAN 32
+#define PROFILE_PY_THREAD_SCAN 128
 
 /* A python_config offset that this interpreter version does not have. */
 #define PY_NO_OFFSET 0xffffffffu

@@ -9,8 +9,8 @@
 - --python off keeps the native frames (_PyEval_EvalFrameDefault), no .py;
 - numpy's matrix multiply in a named Python function: that function sits
   directly above the native numpy/BLAS frames of the same stack;
-- two Python threads running different functions: each thread's samples
-  have its own function and never the other's (SQL over the documented
+- two Python threads running different functions, behind 40 idle threads:
+  each thread's samples have its own function and never the other's (SQL over the documented
   schema, as a user would run it);
 - a process without Python: attached all the same, python "not_found";
 - the README's main job: a PyTorch training loop attached while it runs,
@@ -127,8 +127,8 @@ def check_numpy(d):
     check(names(path)[i + 1] == 'train', 'dense_layer called from %r' % names(path)[i + 1])
 
 
-def check_threads(d):
-    p = d.spawn(STATIC_PYTHON, workload('py-threads.py'), '60')
+def check_threads(d, interp, label):
+    p = d.spawn(interp, workload('py-threads.py'), '60')
     tids = {}
     line = p.stdout.readline()
     while line and not line.startswith('ready'):
@@ -151,7 +151,8 @@ def check_threads(d):
             ' JOIN frames f ON f.id = sf.frame_id'
             ' WHERE sa.session_id = ? AND sa.tid = ? AND f.module LIKE \'%.py\''
             ' GROUP BY f.function', (sid, tids[name])).fetchall())
-        print('thread %s (%d): %d samples, Python functions on its stacks %r' % (name, tids[name], total, per_fn))
+        print('%s: thread %s (%d): %d samples, Python functions on its stacks %r'
+              % (label, name, tids[name], total, per_fn))
         check(total >= 30, 'thread %s has %d samples' % (name, total))
         check(per_fn.get(own, 0) >= 0.9 * total, 'thread %s: %s on %d of %d stacks'
               % (name, own, per_fn.get(own, 0), total))
@@ -222,9 +223,10 @@ def test():
             v = python_version(exe)
             if v and v != static_version:
                 check_deep(d, exe, 'CPython %d.%d' % v)
+                check_threads(d, exe, 'CPython %d.%d' % v)
         check_off(d)
         check_numpy(d)
-        check_threads(d)
+        check_threads(d, STATIC_PYTHON, 'static libpython')
         check_not_python(d)
         check_torch(d)
 

@@ -1,6 +1,8 @@
 """py-threads.py - two Python threads running different functions for the
-seconds given: thread 'alpha' in alpha_work(), thread 'beta' in beta_work().
-Prints "tid NAME TID" for each, then "ready"."""
+seconds given: thread 'alpha' in alpha_work(), thread 'beta' in beta_work(),
+then 40 idle threads, which CPython lists before them (newest first), so a
+profiler has to look past them to find the busy threads' state.
+Prints "tid NAME TID" for each busy thread, then "ready"."""
 import sys
 import threading
 import time
@@ -38,6 +40,10 @@ def main():
         t.start()
     for t in threads:
         started.acquire()
+    stop = threading.Event()
+    idle = [threading.Thread(target=stop.wait, daemon=True) for _ in range(40)]
+    for t in idle:
+        t.start()
     for name, tid in tids:
         print('tid %s %d' % (name, tid))
     print('ready', flush=True)
