@@ -142,7 +142,6 @@ int python__find(pid_t pid, const struct addrspace *as, struct python_interp *re
 		memset(ret, 0, sizeof(*ret));
 		snprintf(ret->version, sizeof(ret->version), "%u.%u.%u", hex >> 24,
 			 (hex >> 16) & 0xff, (hex >> 8) & 0xff);
-		snprintf(ret->path, sizeof(ret->path), "%s", m->path);
 		ret->runtime_addr = sym.runtime + m->load_bias;
 		ret->eval_start = sym.eval + m->load_bias;
 		ret->eval_end = ret->eval_start + (sym.eval_size ? sym.eval_size : 1);

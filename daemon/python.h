@@ -43,7 +43,6 @@ struct python_offsets {
 /* What python__find() learned about a target's interpreter. */
 struct python_interp {
 	char version[16]; /* "3.11.7" */
-	char path[256];	  /* the file holding the interpreter (executable or libpython) */
 	const struct python_offsets *offsets; /* NULL: a version this build has no offsets for */
 	uint64_t runtime_addr;		      /* &_PyRuntime in the target */
 	uint64_t code_type_addr;	      /* &PyCode_Type in the target, 0 if not exported */
