@@ -39,6 +39,7 @@ static const struct python_offsets known_offsets[] = {
 #ifdef PYTHON_OFFSETS_313
     PYTHON_OFFSETS_313,
 #endif
+    {0}, /* the end (and the array is never empty) */
 };
 
 /* Read @len bytes at @addr of process @pid. 0, or -EFAULT on a short read, -ESRCH, -EPERM. */
@@ -146,7 +147,7 @@ int python__find(pid_t pid, const struct addrspace *as, struct python_interp *re
 		ret->eval_start = sym.eval + m->load_bias;
 		ret->eval_end = ret->eval_start + (sym.eval_size ? sym.eval_size : 1);
 		ret->code_type_addr = sym.code_type ? sym.code_type + m->load_bias : 0;
-		for (size_t k = 0; k < ARRAY_SIZE(known_offsets); k++)
+		for (size_t k = 0; known_offsets[k].version_hex; k++)
 			if (known_offsets[k].version_hex == (hex & 0xffff0000))
 				ret->offsets = &known_offsets[k];
 		return 0;
