@@ -90,6 +90,116 @@ static __always_inline void copy_user_stack(struct sample_event *e, __u32 max)
 	}
 }
 
+static __always_inline __u64 read_user_u64(__u64 addr)
+{
+	__u64 v = 0;
+
+	bpf_probe_read_user(&v, sizeof(v), (const void *)addr);
+	return v;
+}
+
+/*
+ * The PyThreadState of the sampled thread @tid: the GIL holder's if it is
+ * this thread (the usual case for a thread on the CPU running Python), else
+ * found in the main interpreter's list of thread states. 0 if none: the
+ * thread is not a Python thread, or the list is longer than the scan.
+ */
+static __always_inline __u64 python_thread_state(const struct python_config *pc, __u32 tid)
+{
+	__u64 ts, interp;
+
+	if (pc->runtime_tstate_current != PY_NO_OFFSET) {
+		ts = read_user_u64(pc->runtime_addr + pc->runtime_tstate_current);
+		if (ts && read_user_u64(ts + pc->tstate_native_thread_id) == tid)
+			return ts;
+	}
+	interp = read_user_u64(pc->runtime_addr + pc->runtime_interp_main);
+	if (!interp)
+		return 0;
+	ts = read_user_u64(interp + pc->interp_threads_head);
+	for (int i = 0; i < PROFILE_PY_THREAD_SCAN && ts; i++) {
+		if (read_user_u64(ts + pc->tstate_native_thread_id) == tid)
+			return ts;
+		ts = read_user_u64(ts + pc->tstate_next);
+	}
+	return 0;
+}
+
+/*
+ * Walk the sampled thread's Python frames (thread state -> [cframe ->]
+ * current_frame -> previous ...), at the same instant as the native stack,
+ * so user space can put each Python frame in place of the
+ * _PyEval_EvalFrameDefault call running it. Each call's first frame is
+ * marked PY_FRAME_ENTRY: 3.11 flags it (is_entry); 3.12+ puts an entry frame
+ * owned by the C stack just behind it, which is not a Python frame and is
+ * skipped. Only pointers are copied here; user space reads the code objects
+ * (names, files, line tables), which live as long as the code does. A
+ * separate function: the verifier checks it once, not inline in every path
+ * of the caller.
+ */
+struct py_walk {
+	struct sample_event *e;
+	const struct python_config *pc;
+	__u64 frame; /* the next frame to read; 0 at the end of the chain */
+	__u32 n;     /* frames in e->py */
+};
+
+/* One step of the frame chain, for bpf_loop(): 1 stops the loop. */
+static long py_walk_step(__u64 i, void *ctx)
+{
+	struct py_walk *w = ctx;
+	const struct python_config *pc = w->pc;
+	struct sample_event *e = w->e;
+	__u32 n = w->n;
+	__u8 entry = 0, owner = 0;
+
+	if (!w->frame)
+		return 1;
+	if (pc->frame_owner != PY_NO_OFFSET) {
+		bpf_probe_read_user(&owner, sizeof(owner), (const void *)(w->frame + pc->frame_owner));
+		if (owner == pc->owner_cstack) {
+			if (n > 0 && n <= PROFILE_MAX_PY_FRAMES)
+				e->py[n - 1].code |= PY_FRAME_ENTRY;
+			w->frame = read_user_u64(w->frame + pc->frame_previous);
+			return 0;
+		}
+	}
+	if (n >= PROFILE_MAX_PY_FRAMES)
+		return 1;
+	if (pc->frame_is_entry != PY_NO_OFFSET)
+		bpf_probe_read_user(&entry, sizeof(entry), (const void *)(w->frame + pc->frame_is_entry));
+	e->py[n].code = read_user_u64(w->frame + pc->frame_code) | (entry ? PY_FRAME_ENTRY : 0);
+	e->py[n].instr = read_user_u64(w->frame + pc->frame_prev_instr);
+	w->n = n + 1;
+	w->frame = read_user_u64(w->frame + pc->frame_previous);
+	return 0;
+}
+
+/* The walk itself: bpf_loop() (Linux 5.17) verifies the step once, not once per frame. */
+static __noinline void walk_python(struct sample_event *e, const struct python_config *pc)
+{
+	struct py_walk w = { .e = e, .pc = pc };
+	__u64 ts;
+
+	e->py_len = 0;
+	ts = python_thread_state(pc, e->tid);
+	if (!ts) {
+		e->flags |= SAMPLE_PY_NO_THREAD;
+		return;
+	}
+	if (pc->tstate_cframe != PY_NO_OFFSET) {
+		w.frame = read_user_u64(ts + pc->tstate_cframe);
+		w.frame = w.frame ? read_user_u64(w.frame + pc->current_frame) : 0;
+	} else {
+		w.frame = read_user_u64(ts + pc->current_frame);
+	}
+	/* Entry frames do not take a slot: up to one per Python frame. */
+	bpf_loop(2 * PROFILE_MAX_PY_FRAMES, py_walk_step, &w, 0);
+	if (w.frame)
+		e->flags |= SAMPLE_PY_TRUNCATED;
+	e->py_len = w.n;
+}
+
 SEC("perf_event")
 int profile_sample(struct bpf_perf_event_data *ctx)
 {
@@ -127,6 +237,7 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 	e->event = (__u32)(cookie >> 16);
 	e->stack_size = 0;
 	e->stack_offset = 0;
+	e->py_len = 0;
 	bpf_get_current_comm(&e->comm, sizeof(e->comm));
 
 	/* In user mode the kernel call chain is empty (get_perf_callchain()
@@ -161,6 +272,8 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 	}
 	if (cfg->copy_stack_bytes)
 		copy_user_stack(e, cfg->copy_stack_bytes);
+	if (cfg->python.runtime_addr)
+		walk_python(e, &cfg->python);
 	e->kstack_len = klen;
 	e->ustack_len = ulen;
 
@@ -233,6 +346,7 @@ int BPF_PROG(profile_exit, struct task_struct *task)
 		e->ustack_len = 0;
 		e->stack_size = 0;
 		e->stack_offset = 0;
+		e->py_len = 0;
 		bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), task->comm);
 		bpf_ringbuf_submit(e, 0);
 	}

@@ -22,13 +22,60 @@
 /* x86-64 DWARF registers 0..16 (rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip). */
 #define PROFILE_NREGS 17
 
+/* Python frames walked per sample (innermost first); deeper ones are cut. */
+#define PROFILE_MAX_PY_FRAMES 64
+/* Thread states scanned for the sampled thread when it does not hold the GIL. */
+#define PROFILE_PY_THREAD_SCAN 128
+
+/* A python_config offset that this interpreter version does not have. */
+#define PY_NO_OFFSET 0xffffffffu
+
+/*
+ * Where the CPython interpreter of a slot's target keeps its frames: the
+ * address of _PyRuntime in the target, and the byte offsets of the fields
+ * walked from it, taken from the interpreter version's own headers at build
+ * time (daemon/python-offsets.c). runtime_addr 0: no Python walk.
+ */
+struct python_config {
+	__u64 runtime_addr;
+	__u32 runtime_tstate_current; /* _PyRuntimeState.gilstate.tstate_current (3.11; else none) */
+	__u32 runtime_interp_main;    /* _PyRuntimeState.interpreters.main */
+	__u32 interp_threads_head;    /* PyInterpreterState.threads.head */
+	__u32 tstate_next;            /* PyThreadState.next */
+	__u32 tstate_native_thread_id;/* PyThreadState.native_thread_id (the kernel tid) */
+	__u32 tstate_cframe;          /* PyThreadState.cframe (3.11, 3.12; else none) */
+	__u32 current_frame;          /* _PyCFrame.current_frame, or PyThreadState.current_frame
+				       * without cframe (3.13) */
+	__u32 frame_code;             /* _PyInterpreterFrame.f_code (3.13: f_executable) */
+	__u32 frame_previous;         /* _PyInterpreterFrame.previous */
+	__u32 frame_prev_instr;       /* _PyInterpreterFrame.prev_instr (3.13: instr_ptr) */
+	__u32 frame_is_entry;         /* _PyInterpreterFrame.is_entry, a bool (3.11; else none) */
+	__u32 frame_owner;            /* _PyInterpreterFrame.owner, a char (3.12+; else none) */
+	__u32 owner_cstack;           /* FRAME_OWNED_BY_CSTACK: the entry frame of an
+				       * interpreter call (3.12+), not a Python frame */
+	__u32 pad;
+};
+
 /* Per-slot settings, written by user space before the slot's events are enabled. */
 struct slot_config {
 	__u32 copy_stack_bytes; /* 0: frame pointers only; else copy regs + up to this many stack bytes */
 	__u32 fp_stack;         /* 1: also walk frame pointers with bpf_get_stack() */
 	__u32 follow_children;  /* 1: processes a target forks become targets of the slot */
 	__u32 pad;
+	struct python_config python;
 };
+
+/*
+ * One Python frame as sampled: the code object it runs, with PY_FRAME_ENTRY
+ * or'ed into bit 0 (code objects are 8-byte aligned) when the frame is the
+ * first one of a _PyEval_EvalFrameDefault call, and the address of the last
+ * instruction it started (prev_instr), from which user space gets the line.
+ */
+struct py_frame {
+	__u64 code;
+	__u64 instr;
+};
+#define PY_FRAME_ENTRY 1ull
 
 /* sample_event.flags */
 #define SAMPLE_USER_TRUNCATED (1u << 0)   /* user stack filled all PROFILE_MAX_FRAMES */
@@ -36,6 +83,8 @@ struct slot_config {
 #define SAMPLE_USER_MISSING (1u << 2)     /* bpf_get_stack(user) failed or returned 0 frames */
 #define SAMPLE_KERNEL_MODE (1u << 3)      /* sampled while in the kernel */
 #define SAMPLE_HAS_REGS (1u << 4)         /* regs[] and stack[0..stack_size) are valid */
+#define SAMPLE_PY_TRUNCATED (1u << 5)     /* more Python frames than PROFILE_MAX_PY_FRAMES */
+#define SAMPLE_PY_NO_THREAD (1u << 6)     /* Python walk on, but no thread state for this tid */
 /* Set by the unwinder in user space, never by BPF: */
 #define SAMPLE_DWARF_UNWOUND (1u << 8)    /* ustack comes from DWARF unwinding */
 #define SAMPLE_UNWIND_INCOMPLETE (1u << 9)/* the unwinder stopped before the outermost frame */
@@ -64,7 +113,9 @@ struct sample_event {
 	__u32 stack_size; /* bytes in stack[], a multiple of 4096, 0..PROFILE_MAX_STACK_BYTES */
 	__u32 stack_offset; /* where rsp points in stack[] */
 	char comm[16];    /* thread name at sample time */
+	__u32 py_len;     /* Python frames in py[], 0..PROFILE_MAX_PY_FRAMES */
 	__u64 regs[PROFILE_NREGS]; /* user registers, DWARF order (SAMPLE_HAS_REGS) */
+	struct py_frame py[PROFILE_MAX_PY_FRAMES]; /* innermost first (python_config) */
 	__u64 ips[2 * PROFILE_MAX_FRAMES];
 	__u8 stack[PROFILE_MAX_STACK_BYTES];
 };

@@ -66,6 +66,7 @@ enum {
 	OPT_COMM,
 	OPT_CGROUP,
 	OPT_LABEL,
+	OPT_PYTHON,
 };
 
 /* The parsed command line. */
@@ -88,6 +89,7 @@ struct args {
 	long long malloc_max_rate;	  /* --malloc-max-rate; -1: profd's default */
 	bool debuginfod;		  /* resymbolize --debuginfod */
 	bool children;			  /* attach --children */
+	const char *python;		  /* attach --python: auto, off; NULL: profd's default */
 	bool group_by_name;		  /* threads --group-by name */
 	const char *event;		  /* top/hotpaths --event NAME; NULL: CPU samples */
 	double window_s;		  /* threads --window SECONDS; 0: none */
@@ -424,6 +426,8 @@ static json_t *attach_request(const struct args *a)
 	if (a->unwind && json_object_set_new(request, "unwind", json_string(a->unwind)) < 0)
 		return NULL;
 	if (a->children && json_object_set_new(request, "children", json_true()) < 0)
+		return NULL;
+	if (a->python && json_object_set_new(request, "python", json_string(a->python)) < 0)
 		return NULL;
 	if (a->stack_bytes &&
 	    json_object_set_new(request, "stack_bytes", json_integer(a->stack_bytes)) < 0)
@@ -1250,6 +1254,7 @@ static const struct option attach_options[] = {
     {"memory-interval", required_argument, NULL, OPT_MEMORY_INTERVAL},
     {"malloc-sample-bytes", required_argument, NULL, OPT_MALLOC_SAMPLE_BYTES},
     {"malloc-max-rate", required_argument, NULL, OPT_MALLOC_MAX_RATE},
+    {"python", required_argument, NULL, OPT_PYTHON},
     {},
 };
 
@@ -1269,6 +1274,7 @@ static const struct option snapshot_options[] = {
     {"unwind", required_argument, NULL, OPT_UNWIND},
     {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
     {"children", no_argument, NULL, OPT_CHILDREN},
+    {"python", required_argument, NULL, OPT_PYTHON},
     {},
 };
 
@@ -1349,7 +1355,7 @@ static const struct command commands[] = {
 	.name = "attach",
 	.operand = OPERAND_PID,
 	.synopsis = "PID [--duration SECONDS] [--freq HZ] [--events LIST] [--unwind MODE]\n"
-		    "        [--children] [--wait]",
+		    "        [--children] [--python auto|off] [--wait]",
 	.summary = "start sampling a process; prints the new session's ID",
 	.details = "Start a session that samples process PID (all its threads) and stores\n"
 		   "the call stacks; prints the session ID the other commands take.\n"
@@ -1392,6 +1398,10 @@ static const struct command commands[] = {
 		   "      --malloc-max-rate N detach the malloc probes if they trap more\n"
 		   "                          than N times a second (2 per malloc, 1 per\n"
 		   "                          free; default 100000; 0: never)\n"
+		   "      --python MODE       auto: where PID runs CPython 3.11+, put the\n"
+		   "                          Python functions (file:line) in the stacks in\n"
+		   "                          place of the interpreter's frames (default);\n"
+		   "                          off: native frames only\n"
 		   "  -w, --wait              wait for the session to end, with progress on\n"
 		   "                          stderr if it is a terminal, then print the\n"
 		   "                          session summary; Ctrl-C detaches the session\n"
@@ -1403,7 +1413,8 @@ static const struct command commands[] = {
 		   "  profctl attach 1234\n"
 		   "  profctl attach 1234 --duration 10 --wait\n"
 		   "  profctl attach \"$(pidof myserver)\" --freq 999 --duration 30\n"
-		   "  profctl attach 1234 --events cpu,rss,malloc --duration 60 --wait\n",
+		   "  profctl attach 1234 --events cpu,rss,malloc --duration 60 --wait\n"
+		   "  profctl attach \"$(pgrep -f train.py)\" --children --duration 20 --wait\n",
 	.shortopts = "d:f:e:w",
 	.longopts = attach_options,
 	.run = run_attach,
@@ -2108,6 +2119,13 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 		case OPT_CHILDREN:
 			a->children = true;
 			break;
+		case OPT_PYTHON:
+			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "off") != 0) {
+				log_error("invalid --python '%s': auto or off", optarg);
+				return -EINVAL;
+			}
+			a->python = optarg;
+			break;
 		case OPT_EVENT:
 			a->event = optarg;
 			break;
@@ -2189,6 +2207,7 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 		case OPT_MAX_ROWS:
 			if (parse_integer(optarg, "--max-rows", 1, 1000000, &a->max_rows) < 0)
 				return -EINVAL;
+			break;
 		case OPT_COMM:
 			if (!*optarg) {
 				log_error("invalid --comm '': empty name");

@@ -217,6 +217,23 @@ static json_t *json_pct(int64_t part, int64_t whole)
 	return json_real(round(1000.0 * (double)part / (double)whole) / 10.0);
 }
 
+/* The four python columns of schema 0012, as json_python() reads them. */
+#define PYTHON_COLUMNS "s.python, s.python_version, s.python_samples, s.python_unmerged"
+
+/*
+ * The "python" object of a session or report (docs/protocol.md) from the
+ * PYTHON_COLUMNS starting at column @col; null for a session from before
+ * schema 0012.
+ */
+static json_t *json_python(sqlite3_stmt *st, int col)
+{
+	if (sqlite3_column_type(st, col) == SQLITE_NULL)
+		return json_null();
+	return json_pack("{s:o, s:o, s:o, s:o}", "status", json_col_text(st, col), "version",
+			 json_col_text(st, col + 1), "samples", json_col_int(st, col + 2),
+			 "unmerged", json_col_int(st, col + 3));
+}
+
 #define SESSION_SELECT                                                                             \
 	"SELECT s.id, s.pid, s.comm, s.exe, s.uid, s.state, s.end_reason, s.event, s.events,"      \
 	" s.freq_hz, s.unwind, s.duration_ns, s.started_at_ns, s.ended_at_ns, s.samples,"          \
@@ -224,7 +241,7 @@ static json_t *json_pct(int64_t part, int64_t whole)
 	" (SELECT count(*) FROM threads t WHERE t.session_id = s.id),"                             \
 	" s.stack_bytes, s.unwind_dropped, s.frames, s.follow_children,"                           \
 	" s.sampled_event, s.sampled_event_status, s.label, s.pid_start_ticks,"                    \
-	" s.limit_dropped_samples"                                                                 \
+	" s.limit_dropped_samples, " PYTHON_COLUMNS                                                \
 	" FROM sessions s"
 
 enum {
@@ -257,6 +274,7 @@ enum {
 	SC_LABEL,
 	SC_PID_START_TICKS,
 	SC_LIMIT_DROPPED_SAMPLES,
+	SC_PYTHON,
 };
 
 /* The SESSION object of docs/protocol.md from a row of SESSION_SELECT; @now: CLOCK_REALTIME ns. */
@@ -315,6 +333,7 @@ static int session_from_row(sqlite3_stmt *st, int64_t now, json_t **ret)
 	fail |= json_object_set_new(o, "pid_start_ticks", json_col_int(st, SC_PID_START_TICKS));
 	fail |= json_object_set_new(o, "limit_dropped_samples",
 				    json_col_int(st, SC_LIMIT_DROPPED_SAMPLES));
+	fail |= json_object_set_new(o, "python", json_python(st, SC_PYTHON));
 	fail |= json_object_set_new(o, "unsymbolized_pct",
 				    json_pct(sqlite3_column_int64(st, SC_UNSYMBOLIZED_FRAMES),
 					     sqlite3_column_int64(st, SC_FRAMES)));
@@ -501,7 +520,7 @@ static int report_head(sqlite3 *db, int64_t session_id, const char *table,
 		     " (SELECT coalesce(sum(sa.count), 0) FROM %s sa JOIN stacks st"
 		     "  ON st.id = sa.stack_id WHERE sa.session_id = s.id AND st.reached_root"
 		     "  AND sa.window_ns BETWEEN ?2 AND ?3),"
-		     " s.frames, s.unwind, s.sampled_event"
+		     " s.frames, s.unwind, s.sampled_event, " PYTHON_COLUMNS
 		     " FROM sessions s WHERE s.id = ?1",
 		     table, table) < 0) {
 		sql = NULL;
@@ -540,6 +559,7 @@ static int report_head(sqlite3 *db, int64_t session_id, const char *table,
 				    json_pct(sqlite3_column_int64(st, 4), sqlite3_column_int64(st, 7)));
 	fail |= json_object_set_new(o, "unwind", json_col_text(st, 8));
 	fail |= json_object_set_new(o, "root_samples", json_col_int(st, 6));
+	fail |= json_object_set_new(o, "python", json_python(st, 10));
 	fail |= json_object_set_new(o, "root_pct",
 				    json_pct(sqlite3_column_int64(st, 6), sqlite3_column_int64(st, 5)));
 	fail |= window_bounds__json(wb, o);

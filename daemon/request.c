@@ -184,6 +184,7 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 	struct request req = { .freq_hz = 0,
 			       .events = EVENT_DEFAULT,
 			       .unwind = UNWIND_MODE_AUTO,
+			       .python = true,
 			       .stack_bytes = PROFD_DEFAULT_STACK_BYTES,
 			       .memory_interval_ns = PROFD_DEFAULT_MEMORY_INTERVAL_NS,
 			       .malloc_sample_bytes = PROFD_DEFAULT_MALLOC_SAMPLE_BYTES,
@@ -265,6 +266,15 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 		if (v && !json_is_boolean(v))
 			return fail(errbuf, errlen, -EINVAL, "\"children\" must be true or false");
 		req.children = json_is_true(v);
+		v = json_object_get(root, "python");
+		if (v && !json_is_null(v)) {
+			const char *mode = json_string_value(v);
+
+			if (!mode || (strcmp(mode, "auto") != 0 && strcmp(mode, "off") != 0))
+				return fail(errbuf, errlen, -EINVAL,
+					    "\"python\" must be \"auto\" or \"off\"");
+			req.python = strcmp(mode, "auto") == 0;
+		}
 		r = get_int(root, "stack_bytes", 512, PROFILE_MAX_STACK_BYTES, &n, errbuf, errlen);
 		if (r == 0)
 			req.stack_bytes = (unsigned)n;

@@ -59,6 +59,7 @@ struct request {
 	unsigned stack_bytes; /* attach: 512..PROFILE_MAX_STACK_BYTES, default 16384 */
 	bool debuginfod;      /* resymbolize: may fetch through libdebuginfod */
 	bool children;        /* attach: follow processes the target forks */
+	bool python;          /* attach: merge CPython frames into stacks ("auto", the default) */
 	const char *sampled_event; /* attach: a second event to sample with stacks (static name), or NULL;
 				    * top, hotpaths: report that event's samples instead of CPU samples */
 	bool group_by_name;   /* threads: group like-named threads */

@@ -45,7 +45,7 @@ bool sample_event__valid(const void *data, size_t size)
 	frames = (size_t)e->kstack_len + e->ustack_len;
 	if (e->kstack_len > PROFILE_MAX_FRAMES || e->ustack_len > PROFILE_MAX_FRAMES ||
 	    size < offsetof(struct sample_event, ips) + frames * sizeof(__u64) ||
-	    e->slot >= PROFILE_MAX_SLOTS)
+	    e->slot >= PROFILE_MAX_SLOTS || e->py_len > PROFILE_MAX_PY_FRAMES)
 		return false;
 	if ((e->flags & SAMPLE_HAS_REGS) &&
 	    (e->stack_size > PROFILE_MAX_STACK_BYTES ||

@@ -264,6 +264,24 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 		.fp_stack = p->unwind != UNWIND_MODE_DWARF,
 		.follow_children = p->follow_children,
 	};
+	const char *python_status = "off";
+	struct python_interp interp = { 0 };
+
+	if (p->python) {
+		r = python__find(p->pid, s->main->as, &interp);
+		if (r == -ESRCH)
+			goto fail;
+		python_status = r < 0 ? "not_found" : !interp.offsets ? "unsupported" : "ok";
+		if (r == 0 && interp.offsets) {
+			s->python = python_reader__new(&interp);
+			if (!s->python) {
+				r = -ENOMEM;
+				goto fail;
+			}
+			cfg.python = interp.offsets->bpf;
+			cfg.python.runtime_addr = interp.runtime_addr;
+		}
+	}
 	/* Counters from the start, so that the first window is counted whole. */
 	if ((s->events & EVENT_COUNTERS) && env->counters) {
 		r = counters_scan(s, env, s->main);
@@ -315,6 +333,9 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 		r = store_new_mappings(s, s->main, env->store);
 	if (r == 0)
 		r = store_counter_support(s, env);
+	if (r == 0)
+		r = store__session_python(env->store, s->id, python_status,
+					  interp.version[0] ? interp.version : NULL);
 	if (r == 0)
 		r = store__commit(env->store);
 	if (r < 0) {
@@ -429,7 +450,8 @@ struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint
 		char buf[sizeof(struct raw_stack) + 2 * PROFILE_MAX_FRAMES * sizeof(uint64_t)];
 	} k;
 
-	if (klen > PROFILE_MAX_FRAMES || ulen > PROFILE_MAX_FRAMES)
+	/* Python frames merged in can make the user part longer than BPF's. */
+	if (klen > PROFILE_MAX_FRAMES || n > 2 * PROFILE_MAX_FRAMES)
 		return NULL;
 	key = &k.rs;
 	key->pid = pid;
@@ -465,9 +487,29 @@ struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint
 static struct raw_stack *stack_get(struct session *s, const struct sample_event *e,
 				   bool *ret_limited)
 {
-	return session__stack_intern(s, (pid_t)e->pid, (const uint64_t *)e->ips, e->kstack_len, e->ustack_len,
-			    e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED),
-			    ret_limited);
+	uint32_t flags = e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED);
+	uint64_t ips[2 * PROFILE_MAX_FRAMES];
+	size_t n;
+	bool cut;
+	int r;
+
+	if (!s->python || !e->py_len)
+		return session__stack_intern(s, (pid_t)e->pid, (const uint64_t *)e->ips,
+					     e->kstack_len, e->ustack_len, flags, ret_limited);
+	/* Python frames in place of the interpreter's: kernel frames, then the merged user part. */
+	memcpy(ips, e->ips, e->kstack_len * sizeof(uint64_t));
+	r = python_reader__merge(s->python, e, ips + e->kstack_len,
+				 ARRAY_SIZE(ips) - e->kstack_len, &n, &cut);
+	if (r == -ENOMEM)
+		return NULL;
+	if (r == -EPROTO && !e->event)
+		s->python_unmerged++;
+	if (r > 0 && !e->event)
+		s->python_samples++;
+	if (r > 0 && (cut || (e->flags & SAMPLE_PY_TRUNCATED)))
+		flags |= SAMPLE_USER_TRUNCATED;
+	return session__stack_intern(s, (pid_t)e->pid, ips, e->kstack_len, (unsigned)n, flags,
+				     ret_limited);
 }
 
 static bool tid_eq(const void *entry, const void *key)
@@ -809,6 +851,8 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 	}
 	if (kernel) {
 		r = symbolizer__kernel(env->sym, addr, return_addr, &fi[0]);
+	} else if (s->python && python_token(addr)) {
+		r = python_reader__frame(s->python, addr, &fi[0]);
 	} else {
 		r = symbolizer__user_inline(env->sym, proc->as, addr, return_addr, fi, MAX_INLINE);
 		/* Code mapped after the last read of /proc/PID/maps (dlopen): read it again, once a flush. */
@@ -850,9 +894,10 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 	 * allocation stack, is another row than the same address as a return
 	 * address (a CPU sample's user IP under a uprobe handler's kernel frames,
 	 * looked up in the function before). Rows are shared across sessions by
-	 * (module, build ID, rel_addr).
+	 * (module, build ID, rel_addr). Python frames keep their rel_addr: a
+	 * number naming a (function, line), not an address.
 	 */
-	if (!kernel && return_addr)
+	if (!kernel && return_addr && !(s->python && python_token(addr)))
 		for (int i = 0; i < n; i++)
 			if (fi[i].rel_addr > 0)
 				fi[i].rel_addr--;
@@ -1053,6 +1098,14 @@ int session__flush(struct session *s, const struct session_env *env)
 	r = store__session_add_counts(env->store, s->id, &total);
 	if (r < 0)
 		return r;
+	if (s->python_samples || s->python_unmerged) {
+		r = store__session_add_python(env->store, s->id, s->python_samples,
+					      s->python_unmerged);
+		if (r < 0)
+			return r;
+	}
+	s->python_samples_flushing = s->python_samples;
+	s->python_unmerged_flushing = s->python_unmerged;
 	hashmap__for_each(&s->threads, i, th)
 	{
 		uint64_t seen = s->started_real_ns + (th->last_seen_ns - s->started_mono_ns);
@@ -1094,6 +1147,8 @@ void session__flush_done(struct session *s)
 	s->frames_pending = 0;
 	s->unwind_dropped -= s->unwind_dropped_flushing;
 	s->limit_dropped -= s->limit_dropped_flushing;
+	s->python_samples -= s->python_samples_flushing;
+	s->python_unmerged -= s->python_unmerged_flushing;
 	hashmap__for_each(&s->pending, i, ps) free(ps);
 	hashmap__clear(&s->pending);
 	hashmap__for_each(&s->threads, i, th) free(th);
@@ -1176,5 +1231,6 @@ void session__free(struct session *s)
 		hashmap__for_each(&s->procs, i, proc) proc_free(proc);
 		hashmap__free(&s->procs);
 	}
+	python_reader__free(s->python);
 	free(s);
 }

@@ -14,6 +14,7 @@
 #include "hashmap.h"
 #include "perfmap.h"
 #include "procfs.h"
+#include "python.h"
 #include "unwind_worker.h"
 #include "bpf/heap.h"
 #include "sampler.h"
@@ -41,6 +42,7 @@ struct session_params {
 	enum unwind_mode unwind;
 	unsigned stack_bytes; /* user stack copied per sample (dwarf, auto), 512..PROFILE_MAX_STACK_BYTES */
 	bool follow_children; /* processes the target forks after the attach join the session */
+	bool python;          /* merge CPython frames into stacks where the target runs CPython */
 	const char *sampled_event; /* a second event sampled with stacks (request.c's name), or NULL */
 	uint64_t memory_interval_ns;  /* RSS series period (events rss) */
 	uint64_t malloc_sample_bytes; /* mean bytes between allocation samples (events malloc) */
@@ -118,6 +120,10 @@ struct session {
 	struct hashmap tids;            /* tids sampled so far, as (void *)(tid + 1) */
 	uint64_t limit_dropped;         /* samples dropped at a limit, not yet flushed */
 	uint64_t limit_dropped_flushing;
+	struct python_reader *python;   /* NULL: no Python frames walked */
+	uint64_t python_samples;        /* samples with Python frames merged, not yet flushed */
+	uint64_t python_unmerged;       /* samples whose Python frames did not match, not yet flushed */
+	uint64_t python_samples_flushing, python_unmerged_flushing;
 };
 
 /*

@@ -35,6 +35,8 @@ enum stmt_id {
 	STMT_ALLOCATION_FREED,
 	STMT_SESSION_MALLOC,
 	STMT_SESSION_MEMORY_CONFIG,
+	STMT_SESSION_PYTHON,
+	STMT_SESSION_PYTHON_COUNTS,
 	_STMT_MAX,
 };
 
@@ -53,6 +55,9 @@ static const char *const stmt_sql[_STMT_MAX] = {
 				"unwind_dropped = unwind_dropped + ?7, "
 				"frames = frames + ?8, "
 				"limit_dropped_samples = limit_dropped_samples + ?9 WHERE id = ?1",
+	[STMT_SESSION_PYTHON] = "UPDATE sessions SET python = ?2, python_version = ?3 WHERE id = ?1",
+	[STMT_SESSION_PYTHON_COUNTS] = "UPDATE sessions SET python_samples = python_samples + ?2, "
+				       "python_unmerged = python_unmerged + ?3 WHERE id = ?1",
 	[STMT_SESSION_END] = "UPDATE sessions SET state = 'ended', end_reason = ?2, "
 			     "ended_at_ns = ?3 WHERE id = ?1",
 	[STMT_WINDOW_ADD] =
@@ -580,6 +585,26 @@ int store__session_add_counts(struct store *st, int64_t id, const struct store_c
 	sqlite3_bind_int64(stmt, 7, (int64_t)c->unwind_dropped);
 	sqlite3_bind_int64(stmt, 8, (int64_t)c->frames);
 	sqlite3_bind_int64(stmt, 9, (int64_t)c->limit_dropped);
+	return step_done(stmt);
+}
+
+int store__session_python(struct store *st, int64_t id, const char *status, const char *version)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_PYTHON];
+
+	sqlite3_bind_int64(stmt, 1, id);
+	bind_text_or_null(stmt, 2, status);
+	bind_text_or_null(stmt, 3, version);
+	return step_done(stmt);
+}
+
+int store__session_add_python(struct store *st, int64_t id, uint64_t samples, uint64_t unmerged)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_PYTHON_COUNTS];
+
+	sqlite3_bind_int64(stmt, 1, id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)samples);
+	sqlite3_bind_int64(stmt, 3, (int64_t)unmerged);
 	return step_done(stmt);
 }
 

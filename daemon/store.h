@@ -110,6 +110,17 @@ int64_t store__size_bytes(struct store *st);
 
 int store__session_insert(struct store *st, const struct store_session *s, int64_t *ret_id);
 int store__session_add_counts(struct store *st, int64_t id, const struct store_counts *c);
+/*
+ * store__session_python() - how the session walks Python frames: @status
+ * "off", "ok", "not_found" or "unsupported"; @version "3.11.7" or NULL.
+ * Returns 0 or -EIO. Does not log.
+ */
+int store__session_python(struct store *st, int64_t id, const char *status, const char *version);
+/*
+ * store__session_add_python() - add @samples CPU samples with Python frames
+ * merged, and @unmerged whose Python frames did not match the native stack.
+ */
+int store__session_add_python(struct store *st, int64_t id, uint64_t samples, uint64_t unmerged);
 /* store__session_end() - state 'ended', with @reason and @ended_at_ns. */
 int store__session_end(struct store *st, int64_t id, const char *reason, uint64_t ended_at_ns);
 

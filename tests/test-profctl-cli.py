@@ -176,6 +176,7 @@ def run_checks(profctl, fake, tmp):
         (("snapshot", "--comm", "", "-d", "5"), "invalid --comm '': empty name"),
         (("snapshot", "42", "-d", "5", "--label", "x" * 300), "invalid --label: longer than 256 bytes"),
         (("snapshot", "4x", "-d", "5"), "invalid PID '4x'"),
+        (("attach", "4242", "--python", "on"), "invalid --python 'on': auto or off"),
         (("help", "nope"), "unknown command 'nope'"),
         (("export", "7"), "missing --format"),
         (("export", "7", "--format", "svg"), "invalid --format 'svg'"),

@@ -28,6 +28,11 @@ int main(void)
 	e->slot = PROFILE_MAX_SLOTS;				/* slot out of range */
 	CHECK(!sample_event__valid(e, big));
 	e->slot = 0;
+	e->py_len = PROFILE_MAX_PY_FRAMES + 1;			/* more Python frames than the array */
+	CHECK(!sample_event__valid(e, big));
+	e->py_len = PROFILE_MAX_PY_FRAMES;
+	CHECK(sample_event__valid(e, head + 8 * 8));
+	e->py_len = 0;
 
 	/* With registers and a stack copy. */
 	e->flags = SAMPLE_HAS_REGS;

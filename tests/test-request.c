@@ -193,6 +193,18 @@ int main(void)
 		     "stack_bytes");
 	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"stack_bytes\":\"16k\"}", -EINVAL, "integer");
 	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"children\":\"yes\"}", -EINVAL, "children");
+	/* attach: Python frames, on unless "off". */
+	CHECK(req.python);
+	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":9,\"python\":\"off\"}", &req, err,
+			   sizeof(err)),
+		     0);
+	CHECK(!req.python);
+	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":9,\"python\":\"auto\"}", &req, err,
+			   sizeof(err)),
+		     0);
+	CHECK(req.python);
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"python\":\"on\"}", -EINVAL, "python");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"python\":true}", -EINVAL, "python");
 	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"events\":[\"cpu\",\"page-faults\","
 		     "\"cache-misses\"]}",
 		     -EINVAL, "one event");

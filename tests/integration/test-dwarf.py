@@ -141,7 +141,9 @@ def test():
                         '    while time.time() - t < 3: inner(10000)\n'
                         'outer()\n')
             time.sleep(0.3)
-            sid_py = d.json('attach', w.pid)['session']  # default: auto
+            # Native frames only: this checks DWARF unwinding through the interpreter
+            # (test-python checks the Python frames that replace them by default).
+            sid_py = d.json('attach', w.pid, '--python', 'off')['session']  # unwind: default, auto
             w.wait(timeout=30)
             d.wait_ended(sid_py)
             pt = d.json('top', sid_py, '--limit', '10')

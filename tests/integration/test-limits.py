@@ -14,10 +14,12 @@ from profdtest import Profd, binary, check, require_root_bpf, run, wait_for_thre
 def test():
     require_root_bpf()
     spin = binary('SPIN_THREADS')
+    deep = binary('DEEP_NOFP')
     with Profd(['--max-sessions', '1', '--max-stacks', '16']) as d:
-        w1 = d.spawn(spin, '--seconds', '60', '--weights', '1,1')
+        # Sorting through libc and libstdc++: hundreds of distinct stacks a second.
+        w1 = d.spawn(deep, '60')
         w2 = d.spawn(spin, '--seconds', '60', '--weights', '1')
-        wait_for_threads(w1.pid, 3)
+        time.sleep(0.3)
         wait_for_threads(w2.pid, 2)
         sid = d.json('attach', w1.pid, '--freq', 397, '--unwind', 'fp')['session']
         rc, out, err = d.ctl('attach', w2.pid, check_rc=False)
