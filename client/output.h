@@ -22,4 +22,6 @@ int output__hotpaths(FILE *f, const json_t *reply, bool ascii);
 int output__threads(FILE *f, const json_t *reply, const json_t *session);
 int output__progress(FILE *f, const json_t *session);
 int output__offcpu(FILE *f, const json_t *reply);
+int output__gpu(FILE *f, const json_t *reply);    /* in output_gpu.c */
+int output__ranges(FILE *f, const json_t *reply); /* in output_gpu.c */
 const char *output__error(void);

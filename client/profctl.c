@@ -39,6 +39,7 @@ enum {
 	OPT_GROUP_BY,
 	OPT_WINDOW,
 	OPT_EVENT,
+	OPT_UPROBE,
 };
 
 /* The parsed command line. */
@@ -58,6 +59,7 @@ struct args {
 	long long stack_bytes;		  /* --stack-bytes; 0: profd's default */
 	bool debuginfod;		  /* resymbolize --debuginfod */
 	bool children;			  /* attach --children */
+	const char *uprobes;		  /* attach --uprobe LIB:SYMBOL[,LIB:SYMBOL] */
 	bool group_by_name;		  /* threads --group-by name */
 	const char *event;		  /* top/hotpaths --event NAME; NULL: CPU samples */
 	double window_s;		  /* threads --window SECONDS; 0: none */
@@ -377,6 +379,8 @@ static json_t *attach_request(const struct args *a)
 		return NULL;
 	if (a->children && json_object_set_new(request, "children", json_true()) < 0)
 		return NULL;
+	if (a->uprobes && json_object_set_new(request, "uprobes", json_string(a->uprobes)) < 0)
+		return NULL;
 	if (a->stack_bytes &&
 	    json_object_set_new(request, "stack_bytes", json_integer(a->stack_bytes)) < 0)
 		return NULL;
@@ -609,6 +613,16 @@ static int run_offcpu(struct conn *c, const struct args *a)
 	return call_and_render(c, a, request_report("offcpu", a), output__offcpu, NULL);
 }
 
+static int run_gpu(struct conn *c, const struct args *a)
+{
+	return call_and_render(c, a, request_report("gpu", a), output__gpu, NULL);
+}
+
+static int run_ranges(struct conn *c, const struct args *a)
+{
+	return call_and_render(c, a, request_session("ranges", a->id), output__ranges, NULL);
+}
+
 static int run_resymbolize(struct conn *c, const struct args *a)
 {
 	_cleanup_(json_decrefp) json_t *reply = NULL;
@@ -662,6 +676,7 @@ static const struct option attach_options[] = {
     {"unwind", required_argument, NULL, OPT_UNWIND},
     {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
     {"children", no_argument, NULL, OPT_CHILDREN},
+    {"uprobe", required_argument, NULL, OPT_UPROBE},
     {},
 };
 
@@ -699,7 +714,7 @@ static const struct command commands[] = {
 	.name = "attach",
 	.operand = OPERAND_PID,
 	.synopsis = "PID [--duration SECONDS] [--freq HZ] [--events LIST] [--unwind MODE]\n"
-		    "        [--children] [--wait]",
+		    "        [--children] [--uprobe LIB:SYMBOL[,...]] [--wait]",
 	.summary = "start sampling a process; prints the new session's ID",
 	.details = "Start a session that samples process PID (all its threads) and stores\n"
 		   "the call stacks; prints the session ID the other commands take.\n"
@@ -714,7 +729,11 @@ static const struct command commands[] = {
 		   "                          stacks), offcpu (time blocked, per blocking\n"
 		   "                          stack and state), counters (per-thread perf\n"
 		   "                          counters; opt-in: they perturb the CPU\n"
-		   "                          sampling, see profctl(1)); default: cpu,offcpu\n"
+		   "                          sampling, see profctl(1)), cuda (uprobes on\n"
+		   "                          the CUDA runtime and driver: kernel launches,\n"
+		   "                          GPU memory, copies, waits; see profctl gpu),\n"
+		   "                          nvtx (NVTX ranges; see profctl ranges);\n"
+		   "                          default: cpu,offcpu\n"
 		   "      --unwind MODE       how user call stacks are unwound:\n"
 		   "                          fp     frame pointers only (cheapest; stacks stop\n"
 		   "                                 at code built without them)\n"
@@ -724,6 +743,11 @@ static const struct command commands[] = {
 		   "                                 pointer walk got further (default)\n"
 		   "      --children          also sample the processes PID forks after the\n"
 		   "                          attach (data-loader workers), in this session\n"
+		   "      --uprobe LIB:SYMBOL[,LIB:SYMBOL]\n"
+		   "                          count calls and time each call of SYMBOL in\n"
+		   "                          the mapped file LIB (a path, a file name, or\n"
+		   "                          its start: libc, libc.so.6, myprog); up to 16;\n"
+		   "                          see profctl gpu\n"
 		   "      --stack-bytes N     user stack copied per sample for dwarf/auto,\n"
 		   "                          512..32768 (default 16384)\n"
 		   "  -w, --wait              wait for the session to end, with progress on\n"
@@ -736,7 +760,9 @@ static const struct command commands[] = {
 		   "Examples:\n"
 		   "  profctl attach 1234\n"
 		   "  profctl attach 1234 --duration 10 --wait\n"
-		   "  profctl attach \"$(pidof myserver)\" --freq 999 --duration 30\n",
+		   "  profctl attach \"$(pidof myserver)\" --freq 999 --duration 30\n"
+		   "  profctl attach 1234 --events cpu,cuda,nvtx\n"
+		   "  profctl attach 1234 --uprobe libc:malloc,myprog:step\n",
 	.shortopts = "d:f:e:w",
 	.longopts = attach_options,
 	.run = run_attach,
@@ -873,6 +899,50 @@ static const struct command commands[] = {
 	.shortopts = "n:",
 	.longopts = limit_options,
 	.run = run_offcpu,
+    },
+    {
+	.name = "gpu",
+	.operand = OPERAND_SESSION,
+	.synopsis = "SESSION [--limit N]",
+	.summary = "kernel launches, CUDA API times, copies, GPU memory growth",
+	.details = "Print what the CUDA probes of session SESSION saw (attach --events\n"
+		   "cpu,cuda): kernels by launches with grid and block dimensions and the\n"
+		   "launching call stack; calls, errors and total/avg/min/max time per CUDA\n"
+		   "API function; bytes copied by direction; time threads waited in\n"
+		   "synchronization calls, per stack; GPU memory: live bytes now, at peak\n"
+		   "and over time, and per allocating stack (frees are matched to their\n"
+		   "allocation by pointer; failed allocations count as asked, not live);\n"
+		   "and the calls and latency of each --uprobe. Probes that failed, and\n"
+		   "NVTX v3 calls inlined where they cannot be probed, are listed first;\n"
+		   "--json also lists every probe attached or missing.\n"
+		   "\n"
+		   "Options:\n"
+		   "  -n, --limit N           rows per list, 1..10000 (default 10)\n"
+		   "\n"
+		   "Examples:\n"
+		   "  profctl gpu 7\n"
+		   "  profctl gpu 7 --json | jq '.kernels[] | {name, launches}'\n",
+	.shortopts = "n:",
+	.longopts = limit_options,
+	.run = run_gpu,
+    },
+    {
+	.name = "ranges",
+	.operand = OPERAND_SESSION,
+	.synopsis = "SESSION",
+	.summary = "NVTX ranges as a tree: calls, total/avg/min/max time, % of session",
+	.details = "Print the NVTX ranges of session SESSION (attach --events cpu,nvtx):\n"
+		   "push/pop ranges as a tree, each nested range under its parent, with\n"
+		   "calls, total, average, minimum and maximum time, and the share of the\n"
+		   "session's wall time (summed over threads, so it can pass 100%); then\n"
+		   "start/end ranges and marks. Ranges closed before they were seen opened\n"
+		   "(opened before the attach) are counted, not timed.\n"
+		   "\n"
+		   "Examples:\n"
+		   "  profctl ranges 7\n"
+		   "  profctl ranges 7 --json\n",
+	.shortopts = "",
+	.run = run_ranges,
     },
     {
 	.name = "resymbolize",
@@ -1214,6 +1284,14 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 			break;
 		case OPT_CHILDREN:
 			a->children = true;
+			break;
+		case OPT_UPROBE:
+			if (!strchr(optarg, ':')) {
+				log_error("invalid --uprobe '%s': expected LIB:SYMBOL[,LIB:SYMBOL]",
+					  optarg);
+				return -EINVAL;
+			}
+			a->uprobes = optarg;
 			break;
 		case OPT_EVENT:
 			a->event = optarg;

@@ -19,6 +19,8 @@
 #include "counters.h"
 #include "log.h"
 #include "offcpu.h"
+#include "gpu.h"
+#include "query_gpu.h"
 #include "protocol.h"
 #include "query.h"
 #include "request.h"
@@ -41,6 +43,8 @@
  * blocks are not counted (a lock handed over in microseconds is noise here). */
 #define OFFCPU_RINGBUF_BYTES (16u << 20)
 #define OFFCPU_MIN_BLOCK_NS (10 * NSEC_PER_USEC)
+/* CUDA/NVTX/uprobe call records: ~330 bytes + 8 per stack frame each. */
+#define GPU_RINGBUF_BYTES (8u << 20)
 /* How often the loop wakes up to end expired sessions; flushes are every PROFD_WINDOW_NS. */
 #define TICK_NS (200 * NSEC_PER_MSEC)
 
@@ -51,10 +55,12 @@ struct profd {
 	struct server *server;
 	struct unwind_worker *worker;
 	struct offcpu *offcpu;
+	struct gpu *gpu;                  /* uprobes: CUDA, NVTX, --uprobe; NULL if unavailable */
 	struct unwinder *unwinder;        /* the main thread's, for off-CPU stacks */
 	struct counters_support counters; /* what this machine can count */
 	struct session *slots[PROFILE_MAX_SLOTS];
-	struct watch sampler_watch, timer_watch, signal_watch, worker_watch, offcpu_watch;
+	struct watch sampler_watch, timer_watch, signal_watch, worker_watch, offcpu_watch,
+		gpu_watch;
 	int timer_fd, signal_fd;
 	uint64_t last_flush_ns;
 	uint64_t flush_errors;
@@ -165,11 +171,62 @@ static void collect_offcpu_lost(struct profd *p)
 	}
 }
 
+/* An attach outcome of a probe (gpu_note_fn), kept for the session's next flush. */
+static void note_probe(void *ctx, const char *what, const char *file, const char *status)
+{
+	gpu_acc__note_probe(ctx, what, file, status);
+}
+
+/* A call record of a CUDA/NVTX/generic probe. */
+static void on_gpu(void *ctx, const struct gpu_probe *probe, const struct uprobe_event *e,
+		   size_t size)
+{
+	struct profd *p = ctx;
+	struct session *s = e->slot < PROFILE_MAX_SLOTS ? p->slots[e->slot] : NULL;
+	struct proc *proc;
+
+	if (!s)
+		return;
+	proc = session__proc(s, (pid_t)e->pid);
+	if (proc)
+		pthread_rwlock_rdlock(&proc->as_lock);
+	gpu_acc__on_event(s->gpu, s, p->env.sym, proc ? proc->as : NULL, probe, e);
+	if (proc)
+		pthread_rwlock_unlock(&proc->as_lock);
+}
+
+static void on_gpu_ready(struct watch *w, uint32_t events)
+{
+	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, gpu_watch));
+
+	gpu__poll(p->gpu);
+}
+
+/* Probe calls lost in the kernel (a running total per slot), charged to their sessions. */
+static void collect_gpu_lost(struct profd *p)
+{
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS && p->gpu; i++) {
+		struct session *s = p->slots[i];
+		uint64_t lost;
+
+		if (!s)
+			continue;
+		lost = gpu__lost(p->gpu, i);
+		if (lost > s->gpu_lost_kernel)
+			gpu_acc__count_lost(s->gpu, lost - s->gpu_lost_kernel);
+		s->gpu_lost_kernel = lost;
+	}
+}
+
 /* Take everything the sampler and the unwinding thread have for us. */
 static void collect(struct profd *p, bool wait_for_unwinder)
 {
 	if (p->offcpu)
 		offcpu__poll(p->offcpu);
+	if (p->gpu) {
+		gpu__poll(p->gpu);
+		collect_gpu_lost(p);
+	}
 	sampler__poll(p->env.sampler);
 	if (wait_for_unwinder)
 		unwind_worker__wait_idle(p->worker);
@@ -230,6 +287,8 @@ static int end_session(struct profd *p, unsigned slot, const char *reason)
 	/* Before the sampler drops the slot's targets from the map both share. */
 	if (p->offcpu)
 		offcpu__remove_target(p->offcpu, slot, s->pid);
+	if (p->gpu)
+		gpu__detach(p->gpu, slot);
 	session__stop(s, &p->env);
 	collect(p, true);
 	collect_offcpu_lost(p);
@@ -414,6 +473,23 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 			log_warning_errno(r, "Session %lld: off-CPU tracing not started: %m",
 					  (long long)s->id);
 	}
+	if ((req->events & (EVENT_CUDA | EVENT_NVTX)) || req->uprobes[0]) {
+		unsigned want = ((req->events & EVENT_CUDA) ? GPU_WANT_CUDA : 0) |
+				((req->events & EVENT_NVTX) ? GPU_WANT_NVTX : 0);
+
+		if (!p->gpu) {
+			gpu_acc__note_probe(s->gpu, "uprobes", "", "failed: BPF uprobes unavailable");
+		} else {
+			s->gpu_lost_kernel = gpu__lost(p->gpu, slot);
+			pthread_rwlock_rdlock(&s->main->as_lock);
+			r = gpu__attach(p->gpu, slot, s->pid, s->main->as, want, req->uprobes,
+					note_probe, s->gpu);
+			pthread_rwlock_unlock(&s->main->as_lock);
+			if (r < 0)
+				log_warning_errno(r, "Session %lld: uprobes not all attached: %m",
+						  (long long)s->id);
+		}
+	}
 	p->pid_watches[slot] = (struct pid_watch){ { on_pid_exit }, p, slot };
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &p->pid_watches[slot].watch };
 	if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, s->pidfd, &ev) < 0)
@@ -504,6 +580,12 @@ static json_t *handle_request(void *ctx, const struct ucred *peer, const char *l
 	}
 	case CMD_OFFCPU:
 		r = query__offcpu(store__db(p->env.store), req.session, req.limit, &fields);
+		return query_response(r, fields, req.session);
+	case CMD_GPU:
+		r = query__gpu(store__db(p->env.store), req.session, req.limit, &fields);
+		return query_response(r, fields, req.session);
+	case CMD_RANGES:
+		r = query__ranges(store__db(p->env.store), req.session, &fields);
 		return query_response(r, fields, req.session);
 	case CMD_RESYMBOLIZE:
 		r = resymbolize__session(p->env.store, req.session, req.debuginfod, &fields);
@@ -711,6 +793,12 @@ static int run(void)
 		p.offcpu = NULL;
 	}
 
+	r = gpu__new(GPU_RINGBUF_BYTES, on_gpu, &p, &p.gpu);
+	if (r < 0) {
+		log_warning_errno(r, "CUDA/NVTX/user probes unavailable (uprobe BPF program): %m");
+		p.gpu = NULL;
+	}
+
 	r = unwind_worker__new(UNWIND_QUEUE, &p.worker);
 	if (r < 0) {
 		log_error_errno(r, "Failed to start the unwinding thread: %m");
@@ -730,7 +818,8 @@ static int run(void)
 	    (r = add_watch(p.epfd, p.signal_fd, &p.signal_watch, on_signal)) < 0 ||
 	    (r = add_watch(p.epfd, unwind_worker__fd(p.worker), &p.worker_watch, on_worker)) < 0 ||
 	    (p.offcpu &&
-	     (r = add_watch(p.epfd, offcpu__fd(p.offcpu), &p.offcpu_watch, on_offcpu_ready)) < 0)) {
+	     (r = add_watch(p.epfd, offcpu__fd(p.offcpu), &p.offcpu_watch, on_offcpu_ready)) < 0) ||
+	    (p.gpu && (r = add_watch(p.epfd, gpu__fd(p.gpu), &p.gpu_watch, on_gpu_ready)) < 0)) {
 		log_error_errno(r, "Failed to set up the event loop: %m");
 		goto out;
 	}
@@ -773,6 +862,7 @@ out:
 	server__free(p.server);
 	unwind_worker__free(p.worker);
 	offcpu__free(p.offcpu);
+	gpu__free(p.gpu);
 	unwinder__free(p.unwinder);
 	sampler__free(p.env.sampler);
 	symbolizer__free(p.env.sym);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gpu.h"
 #include "protocol.h"
 #include "request.h"
 #include "unwind_worker.h"
@@ -23,9 +24,10 @@ static const struct {
 	{ "sessions", CMD_SESSIONS, false }, { "top", CMD_TOP, true },
 	{ "hotpaths", CMD_HOTPATHS, true },  { "threads", CMD_THREADS, true },
 	{ "resymbolize", CMD_RESYMBOLIZE, true }, { "offcpu", CMD_OFFCPU, true },
+	{ "gpu", CMD_GPU, true },		     { "ranges", CMD_RANGES, true },
 };
 
-static const char *const event_names[] = { "cpu", "offcpu", "counters" };
+static const char *const event_names[] = { "cpu", "offcpu", "counters", "cuda", "nvtx" };
 
 /*
  * Events that can be sampled with stacks beside the CPU event, each with a
@@ -124,7 +126,7 @@ static int parse_events(json_t *v, struct request *req, char *errbuf, size_t err
 		}
 		if (!known)
 			return fail(errbuf, errlen, -EINVAL,
-				    "unknown event '%.32s' (known: cpu, offcpu, counters, and one of "
+				    "unknown event '%.32s' (known: cpu, offcpu, counters, cuda, nvtx, and one of "
 				    "page-faults, context-switches, cpu-migrations, instructions, "
 				    "cache-references, cache-misses, branch-misses sampled with stacks)",
 				    name);
@@ -238,6 +240,16 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 			req.stack_bytes = (unsigned)n;
 		else if (r != -ENOENT)
 			return r;
+		v = json_object_get(root, "uprobes");
+		if (v && !json_is_null(v)) {
+			if (!json_is_string(v))
+				return fail(errbuf, errlen, -EINVAL,
+					    "\"uprobes\" must be a string LIB:SYMBOL[,LIB:SYMBOL]");
+			r = gpu_uprobes__check(json_string_value(v), errbuf, errlen);
+			if (r < 0)
+				return r;
+			snprintf(req.uprobes, sizeof(req.uprobes), "%s", json_string_value(v));
+		}
 		v = json_object_get(root, "events");
 		if (v && !json_is_null(v)) {
 			r = parse_events(v, &req, errbuf, errlen);
@@ -249,9 +261,10 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 	case CMD_TOP:
 	case CMD_HOTPATHS:
 	case CMD_OFFCPU:
+	case CMD_GPU:
 		req.limit = req.cmd == CMD_TOP ? 20 : 10;
 		v = json_object_get(root, "event");
-		if (v && !json_is_null(v) && req.cmd != CMD_OFFCPU) {
+		if (v && !json_is_null(v) && (req.cmd == CMD_TOP || req.cmd == CMD_HOTPATHS)) {
 			const char *name = json_string_value(v);
 
 			if (name && strcmp(name, "cpu") == 0)

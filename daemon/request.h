@@ -20,12 +20,16 @@ enum request_cmd {
 	CMD_THREADS,
 	CMD_RESYMBOLIZE,
 	CMD_OFFCPU,
+	CMD_GPU,
+	CMD_RANGES,
 };
 
 /* Event names a session can ask for (bit i = event_names[i] in request.c). */
 #define EVENT_CPU (1u << 0)      /* "cpu": CPU samples with call stacks */
 #define EVENT_OFFCPU (1u << 1)   /* "offcpu": off-CPU intervals with blocking stacks */
 #define EVENT_COUNTERS (1u << 2) /* "counters": per-thread counters (counting mode) */
+#define EVENT_CUDA (1u << 3)     /* "cuda": uprobes on the CUDA runtime and driver API */
+#define EVENT_NVTX (1u << 4)     /* "nvtx": uprobes on NVTX ranges */
 /*
  * Not counters: per-thread perf events perturb the per-CPU cpu-clock
  * sampling on Linux 6.18 (measured: with them, one thread of spin-threads
@@ -47,6 +51,7 @@ struct request {
 	unsigned stack_bytes; /* attach: 512..PROFILE_MAX_STACK_BYTES, default 16384 */
 	bool debuginfod;      /* resymbolize: may fetch through libdebuginfod */
 	bool children;        /* attach: follow processes the target forks */
+	char uprobes[1024];   /* attach: LIB:SYMBOL[,LIB:SYMBOL] generic probes, "" for none */
 	const char *sampled_event; /* attach: a second event to sample with stacks (static name), or NULL;
 				    * top, hotpaths: report that event's samples instead of CPU samples */
 	bool group_by_name;   /* threads: group like-named threads */

@@ -268,6 +268,11 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->follow_children = p->follow_children;
 	s->events = p->event_bits;
 	s->pidfd = -1;
+	s->gpu = gpu_acc__new();
+	if (!s->gpu) {
+		free(s);
+		return -ENOMEM;
+	}
 
 	/* The pidfd pins the process identity: from here on a reused PID cannot fool us. */
 	s->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
@@ -896,6 +901,24 @@ static int resolve_stack(struct session *s, const struct session_env *env, struc
 	return store__stack_id(env->store, ids, depth, st->flags != 0 || cut, root, &st->stack_id);
 }
 
+struct raw_stack *session__stack(struct session *s, pid_t pid, const uint64_t *ips, unsigned n,
+				 uint32_t flags)
+{
+	return stack_intern(s, pid, ips, 0, n, flags);
+}
+
+int session__stack_id(struct session *s, const struct session_env *env, struct raw_stack *st,
+		      int64_t *ret_id)
+{
+	bool refreshed = false;
+	int r = resolve_stack(s, env, st, &refreshed);
+
+	if (r < 0)
+		return r;
+	*ret_id = st->stack_id;
+	return 0;
+}
+
 int session__flush(struct session *s, const struct session_env *env)
 {
 	struct pending_sample *ps;
@@ -1021,6 +1044,11 @@ int session__flush(struct session *s, const struct session_env *env)
 			return r;
 	}
 
+	if (s->gpu) {
+		r = gpu_acc__flush(s->gpu, s, env);
+		if (r < 0)
+			return r;
+	}
 	s->lost_flushing = lost;
 	return 0;
 }
@@ -1034,6 +1062,8 @@ void session__flush_done(struct session *s)
 	s->lost_seen = s->lost_flushing;
 	s->procs_added = false;
 	s->offcpu_lost -= s->offcpu_lost_flushing;
+	if (s->gpu)
+		gpu_acc__flush_done(s->gpu);
 	{
 		void *v;
 
@@ -1104,6 +1134,7 @@ void session__free(struct session *s)
 	free_all(&s->windows);
 	free_all(&s->offcpu);
 	free_all(&s->counter_rows);
+	gpu_acc__free(s->gpu);
 	{
 		struct counters_entry *ce;
 

@@ -1,0 +1,1 @@
+-- reserved for issue 5

@@ -1,0 +1,93 @@
+/*
+ * fake-cudart.c - a program that defines cudaMalloc, cudaFree, cudaMemcpy
+ * and cudaDeviceSynchronize itself, with the CUDA runtime's signatures, and
+ * makes them succeed (host memory stands in for device memory). On a
+ * machine without a GPU the real runtime fails every allocation, so this is
+ * how test-cuda checks, through the same probes (found by symbol in the
+ * executable, as for a statically linked runtime), what profd reports when
+ * allocations succeed: live bytes, growth by allocating stack, frees
+ * matched by pointer. Also the target of the generic --uprobe test
+ * (work_unit: WORK_UNITS calls of at least 20 ms each).
+ *
+ * Prints "ready", waits for a line on stdin, then 4 times: alloc_temp()
+ * allocates 256 KiB and frees it, alloc_cache() allocates 1 MiB and keeps
+ * it (4 MiB leaked); copies 8192 bytes HtoD each time; then calls
+ * work_unit() WORK_UNITS times; prints "done" and exits.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WORK_UNITS 7
+
+__attribute__((noinline, used)) int cudaMalloc(void **p, size_t size)
+{
+	*p = malloc(size);
+	__asm__ volatile("" ::: "memory");
+	return *p ? 0 : 2; /* cudaErrorMemoryAllocation */
+}
+
+__attribute__((noinline, used)) int cudaFree(void *p)
+{
+	free(p);
+	__asm__ volatile("" ::: "memory");
+	return 0;
+}
+
+__attribute__((noinline, used)) int cudaMemcpy(void *dst, const void *src, size_t count, int kind)
+{
+	memcpy(dst, src, count);
+	__asm__ volatile("" ::: "memory");
+	return kind < 0;
+}
+
+__attribute__((noinline, used)) int cudaDeviceSynchronize(void)
+{
+	__asm__ volatile("" ::: "memory");
+	return 0;
+}
+
+__attribute__((noinline)) static void alloc_temp(void)
+{
+	void *p = NULL;
+
+	cudaMalloc(&p, 256 << 10);
+	cudaFree(p);
+}
+
+static void *cache[4];
+
+__attribute__((noinline)) static void alloc_cache(int i)
+{
+	cudaMalloc(&cache[i], 1 << 20);
+}
+
+__attribute__((noinline, used)) void work_unit(void)
+{
+	struct timespec ts = { 0, 20 * 1000 * 1000 };
+
+	nanosleep(&ts, NULL);
+}
+
+int main(void)
+{
+	static char host[8192];
+	char line[64];
+
+	printf("ready\n");
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin))
+		return 1;
+	for (int i = 0; i < 4; i++) {
+		alloc_temp();
+		alloc_cache(i);
+		cudaMemcpy(cache[i], host, sizeof(host), 1);
+	}
+	cudaDeviceSynchronize();
+	for (int i = 0; i < WORK_UNITS; i++)
+		work_unit();
+	printf("done\n");
+	fflush(stdout);
+	return 0;
+}
