@@ -67,7 +67,7 @@ int output__gpu(FILE *f, const json_t *reply)
 	const json_t *mem = json_object_get(reply, "memory"), *probes = json_object_get(reply, "probes");
 	const json_t *uprobes = json_object_get(reply, "uprobes"), *x;
 	size_t i, attached = 0;
-	char b1[32], b2[32], b3[32];
+	char b1[32], b2[32], b3[32], b4[32], b5[32];
 
 	if (!json_is_array(kernels) || !json_is_array(api) || !json_is_array(copies) ||
 	    !json_is_array(syncs) || !json_is_object(mem) || !json_is_array(probes))
@@ -125,8 +125,8 @@ int output__gpu(FILE *f, const json_t *reply)
 		human_bytes(num(mem, "live_bytes"), b1, sizeof(b1)),
 		human_bytes(num(mem, "peak_live_bytes"), b2, sizeof(b2)), num(mem, "allocations"),
 		num(mem, "failed_allocations"), human_bytes(num(mem, "requested_bytes"), b3, sizeof(b3)),
-		human_bytes(num(mem, "allocated_bytes"), b1, sizeof(b1)), num(mem, "frees"),
-		human_bytes(num(mem, "freed_bytes"), b2, sizeof(b2)));
+		human_bytes(num(mem, "allocated_bytes"), b4, sizeof(b4)), num(mem, "frees"),
+		human_bytes(num(mem, "freed_bytes"), b5, sizeof(b5)));
 	if (num(mem, "failed_allocations") > 0)
 		fprintf(f, "  (failed allocations returned no memory: they count in 'asking', not in live)\n");
 	json_array_foreach(json_object_get(mem, "by_stack"), i, x)

@@ -61,7 +61,7 @@ def test():
         check(wu['min_ms'] >= 19.9 and wu['total_ms'] >= 7 * 19.9, 'work_unit sleeps 20 ms a call: %r' % wu)
 
         _, out, _ = d.ctl('gpu', sid)
-        check('live 4.0 MiB' in out and 'fake-cudart:work_unit' in out, 'profctl gpu table:\n' + out)
+        check('live 4.0 MiB' in out and '4 frees releasing 1.0 MiB' in out and 'fake-cudart:work_unit' in out, 'profctl gpu table:\n' + out)
 
         # Bad --uprobe input: a clear error, nothing attached.
         rc, _, err = d.ctl('attach', w.pid, '--uprobe', 'nocolon', check_rc=False)
