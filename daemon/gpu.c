@@ -623,6 +623,32 @@ int gpu__attach(struct gpu *g, unsigned slot, pid_t pid, const struct addrspace 
 	return 0;
 }
 
+/*
+ * Forget the calls of @slot's probes still open in the kernel maps (a
+ * thread waiting in cudaDeviceSynchronize at the detach never returns
+ * through a probe now): their entries would stay in 'calls' for good, and
+ * the thread's CUDA depth would make every call of a later session on the
+ * same process look nested (not counted as a launch, copy, ...).
+ */
+static void forget_open_calls(struct gpu *g, unsigned slot)
+{
+	int calls = bpf_map__fd(g->skel->maps.calls), depth = bpf_map__fd(g->skel->maps.depth);
+	struct { __u32 tid, probe; } key, next, *prev = NULL;
+
+	while (bpf_map_get_next_key(calls, prev, &next) == 0) {
+		key = next;
+		if (key.probe < g->nr_probes && g->probes[key.probe].p.slot == slot) {
+			bpf_map_delete_elem(depth, &key.tid);
+			/* Deleting the current key restarts the walk: next keys stay valid. */
+			if (bpf_map_delete_elem(calls, &key) == 0) {
+				prev = NULL;
+				continue;
+			}
+		}
+		prev = &key;
+	}
+}
+
 /* gpu__detach() - remove every probe of @slot (records in flight are still delivered). */
 void gpu__detach(struct gpu *g, unsigned slot)
 {
@@ -633,6 +659,8 @@ void gpu__detach(struct gpu *g, unsigned slot)
 	sl = &g->slots[slot];
 	for (size_t i = 0; i < sl->n; i++)
 		bpf_link__destroy(sl->links[i]);
+	if (sl->n)
+		forget_open_calls(g, slot);
 	free(sl->links);
 	*sl = (struct slot_links){ 0 };
 }

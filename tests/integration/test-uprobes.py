@@ -69,5 +69,20 @@ def test():
         rc, _, err = d.ctl('attach', w.pid, '--uprobe', 'libc:', check_rc=False)
         check(rc != 0 and 'LIB:SYMBOL' in err, 'empty SYMBOL, refused by profd: rc %d %r' % (rc, err))
 
+        # A session detached while a thread waits inside cudaDeviceSynchronize:
+        # the next session on the process must still count that thread's calls
+        # (the open call is forgotten at the detach, not left to look nested).
+        w = d.spawn_waiting(binary('FAKE_CUDART'), '--block-in-sync')
+        first = d.json('attach', w.pid, '--events', 'cpu,cuda')['session']
+        d.go(w)
+        check(w.stdout.readline().strip() == 'syncing', 'workload did not reach the sync')
+        d.json('detach', first)
+        second = d.json('attach', w.pid, '--events', 'cpu,cuda')['session']
+        d.go(w)
+        d.wait_ended(second)
+        m = d.json('gpu', second)['memory']
+        check(m['allocations'] == 8 and m['live_bytes'] == 4 * MIB,
+              'after a detach mid-call, the next session counts allocations: %r' % m)
+
 
 run(test)

@@ -13,6 +13,9 @@
  * allocates 256 KiB and frees it, alloc_cache() allocates 1 MiB and keeps
  * it (4 MiB leaked); copies 8192 bytes HtoD each time; then calls
  * work_unit() WORK_UNITS times; prints "done" and exits.
+ * With --block-in-sync, the first cudaDeviceSynchronize() prints "syncing"
+ * and waits there for a second line on stdin, before it all: a thread
+ * inside a probed call while a session detaches and the next one attaches.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,8 +45,19 @@ __attribute__((noinline, used)) int cudaMemcpy(void *dst, const void *src, size_
 	return kind < 0;
 }
 
+static int block_in_sync;
+
 __attribute__((noinline, used)) int cudaDeviceSynchronize(void)
 {
+	char line[64];
+
+	if (block_in_sync) {
+		block_in_sync = 0;
+		printf("syncing\n");
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			return 1;
+	}
 	__asm__ volatile("" ::: "memory");
 	return 0;
 }
@@ -70,15 +84,19 @@ __attribute__((noinline, used)) void work_unit(void)
 	nanosleep(&ts, NULL);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	static char host[8192];
 	char line[64];
+
+	block_in_sync = argc > 1 && strcmp(argv[1], "--block-in-sync") == 0;
 
 	printf("ready\n");
 	fflush(stdout);
 	if (!fgets(line, sizeof(line), stdin))
 		return 1;
+	if (block_in_sync)
+		cudaDeviceSynchronize();
 	for (int i = 0; i < 4; i++) {
 		alloc_temp();
 		alloc_cache(i);
