@@ -16,7 +16,7 @@ CREATE INDEX gpu_probes_session ON gpu_probes (session_id);
 -- cuMemcpy it calls are both counted, each under its own name).
 CREATE TABLE gpu_api_calls (
 	session_id INTEGER NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-	window_ns  INTEGER NOT NULL,   -- start of the flush window (CLOCK_REALTIME ns)
+	window_ns  INTEGER NOT NULL,   -- when the flush that wrote the row ran (CLOCK_REALTIME ns)
 	api        TEXT NOT NULL,
 	calls      INTEGER NOT NULL,
 	errors     INTEGER NOT NULL,   -- calls that returned a CUDA error (non-zero)
