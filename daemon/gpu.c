@@ -66,6 +66,21 @@ static const struct gpu_api catalogue[] = {
 	SYNC("cuCtxSynchronize"),
 	SYNC("cuStreamSynchronize"),
 	SYNC("cuEventSynchronize"),
+	/* The per-thread default stream variants (nvcc --default-stream per-thread). */
+	LAUNCH("cudaLaunchKernel_ptsz", 0, GPU_DIMS_DIM3_REGS),
+	LAUNCH("__cudaLaunchKernel_ptsz", -1, GPU_DIMS_DIM3_REGS),
+	LAUNCH("cudaLaunchKernelExC_ptsz", 1, GPU_DIMS_CONFIG_DIM3),
+	LAUNCH("cuLaunchKernel_ptsz", -1, GPU_DIMS_SCALARS),
+	LAUNCH("cuLaunchKernelEx_ptsz", -1, GPU_DIMS_CONFIG_U32),
+	{ "cudaGraphLaunch_ptsz", GPU_KIND_GRAPH, F_CUDA, false, GPU_DIMS_NONE, -1, -1, -1, -1, NULL, NULL, true },
+	ALLOC("cudaMallocAsync_ptsz", "device", 0),
+	FREE("cudaFreeAsync_ptsz", "device"),
+	COPY("cudaMemcpy_ptds", 2, 3, NULL),
+	COPY("cudaMemcpyAsync_ptsz", 2, 3, NULL),
+	COPY("cuMemcpy_ptds", 2, -1, "default"),
+	COPY("cuMemcpyAsync_ptsz", 2, -1, "default"),
+	SYNC("cudaStreamSynchronize_ptsz"),
+	SYNC("cuStreamSynchronize_ptsz"),
 	NVTX("nvtxRangePushA", GPU_KIND_NVTX_PUSH, UPROBE_F_STR0),
 	NVTX("nvtxRangePushW", GPU_KIND_NVTX_PUSH, UPROBE_F_WSTR0),
 	NVTX("nvtxRangePop", GPU_KIND_NVTX_POP, 0),
@@ -297,15 +312,8 @@ static int scan_symbols(int fd, bool (*keep)(const char *name, void *ctx), void 
 				dup = out->v[k].offset == off && strcmp(out->v[k].name, buf) == 0;
 			if (dup)
 				continue;
-			if (out->n == out->cap) {
-				size_t cap = out->cap ? 2 * out->cap : 16;
-				struct found_sym *v = realloc(out->v, cap * sizeof(*v));
-
-				if (!v)
-					return -ENOMEM;
-				out->v = v;
-				out->cap = cap;
-			}
+			if (grow_array((void **)&out->v, &out->cap, out->n, sizeof(*out->v)) < 0)
+				return -ENOMEM;
 			snprintf(out->v[out->n].name, sizeof(out->v[out->n].name), "%s", buf);
 			out->v[out->n++].offset = off;
 		}
@@ -339,15 +347,8 @@ static int add_probe(struct gpu *g, unsigned slot, const struct gpu_api *api, st
 
 	if (g->nr_probes >= UINT32_MAX)
 		return -E2BIG;
-	if (g->nr_probes == g->cap_probes) {
-		size_t cap = g->cap_probes ? 2 * g->cap_probes : 64;
-		struct probe_entry *v = realloc(g->probes, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		g->probes = v;
-		g->cap_probes = cap;
-	}
+	if (grow_array((void **)&g->probes, &g->cap_probes, g->nr_probes, sizeof(*g->probes)) < 0)
+		return -ENOMEM;
 	pe = &g->probes[g->nr_probes];
 	pe->p.api = api;
 	pe->p.slot = slot;
@@ -361,15 +362,8 @@ static int keep_link(struct gpu *g, unsigned slot, struct bpf_link *l)
 {
 	struct slot_links *sl = &g->slots[slot];
 
-	if (sl->n == sl->cap) {
-		size_t cap = sl->cap ? 2 * sl->cap : 32;
-		struct bpf_link **v = realloc(sl->links, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		sl->links = v;
-		sl->cap = cap;
-	}
+	if (grow_array((void **)&sl->links, &sl->cap, sl->n, sizeof(*sl->links)) < 0)
+		return -ENOMEM;
 	sl->links[sl->n++] = l;
 	return 0;
 }

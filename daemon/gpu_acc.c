@@ -88,23 +88,6 @@ struct gpu_acc {
 	size_t nr_notes_flushing;
 };
 
-/* Grow *@v (of *@cap elements of @size bytes) to hold one more than @n. 0 or -ENOMEM. */
-static int grow(void **v, size_t *cap, size_t n, size_t size)
-{
-	void *nv;
-	size_t ncap;
-
-	if (n < *cap)
-		return 0;
-	ncap = *cap ? 2 * *cap : 16;
-	nv = realloc(*v, ncap * size);
-	if (!nv)
-		return -ENOMEM;
-	*v = nv;
-	*cap = ncap;
-	return 0;
-}
-
 /* gpu_acc__new() - an empty accounting; NULL only on out-of-memory. */
 struct gpu_acc *gpu_acc__new(void)
 {
@@ -152,7 +135,7 @@ static struct agg *agg_get(struct gpu_acc *a, int table, const char *key1, const
 		    strcmp(g->block, block) == 0)
 			return g;
 	}
-	if (grow((void **)&a->aggs, &a->cap_aggs, a->nr_aggs, sizeof(*a->aggs)) < 0)
+	if (grow_array((void **)&a->aggs, &a->cap_aggs, a->nr_aggs, sizeof(*a->aggs)) < 0)
 		return NULL;
 	g = calloc(1, sizeof(*g));
 	if (!g)
@@ -500,7 +483,7 @@ static void on_memory(struct gpu_acc *a, const struct gpu_probe *p, const struct
 			free(la);
 		}
 	}
-	if (!row.stack || grow((void **)&a->mem, &a->cap_mem, a->nr_mem, sizeof(*a->mem)) < 0) {
+	if (!row.stack || grow_array((void **)&a->mem, &a->cap_mem, a->nr_mem, sizeof(*a->mem)) < 0) {
 		a->lost++;
 		return;
 	}
@@ -617,7 +600,7 @@ int gpu_acc__note_probe(struct gpu_acc *a, const char *what, const char *file, c
 {
 	struct note *n;
 
-	if (grow((void **)&a->notes, &a->cap_notes, a->nr_notes, sizeof(*a->notes)) < 0)
+	if (grow_array((void **)&a->notes, &a->cap_notes, a->nr_notes, sizeof(*a->notes)) < 0)
 		return -ENOMEM;
 	n = &a->notes[a->nr_notes++];
 	snprintf(n->what, sizeof(n->what), "%s", what);

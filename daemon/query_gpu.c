@@ -126,25 +126,38 @@ static int rows(sqlite3 *db, const char *sql, int64_t session_id, int limit, jso
 	return 0;
 }
 
-/* The session's header numbers; -ENOENT if there is no such session. */
-static int session_head(sqlite3 *db, int64_t session_id, json_t **ret, int64_t *ret_span_ns)
+/* Prepare @sql with ?1 bound to @session_id; 0 or -EIO. */
+static int prepare(sqlite3 *db, const char *sql, int64_t session_id, sqlite3_stmt **ret)
+{
+	if (sqlite3_prepare_v2(db, sql, -1, ret, NULL) != SQLITE_OK)
+		return -EIO;
+	sqlite3_bind_int64(*ret, 1, session_id);
+	return 0;
+}
+
+/*
+ * The session's header numbers, its start (CLOCK_REALTIME ns) and its
+ * length so far (to its end, or now); -ENOENT if there is no such session.
+ */
+static int session_head(sqlite3 *db, int64_t session_id, json_t **ret, int64_t *ret_start_ns,
+			int64_t *ret_span_ns)
 {
 	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
 	int rc;
 
-	if (sqlite3_prepare_v2(db,
-			       "SELECT gpu_lost_calls, nvtx_unmatched, gpu_unnamed_launches, events,"
-			       " coalesce(ended_at_ns, CAST(strftime('%s', 'now') AS INTEGER) * 1000000000)"
-			       " - started_at_ns FROM sessions WHERE id = ?1",
-			       -1, &st, NULL) != SQLITE_OK)
+	if (prepare(db,
+		    "SELECT gpu_lost_calls, nvtx_unmatched, gpu_unnamed_launches, events,"
+		    " coalesce(ended_at_ns, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+		    " * 1000000) - started_at_ns, started_at_ns FROM sessions WHERE id = ?1",
+		    session_id, &st) < 0)
 		return -EIO;
-	sqlite3_bind_int64(st, 1, session_id);
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_DONE)
 		return -ENOENT;
 	if (rc != SQLITE_ROW)
 		return -EIO;
 	*ret_span_ns = sqlite3_column_int64(st, 4) > 0 ? sqlite3_column_int64(st, 4) : 0;
+	*ret_start_ns = sqlite3_column_int64(st, 5);
 	*ret = json_pack("{s:I, s:s, s:I, s:I, s:I, s:f}", "session", (json_int_t)session_id,
 			 "events", (const char *)sqlite3_column_text(st, 3), "lost_calls",
 			 (json_int_t)sqlite3_column_int64(st, 0), "nvtx_unmatched",
@@ -155,21 +168,20 @@ static int session_head(sqlite3 *db, int64_t session_id, json_t **ret, int64_t *
 }
 
 /* Totals, peak and a per-second timeline of live GPU bytes, from the allocation events. */
-static int memory_summary(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
+static int memory_summary(sqlite3 *db, int64_t session_id, int64_t start_ns, int limit,
+			  json_t **ret)
 {
 	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
 	json_t *o, *timeline, *by_stack = NULL;
-	int64_t live = 0, peak = 0, first_ns = 0, sec = -1;
+	int64_t live = 0, peak = 0, sec = -1;
 	int64_t allocs = 0, failed = 0, requested = 0, allocated = 0, freed = 0, frees = 0;
 	int rc, r;
 
-	if (sqlite3_prepare_v2(db,
-			       "SELECT time_ns, api, requested_bytes, live_delta_bytes, ok,"
-			       " api NOT LIKE '%Free%'"
-			       " FROM gpu_mem_events WHERE session_id = ?1 ORDER BY time_ns, rowid",
-			       -1, &st, NULL) != SQLITE_OK)
+	if (prepare(db,
+		    "SELECT time_ns, api, requested_bytes, live_delta_bytes, ok, api NOT LIKE '%Free%'"
+		    " FROM gpu_mem_events WHERE session_id = ?1 ORDER BY time_ns, rowid",
+		    session_id, &st) < 0)
 		return -EIO;
-	sqlite3_bind_int64(st, 1, session_id);
 	timeline = json_array();
 	if (!timeline)
 		return -ENOMEM;
@@ -177,17 +189,6 @@ static int memory_summary(sqlite3 *db, int64_t session_id, int limit, json_t **r
 		int64_t t = sqlite3_column_int64(st, 0), delta = sqlite3_column_int64(st, 3);
 		bool alloc = sqlite3_column_int(st, 5) != 0;
 
-		if (!first_ns) {
-			_cleanup_(sqlite3_finalizep) sqlite3_stmt *s2 = NULL;
-
-			first_ns = t;
-			if (sqlite3_prepare_v2(db, "SELECT started_at_ns FROM sessions WHERE id = ?1",
-					       -1, &s2, NULL) == SQLITE_OK) {
-				sqlite3_bind_int64(s2, 1, session_id);
-				if (sqlite3_step(s2) == SQLITE_ROW)
-					first_ns = sqlite3_column_int64(s2, 0);
-			}
-		}
 		if (alloc) {
 			allocs++;
 			requested += sqlite3_column_int64(st, 2);
@@ -204,8 +205,8 @@ static int memory_summary(sqlite3 *db, int64_t session_id, int limit, json_t **r
 		if (live > peak)
 			peak = live;
 		/* One point per second that saw a change: the live bytes at its end. */
-		if ((t - first_ns) / 1000000000 != sec) {
-			sec = (t - first_ns) / 1000000000;
+		if ((t - start_ns) / 1000000000 != sec) {
+			sec = (t - start_ns) / 1000000000;
 			json_array_append_new(timeline, json_pack("{s:I, s:I}", "t_s", (json_int_t)sec,
 								  "live_bytes", (json_int_t)live));
 		} else {
@@ -255,69 +256,68 @@ static int add_rows(sqlite3 *db, json_t *o, const char *key, const char *sql, in
 	return json_object_set_new(o, key, arr) < 0 ? -ENOMEM : 0;
 }
 
+/* calls, total, average, minimum and maximum time of rows with calls, total_ns, min_ns, max_ns. */
+#define TIMES " sum(calls) AS calls, sum(total_ns) AS total_ns," \
+	      " sum(total_ns) / max(sum(calls), 1) AS avg_ns, min(min_ns) AS min_ns, max(max_ns) AS max_ns"
+
+/* The lists of the gpu report: ?1 = session, ?2 = limit. */
+static const struct {
+	const char *key, *sql;
+} gpu_lists[] = {
+	{ "probes", "SELECT what, file, status FROM gpu_probes WHERE session_id = ?1"
+		    " ORDER BY status != 'attached', what, file" },
+	{ "kernels", "SELECT name, sum(launches) AS launches, sum(errors) AS errors, grid, block,"
+		     " api, min(stack_id) AS stack_id FROM gpu_kernels WHERE session_id = ?1"
+		     " GROUP BY name, grid, block, api ORDER BY launches DESC, name LIMIT ?2" },
+	{ "api", "SELECT api, sum(errors) AS errors," TIMES " FROM gpu_api_calls"
+		 " WHERE session_id = ?1 GROUP BY api ORDER BY total_ns DESC, api LIMIT ?2" },
+	{ "copies", "SELECT direction, api, sum(calls) AS calls, sum(bytes) AS bytes,"
+		    " sum(errors) AS errors FROM gpu_copies WHERE session_id = ?1"
+		    " GROUP BY direction, api ORDER BY bytes DESC, direction LIMIT ?2" },
+	{ "syncs", "SELECT api, sum(calls) AS calls, sum(total_ns) AS total_ns, stack_id"
+		   " FROM gpu_syncs WHERE session_id = ?1 GROUP BY api, stack_id"
+		   " ORDER BY total_ns DESC LIMIT ?2" },
+	{ "uprobes", "SELECT probe," TIMES " FROM uprobe_calls WHERE session_id = ?1"
+		     " GROUP BY probe ORDER BY total_ns DESC LIMIT ?2" },
+};
+
 int query__gpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 {
 	json_t *o, *mem;
-	int64_t span_ns;
+	int64_t start_ns, span_ns;
 	int r;
 
-	r = session_head(db, session_id, &o, &span_ns);
+	r = session_head(db, session_id, &o, &start_ns, &span_ns);
 	if (r < 0)
 		return r;
-	if ((r = add_rows(db, o, "probes",
-			  "SELECT what, file, status FROM gpu_probes WHERE session_id = ?1"
-			  " ORDER BY status != 'attached', what, file",
-			  session_id, limit)) < 0 ||
-	    (r = add_rows(db, o, "kernels",
-			  "SELECT name, sum(launches) AS launches, sum(errors) AS errors, grid, block,"
-			  " api, min(stack_id) AS stack_id FROM gpu_kernels WHERE session_id = ?1"
-			  " GROUP BY name, grid, block, api ORDER BY launches DESC, name LIMIT ?2",
-			  session_id, limit)) < 0 ||
-	    (r = add_rows(db, o, "api",
-			  "SELECT api, sum(calls) AS calls, sum(errors) AS errors,"
-			  " sum(total_ns) AS total_ns, sum(total_ns) / max(sum(calls), 1) AS avg_ns,"
-			  " min(min_ns) AS min_ns, max(max_ns) AS max_ns FROM gpu_api_calls"
-			  " WHERE session_id = ?1 GROUP BY api ORDER BY total_ns DESC, api LIMIT ?2",
-			  session_id, limit)) < 0 ||
-	    (r = add_rows(db, o, "copies",
-			  "SELECT direction, api, sum(calls) AS calls, sum(bytes) AS bytes,"
-			  " sum(errors) AS errors FROM gpu_copies WHERE session_id = ?1"
-			  " GROUP BY direction, api ORDER BY bytes DESC, direction LIMIT ?2",
-			  session_id, limit)) < 0 ||
-	    (r = add_rows(db, o, "syncs",
-			  "SELECT api, sum(calls) AS calls, sum(total_ns) AS total_ns, stack_id"
-			  " FROM gpu_syncs WHERE session_id = ?1 GROUP BY api, stack_id"
-			  " ORDER BY total_ns DESC LIMIT ?2",
-			  session_id, limit)) < 0 ||
-	    (r = add_rows(db, o, "uprobes",
-			  "SELECT probe, sum(calls) AS calls, sum(total_ns) AS total_ns,"
-			  " sum(total_ns) / max(sum(calls), 1) AS avg_ns, min(min_ns) AS min_ns,"
-			  " max(max_ns) AS max_ns FROM uprobe_calls WHERE session_id = ?1"
-			  " GROUP BY probe ORDER BY total_ns DESC LIMIT ?2",
-			  session_id, limit)) < 0 ||
-	    (r = memory_summary(db, session_id, limit, &mem)) < 0) {
-		json_decref(o);
-		return r;
+	for (size_t i = 0; i < ARRAY_SIZE(gpu_lists); i++) {
+		r = add_rows(db, o, gpu_lists[i].key, gpu_lists[i].sql, session_id, limit);
+		if (r < 0)
+			goto fail;
 	}
+	r = memory_summary(db, session_id, start_ns, limit, &mem);
+	if (r < 0)
+		goto fail;
 	json_object_set_new(o, "memory", mem);
 	*ret = o;
 	return 0;
+fail:
+	json_decref(o);
+	return r;
 }
 
 int query__ranges(sqlite3 *db, int64_t session_id, json_t **ret)
 {
 	json_t *o, *arr, *x;
-	int64_t span_ns;
+	int64_t start_ns, span_ns;
 	size_t i;
 	int r;
 
-	r = session_head(db, session_id, &o, &span_ns);
+	r = session_head(db, session_id, &o, &start_ns, &span_ns);
 	if (r < 0)
 		return r;
 	r = rows(db,
-		 "SELECT kind, path, name, depth, sum(calls) AS calls, sum(total_ns) AS total_ns,"
-		 " sum(total_ns) / max(sum(calls), 1) AS avg_ns, min(min_ns) AS min_ns,"
-		 " max(max_ns) AS max_ns FROM nvtx_ranges WHERE session_id = ?1"
+		 "SELECT kind, path, name, depth," TIMES " FROM nvtx_ranges WHERE session_id = ?1"
 		 " GROUP BY kind, path ORDER BY kind = 'mark', kind, path",
 		 session_id, 0, &arr);
 	if (r < 0) {
