@@ -103,6 +103,10 @@ struct probe_entry {
 struct slot_links {
 	struct bpf_link **links;
 	size_t n, cap;
+	pid_t pid;          /* the process probed */
+	unsigned want;      /* GPU_WANT_* of the attach */
+	char **scanned;     /* files already searched for the catalogue */
+	size_t nr_scanned, cap_scanned;
 };
 
 struct gpu {
@@ -431,6 +435,29 @@ static void note_status(gpu_note_fn note, void *ctx, const char *what, const cha
 	note(ctx, what, file, buf);
 }
 
+/* Whether @path was searched for @slot already; if not, remember it. -ENOMEM if it cannot. */
+static int scanned_before(struct slot_links *sl, const char *path)
+{
+	char *copy;
+
+	for (size_t i = 0; i < sl->nr_scanned; i++)
+		if (strcmp(sl->scanned[i], path) == 0)
+			return 1;
+	if (grow_array((void **)&sl->scanned, &sl->cap_scanned, sl->nr_scanned,
+		       sizeof(*sl->scanned)) < 0 ||
+	    !(copy = strdup(path)))
+		return -ENOMEM;
+	sl->scanned[sl->nr_scanned++] = copy;
+	return 0;
+}
+
+/* Whether the file @base (a base name) may hold catalogue functions @want asks for. */
+static bool catalogue_file(const char *base, unsigned want)
+{
+	return ((want & GPU_WANT_CUDA) && starts_with_any(base, cuda_files, ARRAY_SIZE(cuda_files))) ||
+	       ((want & GPU_WANT_NVTX) && starts_with_any(base, nvtx_files, ARRAY_SIZE(nvtx_files)));
+}
+
 /* Attach the catalogue entries found in one file; marks found[] by catalogue index. */
 static int attach_catalogue_file(struct gpu *g, unsigned slot, pid_t pid, const char *path,
 				 int fd, unsigned want, bool *found, bool *inlined, gpu_note_fn note,
@@ -561,6 +588,8 @@ int gpu__attach(struct gpu *g, unsigned slot, pid_t pid, const struct addrspace 
 
 	if (slot >= UPROBE_MAX_SLOTS)
 		return -EINVAL;
+	g->slots[slot].pid = pid;
+	g->slots[slot].want = want;
 	snprintf(link, sizeof(link), "/proc/%d/exe", (int)pid);
 	n = readlink(link, exe, sizeof(exe) - 1);
 	exe[n > 0 ? n : 0] = '\0';
@@ -575,12 +604,14 @@ int gpu__attach(struct gpu *g, unsigned slot, pid_t pid, const struct addrspace 
 		if (last && strcmp(last, m[i].path) == 0)
 			continue;
 		is_exe = strcmp(m[i].path, exe) == 0;
-		if (!is_exe && !((want & GPU_WANT_CUDA) &&
-				 starts_with_any(base, cuda_files, ARRAY_SIZE(cuda_files))) &&
-		    !((want & GPU_WANT_NVTX) &&
-		      starts_with_any(base, nvtx_files, ARRAY_SIZE(nvtx_files))))
+		if (!is_exe && !catalogue_file(base, want))
 			continue;
 		last = m[i].path;
+		r = scanned_before(&g->slots[slot], m[i].path);
+		if (r < 0)
+			return r;
+		if (r > 0)
+			continue;
 		fd = addrspace__open_file(as, &m[i], opened, sizeof(opened));
 		if (fd < 0) {
 			if (note)
@@ -656,7 +687,69 @@ void gpu__detach(struct gpu *g, unsigned slot)
 	if (sl->n)
 		forget_open_calls(g, slot);
 	free(sl->links);
+	for (size_t i = 0; i < sl->nr_scanned; i++)
+		free(sl->scanned[i]);
+	free(sl->scanned);
 	*sl = (struct slot_links){ 0 };
+}
+
+/*
+ * gpu__rescan() - attach the catalogue probes of @slot (as gpu__attach()
+ * asked) in the files its process mapped since: libcuda.so is dlopen()ed
+ * by cuInit(), libraries by frameworks when first used. Reads
+ * /proc/PID/maps; files searched before are skipped. @note is told each
+ * new outcome (symbols still missing are not repeated). Returns the number
+ * of files searched (>= 0), -ESRCH if the process is gone, -ENOMEM.
+ * Blocks on /proc and ELF reads; does not log.
+ */
+int gpu__rescan(struct gpu *g, unsigned slot, gpu_note_fn note, void *note_ctx)
+{
+	struct slot_links *sl = slot < UPROBE_MAX_SLOTS ? &g->slots[slot] : NULL;
+	bool found[ARRAY_SIZE(catalogue)] = { 0 };
+	_cleanup_fclose_ FILE *f = NULL;
+	_cleanup_free_ char *line = NULL;
+	char path[64];
+	size_t cap = 0;
+	int n = 0, r;
+
+	if (!sl || !sl->want || sl->pid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)sl->pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -ESRCH;
+	while (getline(&line, &cap, f) > 0) {
+		char perms[8], file[4096], kpath[4200];
+		const char *base;
+		bool inlined = false;
+		_cleanup_close_ int fd = -1;
+
+		line[strcspn(line, "\n")] = '\0';
+		if (sscanf(line, "%*s %7s %*s %*s %*s %4095[^\n]", perms, file) != 2 ||
+		    perms[2] != 'x' || file[0] != '/' || strstr(file, " (deleted)"))
+			continue;
+		base = strrchr(file, '/') + 1;
+		if (!catalogue_file(base, sl->want))
+			continue;
+		r = scanned_before(sl, file);
+		if (r < 0)
+			return r;
+		if (r > 0)
+			continue;
+		probe_path(sl->pid, file, kpath, sizeof(kpath));
+		fd = open(kpath, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			if (note)
+				note(note_ctx, base, file, "failed: cannot open");
+			continue;
+		}
+		r = attach_catalogue_file(g, slot, sl->pid, file, fd, sl->want, found, &inlined, note,
+					  note_ctx);
+		if (r < 0)
+			return r;
+		n++;
+	}
+	return n;
 }
 
 /*

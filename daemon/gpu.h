@@ -108,6 +108,7 @@ int gpu__fd(struct gpu *g);
 int gpu__poll(struct gpu *g);
 int gpu__attach(struct gpu *g, unsigned slot, pid_t pid, const struct addrspace *as, unsigned want,
 		const char *uprobes, gpu_note_fn note, void *note_ctx);
+int gpu__rescan(struct gpu *g, unsigned slot, gpu_note_fn note, void *note_ctx);
 void gpu__detach(struct gpu *g, unsigned slot);
 uint64_t gpu__lost(struct gpu *g, unsigned slot);
 uint64_t gpu__bad_records(struct gpu *g);

@@ -63,6 +63,7 @@ struct profd {
 		gpu_watch;
 	int timer_fd, signal_fd;
 	uint64_t last_flush_ns;
+	uint64_t last_rescan_ns; /* CLOCK_MONOTONIC of the last gpu__rescan() round */
 	uint64_t flush_errors;
 	/* A session's pidfd, watched for the target's exit. */
 	struct pid_watch {
@@ -343,6 +344,15 @@ static void on_timer(struct watch *w, uint32_t events)
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		if (p->slots[i] && session__expired(p->slots[i], now))
 			end_session(p, i, "duration");
+	/* Libraries mapped since the attach (libcuda.so at cuInit()) get their
+	 * probes. Its own clock: queries flush too, and may keep the flush
+	 * below from running for a while. */
+	if (p->gpu && now - p->last_rescan_ns >= PROFD_WINDOW_NS) {
+		p->last_rescan_ns = now;
+		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+			if (p->slots[i])
+				gpu__rescan(p->gpu, i, note_probe, p->slots[i]->gpu);
+	}
 	if (now - p->last_flush_ns >= PROFD_WINDOW_NS) {
 		collect_offcpu_lost(p);
 		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)

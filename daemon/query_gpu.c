@@ -264,7 +264,10 @@ static int add_rows(sqlite3 *db, json_t *o, const char *key, const char *sql, in
 static const struct {
 	const char *key, *sql;
 } gpu_lists[] = {
-	{ "probes", "SELECT what, file, status FROM gpu_probes WHERE session_id = ?1"
+	/* A symbol attached in a library loaded after the attach is no longer missing. */
+	{ "probes", "SELECT what, file, status FROM gpu_probes p WHERE session_id = ?1"
+		    " AND NOT (status = 'missing' AND EXISTS (SELECT 1 FROM gpu_probes a"
+		    " WHERE a.session_id = ?1 AND a.what = p.what AND a.status = 'attached'))"
 		    " ORDER BY status != 'attached', what, file" },
 	{ "kernels", "SELECT name, sum(launches) AS launches, sum(errors) AS errors, grid, block,"
 		     " api, min(stack_id) AS stack_id FROM gpu_kernels WHERE session_id = ?1"

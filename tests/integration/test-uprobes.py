@@ -7,7 +7,10 @@ finds a statically linked runtime. The workload leaks 4 x 1 MiB from
 alloc_cache() and frees its 4 x 256 KiB from alloc_temp(); `profctl gpu`
 must show 4 MiB live, attributed to alloc_cache's stack, frees matched by
 pointer, the copies and the wait. --uprobe fake-cudart:work_unit counts
-the 7 calls of work_unit (each sleeps 20 ms: a lower bound, not a timing)."""
+the 7 calls of work_unit (each sleeps 20 ms: a lower bound, not a timing).A CUDA library dlopen()ed after the attach (as cuInit() loads libcuda.so)
+gets its probes within a flush or two, and only then is it used."""
+import time
+
 from profdtest import Profd, binary, check, require_root_bpf, run
 
 MIB = 1 << 20
@@ -83,6 +86,30 @@ def test():
         m = d.json('gpu', second)['memory']
         check(m['allocations'] == 8 and m['live_bytes'] == 4 * MIB,
               'after a detach mid-call, the next session counts allocations: %r' % m)
+
+
+        # A runtime library loaded after the attach.
+        w = d.spawn_waiting(binary('DLOPEN_CUDART'), binary('LIBCUDART_FAKE'))
+        sid = d.json('attach', w.pid, '--events', 'cpu,cuda')['session']
+        g = d.json('gpu', sid)
+        check(('cudaMalloc', 'missing') in {(p['what'], p['status']) for p in g['probes']},
+              'before the dlopen cudaMalloc is missing: %r' % g['probes'])
+        d.go(w)
+        check(w.stdout.readline().strip() == 'loaded', 'workload did not load the library')
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            g = d.json('gpu', sid)
+            late = [p for p in g['probes'] if p['what'] == 'cudaMalloc' and p['status'] == 'attached']
+            if late:
+                break
+            time.sleep(0.2)
+        check(late and late[0]['file'].endswith('libcudart.so.1'), 'probes after the dlopen: %r' % g['probes'])
+        check(('cudaMalloc', 'missing') not in {(p['what'], p['status']) for p in g['probes']},
+              'a symbol attached later is no longer listed missing: %r' % g['probes'])
+        d.go(w)
+        d.wait_ended(sid)
+        m = d.json('gpu', sid)['memory']
+        check(m['allocations'] == 3 and m['live_bytes'] == 6 * MIB, 'allocations after the dlopen: %r' % m)
 
 
 run(test)
