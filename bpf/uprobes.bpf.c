@@ -26,6 +26,14 @@
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
+/*
+ * Wake the reader only once this many bytes wait in the ring buffer (0: at
+ * every record); user space also polls on a timer. A wakeup per record
+ * makes a call-heavy target pay for a context switch to profd per call
+ * (as offcpu.bpf.c found). Set by user space before load.
+ */
+const volatile __u64 wakeup_bytes = 0;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 * 1024 * 1024); /* resized by user space before load */
@@ -181,7 +189,8 @@ int uprobe_return(struct pt_regs *ctx)
 	struct call_key key = { .tid = (__u32)id, .probe = (__u32)cookie };
 	struct call_state *cs;
 	struct uprobe_event *e;
-	long size;
+	long size, wake;
+	__u32 n;
 
 	cs = bpf_map_lookup_elem(&calls, &key);
 	if (!cs)
@@ -203,9 +212,16 @@ int uprobe_return(struct pt_regs *ctx)
 	if ((flags & UPROBE_F_OUT0) && e->args[0] &&
 	    bpf_probe_read_user(&e->out, sizeof(e->out), (void *)e->args[0]) == 0)
 		e->flags |= UPROBE_EV_OUT_OK;
-	size = offsetof(struct uprobe_event, ips) + (long)e->ustack_len * sizeof(__u64);
-	if (size >= offsetof(struct uprobe_event, ips) && size <= sizeof(*e) &&
-	    bpf_ringbuf_output(&events, e, size, 0))
+	/* Bounded where the verifier can see it (the compiler may reload the field). */
+	n = e->ustack_len;
+	if (n > UPROBE_MAX_FRAMES)
+		n = UPROBE_MAX_FRAMES;
+	size = offsetof(struct uprobe_event, ips) + n * sizeof(__u64);
+	wake = 0; /* the default: wake the reader if it has caught up */
+	if (wakeup_bytes)
+		wake = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size < wakeup_bytes ?
+			       BPF_RB_NO_WAKEUP : BPF_RB_FORCE_WAKEUP;
+	if (bpf_ringbuf_output(&events, e, size, wake))
 		count_drop(slot, DROP_RINGBUF);
 	bpf_map_delete_elem(&calls, &key);
 	return 0;

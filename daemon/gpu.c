@@ -155,7 +155,8 @@ static int handle_record(void *ctx, void *data, size_t size)
 /*
  * gpu__new() - load uprobes.bpf.c (nothing is attached until gpu__attach()).
  * @ringbuf_bytes: ring buffer size, a power of two, multiple of the page
- *   size; a record is ~330 bytes + 8 per stack frame.
+ *   size; a record is ~330 bytes + 8 per stack frame. The reader is woken
+ *   only once 1/16 of it is full: call gpu__poll() on a timer too.
  * @fn, @ctx: called from gpu__poll() for each well-formed record.
  * Returns 0 and *@ret (owned by the caller, gpu__free()), -EINVAL for a bad
  * size, -EPERM without CAP_BPF + CAP_PERFMON, -ENOMEM, or libbpf's -errno.
@@ -187,6 +188,7 @@ int gpu__new(size_t ringbuf_bytes, gpu_event_fn fn, void *ctx, struct gpu **ret)
 	r = bpf_map__set_max_entries(g->skel->maps.events, (__u32)ringbuf_bytes);
 	if (r < 0)
 		goto fail;
+	g->skel->rodata->wakeup_bytes = ringbuf_bytes / 16;
 	r = uprobes_bpf__load(g->skel);
 	if (r < 0)
 		goto fail;

@@ -16,6 +16,8 @@
  * With --block-in-sync, the first cudaDeviceSynchronize() prints "syncing"
  * and waits there for a second line on stdin, before it all: a thread
  * inside a probed call while a session detaches and the next one attaches.
+ * With --calls N (bench/uprobe-cost), it calls cudaDeviceSynchronize() N
+ * times instead, prints the nanoseconds that took, and exits.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +92,21 @@ int main(int argc, char **argv)
 	char line[64];
 
 	block_in_sync = argc > 1 && strcmp(argv[1], "--block-in-sync") == 0;
+	if (argc > 2 && strcmp(argv[1], "--calls") == 0) {
+		long n = atol(argv[2]);
+		struct timespec t0, t1;
+
+		printf("ready\n");
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			return 1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (long i = 0; i < n; i++)
+			cudaDeviceSynchronize();
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		printf("%lld\n", (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
+		return 0;
+	}
 
 	printf("ready\n");
 	fflush(stdout);
