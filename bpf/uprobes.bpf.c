@@ -103,7 +103,7 @@ int uprobe_entry(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx), id = bpf_get_current_pid_tgid();
 	__u32 flags = (cookie >> 32) & 0xffff, slot = (cookie >> 48) & 0xff, zero = 0, one = 1;
-	struct call_key key = { .tid = (__u32)id, .probe = (__u32)cookie };
+	struct call_key key = {.tid = (__u32)id, .probe = (__u32)cookie};
 	struct call_state *cs;
 	struct uprobe_event *e;
 	__u64 sp = PT_REGS_SP(ctx);
@@ -186,7 +186,7 @@ int uprobe_return(struct pt_regs *ctx)
 	__u64 now = bpf_ktime_get_ns(), cookie = bpf_get_attach_cookie(ctx);
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 flags = (cookie >> 32) & 0xffff, slot = (cookie >> 48) & 0xff, *d;
-	struct call_key key = { .tid = (__u32)id, .probe = (__u32)cookie };
+	struct call_key key = {.tid = (__u32)id, .probe = (__u32)cookie};
 	struct call_state *cs;
 	struct uprobe_event *e;
 	long size, wake;
@@ -219,8 +219,9 @@ int uprobe_return(struct pt_regs *ctx)
 	size = offsetof(struct uprobe_event, ips) + n * sizeof(__u64);
 	wake = 0; /* the default: wake the reader if it has caught up */
 	if (wakeup_bytes)
-		wake = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size < wakeup_bytes ?
-			       BPF_RB_NO_WAKEUP : BPF_RB_FORCE_WAKEUP;
+		wake = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size < wakeup_bytes
+			   ? BPF_RB_NO_WAKEUP
+			   : BPF_RB_FORCE_WAKEUP;
 	if (bpf_ringbuf_output(&events, e, size, wake))
 		count_drop(slot, DROP_RINGBUF);
 	bpf_map_delete_elem(&calls, &key);

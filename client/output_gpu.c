@@ -24,7 +24,7 @@ static const char *str(const json_t *o, const char *key)
 /* @bytes in B, KiB, MiB or GiB, 1 decimal above bytes. */
 static const char *human_bytes(long long bytes, char *buf, size_t size)
 {
-	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB" };
+	static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
 	double v = (double)(bytes < 0 ? -bytes : bytes);
 	int u = -1;
 
@@ -51,7 +51,8 @@ static void print_stack(FILE *f, const json_t *stack, size_t max)
 			fprintf(f, " < ...");
 			break;
 		}
-		fprintf(f, "%s%s", i ? " < " : "", json_string_value(fr) ? json_string_value(fr) : "?");
+		fprintf(f, "%s%s", i ? " < " : "",
+			json_string_value(fr) ? json_string_value(fr) : "?");
 	}
 }
 
@@ -62,9 +63,12 @@ static void print_stack(FILE *f, const json_t *stack, size_t max)
  */
 int output__gpu(FILE *f, const json_t *reply)
 {
-	const json_t *kernels = json_object_get(reply, "kernels"), *api = json_object_get(reply, "api");
-	const json_t *copies = json_object_get(reply, "copies"), *syncs = json_object_get(reply, "syncs");
-	const json_t *mem = json_object_get(reply, "memory"), *probes = json_object_get(reply, "probes");
+	const json_t *kernels = json_object_get(reply, "kernels"),
+		     *api = json_object_get(reply, "api");
+	const json_t *copies = json_object_get(reply, "copies"),
+		     *syncs = json_object_get(reply, "syncs");
+	const json_t *mem = json_object_get(reply, "memory"),
+		     *probes = json_object_get(reply, "probes");
 	const json_t *uprobes = json_object_get(reply, "uprobes"), *x;
 	size_t i, attached = 0;
 	char b1[32], b2[32], b3[32], b4[32], b5[32];
@@ -72,21 +76,23 @@ int output__gpu(FILE *f, const json_t *reply)
 	if (!json_is_array(kernels) || !json_is_array(api) || !json_is_array(copies) ||
 	    !json_is_array(syncs) || !json_is_object(mem) || !json_is_array(probes))
 		return -EBADMSG;
-	json_array_foreach(probes, i, x)
-		attached += strcmp(str(x, "status"), "attached") == 0;
-	fprintf(f, "session %lld (events %s): %zu probes attached; lost calls %lld, unnamed launches %lld\n",
+	json_array_foreach(probes, i, x) attached += strcmp(str(x, "status"), "attached") == 0;
+	fprintf(f,
+		"session %lld (events %s): %zu probes attached; lost calls %lld, unnamed launches "
+		"%lld\n",
 		num(reply, "session"), str(reply, "events"), attached, num(reply, "lost_calls"),
 		num(reply, "unnamed_launches"));
-	json_array_foreach(probes, i, x)
-		if (strcmp(str(x, "status"), "attached") != 0 && strcmp(str(x, "status"), "missing") != 0)
-			fprintf(f, "  %s %s: %s\n", str(x, "what"), str(x, "file"), str(x, "status"));
+	json_array_foreach(probes, i, x) if (strcmp(str(x, "status"), "attached") != 0 &&
+					     strcmp(str(x, "status"), "missing") != 0)
+	    fprintf(f, "  %s %s: %s\n", str(x, "what"), str(x, "file"), str(x, "status"));
 
 	fprintf(f, "\nKernel launches\n%10s %8s  %-12s %-12s  %s\n", "launches", "errors", "grid",
 		"block", "kernel (launch API)");
 	json_array_foreach(kernels, i, x)
 	{
 		fprintf(f, "%10lld %8lld  %-12s %-12s  %s (%s)\n      ", num(x, "launches"),
-			num(x, "errors"), str(x, "grid"), str(x, "block"), str(x, "name"), str(x, "api"));
+			num(x, "errors"), str(x, "grid"), str(x, "block"), str(x, "name"),
+			str(x, "api"));
 		print_stack(f, json_object_get(x, "stack"), 6);
 		fputc('\n', f);
 	}
@@ -96,16 +102,17 @@ int output__gpu(FILE *f, const json_t *reply)
 	fprintf(f, "\nCUDA API\n%-28s %8s %8s %12s %10s %10s %10s\n", "function", "calls", "errors",
 		"total ms", "avg ms", "min ms", "max ms");
 	json_array_foreach(api, i, x)
-		fprintf(f, "%-28s %8lld %8lld %12.3f %10.3f %10.3f %10.3f\n", str(x, "api"),
-			num(x, "calls"), num(x, "errors"), real(x, "total_ms"), real(x, "avg_ms"),
-			real(x, "min_ms"), real(x, "max_ms"));
+	    fprintf(f, "%-28s %8lld %8lld %12.3f %10.3f %10.3f %10.3f\n", str(x, "api"),
+		    num(x, "calls"), num(x, "errors"), real(x, "total_ms"), real(x, "avg_ms"),
+		    real(x, "min_ms"), real(x, "max_ms"));
 	if (json_array_size(api) == 0)
 		fprintf(f, "  none seen\n");
 
-	fprintf(f, "\nCopies\n%-8s %-22s %8s %14s %8s\n", "dir", "function", "calls", "bytes", "errors");
+	fprintf(f, "\nCopies\n%-8s %-22s %8s %14s %8s\n", "dir", "function", "calls", "bytes",
+		"errors");
 	json_array_foreach(copies, i, x)
-		fprintf(f, "%-8s %-22s %8lld %14lld %8lld\n", str(x, "direction"), str(x, "api"),
-			num(x, "calls"), num(x, "bytes"), num(x, "errors"));
+	    fprintf(f, "%-8s %-22s %8lld %14lld %8lld\n", str(x, "direction"), str(x, "api"),
+		    num(x, "calls"), num(x, "bytes"), num(x, "errors"));
 	if (json_array_size(copies) == 0)
 		fprintf(f, "  none seen\n");
 
@@ -120,39 +127,44 @@ int output__gpu(FILE *f, const json_t *reply)
 	if (json_array_size(syncs) == 0)
 		fprintf(f, "  none seen\n");
 
-	fprintf(f, "\nGPU memory: live %s (peak %s); %lld allocations (%lld failed) asking %s, "
-		   "%s allocated, %lld frees releasing %s\n",
+	fprintf(f,
+		"\nGPU memory: live %s (peak %s); %lld allocations (%lld failed) asking %s, "
+		"%s allocated, %lld frees releasing %s\n",
 		human_bytes(num(mem, "live_bytes"), b1, sizeof(b1)),
 		human_bytes(num(mem, "peak_live_bytes"), b2, sizeof(b2)), num(mem, "allocations"),
-		num(mem, "failed_allocations"), human_bytes(num(mem, "requested_bytes"), b3, sizeof(b3)),
+		num(mem, "failed_allocations"),
+		human_bytes(num(mem, "requested_bytes"), b3, sizeof(b3)),
 		human_bytes(num(mem, "allocated_bytes"), b4, sizeof(b4)), num(mem, "frees"),
 		human_bytes(num(mem, "freed_bytes"), b5, sizeof(b5)));
 	if (num(mem, "failed_allocations") > 0)
-		fprintf(f, "  (failed allocations returned no memory: they count in 'asking', not in live)\n");
+		fprintf(f, "  (failed allocations returned no memory: they count in 'asking', not "
+			   "in live)\n");
 	json_array_foreach(json_object_get(mem, "by_stack"), i, x)
 	{
-		fprintf(f, "  live %10s  allocated %10s  asked %10s  %lld calls (%lld failed)  %s  ",
+		fprintf(f,
+			"  live %10s  allocated %10s  asked %10s  %lld calls (%lld failed)  %s  ",
 			human_bytes(num(x, "live_bytes"), b1, sizeof(b1)),
 			human_bytes(num(x, "allocated_bytes"), b2, sizeof(b2)),
-			human_bytes(num(x, "requested_bytes"), b3, sizeof(b3)), num(x, "allocations"),
-			num(x, "failed"), str(x, "api"));
+			human_bytes(num(x, "requested_bytes"), b3, sizeof(b3)),
+			num(x, "allocations"), num(x, "failed"), str(x, "api"));
 		print_stack(f, json_object_get(x, "stack"), 6);
 		fputc('\n', f);
 	}
 	if (json_array_size(json_object_get(mem, "timeline")) > 1) {
 		fprintf(f, "  live bytes over time:");
 		json_array_foreach(json_object_get(mem, "timeline"), i, x)
-			fprintf(f, " %llds=%s", num(x, "t_s"), human_bytes(num(x, "live_bytes"), b1, sizeof(b1)));
+		    fprintf(f, " %llds=%s", num(x, "t_s"),
+			    human_bytes(num(x, "live_bytes"), b1, sizeof(b1)));
 		fputc('\n', f);
 	}
 
 	if (json_array_size(uprobes) > 0) {
-		fprintf(f, "\nUser probes\n%-40s %8s %12s %10s %10s %10s\n", "probe", "calls", "total ms",
-			"avg ms", "min ms", "max ms");
+		fprintf(f, "\nUser probes\n%-40s %8s %12s %10s %10s %10s\n", "probe", "calls",
+			"total ms", "avg ms", "min ms", "max ms");
 		json_array_foreach(uprobes, i, x)
-			fprintf(f, "%-40s %8lld %12.3f %10.3f %10.3f %10.3f\n", str(x, "probe"),
-				num(x, "calls"), real(x, "total_ms"), real(x, "avg_ms"),
-				real(x, "min_ms"), real(x, "max_ms"));
+		    fprintf(f, "%-40s %8lld %12.3f %10.3f %10.3f %10.3f\n", str(x, "probe"),
+			    num(x, "calls"), real(x, "total_ms"), real(x, "avg_ms"),
+			    real(x, "min_ms"), real(x, "max_ms"));
 	}
 	return 0;
 }
@@ -179,11 +191,15 @@ int output__ranges(FILE *f, const json_t *reply)
 		const char *kind = str(x, "kind");
 
 		fprintf(f, "%8lld %12.3f %10.3f %10.3f %10.3f %6.1f%%  %*s%s%s\n", num(x, "calls"),
-			real(x, "total_ms"), real(x, "avg_ms"), real(x, "min_ms"), real(x, "max_ms"),
-			real(x, "pct"), (int)(2 * (depth > 20 ? 20 : depth)), "", str(x, "name"),
-			strcmp(kind, "push") == 0 ? "" : strcmp(kind, "mark") == 0 ? " (mark)" : " (start/end)");
+			real(x, "total_ms"), real(x, "avg_ms"), real(x, "min_ms"),
+			real(x, "max_ms"), real(x, "pct"), (int)(2 * (depth > 20 ? 20 : depth)), "",
+			str(x, "name"),
+			strcmp(kind, "push") == 0   ? ""
+			: strcmp(kind, "mark") == 0 ? " (mark)"
+						    : " (start/end)");
 	}
 	if (json_array_size(ranges) == 0)
-		fprintf(f, "no NVTX ranges recorded (attached with --events cpu,nvtx? NVTX calls inlined? see profctl gpu)\n");
+		fprintf(f, "no NVTX ranges recorded (attached with --events cpu,nvtx? NVTX calls "
+			   "inlined? see profctl gpu)\n");
 	return 0;
 }

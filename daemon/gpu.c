@@ -1,4 +1,4 @@
-/* gpu.c - CUDA, NVTX and generic user-function probes: catalogue, symbol lookup, attach, records. */
+/* gpu.c - CUDA, NVTX and user-function probes: catalogue, symbol lookup, attach, records. */
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
@@ -19,81 +19,101 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(Elf *, elf_end)
 
 #define F_CUDA (UPROBE_F_NEST | UPROBE_F_STACK)
 
+/* clang-format off: one catalogue entry per line reads best. */
 /* Argument positions follow the x86-64 SysV ABI: a dim3 (12 bytes) takes two
  * registers, x | y << 32 then z; checked with objdump on nvcc 13 output. */
-#define LAUNCH(sym, fn, dims) \
-	{ sym, GPU_KIND_LAUNCH, F_CUDA, false, dims, fn, -1, -1, -1, NULL, NULL, true }
-#define ALLOC(sym, space, extra) \
-	{ sym, GPU_KIND_ALLOC, F_CUDA | UPROBE_F_OUT0 | (extra), false, GPU_DIMS_NONE, -1, 1, -1, -1, NULL, space, true }
-#define FREE(sym, space) \
-	{ sym, GPU_KIND_FREE, F_CUDA, false, GPU_DIMS_NONE, -1, -1, 0, -1, NULL, space, true }
-#define COPY(sym, size, kind, dir) \
-	{ sym, GPU_KIND_COPY, F_CUDA, false, GPU_DIMS_NONE, -1, size, -1, kind, dir, NULL, true }
-#define SYNC(sym) { sym, GPU_KIND_SYNC, F_CUDA, false, GPU_DIMS_NONE, -1, -1, -1, -1, NULL, NULL, true }
-#define NVTX(sym, kind, flags) { sym, kind, flags, true, GPU_DIMS_NONE, -1, -1, -1, -1, NULL, NULL, false }
+#define LAUNCH(sym, fn, dims)                                                                      \
+	{                                                                                          \
+		sym, GPU_KIND_LAUNCH, F_CUDA, false, dims, fn, -1, -1, -1, NULL, NULL, true        \
+	}
+#define ALLOC(sym, space, extra)                                                                   \
+	{                                                                                          \
+		sym, GPU_KIND_ALLOC, F_CUDA | UPROBE_F_OUT0 | (extra), false, GPU_DIMS_NONE, -1,   \
+		    1, -1, -1, NULL, space, true                                                   \
+	}
+#define FREE(sym, space)                                                                           \
+	{                                                                                          \
+		sym, GPU_KIND_FREE, F_CUDA, false, GPU_DIMS_NONE, -1, -1, 0, -1, NULL, space, true \
+	}
+#define COPY(sym, size, kind, dir)                                                                 \
+	{                                                                                          \
+		sym, GPU_KIND_COPY, F_CUDA, false, GPU_DIMS_NONE, -1, size, -1, kind, dir, NULL,   \
+		    true                                                                           \
+	}
+#define SYNC(sym)                                                                                  \
+	{                                                                                          \
+		sym, GPU_KIND_SYNC, F_CUDA, false, GPU_DIMS_NONE, -1, -1, -1, -1, NULL, NULL, true \
+	}
+#define NVTX(sym, kind, flags)                                                                     \
+	{                                                                                          \
+		sym, kind, flags, true, GPU_DIMS_NONE, -1, -1, -1, -1, NULL, NULL, false           \
+	}
 
 static const struct gpu_api catalogue[] = {
-	LAUNCH("cudaLaunchKernel", 0, GPU_DIMS_DIM3_REGS),
-	LAUNCH("__cudaLaunchKernel", -1, GPU_DIMS_DIM3_REGS), /* <<<>>> in CUDA 12/13: CUkernel */
-	LAUNCH("cudaLaunchKernelExC", 1, GPU_DIMS_CONFIG_DIM3),
-	LAUNCH("cuLaunchKernel", -1, GPU_DIMS_SCALARS),
-	LAUNCH("cuLaunchKernelEx", -1, GPU_DIMS_CONFIG_U32),
-	{ "cudaGraphLaunch", GPU_KIND_GRAPH, F_CUDA, false, GPU_DIMS_NONE, -1, -1, -1, -1, NULL, NULL, true },
-	ALLOC("cudaMalloc", "device", 0),
-	ALLOC("cudaMallocAsync", "device", 0),
-	ALLOC("cudaMallocManaged", "managed", 0),
-	ALLOC("cudaMallocHost", "host", 0),
-	ALLOC("cuMemAlloc_v2", "device", 0),
-	ALLOC("cuMemAlloc", "device", 0),
-	FREE("cudaFree", "device"),
-	FREE("cudaFreeAsync", "device"),
-	FREE("cudaFreeHost", "host"),
-	FREE("cuMemFree_v2", "device"),
-	FREE("cuMemFree", "device"),
-	COPY("cudaMemcpy", 2, 3, NULL),
-	COPY("cudaMemcpyAsync", 2, 3, NULL),
-	COPY("cuMemcpy", 2, -1, "default"),
-	COPY("cuMemcpyAsync", 2, -1, "default"),
-	COPY("cuMemcpyHtoD_v2", 2, -1, "HtoD"),
-	COPY("cuMemcpyDtoH_v2", 2, -1, "DtoH"),
-	COPY("cuMemcpyDtoD_v2", 2, -1, "DtoD"),
-	COPY("cuMemcpyHtoDAsync_v2", 2, -1, "HtoD"),
-	COPY("cuMemcpyDtoHAsync_v2", 2, -1, "DtoH"),
-	COPY("cuMemcpyDtoDAsync_v2", 2, -1, "DtoD"),
-	SYNC("cudaDeviceSynchronize"),
-	SYNC("cudaStreamSynchronize"),
-	SYNC("cudaEventSynchronize"),
-	SYNC("cuCtxSynchronize"),
-	SYNC("cuStreamSynchronize"),
-	SYNC("cuEventSynchronize"),
-	/* The per-thread default stream variants (nvcc --default-stream per-thread). */
-	LAUNCH("cudaLaunchKernel_ptsz", 0, GPU_DIMS_DIM3_REGS),
-	LAUNCH("__cudaLaunchKernel_ptsz", -1, GPU_DIMS_DIM3_REGS),
-	LAUNCH("cudaLaunchKernelExC_ptsz", 1, GPU_DIMS_CONFIG_DIM3),
-	LAUNCH("cuLaunchKernel_ptsz", -1, GPU_DIMS_SCALARS),
-	LAUNCH("cuLaunchKernelEx_ptsz", -1, GPU_DIMS_CONFIG_U32),
-	{ "cudaGraphLaunch_ptsz", GPU_KIND_GRAPH, F_CUDA, false, GPU_DIMS_NONE, -1, -1, -1, -1, NULL, NULL, true },
-	ALLOC("cudaMallocAsync_ptsz", "device", 0),
-	FREE("cudaFreeAsync_ptsz", "device"),
-	COPY("cudaMemcpy_ptds", 2, 3, NULL),
-	COPY("cudaMemcpyAsync_ptsz", 2, 3, NULL),
-	COPY("cuMemcpy_ptds", 2, -1, "default"),
-	COPY("cuMemcpyAsync_ptsz", 2, -1, "default"),
-	SYNC("cudaStreamSynchronize_ptsz"),
-	SYNC("cuStreamSynchronize_ptsz"),
-	NVTX("nvtxRangePushA", GPU_KIND_NVTX_PUSH, UPROBE_F_STR0),
-	NVTX("nvtxRangePushW", GPU_KIND_NVTX_PUSH, UPROBE_F_WSTR0),
-	NVTX("nvtxRangePop", GPU_KIND_NVTX_POP, 0),
-	NVTX("nvtxRangeStartA", GPU_KIND_NVTX_START, UPROBE_F_STR0),
-	NVTX("nvtxRangeStartW", GPU_KIND_NVTX_START, UPROBE_F_WSTR0),
-	NVTX("nvtxRangeEnd", GPU_KIND_NVTX_END, 0),
-	NVTX("nvtxMarkA", GPU_KIND_NVTX_MARK, UPROBE_F_STR0),
-	NVTX("nvtxMarkW", GPU_KIND_NVTX_MARK, UPROBE_F_WSTR0),
+    LAUNCH("cudaLaunchKernel", 0, GPU_DIMS_DIM3_REGS),
+    LAUNCH("__cudaLaunchKernel", -1, GPU_DIMS_DIM3_REGS), /* <<<>>> in CUDA 12/13: CUkernel */
+    LAUNCH("cudaLaunchKernelExC", 1, GPU_DIMS_CONFIG_DIM3),
+    LAUNCH("cuLaunchKernel", -1, GPU_DIMS_SCALARS),
+    LAUNCH("cuLaunchKernelEx", -1, GPU_DIMS_CONFIG_U32),
+    {"cudaGraphLaunch", GPU_KIND_GRAPH, F_CUDA, false, GPU_DIMS_NONE, -1, -1, -1, -1, NULL, NULL,
+     true},
+    ALLOC("cudaMalloc", "device", 0),
+    ALLOC("cudaMallocAsync", "device", 0),
+    ALLOC("cudaMallocManaged", "managed", 0),
+    ALLOC("cudaMallocHost", "host", 0),
+    ALLOC("cuMemAlloc_v2", "device", 0),
+    ALLOC("cuMemAlloc", "device", 0),
+    FREE("cudaFree", "device"),
+    FREE("cudaFreeAsync", "device"),
+    FREE("cudaFreeHost", "host"),
+    FREE("cuMemFree_v2", "device"),
+    FREE("cuMemFree", "device"),
+    COPY("cudaMemcpy", 2, 3, NULL),
+    COPY("cudaMemcpyAsync", 2, 3, NULL),
+    COPY("cuMemcpy", 2, -1, "default"),
+    COPY("cuMemcpyAsync", 2, -1, "default"),
+    COPY("cuMemcpyHtoD_v2", 2, -1, "HtoD"),
+    COPY("cuMemcpyDtoH_v2", 2, -1, "DtoH"),
+    COPY("cuMemcpyDtoD_v2", 2, -1, "DtoD"),
+    COPY("cuMemcpyHtoDAsync_v2", 2, -1, "HtoD"),
+    COPY("cuMemcpyDtoHAsync_v2", 2, -1, "DtoH"),
+    COPY("cuMemcpyDtoDAsync_v2", 2, -1, "DtoD"),
+    SYNC("cudaDeviceSynchronize"),
+    SYNC("cudaStreamSynchronize"),
+    SYNC("cudaEventSynchronize"),
+    SYNC("cuCtxSynchronize"),
+    SYNC("cuStreamSynchronize"),
+    SYNC("cuEventSynchronize"),
+    /* The per-thread default stream variants (nvcc --default-stream per-thread). */
+    LAUNCH("cudaLaunchKernel_ptsz", 0, GPU_DIMS_DIM3_REGS),
+    LAUNCH("__cudaLaunchKernel_ptsz", -1, GPU_DIMS_DIM3_REGS),
+    LAUNCH("cudaLaunchKernelExC_ptsz", 1, GPU_DIMS_CONFIG_DIM3),
+    LAUNCH("cuLaunchKernel_ptsz", -1, GPU_DIMS_SCALARS),
+    LAUNCH("cuLaunchKernelEx_ptsz", -1, GPU_DIMS_CONFIG_U32),
+    {"cudaGraphLaunch_ptsz", GPU_KIND_GRAPH, F_CUDA, false, GPU_DIMS_NONE, -1, -1, -1, -1, NULL,
+     NULL, true},
+    ALLOC("cudaMallocAsync_ptsz", "device", 0),
+    FREE("cudaFreeAsync_ptsz", "device"),
+    COPY("cudaMemcpy_ptds", 2, 3, NULL),
+    COPY("cudaMemcpyAsync_ptsz", 2, 3, NULL),
+    COPY("cuMemcpy_ptds", 2, -1, "default"),
+    COPY("cuMemcpyAsync_ptsz", 2, -1, "default"),
+    SYNC("cudaStreamSynchronize_ptsz"),
+    SYNC("cuStreamSynchronize_ptsz"),
+    NVTX("nvtxRangePushA", GPU_KIND_NVTX_PUSH, UPROBE_F_STR0),
+    NVTX("nvtxRangePushW", GPU_KIND_NVTX_PUSH, UPROBE_F_WSTR0),
+    NVTX("nvtxRangePop", GPU_KIND_NVTX_POP, 0),
+    NVTX("nvtxRangeStartA", GPU_KIND_NVTX_START, UPROBE_F_STR0),
+    NVTX("nvtxRangeStartW", GPU_KIND_NVTX_START, UPROBE_F_WSTR0),
+    NVTX("nvtxRangeEnd", GPU_KIND_NVTX_END, 0),
+    NVTX("nvtxMarkA", GPU_KIND_NVTX_MARK, UPROBE_F_STR0),
+    NVTX("nvtxMarkW", GPU_KIND_NVTX_MARK, UPROBE_F_WSTR0),
 };
+/* clang-format on */
 
 /* Files searched for the catalogue, by the start of their base name; the executable too. */
-static const char *const cuda_files[] = { "libcudart.so", "libcuda.so" };
-static const char *const nvtx_files[] = { "libnvToolsExt.so" };
+static const char *const cuda_files[] = {"libcudart.so", "libcuda.so"};
+static const char *const nvtx_files[] = {"libnvToolsExt.so"};
 
 struct probe_entry {
 	struct gpu_probe p;
@@ -103,9 +123,9 @@ struct probe_entry {
 struct slot_links {
 	struct bpf_link **links;
 	size_t n, cap;
-	pid_t pid;          /* the process probed */
-	unsigned want;      /* GPU_WANT_* of the attach */
-	char **scanned;     /* files already searched for the catalogue */
+	pid_t pid;	/* the process probed */
+	unsigned want;	/* GPU_WANT_* of the attach */
+	char **scanned; /* files already searched for the catalogue */
 	size_t nr_scanned, cap_scanned;
 };
 
@@ -287,8 +307,8 @@ static int scan_symbols(int fd, bool (*keep)(const char *name, void *ctx), void 
 		Elf_Data *data;
 		size_t n;
 
-		if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM) ||
-		    sh.sh_entsize == 0)
+		if (!gelf_getshdr(scn, &sh) ||
+		    (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM) || sh.sh_entsize == 0)
 			continue;
 		data = elf_getdata(scn, NULL);
 		if (!data)
@@ -301,8 +321,9 @@ static int scan_symbols(int fd, bool (*keep)(const char *name, void *ctx), void 
 			uint64_t off;
 			bool dup = false;
 
-			if (!gelf_getsym(data, (int)i, &sym) || GELF_ST_TYPE(sym.st_info) != STT_FUNC ||
-			    sym.st_shndx == SHN_UNDEF || sym.st_value == 0)
+			if (!gelf_getsym(data, (int)i, &sym) ||
+			    GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF ||
+			    sym.st_value == 0)
 				continue;
 			name = elf_strptr(elf, sh.sh_link, sym.st_name);
 			if (!name || !*name)
@@ -378,12 +399,13 @@ static int keep_link(struct gpu *g, unsigned slot, struct bpf_link *l)
 static int attach_one(struct gpu *g, unsigned slot, pid_t pid, const char *path, uint64_t off,
 		      const struct gpu_api *api, uint32_t id)
 {
-	struct bpf_program *progs[] = { g->skel->progs.uprobe_entry, g->skel->progs.uprobe_return };
+	struct bpf_program *progs[] = {g->skel->progs.uprobe_entry, g->skel->progs.uprobe_return};
 
 	for (int ret = 0; ret < 2; ret++) {
 		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = ret == 1,
 			    .bpf_cookie = UPROBE_COOKIE(id, api->flags, slot));
-		struct bpf_link *l = bpf_program__attach_uprobe_opts(progs[ret], pid, path, off, &opts);
+		struct bpf_link *l =
+		    bpf_program__attach_uprobe_opts(progs[ret], pid, path, off, &opts);
 		int r;
 
 		if (!l)
@@ -405,7 +427,8 @@ static bool starts_with_any(const char *base, const char *const *names, size_t n
 	return false;
 }
 
-/* Whether mapping file @path is what LIB names: the path, its base name, or base name LIB.* / LIB-*. */
+/* Whether mapping file @path is what LIB names: the path, its base name, or base name LIB.* /
+ * LIB-*. */
 static bool lib_matches(const char *path, const char *lib)
 {
 	const char *base = strrchr(path, '/');
@@ -456,16 +479,18 @@ static int scanned_before(struct slot_links *sl, const char *path)
 /* Whether the file @base (a base name) may hold catalogue functions @want asks for. */
 static bool catalogue_file(const char *base, unsigned want)
 {
-	return ((want & GPU_WANT_CUDA) && starts_with_any(base, cuda_files, ARRAY_SIZE(cuda_files))) ||
-	       ((want & GPU_WANT_NVTX) && starts_with_any(base, nvtx_files, ARRAY_SIZE(nvtx_files)));
+	return ((want & GPU_WANT_CUDA) &&
+		starts_with_any(base, cuda_files, ARRAY_SIZE(cuda_files))) ||
+	       ((want & GPU_WANT_NVTX) &&
+		starts_with_any(base, nvtx_files, ARRAY_SIZE(nvtx_files)));
 }
 
 /* Attach the catalogue entries found in one file; marks found[] by catalogue index. */
-static int attach_catalogue_file(struct gpu *g, unsigned slot, pid_t pid, const char *path,
-				 int fd, unsigned want, bool *found, bool *inlined, gpu_note_fn note,
+static int attach_catalogue_file(struct gpu *g, unsigned slot, pid_t pid, const char *path, int fd,
+				 unsigned want, bool *found, bool *inlined, gpu_note_fn note,
 				 void *note_ctx)
 {
-	struct sym_list syms = { 0 };
+	struct sym_list syms = {0};
 	char kpath[4200];
 	int r;
 
@@ -488,7 +513,8 @@ static int attach_catalogue_file(struct gpu *g, unsigned slot, pid_t pid, const 
 			found[i] = true;
 			r = add_probe(g, slot, &catalogue[i], NULL, catalogue[i].symbol, &id);
 			if (r == 0)
-				r = attach_one(g, slot, pid, kpath, syms.v[k].offset, &catalogue[i], id);
+				r = attach_one(g, slot, pid, kpath, syms.v[k].offset, &catalogue[i],
+					       id);
 			note_status(note, note_ctx, catalogue[i].symbol, path, r);
 			if (r == -ENOMEM) {
 				free(syms.v);
@@ -517,7 +543,7 @@ static int attach_generic(struct gpu *g, unsigned slot, pid_t pid, const struct 
 	*sym++ = '\0';
 	m = addrspace__mappings(as, &nm);
 	for (size_t i = 0; i < nm; i++) {
-		struct sym_list syms = { 0 };
+		struct sym_list syms = {0};
 		_cleanup_close_ int fd = -1;
 		char opened[4096], kpath[4200];
 		int r;
@@ -580,7 +606,7 @@ static int attach_generic(struct gpu *g, unsigned slot, pid_t pid, const struct 
 int gpu__attach(struct gpu *g, unsigned slot, pid_t pid, const struct addrspace *as, unsigned want,
 		const char *uprobes, gpu_note_fn note, void *note_ctx)
 {
-	bool found[ARRAY_SIZE(catalogue)] = { 0 };
+	bool found[ARRAY_SIZE(catalogue)] = {0};
 	char exe[4096], link[64];
 	const struct mapping *m;
 	const char *last = NULL;
@@ -631,7 +657,8 @@ int gpu__attach(struct gpu *g, unsigned slot, pid_t pid, const struct addrspace 
 				any_nvtx = any_nvtx || (catalogue[k].nvtx && found[k]);
 			if (!any_nvtx)
 				note(note_ctx, "NVTX v3 calls", m[i].path,
-				     "inlined: not traced (only nvtx*_impl_init_v3 are out of line)");
+				     "inlined: not traced (only nvtx*_impl_init_v3 are out of "
+				     "line)");
 		}
 	}
 	for (size_t i = 0; note && i < ARRAY_SIZE(catalogue); i++)
@@ -660,7 +687,9 @@ int gpu__attach(struct gpu *g, unsigned slot, pid_t pid, const struct addrspace 
 static void forget_open_calls(struct gpu *g, unsigned slot)
 {
 	int calls = bpf_map__fd(g->skel->maps.calls), depth = bpf_map__fd(g->skel->maps.depth);
-	struct { __u32 tid, probe; } key, next, *prev = NULL;
+	struct {
+		__u32 tid, probe;
+	} key, next, *prev = NULL;
 
 	while (bpf_map_get_next_key(calls, prev, &next) == 0) {
 		key = next;
@@ -692,7 +721,7 @@ void gpu__detach(struct gpu *g, unsigned slot)
 	for (size_t i = 0; i < sl->nr_scanned; i++)
 		free(sl->scanned[i]);
 	free(sl->scanned);
-	*sl = (struct slot_links){ 0 };
+	*sl = (struct slot_links){0};
 }
 
 /*
@@ -707,7 +736,7 @@ void gpu__detach(struct gpu *g, unsigned slot)
 int gpu__rescan(struct gpu *g, unsigned slot, gpu_note_fn note, void *note_ctx)
 {
 	struct slot_links *sl = slot < UPROBE_MAX_SLOTS ? &g->slots[slot] : NULL;
-	bool found[ARRAY_SIZE(catalogue)] = { 0 };
+	bool found[ARRAY_SIZE(catalogue)] = {0};
 	_cleanup_fclose_ FILE *f = NULL;
 	_cleanup_free_ char *line = NULL;
 	char path[64];
@@ -745,8 +774,8 @@ int gpu__rescan(struct gpu *g, unsigned slot, gpu_note_fn note, void *note_ctx)
 				note(note_ctx, base, file, "failed: cannot open");
 			continue;
 		}
-		r = attach_catalogue_file(g, slot, sl->pid, file, fd, sl->want, found, &inlined, note,
-					  note_ctx);
+		r = attach_catalogue_file(g, slot, sl->pid, file, fd, sl->want, found, &inlined,
+					  note, note_ctx);
 		if (r < 0)
 			return r;
 		n++;
@@ -787,7 +816,8 @@ int gpu_uprobes__check(const char *list, char *errbuf, size_t errlen)
 	const char *p = list;
 
 	if (len == 0 || len > 1000) {
-		snprintf(errbuf, errlen, "\"uprobes\" must be 1 to 1000 bytes of LIB:SYMBOL[,LIB:SYMBOL]");
+		snprintf(errbuf, errlen,
+			 "\"uprobes\" must be 1 to 1000 bytes of LIB:SYMBOL[,LIB:SYMBOL]");
 		return -EINVAL;
 	}
 	while (*p) {
@@ -795,8 +825,8 @@ int gpu_uprobes__check(const char *list, char *errbuf, size_t errlen)
 		const char *c = memchr(p, ':', n);
 
 		colon = c ? (size_t)(c - p) : n;
-		if (n == 0 || !c || colon == 0 || colon + 1 >= n || memchr(c + 1, ':', n - colon - 1) ||
-		    strcspn(p, " \t\n") < n || ++items > 16) {
+		if (n == 0 || !c || colon == 0 || colon + 1 >= n ||
+		    memchr(c + 1, ':', n - colon - 1) || strcspn(p, " \t\n") < n || ++items > 16) {
 			snprintf(errbuf, errlen,
 				 "bad uprobe '%.*s': expected LIB:SYMBOL (e.g. libc.so.6:malloc), "
 				 "at most 16, comma-separated",
@@ -821,7 +851,7 @@ int gpu_uprobes__check(const char *list, char *errbuf, size_t errlen)
  */
 const char *gpu_copy_direction(const struct gpu_api *api, const struct uprobe_event *e)
 {
-	static const char *const kinds[] = { "HtoH", "HtoD", "DtoH", "DtoD", "default" };
+	static const char *const kinds[] = {"HtoH", "HtoD", "DtoH", "DtoD", "default"};
 
 	if (api->copy_kind_arg < 0)
 		return api->direction ? api->direction : "unknown";

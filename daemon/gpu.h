@@ -19,11 +19,11 @@
 /* What a probed function does, for the per-session accounting (gpu_acc.c). */
 enum gpu_kind {
 	GPU_KIND_LAUNCH,     /* kernel launch: grid/block in the args */
-	GPU_KIND_GRAPH,      /* cudaGraphLaunch: a whole graph */
-	GPU_KIND_ALLOC,      /* device/managed/host-pinned allocation */
-	GPU_KIND_FREE,       /* its release, by pointer */
-	GPU_KIND_COPY,       /* memory copy */
-	GPU_KIND_SYNC,       /* the CPU thread waits for the GPU */
+	GPU_KIND_GRAPH,	     /* cudaGraphLaunch: a whole graph */
+	GPU_KIND_ALLOC,	     /* device/managed/host-pinned allocation */
+	GPU_KIND_FREE,	     /* its release, by pointer */
+	GPU_KIND_COPY,	     /* memory copy */
+	GPU_KIND_SYNC,	     /* the CPU thread waits for the GPU */
 	GPU_KIND_NVTX_PUSH,  /* nvtxRangePush: opens a nested range on the thread */
 	GPU_KIND_NVTX_POP,   /* nvtxRangePop */
 	GPU_KIND_NVTX_START, /* nvtxRangeStart: a range with an id, returned */
@@ -35,25 +35,28 @@ enum gpu_kind {
 /* How the arguments of a launch give the grid and block dimensions. */
 enum gpu_dims {
 	GPU_DIMS_NONE,
-	GPU_DIMS_DIM3_REGS,   /* (fn, dim3 grid, dim3 block, ...): x|y<<32 and z in two registers each */
-	GPU_DIMS_SCALARS,     /* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, ...) */
-	GPU_DIMS_CONFIG_DIM3, /* cudaLaunchKernelExC(&config, ...): two dim3 at the start of config */
-	GPU_DIMS_CONFIG_U32,  /* cuLaunchKernelEx(&config, ...): six unsigned at the start of config */
+	GPU_DIMS_DIM3_REGS, /* (fn, dim3 grid, dim3 block, ...): x|y<<32 and z in two registers each
+			     */
+	GPU_DIMS_SCALARS,   /* cuLaunchKernel(f, gx, gy, gz, bx, by, bz, ...) */
+	GPU_DIMS_CONFIG_DIM3, /* cudaLaunchKernelExC(&config, ...): two dim3 at the start of config
+			       */
+	GPU_DIMS_CONFIG_U32,  /* cuLaunchKernelEx(&config, ...): six unsigned at the start of config
+			       */
 };
 
 /* One function of the catalogue (or a generic probe). */
 struct gpu_api {
-	const char *symbol;   /* symbol name looked up */
+	const char *symbol; /* symbol name looked up */
 	enum gpu_kind kind;
-	unsigned flags;       /* UPROBE_F_* */
-	bool nvtx;            /* part of --events nvtx (else cuda) */
+	unsigned flags; /* UPROBE_F_* */
+	bool nvtx;	/* part of --events nvtx (else cuda) */
 	enum gpu_dims dims;
-	int fn_arg;           /* launch: argument holding the host function (-1: name from the stack) */
-	int size_arg;         /* alloc: bytes; copy: bytes (-1: none) */
-	int ptr_arg;          /* free: the pointer released */
-	int copy_kind_arg;    /* copy: cudaMemcpyKind argument, -1 for a fixed direction */
+	int fn_arg;   /* launch: argument holding the host function (-1: name from the stack) */
+	int size_arg; /* alloc: bytes; copy: bytes (-1: none) */
+	int ptr_arg;  /* free: the pointer released */
+	int copy_kind_arg;     /* copy: cudaMemcpyKind argument, -1 for a fixed direction */
 	const char *direction; /* copy with copy_kind_arg -1: "HtoD", "DtoH", "DtoD", "default" */
-	const char *space;    /* alloc/free: "device", "managed", "host" (pinned host memory) */
+	const char *space;     /* alloc/free: "device", "managed", "host" (pinned host memory) */
 	bool error_if_nonzero; /* the return value is a CUDA error code (0 = success) */
 };
 
@@ -61,7 +64,7 @@ struct gpu_api {
 struct gpu_probe {
 	const struct gpu_api *api; /* the catalogue entry, or the session's generic entry */
 	unsigned slot;
-	char label[160];           /* "cudaMalloc", or "LIB:SYMBOL" for a generic probe */
+	char label[160]; /* "cudaMalloc", or "LIB:SYMBOL" for a generic probe */
 };
 
 /*

@@ -1,4 +1,4 @@
-/* gpu_acc.c - per-session accounting of CUDA/NVTX/uprobe call records, and their rows in the store. */
+/* gpu_acc.c - one session's accounting of CUDA/NVTX/uprobe calls, and its rows in the store. */
 #include <errno.h>
 #include <search.h>
 #include <sqlite3.h>
@@ -19,12 +19,12 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 
 /* One aggregate row: its key as text fields plus a stack, its numbers. */
 struct agg {
-	int table;                /* AGG_* */
-	char key1[PATH_BYTES];    /* api / kernel name / nvtx path / probe label */
-	char key2[64];            /* kernel api / copy direction / nvtx kind */
+	int table;		  /* AGG_* */
+	char key1[PATH_BYTES];	  /* api / kernel name / nvtx path / probe label */
+	char key2[64];		  /* kernel api / copy direction / nvtx kind */
 	char grid[48], block[48]; /* kernels */
-	char name[NAME_BYTES];    /* nvtx innermost name */
-	int depth;                /* nvtx */
+	char name[NAME_BYTES];	  /* nvtx innermost name */
+	int depth;		  /* nvtx */
 	struct raw_stack *stack;  /* kernels, syncs */
 	uint64_t calls, errors, total_ns, min_ns, max_ns, bytes;
 };
@@ -79,8 +79,8 @@ struct gpu_acc {
 	size_t nr_mem, cap_mem;
 	struct note *notes;
 	size_t nr_notes, cap_notes;
-	void *live;       /* struct live_alloc tree */
-	void *nvtx_open;  /* struct nvtx_open tree */
+	void *live;	 /* struct live_alloc tree */
+	void *nvtx_open; /* struct nvtx_open tree */
 	struct hashmap nvtx_threads;
 	struct hashmap names;
 	uint64_t lost, unmatched, unnamed; /* not yet flushed */
@@ -166,8 +166,9 @@ static void agg_time(struct agg *g, uint64_t ns, bool error)
 static void demangle(const char *mangled, char *buf, size_t size)
 {
 	int status = -1;
-	_cleanup_free_ char *d = mangled[0] == '_' && mangled[1] == 'Z' ?
-					 __cxa_demangle(mangled, NULL, NULL, &status) : NULL;
+	_cleanup_free_ char *d = mangled[0] == '_' && mangled[1] == 'Z'
+				     ? __cxa_demangle(mangled, NULL, NULL, &status)
+				     : NULL;
 
 	snprintf(buf, size, "%s", d && status == 0 ? d : mangled);
 }
@@ -210,8 +211,8 @@ static bool name_eq(const void *entry, const void *key)
 
 static const char *name_cached(struct gpu_acc *a, uint64_t key)
 {
-	struct name_cache *nc = hashmap__find(&a->names, hash64(HASH64_INIT, &key, sizeof(key)),
-					      name_eq, &key);
+	struct name_cache *nc =
+	    hashmap__find(&a->names, hash64(HASH64_INIT, &key, sizeof(key)), name_eq, &key);
 
 	return nc ? nc->name : NULL;
 }
@@ -304,7 +305,8 @@ static void launch_dims(const struct gpu_probe *p, const struct uprobe_event *e,
 
 static int live_cmp(const void *x, const void *y)
 {
-	uint64_t a = ((const struct live_alloc *)x)->address, b = ((const struct live_alloc *)y)->address;
+	uint64_t a = ((const struct live_alloc *)x)->address,
+		 b = ((const struct live_alloc *)y)->address;
 
 	return a < b ? -1 : a > b;
 }
@@ -419,7 +421,7 @@ static void on_nvtx(struct gpu_acc *a, const struct gpu_probe *p, const struct u
 		break;
 	}
 	case GPU_KIND_NVTX_END: {
-		struct nvtx_open key = { .id = e->args[0] }, **found, *o;
+		struct nvtx_open key = {.id = e->args[0]}, **found, *o;
 
 		found = tfind(&key, &a->nvtx_open, open_cmp);
 		if (!found) {
@@ -445,8 +447,11 @@ static void on_nvtx(struct gpu_acc *a, const struct gpu_probe *p, const struct u
 static void on_memory(struct gpu_acc *a, const struct gpu_probe *p, const struct uprobe_event *e,
 		      bool ok, struct raw_stack *st)
 {
-	struct mem_row row = { .time_ns = e->exit_ns, .api = p->api->symbol, .space = p->api->space,
-			       .ok = ok, .stack = st };
+	struct mem_row row = {.time_ns = e->exit_ns,
+			      .api = p->api->symbol,
+			      .space = p->api->space,
+			      .ok = ok,
+			      .stack = st};
 
 	if (p->api->kind == GPU_KIND_ALLOC) {
 		row.requested_bytes = e->args[p->api->size_arg];
@@ -455,8 +460,8 @@ static void on_memory(struct gpu_acc *a, const struct gpu_probe *p, const struct
 			struct live_alloc *la = malloc(sizeof(*la)), **found;
 
 			if (la) {
-				*la = (struct live_alloc){ row.address, row.requested_bytes,
-							   p->api->space, st };
+				*la = (struct live_alloc){row.address, row.requested_bytes,
+							  p->api->space, st};
 				found = tsearch(la, &a->live, live_cmp);
 				if (found && *found != la) {
 					/* Reused without a free seen: the old one is gone. */
@@ -469,7 +474,7 @@ static void on_memory(struct gpu_acc *a, const struct gpu_probe *p, const struct
 			row.live_delta_bytes = (int64_t)row.requested_bytes;
 		}
 	} else {
-		struct live_alloc key = { .address = e->args[p->api->ptr_arg] }, **found;
+		struct live_alloc key = {.address = e->args[p->api->ptr_arg]}, **found;
 
 		row.address = key.address;
 		found = key.address ? tfind(&key, &a->live, live_cmp) : NULL;
@@ -483,7 +488,8 @@ static void on_memory(struct gpu_acc *a, const struct gpu_probe *p, const struct
 			free(la);
 		}
 	}
-	if (!row.stack || grow_array((void **)&a->mem, &a->cap_mem, a->nr_mem, sizeof(*a->mem)) < 0) {
+	if (!row.stack ||
+	    grow_array((void **)&a->mem, &a->cap_mem, a->nr_mem, sizeof(*a->mem)) < 0) {
 		a->lost++;
 		return;
 	}
@@ -632,18 +638,18 @@ static int step(sqlite3_stmt *stmt)
 }
 
 static const char *const agg_sql[] = {
-	[AGG_API] = "INSERT INTO gpu_api_calls (session_id, window_ns, api, calls, errors, total_ns,"
-		    " min_ns, max_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-	[AGG_KERNEL] = "INSERT INTO gpu_kernels (session_id, window_ns, name, api, grid, block,"
-		       " stack_id, launches, errors) VALUES (?1, ?2, ?3, ?9, ?10, ?11, ?12, ?4, ?5)",
-	[AGG_COPY] = "INSERT INTO gpu_copies (session_id, window_ns, api, direction, calls, bytes,"
-		     " errors) VALUES (?1, ?2, ?3, ?9, ?4, ?13, ?5)",
-	[AGG_SYNC] = "INSERT INTO gpu_syncs (session_id, window_ns, api, stack_id, calls, total_ns)"
-		     " VALUES (?1, ?2, ?3, ?12, ?4, ?6)",
-	[AGG_NVTX] = "INSERT INTO nvtx_ranges (session_id, window_ns, kind, path, name, depth, calls,"
-		     " total_ns, min_ns, max_ns) VALUES (?1, ?2, ?9, ?3, ?14, ?15, ?4, ?6, ?7, ?8)",
-	[AGG_UPROBE] = "INSERT INTO uprobe_calls (session_id, window_ns, probe, calls, total_ns,"
-		       " min_ns, max_ns) VALUES (?1, ?2, ?3, ?4, ?6, ?7, ?8)",
+    [AGG_API] = "INSERT INTO gpu_api_calls (session_id, window_ns, api, calls, errors, total_ns,"
+		" min_ns, max_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    [AGG_KERNEL] = "INSERT INTO gpu_kernels (session_id, window_ns, name, api, grid, block,"
+		   " stack_id, launches, errors) VALUES (?1, ?2, ?3, ?9, ?10, ?11, ?12, ?4, ?5)",
+    [AGG_COPY] = "INSERT INTO gpu_copies (session_id, window_ns, api, direction, calls, bytes,"
+		 " errors) VALUES (?1, ?2, ?3, ?9, ?4, ?13, ?5)",
+    [AGG_SYNC] = "INSERT INTO gpu_syncs (session_id, window_ns, api, stack_id, calls, total_ns)"
+		 " VALUES (?1, ?2, ?3, ?12, ?4, ?6)",
+    [AGG_NVTX] = "INSERT INTO nvtx_ranges (session_id, window_ns, kind, path, name, depth, calls,"
+		 " total_ns, min_ns, max_ns) VALUES (?1, ?2, ?9, ?3, ?14, ?15, ?4, ?6, ?7, ?8)",
+    [AGG_UPROBE] = "INSERT INTO uprobe_calls (session_id, window_ns, probe, calls, total_ns,"
+		   " min_ns, max_ns) VALUES (?1, ?2, ?3, ?4, ?6, ?7, ?8)",
 };
 
 static void finalize_all(sqlite3_stmt **v, size_t n)
@@ -661,7 +667,7 @@ static void finalize_all(sqlite3_stmt **v, size_t n)
 int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_env *env)
 {
 	sqlite3 *db = store__db(env->store);
-	sqlite3_stmt *st[ARRAY_SIZE(agg_sql) + 3] = { 0 };
+	sqlite3_stmt *st[ARRAY_SIZE(agg_sql) + 3] = {0};
 	uint64_t now_real = now_ns(CLOCK_REALTIME);
 	int r = 0;
 
@@ -705,7 +711,8 @@ int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_en
 				  " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")) < 0)
 			break;
 		sqlite3_bind_int64(*q, 1, s->id);
-		sqlite3_bind_int64(*q, 2, (int64_t)(s->started_real_ns + (m->time_ns - s->started_mono_ns)));
+		sqlite3_bind_int64(
+		    *q, 2, (int64_t)(s->started_real_ns + (m->time_ns - s->started_mono_ns)));
 		sqlite3_bind_text(*q, 3, m->api, -1, SQLITE_STATIC);
 		sqlite3_bind_text(*q, 4, m->space, -1, SQLITE_STATIC);
 		sqlite3_bind_int64(*q, 5, (int64_t)m->requested_bytes);
@@ -718,8 +725,9 @@ int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_en
 	for (size_t i = 0; i < a->nr_notes && r == 0; i++) {
 		sqlite3_stmt **q = &st[ARRAY_SIZE(agg_sql) + 1];
 
-		if ((r = exec_row(db, q, "INSERT INTO gpu_probes (session_id, what, file, status)"
-					 " VALUES (?, ?, ?, ?)")) < 0)
+		if ((r = exec_row(db, q,
+				  "INSERT INTO gpu_probes (session_id, what, file, status)"
+				  " VALUES (?, ?, ?, ?)")) < 0)
 			break;
 		sqlite3_bind_int64(*q, 1, s->id);
 		sqlite3_bind_text(*q, 2, a->notes[i].what, -1, SQLITE_STATIC);

@@ -16,7 +16,7 @@ struct session;
 struct session_env;
 struct gpu_acc;
 
-struct gpu_acc *gpu_acc__new(void); /* NULL only on out-of-memory */
+struct gpu_acc *gpu_acc__new(void);    /* NULL only on out-of-memory */
 void gpu_acc__free(struct gpu_acc *a); /* accepts NULL */
 void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *sym,
 		       const struct addrspace *as, const struct gpu_probe *p,

@@ -23,11 +23,12 @@ static json_t *stack_names(sqlite3 *db, int64_t stack_id)
 	json_t *arr = json_array();
 	int rc;
 
-	if (!arr || sqlite3_prepare_v2(db,
-				       "SELECT f.function, f.module, f.rel_addr FROM stack_frames sf"
-				       " JOIN frames f ON f.id = sf.frame_id WHERE sf.stack_id = ?1"
-				       " ORDER BY sf.pos",
-				       -1, &st, NULL) != SQLITE_OK) {
+	if (!arr ||
+	    sqlite3_prepare_v2(db,
+			       "SELECT f.function, f.module, f.rel_addr FROM stack_frames sf"
+			       " JOIN frames f ON f.id = sf.frame_id WHERE sf.stack_id = ?1"
+			       " ORDER BY sf.pos",
+			       -1, &st, NULL) != SQLITE_OK) {
 		json_decref(arr);
 		return NULL;
 	}
@@ -39,7 +40,10 @@ static json_t *stack_names(sqlite3 *db, int64_t stack_id)
 		char buf[512];
 
 		if (!fn) {
-			snprintf(buf, sizeof(buf), "%s+0x%llx", base ? base + 1 : module ? module : "?",
+			snprintf(buf, sizeof(buf), "%s+0x%llx",
+				 base	  ? base + 1
+				 : module ? module
+					  : "?",
 				 (unsigned long long)sqlite3_column_int64(st, 2));
 			fn = buf;
 		}
@@ -145,11 +149,12 @@ static int session_head(sqlite3 *db, int64_t session_id, json_t **ret, int64_t *
 	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
 	int rc;
 
-	if (prepare(db,
-		    "SELECT gpu_lost_calls, nvtx_unmatched, gpu_unnamed_launches, events,"
-		    " coalesce(ended_at_ns, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
-		    " * 1000000) - started_at_ns, started_at_ns FROM sessions WHERE id = ?1",
-		    session_id, &st) < 0)
+	if (prepare(
+		db,
+		"SELECT gpu_lost_calls, nvtx_unmatched, gpu_unnamed_launches, events,"
+		" coalesce(ended_at_ns, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+		" * 1000000) - started_at_ns, started_at_ns FROM sessions WHERE id = ?1",
+		session_id, &st) < 0)
 		return -EIO;
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_DONE)
@@ -177,10 +182,11 @@ static int memory_summary(sqlite3 *db, int64_t session_id, int64_t start_ns, int
 	int64_t allocs = 0, failed = 0, requested = 0, allocated = 0, freed = 0, frees = 0;
 	int rc, r;
 
-	if (prepare(db,
-		    "SELECT time_ns, api, requested_bytes, live_delta_bytes, ok, api NOT LIKE '%Free%'"
-		    " FROM gpu_mem_events WHERE session_id = ?1 ORDER BY time_ns, rowid",
-		    session_id, &st) < 0)
+	if (prepare(
+		db,
+		"SELECT time_ns, api, requested_bytes, live_delta_bytes, ok, api NOT LIKE '%Free%'"
+		" FROM gpu_mem_events WHERE session_id = ?1 ORDER BY time_ns, rowid",
+		session_id, &st) < 0)
 		return -EIO;
 	timeline = json_array();
 	if (!timeline)
@@ -207,8 +213,9 @@ static int memory_summary(sqlite3 *db, int64_t session_id, int64_t start_ns, int
 		/* One point per second that saw a change: the live bytes at its end. */
 		if ((t - start_ns) / 1000000000 != sec) {
 			sec = (t - start_ns) / 1000000000;
-			json_array_append_new(timeline, json_pack("{s:I, s:I}", "t_s", (json_int_t)sec,
-								  "live_bytes", (json_int_t)live));
+			json_array_append_new(timeline,
+					      json_pack("{s:I, s:I}", "t_s", (json_int_t)sec,
+							"live_bytes", (json_int_t)live));
 		} else {
 			json_object_set_new(json_array_get(timeline, json_array_size(timeline) - 1),
 					    "live_bytes", json_integer(live));
@@ -223,22 +230,24 @@ static int memory_summary(sqlite3 *db, int64_t session_id, int64_t start_ns, int
 		  * (a matched free row carries the allocating stack). */
 		 "SELECT api, space, (SELECT sum(f.live_delta_bytes) FROM gpu_mem_events f"
 		 " WHERE f.session_id = ?1 AND f.stack_id = a.stack_id) AS live_bytes,"
-		 " sum(CASE WHEN live_delta_bytes > 0 THEN live_delta_bytes ELSE 0 END) AS allocated_bytes,"
+		 " sum(CASE WHEN live_delta_bytes > 0 THEN live_delta_bytes ELSE 0 END) AS "
+		 "allocated_bytes,"
 		 " sum(requested_bytes) AS requested_bytes, count(*) AS allocations,"
 		 " sum(1 - ok) AS failed, stack_id FROM gpu_mem_events a"
 		 " WHERE session_id = ?1 AND api NOT LIKE '%Free%'"
-		 " GROUP BY api, space, stack_id ORDER BY live_bytes DESC, requested_bytes DESC LIMIT ?2",
+		 " GROUP BY api, space, stack_id ORDER BY live_bytes DESC, requested_bytes DESC "
+		 "LIMIT ?2",
 		 session_id, limit, &by_stack);
 	if (r < 0) {
 		json_decref(timeline);
 		return r;
 	}
 	o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "allocations",
-		      (json_int_t)allocs, "failed_allocations", (json_int_t)failed, "requested_bytes",
-		      (json_int_t)requested, "allocated_bytes", (json_int_t)allocated, "frees",
-		      (json_int_t)frees, "freed_bytes", (json_int_t)freed, "live_bytes",
-		      (json_int_t)live, "peak_live_bytes", (json_int_t)peak, "by_stack", by_stack,
-		      "timeline", timeline);
+		      (json_int_t)allocs, "failed_allocations", (json_int_t)failed,
+		      "requested_bytes", (json_int_t)requested, "allocated_bytes",
+		      (json_int_t)allocated, "frees", (json_int_t)frees, "freed_bytes",
+		      (json_int_t)freed, "live_bytes", (json_int_t)live, "peak_live_bytes",
+		      (json_int_t)peak, "by_stack", by_stack, "timeline", timeline);
 	if (!o)
 		return -ENOMEM;
 	*ret = o;
@@ -257,31 +266,33 @@ static int add_rows(sqlite3 *db, json_t *o, const char *key, const char *sql, in
 }
 
 /* calls, total, average, minimum and maximum time of rows with calls, total_ns, min_ns, max_ns. */
-#define TIMES " sum(calls) AS calls, sum(total_ns) AS total_ns," \
-	      " sum(total_ns) / max(sum(calls), 1) AS avg_ns, min(min_ns) AS min_ns, max(max_ns) AS max_ns"
+#define TIMES                                                                                      \
+	" sum(calls) AS calls, sum(total_ns) AS total_ns,"                                         \
+	" sum(total_ns) / max(sum(calls), 1) AS avg_ns, min(min_ns) AS min_ns, max(max_ns) AS "    \
+	"max_ns"
 
 /* The lists of the gpu report: ?1 = session, ?2 = limit. */
 static const struct {
 	const char *key, *sql;
 } gpu_lists[] = {
-	/* A symbol attached in a library loaded after the attach is no longer missing. */
-	{ "probes", "SELECT what, file, status FROM gpu_probes p WHERE session_id = ?1"
-		    " AND NOT (status = 'missing' AND EXISTS (SELECT 1 FROM gpu_probes a"
-		    " WHERE a.session_id = ?1 AND a.what = p.what AND a.status = 'attached'))"
-		    " ORDER BY status != 'attached', what, file" },
-	{ "kernels", "SELECT name, sum(launches) AS launches, sum(errors) AS errors, grid, block,"
-		     " api, min(stack_id) AS stack_id FROM gpu_kernels WHERE session_id = ?1"
-		     " GROUP BY name, grid, block, api ORDER BY launches DESC, name LIMIT ?2" },
-	{ "api", "SELECT api, sum(errors) AS errors," TIMES " FROM gpu_api_calls"
-		 " WHERE session_id = ?1 GROUP BY api ORDER BY total_ns DESC, api LIMIT ?2" },
-	{ "copies", "SELECT direction, api, sum(calls) AS calls, sum(bytes) AS bytes,"
-		    " sum(errors) AS errors FROM gpu_copies WHERE session_id = ?1"
-		    " GROUP BY direction, api ORDER BY bytes DESC, direction LIMIT ?2" },
-	{ "syncs", "SELECT api, sum(calls) AS calls, sum(total_ns) AS total_ns, stack_id"
-		   " FROM gpu_syncs WHERE session_id = ?1 GROUP BY api, stack_id"
-		   " ORDER BY total_ns DESC LIMIT ?2" },
-	{ "uprobes", "SELECT probe," TIMES " FROM uprobe_calls WHERE session_id = ?1"
-		     " GROUP BY probe ORDER BY total_ns DESC LIMIT ?2" },
+    /* A symbol attached in a library loaded after the attach is no longer missing. */
+    {"probes", "SELECT what, file, status FROM gpu_probes p WHERE session_id = ?1"
+	       " AND NOT (status = 'missing' AND EXISTS (SELECT 1 FROM gpu_probes a"
+	       " WHERE a.session_id = ?1 AND a.what = p.what AND a.status = 'attached'))"
+	       " ORDER BY status != 'attached', what, file"},
+    {"kernels", "SELECT name, sum(launches) AS launches, sum(errors) AS errors, grid, block,"
+		" api, min(stack_id) AS stack_id FROM gpu_kernels WHERE session_id = ?1"
+		" GROUP BY name, grid, block, api ORDER BY launches DESC, name LIMIT ?2"},
+    {"api", "SELECT api, sum(errors) AS errors," TIMES " FROM gpu_api_calls"
+	    " WHERE session_id = ?1 GROUP BY api ORDER BY total_ns DESC, api LIMIT ?2"},
+    {"copies", "SELECT direction, api, sum(calls) AS calls, sum(bytes) AS bytes,"
+	       " sum(errors) AS errors FROM gpu_copies WHERE session_id = ?1"
+	       " GROUP BY direction, api ORDER BY bytes DESC, direction LIMIT ?2"},
+    {"syncs", "SELECT api, sum(calls) AS calls, sum(total_ns) AS total_ns, stack_id"
+	      " FROM gpu_syncs WHERE session_id = ?1 GROUP BY api, stack_id"
+	      " ORDER BY total_ns DESC LIMIT ?2"},
+    {"uprobes", "SELECT probe," TIMES " FROM uprobe_calls WHERE session_id = ?1"
+		" GROUP BY probe ORDER BY total_ns DESC LIMIT ?2"},
 };
 
 int query__gpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
@@ -332,10 +343,10 @@ int query__ranges(sqlite3 *db, int64_t session_id, json_t **ret)
 	{
 		double total_ms = json_real_value(json_object_get(x, "total_ms"));
 
-		json_object_set_new(x, "pct",
-				    json_real(span_ns > 0 ? round(1000.0 * total_ms * 1e6 /
-								  (double)span_ns) / 10.0
-							  : 0.0));
+		json_object_set_new(
+		    x, "pct",
+		    json_real(span_ns > 0 ? round(1000.0 * total_ms * 1e6 / (double)span_ns) / 10.0
+					  : 0.0));
 	}
 	json_object_set_new(o, "ranges", arr);
 	*ret = o;
