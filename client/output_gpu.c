@@ -76,15 +76,23 @@ int output__gpu(FILE *f, const json_t *reply)
 	if (!json_is_array(kernels) || !json_is_array(api) || !json_is_array(copies) ||
 	    !json_is_array(syncs) || !json_is_object(mem) || !json_is_array(probes))
 		return -EBADMSG;
-	json_array_foreach(probes, i, x) attached += strcmp(str(x, "status"), "attached") == 0;
+	json_array_foreach(probes, i, x)
+	{
+		attached += strcmp(str(x, "status"), "attached") == 0;
+	}
 	fprintf(f,
 		"session %lld (events %s): %zu probes attached; lost calls %lld, unnamed launches "
-		"%lld\n",
+		"%lld, stacks truncated %lld, missing %lld\n",
 		num(reply, "session"), str(reply, "events"), attached, num(reply, "lost_calls"),
-		num(reply, "unnamed_launches"));
-	json_array_foreach(probes, i, x) if (strcmp(str(x, "status"), "attached") != 0 &&
-					     strcmp(str(x, "status"), "missing") != 0)
-	    fprintf(f, "  %s %s: %s\n", str(x, "what"), str(x, "file"), str(x, "status"));
+		num(reply, "unnamed_launches"), num(reply, "truncated_stacks"),
+		num(reply, "missing_stacks"));
+	json_array_foreach(probes, i, x)
+	{
+		if (strcmp(str(x, "status"), "attached") != 0 &&
+		    strcmp(str(x, "status"), "missing") != 0)
+			fprintf(f, "  %s %s: %s\n", str(x, "what"), str(x, "file"),
+				str(x, "status"));
+	}
 
 	fprintf(f, "\nKernel launches\n%10s %8s  %-12s %-12s  %s\n", "launches", "errors", "grid",
 		"block", "kernel (launch API)");
@@ -102,17 +110,21 @@ int output__gpu(FILE *f, const json_t *reply)
 	fprintf(f, "\nCUDA API\n%-28s %8s %8s %12s %10s %10s %10s\n", "function", "calls", "errors",
 		"total ms", "avg ms", "min ms", "max ms");
 	json_array_foreach(api, i, x)
-	    fprintf(f, "%-28s %8lld %8lld %12.3f %10.3f %10.3f %10.3f\n", str(x, "api"),
-		    num(x, "calls"), num(x, "errors"), real(x, "total_ms"), real(x, "avg_ms"),
-		    real(x, "min_ms"), real(x, "max_ms"));
+	{
+		fprintf(f, "%-28s %8lld %8lld %12.3f %10.3f %10.3f %10.3f\n", str(x, "api"),
+			num(x, "calls"), num(x, "errors"), real(x, "total_ms"), real(x, "avg_ms"),
+			real(x, "min_ms"), real(x, "max_ms"));
+	}
 	if (json_array_size(api) == 0)
 		fprintf(f, "  none seen\n");
 
 	fprintf(f, "\nCopies\n%-8s %-22s %8s %14s %8s\n", "dir", "function", "calls", "bytes",
 		"errors");
 	json_array_foreach(copies, i, x)
-	    fprintf(f, "%-8s %-22s %8lld %14lld %8lld\n", str(x, "direction"), str(x, "api"),
-		    num(x, "calls"), num(x, "bytes"), num(x, "errors"));
+	{
+		fprintf(f, "%-8s %-22s %8lld %14lld %8lld\n", str(x, "direction"), str(x, "api"),
+			num(x, "calls"), num(x, "bytes"), num(x, "errors"));
+	}
 	if (json_array_size(copies) == 0)
 		fprintf(f, "  none seen\n");
 
@@ -153,8 +165,10 @@ int output__gpu(FILE *f, const json_t *reply)
 	if (json_array_size(json_object_get(mem, "timeline")) > 1) {
 		fprintf(f, "  live bytes over time:");
 		json_array_foreach(json_object_get(mem, "timeline"), i, x)
-		    fprintf(f, " %llds=%s", num(x, "t_s"),
-			    human_bytes(num(x, "live_bytes"), b1, sizeof(b1)));
+		{
+			fprintf(f, " %llds=%s", num(x, "t_s"),
+				human_bytes(num(x, "live_bytes"), b1, sizeof(b1)));
+		}
 		fputc('\n', f);
 	}
 
@@ -162,9 +176,11 @@ int output__gpu(FILE *f, const json_t *reply)
 		fprintf(f, "\nUser probes\n%-40s %8s %12s %10s %10s %10s\n", "probe", "calls",
 			"total ms", "avg ms", "min ms", "max ms");
 		json_array_foreach(uprobes, i, x)
-		    fprintf(f, "%-40s %8lld %12.3f %10.3f %10.3f %10.3f\n", str(x, "probe"),
-			    num(x, "calls"), real(x, "total_ms"), real(x, "avg_ms"),
-			    real(x, "min_ms"), real(x, "max_ms"));
+		{
+			fprintf(f, "%-40s %8lld %12.3f %10.3f %10.3f %10.3f\n", str(x, "probe"),
+				num(x, "calls"), real(x, "total_ms"), real(x, "avg_ms"),
+				real(x, "min_ms"), real(x, "max_ms"));
+		}
 	}
 	return 0;
 }

@@ -75,6 +75,7 @@ struct note {
 struct gpu_acc {
 	struct agg **aggs; /* pending since the last flush */
 	size_t nr_aggs, cap_aggs;
+	struct hashmap agg_index; /* the same rows, by key */
 	struct mem_row *mem;
 	size_t nr_mem, cap_mem;
 	struct note *notes;
@@ -83,8 +84,10 @@ struct gpu_acc {
 	void *nvtx_open; /* struct nvtx_open tree */
 	struct hashmap nvtx_threads;
 	struct hashmap names;
-	uint64_t lost, unmatched, unnamed; /* not yet flushed */
-	uint64_t lost_flushing, unmatched_flushing, unnamed_flushing;
+	/* Counters not yet flushed, and the values the flush in progress wrote. */
+	struct gpu_counts {
+		uint64_t lost, unmatched, unnamed, truncated, no_stack;
+	} c, flushing;
 	size_t nr_notes_flushing;
 };
 
@@ -99,6 +102,7 @@ static void free_pending(struct gpu_acc *a)
 	for (size_t i = 0; i < a->nr_aggs; i++)
 		free(a->aggs[i]);
 	a->nr_aggs = 0;
+	hashmap__clear(&a->agg_index);
 	a->nr_mem = 0;
 }
 
@@ -111,42 +115,69 @@ void gpu_acc__free(struct gpu_acc *a)
 		return;
 	free_pending(a);
 	free(a->aggs);
+	hashmap__free(&a->agg_index);
 	free(a->mem);
 	free(a->notes);
 	tdestroy(a->live, free);
 	tdestroy(a->nvtx_open, free);
-	hashmap__for_each(&a->nvtx_threads, i, v) free(v);
+	hashmap__for_each(&a->nvtx_threads, i, v)
+	{
+		free(v);
+	}
 	hashmap__free(&a->nvtx_threads);
-	hashmap__for_each(&a->names, i, v) free(v);
+	hashmap__for_each(&a->names, i, v)
+	{
+		free(v);
+	}
 	hashmap__free(&a->names);
 	free(a);
 }
 
-/* The pending row of @table with these keys, created with zero counts; NULL on OOM. */
+static bool agg_eq(const void *entry, const void *key)
+{
+	const struct agg *x = entry, *y = key;
+
+	return x->table == y->table && x->stack == y->stack && strcmp(x->key1, y->key1) == 0 &&
+	       strcmp(x->key2, y->key2) == 0 && strcmp(x->grid, y->grid) == 0 &&
+	       strcmp(x->block, y->block) == 0;
+}
+
+/*
+ * The pending row of @table with these keys (cut to their fields' sizes),
+ * created with zero counts; NULL on OOM. Rows stay in insertion order in
+ * a->aggs for the flush; a->agg_index finds them in one hash lookup (a
+ * busy job makes thousands of calls a second).
+ */
 static struct agg *agg_get(struct gpu_acc *a, int table, const char *key1, const char *key2,
 			   const char *grid, const char *block, struct raw_stack *stack)
 {
-	struct agg *g;
+	struct agg key = { .table = table, .stack = stack }, *g;
+	uint64_t h;
 
-	for (size_t i = 0; i < a->nr_aggs; i++) {
-		g = a->aggs[i];
-		if (g->table == table && g->stack == stack && strcmp(g->key1, key1) == 0 &&
-		    strcmp(g->key2, key2) == 0 && strcmp(g->grid, grid) == 0 &&
-		    strcmp(g->block, block) == 0)
-			return g;
-	}
+	snprintf(key.key1, sizeof(key.key1), "%s", key1);
+	snprintf(key.key2, sizeof(key.key2), "%s", key2);
+	snprintf(key.grid, sizeof(key.grid), "%s", grid);
+	snprintf(key.block, sizeof(key.block), "%s", block);
+	h = hash64(HASH64_INIT, &table, sizeof(table));
+	h = hash64(h, &stack, sizeof(stack));
+	h = hash64(h, key.key1, strlen(key.key1));
+	h = hash64(h, key.key2, strlen(key.key2) + 1);
+	h = hash64(h, key.grid, strlen(key.grid) + 1);
+	h = hash64(h, key.block, strlen(key.block));
+	g = hashmap__find(&a->agg_index, h, agg_eq, &key);
+	if (g)
+		return g;
 	if (grow_array((void **)&a->aggs, &a->cap_aggs, a->nr_aggs, sizeof(*a->aggs)) < 0)
 		return NULL;
-	g = calloc(1, sizeof(*g));
+	g = malloc(sizeof(*g));
 	if (!g)
 		return NULL;
-	g->table = table;
-	snprintf(g->key1, sizeof(g->key1), "%s", key1);
-	snprintf(g->key2, sizeof(g->key2), "%s", key2);
-	snprintf(g->grid, sizeof(g->grid), "%s", grid);
-	snprintf(g->block, sizeof(g->block), "%s", block);
-	g->stack = stack;
+	*g = key;
 	g->min_ns = UINT64_MAX;
+	if (hashmap__insert(&a->agg_index, h, g) < 0) {
+		free(g);
+		return NULL;
+	}
 	a->aggs[a->nr_aggs++] = g;
 	return g;
 }
@@ -348,7 +379,7 @@ static void nvtx_add(struct gpu_acc *a, const char *kind, const char *path, cons
 	struct agg *g = agg_get(a, AGG_NVTX, path, kind, "", "", NULL);
 
 	if (!g) {
-		a->lost++;
+		a->c.lost++;
 		return;
 	}
 	snprintf(g->name, sizeof(g->name), "%s", name);
@@ -369,7 +400,7 @@ static void on_nvtx(struct gpu_acc *a, const struct gpu_probe *p, const struct u
 			t = calloc(1, sizeof(*t));
 			if (!t || hashmap__insert(&a->nvtx_threads, h, t) < 0) {
 				free(t);
-				a->lost++;
+				a->c.lost++;
 				return;
 			}
 			t->tid = tid;
@@ -386,12 +417,12 @@ static void on_nvtx(struct gpu_acc *a, const struct gpu_probe *p, const struct u
 		size_t off = 0;
 
 		if (!t || t->n == 0) {
-			a->unmatched++; /* pushed before the attach */
+			a->c.unmatched++; /* pushed before the attach */
 			return;
 		}
 		t->n--;
 		if (t->n >= NVTX_MAX_DEPTH) {
-			a->lost++;
+			a->c.lost++;
 			return;
 		}
 		path[0] = '\0';
@@ -406,7 +437,7 @@ static void on_nvtx(struct gpu_acc *a, const struct gpu_probe *p, const struct u
 		struct nvtx_open *o = calloc(1, sizeof(*o)), **found;
 
 		if (!o) {
-			a->lost++;
+			a->c.lost++;
 			return;
 		}
 		o->id = e->ret;
@@ -416,7 +447,7 @@ static void on_nvtx(struct gpu_acc *a, const struct gpu_probe *p, const struct u
 		if (!found || *found != o) {
 			free(o);
 			if (!found)
-				a->lost++;
+				a->c.lost++;
 		}
 		break;
 	}
@@ -425,7 +456,7 @@ static void on_nvtx(struct gpu_acc *a, const struct gpu_probe *p, const struct u
 
 		found = tfind(&key, &a->nvtx_open, open_cmp);
 		if (!found) {
-			a->unmatched++;
+			a->c.unmatched++;
 			return;
 		}
 		o = *found;
@@ -490,7 +521,7 @@ static void on_memory(struct gpu_acc *a, const struct gpu_probe *p, const struct
 	}
 	if (!row.stack ||
 	    grow_array((void **)&a->mem, &a->cap_mem, a->nr_mem, sizeof(*a->mem)) < 0) {
-		a->lost++;
+		a->c.lost++;
 		return;
 	}
 	a->mem[a->nr_mem++] = row;
@@ -518,7 +549,7 @@ void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *
 		if (g)
 			agg_time(g, ns, false);
 		else
-			a->lost++;
+			a->c.lost++;
 		return;
 	}
 	if (api->nvtx) {
@@ -527,7 +558,7 @@ void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *
 	}
 	g = agg_get(a, AGG_API, p->label, "", "", "", NULL);
 	if (!g) {
-		a->lost++;
+		a->c.lost++;
 		return;
 	}
 	agg_time(g, ns, error);
@@ -544,10 +575,12 @@ void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *
 		for (unsigned i = 1; i < e->ustack_len && n < UPROBE_MAX_FRAMES; i++)
 			ips[n++] = e->ips[i];
 	}
+	a->c.truncated += !!(e->flags & UPROBE_EV_TRUNCATED);
+	a->c.no_stack += !!(e->flags & UPROBE_EV_NO_STACK);
 	st = session__stack(s, (pid_t)e->pid, ips, n,
 			    (e->flags & UPROBE_EV_TRUNCATED) ? SAMPLE_USER_TRUNCATED : 0);
 	if (!st) {
-		a->lost++;
+		a->c.lost++;
 		return;
 	}
 	switch (api->kind) {
@@ -559,12 +592,12 @@ void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *
 			snprintf(name, sizeof(name), "[CUDA graph]");
 		} else if (!kernel_name(a, sym, as, p, e, ips, n, st, name, sizeof(name))) {
 			snprintf(name, sizeof(name), "[unknown kernel]");
-			a->unnamed++;
+			a->c.unnamed++;
 		}
 		launch_dims(p, e, grid, block, sizeof(grid));
 		g = agg_get(a, AGG_KERNEL, name, p->label, grid, block, st);
 		if (!g) {
-			a->lost++;
+			a->c.lost++;
 			return;
 		}
 		g->calls++;
@@ -578,7 +611,7 @@ void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *
 	case GPU_KIND_COPY:
 		g = agg_get(a, AGG_COPY, p->label, gpu_copy_direction(api, e), "", "", NULL);
 		if (!g) {
-			a->lost++;
+			a->c.lost++;
 			return;
 		}
 		g->calls++;
@@ -588,7 +621,7 @@ void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *
 	case GPU_KIND_SYNC:
 		g = agg_get(a, AGG_SYNC, p->label, "", "", "", st);
 		if (!g) {
-			a->lost++;
+			a->c.lost++;
 			return;
 		}
 		agg_time(g, ns, error);
@@ -618,7 +651,7 @@ int gpu_acc__note_probe(struct gpu_acc *a, const char *what, const char *file, c
 /* gpu_acc__count_lost() - @n calls lost before they reached the session. */
 void gpu_acc__count_lost(struct gpu_acc *a, uint64_t n)
 {
-	a->lost += n;
+	a->c.lost += n;
 }
 
 static int exec_row(sqlite3 *db, sqlite3_stmt **stmt, const char *sql)
@@ -735,25 +768,27 @@ int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_en
 		sqlite3_bind_text(*q, 4, a->notes[i].status, -1, SQLITE_STATIC);
 		r = step(*q);
 	}
-	if (r == 0 && (a->lost || a->unmatched || a->unnamed)) {
+	if (r == 0 && memcmp(&a->c, &(struct gpu_counts){ 0 }, sizeof(a->c)) != 0) {
 		sqlite3_stmt **q = &st[ARRAY_SIZE(agg_sql) + 2];
 
 		r = exec_row(db, q,
-			     "UPDATE sessions SET gpu_lost_calls = gpu_lost_calls + ?,"
-			     " nvtx_unmatched = nvtx_unmatched + ?,"
-			     " gpu_unnamed_launches = gpu_unnamed_launches + ? WHERE id = ?");
+			     "UPDATE sessions SET gpu_lost_calls = gpu_lost_calls + ?1,"
+			     " nvtx_unmatched = nvtx_unmatched + ?2,"
+			     " gpu_unnamed_launches = gpu_unnamed_launches + ?3,"
+			     " gpu_truncated_stacks = gpu_truncated_stacks + ?4,"
+			     " gpu_missing_stacks = gpu_missing_stacks + ?5 WHERE id = ?6");
 		if (r == 0) {
-			sqlite3_bind_int64(*q, 1, (int64_t)a->lost);
-			sqlite3_bind_int64(*q, 2, (int64_t)a->unmatched);
-			sqlite3_bind_int64(*q, 3, (int64_t)a->unnamed);
-			sqlite3_bind_int64(*q, 4, s->id);
+			sqlite3_bind_int64(*q, 1, (int64_t)a->c.lost);
+			sqlite3_bind_int64(*q, 2, (int64_t)a->c.unmatched);
+			sqlite3_bind_int64(*q, 3, (int64_t)a->c.unnamed);
+			sqlite3_bind_int64(*q, 4, (int64_t)a->c.truncated);
+			sqlite3_bind_int64(*q, 5, (int64_t)a->c.no_stack);
+			sqlite3_bind_int64(*q, 6, s->id);
 			r = step(*q);
 		}
 	}
 	finalize_all(st, ARRAY_SIZE(st));
-	a->lost_flushing = a->lost;
-	a->unmatched_flushing = a->unmatched;
-	a->unnamed_flushing = a->unnamed;
+	a->flushing = a->c;
 	a->nr_notes_flushing = a->nr_notes;
 	return r;
 }
@@ -762,12 +797,14 @@ int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_en
 void gpu_acc__flush_done(struct gpu_acc *a)
 {
 	free_pending(a);
-	a->lost -= a->lost_flushing;
-	a->unmatched -= a->unmatched_flushing;
-	a->unnamed -= a->unnamed_flushing;
+	a->c.lost -= a->flushing.lost;
+	a->c.unmatched -= a->flushing.unmatched;
+	a->c.unnamed -= a->flushing.unnamed;
+	a->c.truncated -= a->flushing.truncated;
+	a->c.no_stack -= a->flushing.no_stack;
 	memmove(a->notes, a->notes + a->nr_notes_flushing,
 		(a->nr_notes - a->nr_notes_flushing) * sizeof(*a->notes));
 	a->nr_notes -= a->nr_notes_flushing;
-	a->lost_flushing = a->unmatched_flushing = a->unnamed_flushing = 0;
+	a->flushing = (struct gpu_counts){ 0 };
 	a->nr_notes_flushing = 0;
 }

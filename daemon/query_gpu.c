@@ -163,12 +163,14 @@ static int session_head(sqlite3 *db, int64_t session_id, json_t **ret, int64_t *
 		return -EIO;
 	*ret_span_ns = sqlite3_column_int64(st, 4) > 0 ? sqlite3_column_int64(st, 4) : 0;
 	*ret_start_ns = sqlite3_column_int64(st, 5);
-	*ret = json_pack("{s:I, s:s, s:I, s:I, s:I, s:f}", "session", (json_int_t)session_id,
+	*ret = json_pack("{s:I, s:s, s:I, s:I, s:I, s:f, s:I, s:I}", "session", (json_int_t)session_id,
 			 "events", (const char *)sqlite3_column_text(st, 3), "lost_calls",
 			 (json_int_t)sqlite3_column_int64(st, 0), "nvtx_unmatched",
 			 (json_int_t)sqlite3_column_int64(st, 1), "unnamed_launches",
 			 (json_int_t)sqlite3_column_int64(st, 2), "session_s",
-			 round((double)*ret_span_ns / 1e6) / 1e3);
+			 round((double)*ret_span_ns / 1e6) / 1e3, "truncated_stacks",
+			 (json_int_t)sqlite3_column_int64(st, 6), "missing_stacks",
+			 (json_int_t)sqlite3_column_int64(st, 7));
 	return *ret ? 0 : -ENOMEM;
 }
 

@@ -113,7 +113,10 @@ CREATE INDEX uprobe_calls_session ON uprobe_calls (session_id);
 
 -- Calls lost before they reached the session (ring buffer full, no room for
 -- the entry state), NVTX pops/ends without a push/start seen (the range
--- opened before the attach), and launches whose kernel name was not found.
+-- opened before the attach), launches whose kernel name was not found, and
+-- call stacks taken at entry that filled all 127 frames or came back empty.
 ALTER TABLE sessions ADD COLUMN gpu_lost_calls INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN nvtx_unmatched INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN gpu_unnamed_launches INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN gpu_truncated_stacks INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN gpu_missing_stacks INTEGER NOT NULL DEFAULT 0;

@@ -347,7 +347,7 @@ class Handler(socketserver.StreamRequestHandler):
 # profctl gpu 7 / ranges 7: a training step's CUDA calls and NVTX ranges.
 GPU7 = {
     "session": 7, "events": "cpu,cuda,nvtx", "lost_calls": 0, "nvtx_unmatched": 0,
-    "unnamed_launches": 1, "session_s": 10.0,
+    "unnamed_launches": 1, "session_s": 10.0, "truncated_stacks": 2, "missing_stacks": 0,
     "probes": [{"what": "cudaMalloc", "file": "/usr/lib/libcudart.so.13", "status": "attached"},
                {"what": "cuLaunchKernel", "file": "", "status": "missing"},
                {"what": "NVTX v3 calls", "file": "/opt/app/train", "status":

@@ -235,7 +235,8 @@ def run_checks(profctl, fake, tmp):
           "--uprobe without LIB: usage error, nothing sent", r)
     r = run("gpu", "7")
     check(r.returncode == 0 and
-          "session 7 (events cpu,cuda,nvtx): 1 probes attached; lost calls 0, unnamed launches 1" in r.stdout and
+          "session 7 (events cpu,cuda,nvtx): 1 probes attached; lost calls 0, unnamed launches 1, "
+          "stacks truncated 2, missing 0" in r.stdout and
           "NVTX v3 calls /opt/app/train: inlined: not traced" in r.stdout and
           "cuLaunchKernel" not in r.stdout, "gpu heading lists inlined NVTX, not missing probes", r.stdout)
     check("       300        0  64,1,1       256,1,1       gemm(float*, int) (__cudaLaunchKernel)\n"

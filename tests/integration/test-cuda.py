@@ -30,8 +30,9 @@ def check_program(d, path, runtime):
         check(any('libcudart.so' in f for f in files), 'shared runtime: probes in %r' % files)
     else:
         check(any(f.endswith('cuda-work-static') for f in files), 'static runtime: probes in %r' % files)
-    check(g['lost_calls'] == 0 and g['unnamed_launches'] == 0,
-          'lost %d, unnamed %d' % (g['lost_calls'], g['unnamed_launches']))
+    check(g['lost_calls'] == 0 and g['unnamed_launches'] == 0 and g['truncated_stacks'] == 0 and
+          g['missing_stacks'] == 0, 'lost, unnamed, truncated, missing: %r' %
+          [g[k] for k in ('lost_calls', 'unnamed_launches', 'truncated_stacks', 'missing_stacks')])
 
     k = {x['name']: x for x in g['kernels']}
     print('%s kernels: %r' % (runtime, [(x['name'], x['launches'], x['grid'], x['block']) for x in g['kernels']]))
