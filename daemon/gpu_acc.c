@@ -284,8 +284,7 @@ static bool kernel_name(struct gpu_acc *a, struct symbolizer *sym, const struct 
 		}
 		if (as && symbolizer__user(sym, as, fn, false, &fi) == 0 && fi.function) {
 			if (!stub_kernel_name(fi.function, buf, size))
-				snprintf(buf, size, "%.*s", (int)strcspn(fi.function, "("),
-					 fi.function);
+				snprintf(buf, size, "%s", fi.function);
 			name_remember(a, fn, buf);
 			return true;
 		}

@@ -9,6 +9,7 @@
  *                                      cudaMalloc(1 MiB) (freed), cudaMalloc(64 KiB) (leaked)
  *                                      cudaMemcpy 4096 bytes HtoD
  *   nvtx "train" > "step" > "backward": 2 launches of add_kernel <<<8, 64>>>
+ *                                      1 of add_kernel by cudaLaunchKernel(), grid 2, block 32
  *                                      cudaMemcpy 1024 bytes DtoH, cudaDeviceSynchronize
  * and one nvtxMarkA("checkpoint"), prints "done" and exits.
  * Without a GPU every call fails (no device) and cudaMalloc returns no
@@ -55,10 +56,14 @@ __attribute__((noinline)) static void forward(void)
 __attribute__((noinline)) static void backward(void)
 {
 	void *dev = NULL;
+	int n = 512;
+	void *args[] = { &dev, &n };
 
 	nvtxRangePushA("backward");
 	for (int k = 0; k < 2; k++)
 		add_kernel<<<8, 64>>>((float *)dev, 512);
+	/* The runtime API launch, with the host function: named from its symbol. */
+	cudaLaunchKernel((const void *)add_kernel, dim3(2), dim3(32), args, 0, 0);
 	cudaMemcpy(host_buf, dev, 1024, cudaMemcpyDeviceToHost);
 	cudaDeviceSynchronize();
 	nvtxRangePop();
