@@ -124,6 +124,7 @@ struct slot_links {
 	struct bpf_link **links;
 	size_t n, cap;
 	pid_t pid;	/* the process probed */
+	int64_t owner;	/* the session, copied into each probe */
 	unsigned want;	/* GPU_WANT_* of the attach */
 	char **scanned; /* files already searched for the catalogue */
 	size_t nr_scanned, cap_scanned;
@@ -379,6 +380,7 @@ static int add_probe(struct gpu *g, unsigned slot, const struct gpu_api *api, st
 	pe = &g->probes[g->nr_probes];
 	pe->p.api = api;
 	pe->p.slot = slot;
+	pe->p.owner = g->slots[slot].owner;
 	pe->own_api = own;
 	snprintf(pe->p.label, sizeof(pe->p.label), "%s", label);
 	*ret_id = (uint32_t)g->nr_probes++;
@@ -594,6 +596,8 @@ static int attach_generic(struct gpu *g, unsigned slot, pid_t pid, const struct 
  * libcudart.so*, libcuda.so*, libnvToolsExt.so* and the executable (static
  * runtime, NVTX v3 compiled in); and each LIB:SYMBOL of @uprobes (a
  * comma-separated list checked by gpu_uprobes__check(), or NULL).
+ * @owner: the session's id, kept in each probe: a record read after the
+ * slot went to another session is told apart by it.
  * @as: the mappings of @pid (borrowed). @note is told each outcome, symbols
  * not found anywhere included ("missing"), NVTX v3 calls inlined in a file
  * ("inlined": only their one-time initializers are out of line, nothing can
@@ -603,8 +607,8 @@ static int attach_generic(struct gpu *g, unsigned slot, pid_t pid, const struct 
  * bad @slot, -ENOMEM. Probes attached before a failure stay (gpu__detach()).
  * Blocks on ELF file reads; allocates; does not log.
  */
-int gpu__attach(struct gpu *g, unsigned slot, pid_t pid, const struct addrspace *as, unsigned want,
-		const char *uprobes, gpu_note_fn note, void *note_ctx)
+int gpu__attach(struct gpu *g, unsigned slot, int64_t owner, pid_t pid, const struct addrspace *as,
+		unsigned want, const char *uprobes, gpu_note_fn note, void *note_ctx)
 {
 	bool found[ARRAY_SIZE(catalogue)] = {0};
 	char exe[4096], link[64];
@@ -617,6 +621,7 @@ int gpu__attach(struct gpu *g, unsigned slot, pid_t pid, const struct addrspace 
 	if (slot >= UPROBE_MAX_SLOTS)
 		return -EINVAL;
 	g->slots[slot].pid = pid;
+	g->slots[slot].owner = owner;
 	g->slots[slot].want = want;
 	snprintf(link, sizeof(link), "/proc/%d/exe", (int)pid);
 	n = readlink(link, exe, sizeof(exe) - 1);

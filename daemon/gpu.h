@@ -64,6 +64,7 @@ struct gpu_api {
 struct gpu_probe {
 	const struct gpu_api *api; /* the catalogue entry, or the session's generic entry */
 	unsigned slot;
+	int64_t owner;             /* the session that attached it (gpu__attach()'s @owner) */
 	char label[160]; /* "cudaMalloc", or "LIB:SYMBOL" for a generic probe */
 };
 
@@ -109,8 +110,8 @@ int gpu__new(size_t ringbuf_bytes, gpu_event_fn fn, void *ctx, struct gpu **ret)
 void gpu__free(struct gpu *g); /* accepts NULL */
 int gpu__fd(struct gpu *g);
 int gpu__poll(struct gpu *g);
-int gpu__attach(struct gpu *g, unsigned slot, pid_t pid, const struct addrspace *as, unsigned want,
-		const char *uprobes, gpu_note_fn note, void *note_ctx);
+int gpu__attach(struct gpu *g, unsigned slot, int64_t owner, pid_t pid, const struct addrspace *as,
+		unsigned want, const char *uprobes, gpu_note_fn note, void *note_ctx);
 int gpu__rescan(struct gpu *g, unsigned slot, gpu_note_fn note, void *note_ctx);
 void gpu__detach(struct gpu *g, unsigned slot);
 uint64_t gpu__lost(struct gpu *g, unsigned slot);

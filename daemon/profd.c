@@ -186,7 +186,8 @@ static void on_gpu(void *ctx, const struct gpu_probe *probe, const struct uprobe
 	struct session *s = e->slot < PROFILE_MAX_SLOTS ? p->slots[e->slot] : NULL;
 	struct proc *proc;
 
-	if (!s)
+	/* A late record of a session that ended, its slot taken by another: not ours. */
+	if (!s || probe->owner != s->id)
 		return;
 	proc = session__proc(s, (pid_t)e->pid);
 	if (proc)
@@ -492,7 +493,7 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 		} else {
 			s->gpu_lost_kernel = gpu__lost(p->gpu, slot);
 			pthread_rwlock_rdlock(&s->main->as_lock);
-			r = gpu__attach(p->gpu, slot, s->pid, s->main->as, want, req->uprobes,
+			r = gpu__attach(p->gpu, slot, s->id, s->pid, s->main->as, want, req->uprobes,
 					note_probe, s->gpu);
 			pthread_rwlock_unlock(&s->main->as_lock);
 			if (r < 0)
