@@ -9,6 +9,7 @@
 #include "gpu_acc.h"
 #include "protocol.h"
 #include "session.h"
+#include "session_internal.h"
 #include "util.h"
 
 extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
@@ -576,8 +577,8 @@ void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *
 	}
 	a->c.truncated += !!(e->flags & UPROBE_EV_TRUNCATED);
 	a->c.no_stack += !!(e->flags & UPROBE_EV_NO_STACK);
-	st = session__stack(s, (pid_t)e->pid, ips, n,
-			    (e->flags & UPROBE_EV_TRUNCATED) ? SAMPLE_USER_TRUNCATED : 0);
+	st = session__stack_intern(s, (pid_t)e->pid, ips, 0, n,
+				   (e->flags & UPROBE_EV_TRUNCATED) ? SAMPLE_USER_TRUNCATED : 0);
 	if (!st) {
 		a->c.lost++;
 		return;
@@ -692,11 +693,13 @@ static void finalize_all(sqlite3_stmt **v, size_t n)
 
 /*
  * gpu_acc__flush() - write the rows kept since the last flush, inside the
- * store transaction session__flush() opened. Rows stay kept until
+ * store transaction session__flush() opened. @refreshed: as for
+ * session__resolve_stack() (in/out). Rows stay kept until
  * gpu_acc__flush_done(): after a rollback the next flush writes them again.
  * Returns 0, -EIO (SQLite error) or -ENOMEM. Does not log.
  */
-int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_env *env)
+int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_env *env,
+		   bool *refreshed)
 {
 	sqlite3 *db = store__db(env->store);
 	sqlite3_stmt *st[ARRAY_SIZE(agg_sql) + 3] = {0};
@@ -708,8 +711,12 @@ int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_en
 		sqlite3_stmt *q;
 		int64_t stack_id = 0;
 
-		if (g->stack && (r = session__stack_id(s, env, g->stack, &stack_id)) < 0)
-			break;
+		if (g->stack) {
+			r = session__resolve_stack(s, env, g->stack, refreshed);
+			if (r < 0)
+				break;
+			stack_id = g->stack->stack_id;
+		}
 		if ((r = exec_row(db, &st[g->table], agg_sql[g->table])) < 0)
 			break;
 		q = st[g->table];
@@ -735,8 +742,9 @@ int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_en
 		sqlite3_stmt **q = &st[ARRAY_SIZE(agg_sql)];
 		int64_t stack_id;
 
-		if ((r = session__stack_id(s, env, m->stack, &stack_id)) < 0)
+		if ((r = session__resolve_stack(s, env, m->stack, refreshed)) < 0)
 			break;
+		stack_id = m->stack->stack_id;
 		if ((r = exec_row(db, q,
 				  "INSERT INTO gpu_mem_events (session_id, time_ns, api, space,"
 				  " requested_bytes, live_delta_bytes, ok, address, stack_id)"

@@ -23,5 +23,6 @@ void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *
 		       const struct uprobe_event *e);
 int gpu_acc__note_probe(struct gpu_acc *a, const char *what, const char *file, const char *status);
 void gpu_acc__count_lost(struct gpu_acc *a, uint64_t n);
-int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_env *env);
+int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_env *env,
+		   bool *refreshed);
 void gpu_acc__flush_done(struct gpu_acc *a);

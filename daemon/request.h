@@ -28,8 +28,9 @@ enum request_cmd {
 #define EVENT_CPU (1u << 0)      /* "cpu": CPU samples with call stacks */
 #define EVENT_OFFCPU (1u << 1)   /* "offcpu": off-CPU intervals with blocking stacks */
 #define EVENT_COUNTERS (1u << 2) /* "counters": per-thread counters (counting mode) */
-#define EVENT_CUDA (1u << 3)     /* "cuda": uprobes on the CUDA runtime and driver API */
-#define EVENT_NVTX (1u << 4)     /* "nvtx": uprobes on NVTX ranges */
+/* Bits 3 and 4 are issue 5's "rss" and "malloc" (merged separately). */
+#define EVENT_CUDA (1u << 5)     /* "cuda": uprobes on the CUDA runtime and driver API */
+#define EVENT_NVTX (1u << 6)     /* "nvtx": uprobes on NVTX ranges */
 /*
  * Not counters: per-thread perf events perturb the per-CPU cpu-clock
  * sampling on Linux 6.18 (measured: with them, one thread of spin-threads

@@ -12,18 +12,10 @@
 #include "protocol.h"
 #include "request.h"
 #include "session.h"
+#include "session_internal.h"
 #include "util.h"
 
 /* A call stack as the BPF program saw it: raw addresses, kernel frames first. */
-struct raw_stack {
-	uint64_t hash;
-	pid_t pid;        /* user addresses are the process's */
-	int64_t stack_id; /* row in the store, 0 until the first flush that needs it */
-	uint16_t klen, ulen;
-	uint32_t flags;   /* SAMPLE_* bits that matter for the stack's identity */
-	uint64_t ips[];
-};
-
 struct pending_sample {
 	uint64_t window;  /* index of the window since the session start */
 	int tid;
@@ -441,9 +433,14 @@ static void thread_seen(struct session *s, int pid, int tid, const char *comm, u
 	th->samples += samples;
 }
 
-/* Intern a stack of process @pid (@klen kernel then @ulen user frames); NULL only on OOM. */
-static struct raw_stack *stack_intern(struct session *s, pid_t pid, const uint64_t *ips,
-				      unsigned klen, unsigned ulen, uint32_t flags)
+/*
+ * session__stack_intern() - the session's one copy of a stack of process
+ * @pid (@klen kernel then @ulen user frames, leaf first each, at most
+ * PROFILE_MAX_FRAMES each), owned by the session; NULL only on out-of-memory
+ * or a length out of range.
+ */
+struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint64_t *ips,
+					unsigned klen, unsigned ulen, uint32_t flags)
 {
 	size_t n = (size_t)klen + ulen;
 	struct raw_stack *key, *st;
@@ -484,7 +481,7 @@ static struct raw_stack *stack_intern(struct session *s, pid_t pid, const uint64
 
 static struct raw_stack *stack_get(struct session *s, const struct sample_event *e)
 {
-	return stack_intern(s, (pid_t)e->pid, (const uint64_t *)e->ips, e->kstack_len, e->ustack_len,
+	return session__stack_intern(s, (pid_t)e->pid, (const uint64_t *)e->ips, e->kstack_len, e->ustack_len,
 			    e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED));
 }
 
@@ -515,7 +512,7 @@ void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *com
 			  *acc;
 	uint64_t h;
 
-	key.stack = stack_intern(s, pid, ips, klen, ulen, 0);
+	key.stack = session__stack_intern(s, pid, ips, klen, ulen, 0);
 	if (!key.stack) {
 		s->offcpu_lost++;
 		return;
@@ -856,8 +853,14 @@ static const struct frame_info missing_frame = {
 	.function = "[missing stack]",
 };
 
-static int resolve_stack(struct session *s, const struct session_env *env, struct raw_stack *st,
-			 bool *refreshed)
+/*
+ * session__resolve_stack() - give @st its row in the store (st->stack_id),
+ * symbolizing its new addresses; @refreshed: whether the process's mappings
+ * were re-read in this flush already (in/out). Returns 0 or the store's
+ * -errno. Call only inside the flush's transaction.
+ */
+int session__resolve_stack(struct session *s, const struct session_env *env, struct raw_stack *st,
+			   bool *refreshed)
 {
 	int64_t ids[MAX_STACK_FRAMES];
 	size_t n = (size_t)st->klen + st->ulen, depth = 0;
@@ -901,24 +904,6 @@ static int resolve_stack(struct session *s, const struct session_env *env, struc
 	return store__stack_id(env->store, ids, depth, st->flags != 0 || cut, root, &st->stack_id);
 }
 
-struct raw_stack *session__stack(struct session *s, pid_t pid, const uint64_t *ips, unsigned n,
-				 uint32_t flags)
-{
-	return stack_intern(s, pid, ips, 0, n, flags);
-}
-
-int session__stack_id(struct session *s, const struct session_env *env, struct raw_stack *st,
-		      int64_t *ret_id)
-{
-	bool refreshed = false;
-	int r = resolve_stack(s, env, st, &refreshed);
-
-	if (r < 0)
-		return r;
-	*ret_id = st->stack_id;
-	return 0;
-}
-
 int session__flush(struct session *s, const struct session_env *env)
 {
 	struct pending_sample *ps;
@@ -942,7 +927,7 @@ int session__flush(struct session *s, const struct session_env *env)
 
 	hashmap__for_each(&s->pending, i, ps)
 	{
-		r = resolve_stack(s, env, ps->stack, &refreshed);
+		r = session__resolve_stack(s, env, ps->stack, &refreshed);
 		if (r < 0)
 			return r;
 		r = store__sample_add(env->store, s->id,
@@ -957,7 +942,7 @@ int session__flush(struct session *s, const struct session_env *env)
 
 		hashmap__for_each(&s->offcpu, i, acc)
 		{
-			r = resolve_stack(s, env, acc->stack, &refreshed);
+			r = session__resolve_stack(s, env, acc->stack, &refreshed);
 			if (r < 0)
 				return r;
 			r = store__offcpu_add(env->store, s->id,
@@ -1045,7 +1030,7 @@ int session__flush(struct session *s, const struct session_env *env)
 	}
 
 	if (s->gpu) {
-		r = gpu_acc__flush(s->gpu, s, env);
+		r = gpu_acc__flush(s->gpu, s, env, &refreshed);
 		if (r < 0)
 			return r;
 	}

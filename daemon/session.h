@@ -92,23 +92,6 @@ struct session {
 	uint64_t gpu_lost_kernel;       /* gpu__lost() of the slot when last read */
 };
 
-struct raw_stack;
-
-/*
- * session__stack() - intern the user stack @ips (@n addresses of process
- * @pid, leaf first; SAMPLE_* @flags) for a later session__stack_id(). The
- * stack lives as long as the session. NULL on out-of-memory or n > 127.
- */
-struct raw_stack *session__stack(struct session *s, pid_t pid, const uint64_t *ips, unsigned n,
-				 uint32_t flags);
-
-/*
- * session__stack_id() - the store row of stack @st, symbolized and written
- * on first use. Only inside session__flush()'s transaction. Returns 0 and
- * *@ret_id, -EIO or -ENOMEM.
- */
-int session__stack_id(struct session *s, const struct session_env *env, struct raw_stack *st,
-		      int64_t *ret_id);
 
 /*
  * session__new() - check and open @p->pid, insert the session row, start
