@@ -15,7 +15,6 @@
 #include "session_internal.h"
 #include "util.h"
 
-/* A call stack as the BPF program saw it: raw addresses, kernel frames first. */
 struct pending_sample {
 	uint64_t window;  /* index of the window since the session start */
 	int tid;
@@ -440,7 +439,7 @@ static void thread_seen(struct session *s, int pid, int tid, const char *comm, u
  * or a length out of range.
  */
 struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint64_t *ips,
-					unsigned klen, unsigned ulen, uint32_t flags)
+				      unsigned klen, unsigned ulen, uint32_t flags)
 {
 	size_t n = (size_t)klen + ulen;
 	struct raw_stack *key, *st;
