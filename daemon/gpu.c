@@ -123,10 +123,12 @@ struct probe_entry {
 struct slot_links {
 	struct bpf_link **links;
 	size_t n, cap;
-	pid_t pid;	/* the process probed */
+	pid_t *pids;	/* the processes probed: the target, children it forked */
+	size_t nr_pids, cap_pids;
 	int64_t owner;	/* the session, copied into each probe */
 	unsigned want;	/* GPU_WANT_* of the attach */
-	char **scanned; /* files already searched for the catalogue */
+	char uprobes[1024]; /* its generic probes, for the children */
+	char **scanned; /* "PID path" of the files already searched for the catalogue */
 	size_t nr_scanned, cap_scanned;
 };
 
@@ -448,32 +450,41 @@ static void probe_path(pid_t pid, const char *path, char *buf, size_t size)
 	snprintf(buf, size, "/proc/%d/root%s", (int)pid, path);
 }
 
-static void note_status(gpu_note_fn note, void *ctx, const char *what, const char *file, int r)
+static void note_status(gpu_note_fn note, void *ctx, pid_t pid, const char *what,
+			const char *file, int r)
 {
 	char buf[96];
 
 	if (!note)
 		return;
 	if (r == 0) {
-		note(ctx, what, file, "attached");
+		note(ctx, pid, what, file, "attached");
 		return;
 	}
 	snprintf(buf, sizeof(buf), "failed: %s", strerror(-r));
-	note(ctx, what, file, buf);
+	note(ctx, pid, what, file, buf);
 }
 
-/* Whether @path was searched for @slot already; if not, remember it. -ENOMEM if it cannot. */
-static int scanned_before(struct slot_links *sl, const char *path)
+/*
+ * Whether @path of process @pid was searched for @slot already; if not,
+ * remember it. 1, 0, or -ENOMEM.
+ */
+static int scanned_before(struct slot_links *sl, pid_t pid, const char *path)
 {
 	char *copy;
 
-	for (size_t i = 0; i < sl->nr_scanned; i++)
-		if (strcmp(sl->scanned[i], path) == 0)
-			return 1;
-	if (grow_array((void **)&sl->scanned, &sl->cap_scanned, sl->nr_scanned,
-		       sizeof(*sl->scanned)) < 0 ||
-	    !(copy = strdup(path)))
+	if (asprintf(&copy, "%d %s", (int)pid, path) < 0)
 		return -ENOMEM;
+	for (size_t i = 0; i < sl->nr_scanned; i++)
+		if (strcmp(sl->scanned[i], copy) == 0) {
+			free(copy);
+			return 1;
+		}
+	if (grow_array((void **)&sl->scanned, &sl->cap_scanned, sl->nr_scanned,
+		       sizeof(*sl->scanned)) < 0) {
+		free(copy);
+		return -ENOMEM;
+	}
 	sl->scanned[sl->nr_scanned++] = copy;
 	return 0;
 }
@@ -517,7 +528,7 @@ static int attach_catalogue_file(struct gpu *g, unsigned slot, pid_t pid, const 
 			if (r == 0)
 				r = attach_one(g, slot, pid, kpath, syms.v[k].offset, &catalogue[i],
 					       id);
-			note_status(note, note_ctx, catalogue[i].symbol, path, r);
+			note_status(note, note_ctx, pid, catalogue[i].symbol, path, r);
 			if (r == -ENOMEM) {
 				free(syms.v);
 				return r;
@@ -579,13 +590,13 @@ static int attach_generic(struct gpu *g, unsigned slot, pid_t pid, const struct 
 				return r;
 			}
 			r = attach_one(g, slot, pid, kpath, syms.v[k].offset, api, id);
-			note_status(note, note_ctx, spec, m[i].path, r);
+			note_status(note, note_ctx, pid, spec, m[i].path, r);
 			any = any || r == 0;
 		}
 		free(syms.v);
 	}
 	if (!any && note)
-		note(note_ctx, spec, "", "missing");
+		note(note_ctx, pid, spec, "", "missing");
 	return 0;
 }
 
@@ -602,9 +613,9 @@ static int attach_generic(struct gpu *g, unsigned slot, pid_t pid, const struct 
  * not found anywhere included ("missing"), NVTX v3 calls inlined in a file
  * ("inlined": only their one-time initializers are out of line, nothing can
  * be probed there). Probes of a process that forks are not inherited by the
- * child.
+ * child: gpu__attach_more() adds a child to the slot.
  * Returns 0 (even if nothing was found: the notes say so), -EINVAL for a
- * bad @slot, -ENOMEM. Probes attached before a failure stay (gpu__detach()).
+ * bad @slot, -EBUSY if @pid is already probed for @slot, -ENOMEM. Probes attached before a failure stay (gpu__detach()).
  * Blocks on ELF file reads; allocates; does not log.
  */
 int gpu__attach(struct gpu *g, unsigned slot, int64_t owner, pid_t pid, const struct addrspace *as,
@@ -612,6 +623,7 @@ int gpu__attach(struct gpu *g, unsigned slot, int64_t owner, pid_t pid, const st
 {
 	bool found[ARRAY_SIZE(catalogue)] = {0};
 	char exe[4096], link[64];
+	struct slot_links *sl;
 	const struct mapping *m;
 	const char *last = NULL;
 	ssize_t n;
@@ -620,9 +632,16 @@ int gpu__attach(struct gpu *g, unsigned slot, int64_t owner, pid_t pid, const st
 
 	if (slot >= UPROBE_MAX_SLOTS)
 		return -EINVAL;
-	g->slots[slot].pid = pid;
-	g->slots[slot].owner = owner;
-	g->slots[slot].want = want;
+	sl = &g->slots[slot];
+	for (size_t i = 0; i < sl->nr_pids; i++)
+		if (sl->pids[i] == pid)
+			return -EBUSY;
+	if (grow_array((void **)&sl->pids, &sl->cap_pids, sl->nr_pids, sizeof(*sl->pids)) < 0)
+		return -ENOMEM;
+	sl->pids[sl->nr_pids++] = pid;
+	sl->owner = owner;
+	sl->want = want;
+	snprintf(sl->uprobes, sizeof(sl->uprobes), "%s", uprobes ? uprobes : "");
 	snprintf(link, sizeof(link), "/proc/%d/exe", (int)pid);
 	n = readlink(link, exe, sizeof(exe) - 1);
 	exe[n > 0 ? n : 0] = '\0';
@@ -640,7 +659,7 @@ int gpu__attach(struct gpu *g, unsigned slot, int64_t owner, pid_t pid, const st
 		if (!is_exe && !catalogue_file(base, want))
 			continue;
 		last = m[i].path;
-		r = scanned_before(&g->slots[slot], m[i].path);
+		r = scanned_before(sl, pid, m[i].path);
 		if (r < 0)
 			return r;
 		if (r > 0)
@@ -648,7 +667,7 @@ int gpu__attach(struct gpu *g, unsigned slot, int64_t owner, pid_t pid, const st
 		fd = addrspace__open_file(as, &m[i], opened, sizeof(opened));
 		if (fd < 0) {
 			if (note)
-				note(note_ctx, base, m[i].path, "failed: cannot open");
+				note(note_ctx, pid, base, m[i].path, "failed: cannot open");
 			continue;
 		}
 		r = attach_catalogue_file(g, slot, pid, m[i].path, fd, want, found, &inlined, note,
@@ -661,18 +680,18 @@ int gpu__attach(struct gpu *g, unsigned slot, int64_t owner, pid_t pid, const st
 			for (size_t k = 0; k < ARRAY_SIZE(catalogue); k++)
 				any_nvtx = any_nvtx || (catalogue[k].nvtx && found[k]);
 			if (!any_nvtx)
-				note(note_ctx, "NVTX v3 calls", m[i].path,
+				note(note_ctx, pid, "NVTX v3 calls", m[i].path,
 				     "inlined: not traced (only nvtx*_impl_init_v3 are out of "
 				     "line)");
 		}
 	}
 	for (size_t i = 0; note && i < ARRAY_SIZE(catalogue); i++)
 		if (!found[i] && (catalogue[i].nvtx ? want & GPU_WANT_NVTX : want & GPU_WANT_CUDA))
-			note(note_ctx, catalogue[i].symbol, "", "missing");
-	if (uprobes && *uprobes) {
+			note(note_ctx, pid, catalogue[i].symbol, "", "missing");
+	if (sl->uprobes[0]) {
 		char list[1024], *save = NULL;
 
-		snprintf(list, sizeof(list), "%s", uprobes);
+		snprintf(list, sizeof(list), "%s", sl->uprobes);
 		for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 			r = attach_generic(g, slot, pid, as, t, note, note_ctx);
 			if (r < 0)
@@ -729,18 +748,11 @@ void gpu__detach(struct gpu *g, unsigned slot)
 	*sl = (struct slot_links){0};
 }
 
-/*
- * gpu__rescan() - attach the catalogue probes of @slot (as gpu__attach()
- * asked) in the files its process mapped since: libcuda.so is dlopen()ed
- * by cuInit(), libraries by frameworks when first used. Reads
- * /proc/PID/maps; files searched before are skipped. @note is told each
- * new outcome (symbols still missing are not repeated). Returns the number
- * of files searched (>= 0), -ESRCH if the process is gone, -ENOMEM.
- * Blocks on /proc and ELF reads; does not log.
- */
-int gpu__rescan(struct gpu *g, unsigned slot, gpu_note_fn note, void *note_ctx)
+/* gpu__rescan() for process @pid of @slot: the number of new files searched, or -errno. */
+static int rescan_process(struct gpu *g, unsigned slot, pid_t pid, gpu_note_fn note,
+			  void *note_ctx)
 {
-	struct slot_links *sl = slot < UPROBE_MAX_SLOTS ? &g->slots[slot] : NULL;
+	struct slot_links *sl = &g->slots[slot];
 	bool found[ARRAY_SIZE(catalogue)] = {0};
 	_cleanup_fclose_ FILE *f = NULL;
 	_cleanup_free_ char *line = NULL;
@@ -748,9 +760,7 @@ int gpu__rescan(struct gpu *g, unsigned slot, gpu_note_fn note, void *note_ctx)
 	size_t cap = 0;
 	int n = 0, r;
 
-	if (!sl || !sl->want || sl->pid <= 0)
-		return 0;
-	snprintf(path, sizeof(path), "/proc/%d/maps", (int)sl->pid);
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
 	f = fopen(path, "re");
 	if (!f)
 		return -ESRCH;
@@ -767,25 +777,74 @@ int gpu__rescan(struct gpu *g, unsigned slot, gpu_note_fn note, void *note_ctx)
 		base = strrchr(file, '/') + 1;
 		if (!catalogue_file(base, sl->want))
 			continue;
-		r = scanned_before(sl, file);
+		r = scanned_before(sl, pid, file);
 		if (r < 0)
 			return r;
 		if (r > 0)
 			continue;
-		probe_path(sl->pid, file, kpath, sizeof(kpath));
+		probe_path(pid, file, kpath, sizeof(kpath));
 		fd = open(kpath, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
 			if (note)
-				note(note_ctx, base, file, "failed: cannot open");
+				note(note_ctx, pid, base, file, "failed: cannot open");
 			continue;
 		}
-		r = attach_catalogue_file(g, slot, sl->pid, file, fd, sl->want, found, &inlined,
-					  note, note_ctx);
+		r = attach_catalogue_file(g, slot, pid, file, fd, sl->want, found, &inlined, note,
+					  note_ctx);
 		if (r < 0)
 			return r;
 		n++;
 	}
 	return n;
+}
+
+/*
+ * gpu__rescan() - attach the catalogue probes of @slot (as gpu__attach()
+ * asked) in the files its process mapped since: libcuda.so is dlopen()ed
+ * by cuInit(), libraries by frameworks when first used. Reads each probed
+ * process's /proc/PID/maps (a process gone is skipped); files searched
+ * before are skipped. @note is told each new outcome (symbols still
+ * missing are not repeated). Returns the number of files searched (>= 0)
+ * or -ENOMEM.
+ * Blocks on /proc and ELF reads; does not log.
+ */
+int gpu__rescan(struct gpu *g, unsigned slot, gpu_note_fn note, void *note_ctx)
+{
+	struct slot_links *sl = slot < UPROBE_MAX_SLOTS ? &g->slots[slot] : NULL;
+	int n = 0, r;
+
+	if (!sl || !sl->want)
+		return 0;
+	for (size_t i = 0; i < sl->nr_pids; i++) {
+		r = rescan_process(g, slot, sl->pids[i], note, note_ctx);
+		if (r == -ENOMEM)
+			return r;
+		n += r > 0 ? r : 0;
+	}
+	return n;
+}
+
+/*
+ * gpu__attach_more() - gpu__attach() for one more process of @slot (a child
+ * the session follows), with what the slot's gpu__attach() asked for.
+ * Returns as gpu__attach(); -ENOENT if the slot has no probes asked for.
+ */
+int gpu__attach_more(struct gpu *g, unsigned slot, pid_t pid, const struct addrspace *as,
+		     gpu_note_fn note, void *note_ctx)
+{
+	struct slot_links *sl = slot < UPROBE_MAX_SLOTS ? &g->slots[slot] : NULL;
+	char uprobes[sizeof(sl->uprobes)];
+
+	if (!sl || (!sl->want && !sl->uprobes[0]))
+		return -ENOENT;
+	snprintf(uprobes, sizeof(uprobes), "%s", sl->uprobes);
+	return gpu__attach(g, slot, sl->owner, pid, as, sl->want, uprobes, note, note_ctx);
+}
+
+/* gpu__wanted() - whether @slot's session asked for any probe (cuda, nvtx, --uprobe). */
+bool gpu__wanted(struct gpu *g, unsigned slot)
+{
+	return slot < UPROBE_MAX_SLOTS && (g->slots[slot].want || g->slots[slot].uprobes[0]);
 }
 
 /*

@@ -93,12 +93,13 @@ static inline int grow_array(void **v, size_t *cap, size_t n, size_t size)
 #define GPU_WANT_NVTX (1u << 1)
 
 /*
- * Called by gpu__attach() once per probe outcome: @what is the symbol or
+ * Called by gpu__attach() once per probe outcome in process @pid: @what is the symbol or
  * LIB:SYMBOL, @file the file it was looked up in ("" if none), @status
  * "attached", "missing", "inlined" or "failed: <reason>". Strings valid
  * during the call only.
  */
-typedef void (*gpu_note_fn)(void *ctx, const char *what, const char *file, const char *status);
+typedef void (*gpu_note_fn)(void *ctx, pid_t pid, const char *what, const char *file,
+			    const char *status);
 
 /* Called for each well-formed record; @e (@size bytes) valid during the call only. */
 typedef void (*gpu_event_fn)(void *ctx, const struct gpu_probe *p, const struct uprobe_event *e,
@@ -112,6 +113,9 @@ int gpu__fd(struct gpu *g);
 int gpu__poll(struct gpu *g);
 int gpu__attach(struct gpu *g, unsigned slot, int64_t owner, pid_t pid, const struct addrspace *as,
 		unsigned want, const char *uprobes, gpu_note_fn note, void *note_ctx);
+int gpu__attach_more(struct gpu *g, unsigned slot, pid_t pid, const struct addrspace *as,
+		     gpu_note_fn note, void *note_ctx);
+bool gpu__wanted(struct gpu *g, unsigned slot);
 int gpu__rescan(struct gpu *g, unsigned slot, gpu_note_fn note, void *note_ctx);
 void gpu__detach(struct gpu *g, unsigned slot);
 uint64_t gpu__lost(struct gpu *g, unsigned slot);

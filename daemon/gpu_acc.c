@@ -70,6 +70,7 @@ struct name_cache {
 };
 
 struct note {
+	pid_t pid;
 	char what[160], file[512], status[128];
 };
 
@@ -632,16 +633,18 @@ void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *
 }
 
 /*
- * gpu_acc__note_probe() - keep one attach outcome (gpu_note_fn) for the next
+ * gpu_acc__note_probe() - keep one attach outcome in process @pid (gpu_note_fn) for the next
  * flush. Returns 0 or -ENOMEM. Strings are copied (cut to fit).
  */
-int gpu_acc__note_probe(struct gpu_acc *a, const char *what, const char *file, const char *status)
+int gpu_acc__note_probe(struct gpu_acc *a, pid_t pid, const char *what, const char *file,
+			const char *status)
 {
 	struct note *n;
 
 	if (grow_array((void **)&a->notes, &a->cap_notes, a->nr_notes, sizeof(*a->notes)) < 0)
 		return -ENOMEM;
 	n = &a->notes[a->nr_notes++];
+	n->pid = pid;
 	snprintf(n->what, sizeof(n->what), "%s", what);
 	snprintf(n->file, sizeof(n->file), "%s", file);
 	snprintf(n->status, sizeof(n->status), "%s", status);
@@ -766,13 +769,14 @@ int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_en
 		sqlite3_stmt **q = &st[ARRAY_SIZE(agg_sql) + 1];
 
 		if ((r = exec_row(db, q,
-				  "INSERT INTO gpu_probes (session_id, what, file, status)"
-				  " VALUES (?, ?, ?, ?)")) < 0)
+				  "INSERT INTO gpu_probes (session_id, pid, what, file, status)"
+				  " VALUES (?, ?, ?, ?, ?)")) < 0)
 			break;
 		sqlite3_bind_int64(*q, 1, s->id);
-		sqlite3_bind_text(*q, 2, a->notes[i].what, -1, SQLITE_STATIC);
-		sqlite3_bind_text(*q, 3, a->notes[i].file, -1, SQLITE_STATIC);
-		sqlite3_bind_text(*q, 4, a->notes[i].status, -1, SQLITE_STATIC);
+		sqlite3_bind_int(*q, 2, a->notes[i].pid);
+		sqlite3_bind_text(*q, 3, a->notes[i].what, -1, SQLITE_STATIC);
+		sqlite3_bind_text(*q, 4, a->notes[i].file, -1, SQLITE_STATIC);
+		sqlite3_bind_text(*q, 5, a->notes[i].status, -1, SQLITE_STATIC);
 		r = step(*q);
 	}
 	if (r == 0 && memcmp(&a->c, &(struct gpu_counts){ 0 }, sizeof(a->c)) != 0) {

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "gpu.h"
 #include "symbolize.h"
@@ -21,7 +22,8 @@ void gpu_acc__free(struct gpu_acc *a); /* accepts NULL */
 void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *sym,
 		       const struct addrspace *as, const struct gpu_probe *p,
 		       const struct uprobe_event *e);
-int gpu_acc__note_probe(struct gpu_acc *a, const char *what, const char *file, const char *status);
+int gpu_acc__note_probe(struct gpu_acc *a, pid_t pid, const char *what, const char *file,
+			const char *status);
 void gpu_acc__count_lost(struct gpu_acc *a, uint64_t n);
 int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_env *env,
 		   bool *refreshed);

@@ -173,9 +173,40 @@ static void collect_offcpu_lost(struct profd *p)
 }
 
 /* An attach outcome of a probe (gpu_note_fn), kept for the session's next flush. */
-static void note_probe(void *ctx, const char *what, const char *file, const char *status)
+static void note_probe(void *ctx, pid_t pid, const char *what, const char *file,
+		       const char *status)
 {
-	gpu_acc__note_probe(ctx, what, file, status);
+	gpu_acc__note_probe(ctx, pid, what, file, status);
+}
+
+/*
+ * CUDA/NVTX/generic probes for the processes a session follows
+ * (--children): uprobes are per process, so a forked child has none of its
+ * parent's. Its calls from its start to here are not seen.
+ */
+static void attach_gpu_children(struct profd *p)
+{
+	for (unsigned i = 0; p->gpu && i < PROFILE_MAX_SLOTS; i++) {
+		struct session *s = p->slots[i];
+		struct proc *proc;
+
+		if (!s || !s->follow_children || !gpu__wanted(p->gpu, i))
+			continue;
+		hashmap__for_each(&s->procs, k, proc)
+		{
+			int r;
+
+			if (proc->gpu_tried || proc == s->main)
+				continue;
+			proc->gpu_tried = true;
+			pthread_rwlock_rdlock(&proc->as_lock);
+			r = gpu__attach_more(p->gpu, i, proc->pid, proc->as, note_probe, s->gpu);
+			pthread_rwlock_unlock(&proc->as_lock);
+			if (r < 0 && r != -EBUSY)
+				log_warning_errno(r, "Session %lld: no CUDA/NVTX probes in child %d: %m",
+						  (long long)s->id, proc->pid);
+		}
+	}
 }
 
 /* A call record of a CUDA/NVTX/generic probe. */
@@ -348,6 +379,7 @@ static void on_timer(struct watch *w, uint32_t events)
 	/* Libraries mapped since the attach (libcuda.so at cuInit()) get their
 	 * probes. Its own clock: queries flush too, and may keep the flush
 	 * below from running for a while. */
+	attach_gpu_children(p);
 	if (p->gpu && now - p->last_rescan_ns >= PROFD_WINDOW_NS) {
 		p->last_rescan_ns = now;
 		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
@@ -489,7 +521,8 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 				((req->events & EVENT_NVTX) ? GPU_WANT_NVTX : 0);
 
 		if (!p->gpu) {
-			gpu_acc__note_probe(s->gpu, "uprobes", "", "failed: BPF uprobes unavailable");
+			gpu_acc__note_probe(s->gpu, s->pid, "uprobes", "",
+					    "failed: BPF uprobes unavailable");
 		} else {
 			s->gpu_lost_kernel = gpu__lost(p->gpu, slot);
 			pthread_rwlock_rdlock(&s->main->as_lock);

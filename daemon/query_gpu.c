@@ -278,10 +278,11 @@ static const struct {
 	const char *key, *sql;
 } gpu_lists[] = {
     /* A symbol attached in a library loaded after the attach is no longer missing. */
-    {"probes", "SELECT what, file, status FROM gpu_probes p WHERE session_id = ?1"
+    {"probes", "SELECT DISTINCT pid, what, file, status FROM gpu_probes p WHERE session_id = ?1"
 	       " AND NOT (status = 'missing' AND EXISTS (SELECT 1 FROM gpu_probes a"
-	       " WHERE a.session_id = ?1 AND a.what = p.what AND a.status = 'attached'))"
-	       " ORDER BY status != 'attached', what, file"},
+	       " WHERE a.session_id = ?1 AND a.pid = p.pid AND a.what = p.what"
+	       " AND a.status = 'attached'))"
+	       " ORDER BY status != 'attached', what, pid, file"},
     {"kernels", "SELECT name, sum(launches) AS launches, sum(errors) AS errors, grid, block,"
 		" api, min(stack_id) AS stack_id FROM gpu_kernels WHERE session_id = ?1"
 		" GROUP BY name, grid, block, api ORDER BY launches DESC, name LIMIT ?2"},

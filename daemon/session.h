@@ -48,6 +48,7 @@ struct proc {
 	pthread_rwlock_t as_lock;
 	struct addrspace *as;
 	struct perfmap *jit; /* /tmp/perf-PID.map, for code outside any file mapping */
+	bool gpu_tried;      /* a child: its CUDA/NVTX/generic probes were attached (or tried) */
 };
 
 struct session {

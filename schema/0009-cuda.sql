@@ -6,6 +6,7 @@
 -- NVTX v3 calls inlined in a file, or a failure.
 CREATE TABLE gpu_probes (
 	session_id INTEGER NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+	pid        INTEGER NOT NULL,  -- the target, or a child it forked (--children)
 	what       TEXT NOT NULL,   -- symbol, LIB:SYMBOL, or 'NVTX v3 calls'
 	file       TEXT NOT NULL,   -- mapped file it was found in, '' if none
 	status     TEXT NOT NULL    -- 'attached', 'missing', 'inlined: ...', 'failed: ...'

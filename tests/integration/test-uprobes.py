@@ -8,7 +8,8 @@ alloc_cache() and frees its 4 x 256 KiB from alloc_temp(); `profctl gpu`
 must show 4 MiB live, attributed to alloc_cache's stack, frees matched by
 pointer, the copies and the wait. --uprobe fake-cudart:work_unit counts
 the 7 calls of work_unit (each sleeps 20 ms: a lower bound, not a timing).A CUDA library dlopen()ed after the attach (as cuInit() loads libcuda.so)
-gets its probes within a flush or two, and only then is it used."""
+gets its probes within a flush or two, and only then is it used. With
+--children, a child the target forks gets the probes too."""
 import time
 
 from profdtest import Profd, binary, check, require_root_bpf, run
@@ -110,6 +111,29 @@ def test():
         d.wait_ended(sid)
         m = d.json('gpu', sid)['memory']
         check(m['allocations'] == 3 and m['live_bytes'] == 6 * MIB, 'allocations after the dlopen: %r' % m)
+
+
+        # A child the target forks, followed with --children.
+        w = d.spawn_waiting(binary('FAKE_CUDART'), '--fork')
+        sid = d.json('attach', w.pid, '--children', '--freq', '397', '--events', 'cpu,offcpu,cuda')['session']
+        d.go(w)
+        line = w.stdout.readline().split()
+        check(len(line) == 2 and line[0] == 'child', 'no child announced: %r' % line)
+        child = int(line[1])
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            g = d.json('gpu', sid)
+            mine = [p for p in g['probes'] if p['pid'] == child and p['what'] == 'cudaMalloc'
+                    and p['status'] == 'attached']
+            if mine:
+                break
+            time.sleep(0.2)
+        check(mine, 'no probes in the child %d: %r' % (child, [p for p in g['probes'] if p['status'] == 'attached']))
+        d.go(w)
+        d.wait_ended(sid)
+        m = d.json('gpu', sid)['memory']
+        check(m['allocations'] == 2 and m['live_bytes'] == 2 * MIB and 'alloc_cache' in m['by_stack'][0]['stack'],
+              'the child\'s allocations: %r' % m)
 
 
 run(test)

@@ -18,11 +18,17 @@
  * inside a probed call while a session detaches and the next one attaches.
  * With --calls N (bench/uprobe-cost), it calls cudaDeviceSynchronize() N
  * times instead, prints the nanoseconds that took, and exits.
+ * With --fork, it forks a child instead, which prints "child PID", spins on
+ * the CPU for 0.3 s (so that a profiler following children sees it), waits
+ * for a line on stdin, allocates 2 x 1 MiB from alloc_cache() (kept) and
+ * exits; the parent waits for it and exits.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #define WORK_UNITS 7
 
@@ -92,6 +98,36 @@ int main(int argc, char **argv)
 	char line[64];
 
 	block_in_sync = argc > 1 && strcmp(argv[1], "--block-in-sync") == 0;
+	if (argc > 1 && strcmp(argv[1], "--fork") == 0) {
+		struct timespec t0, t;
+		volatile unsigned long spin = 0;
+		pid_t child;
+
+		printf("ready\n");
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			return 1;
+		child = fork();
+		if (child < 0)
+			return 1;
+		if (child > 0)
+			return waitpid(child, NULL, 0) == child ? 0 : 1;
+		printf("child %d\n", (int)getpid());
+		fflush(stdout);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		do {
+			for (int i = 0; i < 100000; i++)
+				spin += (unsigned long)i;
+			clock_gettime(CLOCK_MONOTONIC, &t);
+		} while ((t.tv_sec - t0.tv_sec) * 1000000000LL + (t.tv_nsec - t0.tv_nsec) < 300000000LL);
+		if (!fgets(line, sizeof(line), stdin))
+			_exit(1);
+		alloc_cache(0);
+		alloc_cache(1);
+		printf("done\n");
+		fflush(stdout);
+		_exit(0);
+	}
 	if (argc > 2 && strcmp(argv[1], "--calls") == 0) {
 		long n = atol(argv[2]);
 		struct timespec t0, t1;
