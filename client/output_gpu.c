@@ -90,8 +90,8 @@ int output__gpu(FILE *f, const json_t *reply)
 	{
 		if (strcmp(str(x, "status"), "attached") != 0 &&
 		    strcmp(str(x, "status"), "missing") != 0)
-			fprintf(f, "  %s %s: %s\n", str(x, "what"), str(x, "file"),
-				str(x, "status"));
+			fprintf(f, "  %s%s%s: %s\n", str(x, "what"), str(x, "file")[0] ? " " : "",
+				str(x, "file"), str(x, "status"));
 	}
 
 	fprintf(f, "\nKernel launches\n%10s %8s  %-12s %-12s  %s\n", "launches", "errors", "grid",

@@ -40,6 +40,7 @@ enum {
 	OPT_WINDOW,
 	OPT_EVENT,
 	OPT_UPROBE,
+	OPT_UPROBE_MAX_RATE,
 };
 
 /* The parsed command line. */
@@ -60,6 +61,7 @@ struct args {
 	bool debuginfod;		  /* resymbolize --debuginfod */
 	bool children;			  /* attach --children */
 	const char *uprobes;		  /* attach --uprobe LIB:SYMBOL[,LIB:SYMBOL] */
+	long long uprobe_max_rate;	  /* attach --uprobe-max-rate; -1: profd's default */
 	bool group_by_name;		  /* threads --group-by name */
 	const char *event;		  /* top/hotpaths --event NAME; NULL: CPU samples */
 	double window_s;		  /* threads --window SECONDS; 0: none */
@@ -381,6 +383,10 @@ static json_t *attach_request(const struct args *a)
 		return NULL;
 	if (a->uprobes && json_object_set_new(request, "uprobes", json_string(a->uprobes)) < 0)
 		return NULL;
+	if (a->uprobe_max_rate >= 0 &&
+	    json_object_set_new(request, "uprobe_max_calls_per_s",
+				json_integer((json_int_t)a->uprobe_max_rate)) < 0)
+		return NULL;
 	if (a->stack_bytes &&
 	    json_object_set_new(request, "stack_bytes", json_integer(a->stack_bytes)) < 0)
 		return NULL;
@@ -677,6 +683,7 @@ static const struct option attach_options[] = {
     {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
     {"children", no_argument, NULL, OPT_CHILDREN},
     {"uprobe", required_argument, NULL, OPT_UPROBE},
+    {"uprobe-max-rate", required_argument, NULL, OPT_UPROBE_MAX_RATE},
     {},
 };
 
@@ -748,6 +755,10 @@ static const struct command commands[] = {
 		   "                          the mapped file LIB (a path, a file name, or\n"
 		   "                          its start: libc, libc.so.6, myprog); up to 16;\n"
 		   "                          see profctl gpu\n"
+		   "      --uprobe-max-rate N detach the cuda, nvtx and --uprobe probes if\n"
+		   "                          the process makes more than N probed calls a\n"
+		   "                          second (each costs it microseconds); 0: never;\n"
+		   "                          default 20000\n"
 		   "      --stack-bytes N     user stack copied per sample for dwarf/auto,\n"
 		   "                          512..32768 (default 16384)\n"
 		   "  -w, --wait              wait for the session to end, with progress on\n"
@@ -1285,6 +1296,11 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 		case OPT_CHILDREN:
 			a->children = true;
 			break;
+		case OPT_UPROBE_MAX_RATE:
+			if (parse_integer(optarg, "--uprobe-max-rate", 0, 1000000000,
+					  &a->uprobe_max_rate) < 0)
+				return -EINVAL;
+			break;
 		case OPT_UPROBE:
 			if (!strchr(optarg, ':')) {
 				log_error("invalid --uprobe '%s': expected LIB:SYMBOL[,LIB:SYMBOL]",
@@ -1349,7 +1365,7 @@ int main(int argc, char **argv)
 {
 	_cleanup_(conn__freep) struct conn *conn = NULL;
 	_cleanup_free_ char **argv_copy = NULL;
-	struct args a = {};
+	struct args a = { .uprobe_max_rate = -1 };
 	const char *env;
 	int r;
 

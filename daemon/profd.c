@@ -180,6 +180,38 @@ static void note_probe(void *ctx, pid_t pid, const char *what, const char *file,
 }
 
 /*
+ * Detach the CUDA/NVTX/generic probes of the session in @slot if its
+ * processes make more probed calls per second than its limit: each costs
+ * the target microseconds, and a probe on a hot function would slow it
+ * many times. What they recorded stays; `gpu` says when and why they went.
+ */
+static void check_gpu_rate(struct profd *p, unsigned slot, uint64_t now)
+{
+	struct session *s = p->slots[slot];
+	uint64_t dt = now - s->gpu_rate_mono_ns, calls;
+	char status[160];
+	double rate;
+
+	if (s->gpu_stopped || !s->gpu_max_calls_per_s || !gpu__wanted(p->gpu, slot) ||
+	    dt < NSEC_PER_SEC / 2)
+		return;
+	/* Calls lost in the kernel ran in the target all the same. */
+	calls = s->gpu_calls + gpu__lost(p->gpu, slot);
+	rate = (double)(calls - s->gpu_calls_seen) * 1e9 / (double)dt;
+	s->gpu_calls_seen = calls;
+	s->gpu_rate_mono_ns = now;
+	if (rate <= (double)s->gpu_max_calls_per_s)
+		return;
+	s->gpu_stopped = true;
+	gpu__detach(p->gpu, slot);
+	snprintf(status, sizeof(status),
+		 "detached: %.0f probed calls/s, over the limit of %llu/s (attach --uprobe-max-rate)",
+		 rate, (unsigned long long)s->gpu_max_calls_per_s);
+	gpu_acc__note_probe(s->gpu, s->pid, "all probes", "", status);
+	log_warning("Session %lld: uprobes %s", (long long)s->id, status);
+}
+
+/*
  * CUDA/NVTX/generic probes for the processes a session follows
  * (--children): uprobes are per process, so a forked child has none of its
  * parent's. Its calls from its start to here are not seen.
@@ -220,6 +252,7 @@ static void on_gpu(void *ctx, const struct gpu_probe *probe, const struct uprobe
 	/* A late record of a session that ended, its slot taken by another: not ours. */
 	if (!s || probe->owner != s->id)
 		return;
+	s->gpu_calls++;
 	proc = session__proc(s, (pid_t)e->pid);
 	if (proc)
 		pthread_rwlock_rdlock(&proc->as_lock);
@@ -379,6 +412,9 @@ static void on_timer(struct watch *w, uint32_t events)
 	/* Libraries mapped since the attach (libcuda.so at cuInit()) get their
 	 * probes. Its own clock: queries flush too, and may keep the flush
 	 * below from running for a while. */
+	for (unsigned i = 0; p->gpu && i < PROFILE_MAX_SLOTS; i++)
+		if (p->slots[i])
+			check_gpu_rate(p, i, now);
 	attach_gpu_children(p);
 	if (p->gpu && now - p->last_rescan_ns >= PROFD_WINDOW_NS) {
 		p->last_rescan_ns = now;
@@ -525,6 +561,9 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, const struc
 					    "failed: BPF uprobes unavailable");
 		} else {
 			s->gpu_lost_kernel = gpu__lost(p->gpu, slot);
+			s->gpu_max_calls_per_s = req->uprobe_max_calls_per_s;
+			s->gpu_rate_mono_ns = now_ns(CLOCK_MONOTONIC);
+			s->gpu_calls_seen = s->gpu_lost_kernel;
 			pthread_rwlock_rdlock(&s->main->as_lock);
 			r = gpu__attach(p->gpu, slot, s->id, s->pid, s->main->as, want, req->uprobes,
 					note_probe, s->gpu);

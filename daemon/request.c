@@ -158,7 +158,8 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 	struct request req = { .freq_hz = PROFD_DEFAULT_FREQ_HZ,
 			       .events = EVENT_DEFAULT,
 			       .unwind = UNWIND_MODE_AUTO,
-			       .stack_bytes = PROFD_DEFAULT_STACK_BYTES };
+			       .stack_bytes = PROFD_DEFAULT_STACK_BYTES,
+			       .uprobe_max_calls_per_s = DEFAULT_UPROBE_MAX_CALLS_PER_S };
 	json_error_t jerr;
 	const char *cmd;
 	json_t *v;
@@ -251,6 +252,11 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 				return r;
 			snprintf(req.uprobes, sizeof(req.uprobes), "%s", json_string_value(v));
 		}
+		r = get_int(root, "uprobe_max_calls_per_s", 0, 1000000000, &n, errbuf, errlen);
+		if (r == 0)
+			req.uprobe_max_calls_per_s = (uint64_t)n;
+		else if (r != -ENOENT)
+			return r;
 		v = json_object_get(root, "events");
 		if (v && !json_is_null(v)) {
 			r = parse_events(v, &req, errbuf, errlen);

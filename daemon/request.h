@@ -39,6 +39,14 @@ enum request_cmd {
  */
 #define EVENT_DEFAULT (EVENT_CPU | EVENT_OFFCPU)
 
+/*
+ * Probed calls per second above which a session's CUDA/NVTX/generic probes
+ * are detached by default: each call costs the target microseconds
+ * (bench/uprobe-cost: ~13 us here), so 20000 calls/s cost it about a
+ * quarter of a CPU.
+ */
+#define DEFAULT_UPROBE_MAX_CALLS_PER_S 20000
+
 struct request {
 	enum request_cmd cmd;
 	int64_t pid;          /* attach: >= 1 */
@@ -53,6 +61,7 @@ struct request {
 	bool debuginfod;      /* resymbolize: may fetch through libdebuginfod */
 	bool children;        /* attach: follow processes the target forks */
 	char uprobes[1024];   /* attach: LIB:SYMBOL[,LIB:SYMBOL] generic probes, "" for none */
+	uint64_t uprobe_max_calls_per_s; /* attach: CUDA/NVTX/generic probes detached above it; 0: never */
 	const char *sampled_event; /* attach: a second event to sample with stacks (static name), or NULL;
 				    * top, hotpaths: report that event's samples instead of CPU samples */
 	bool group_by_name;   /* threads: group like-named threads */

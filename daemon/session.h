@@ -91,6 +91,11 @@ struct session {
 	struct hashmap counter_rows;    /* struct counter_row: values read, not yet committed */
 	struct gpu_acc *gpu;            /* CUDA/NVTX/uprobe accounting (gpu_acc.h) */
 	uint64_t gpu_lost_kernel;       /* gpu__lost() of the slot when last read */
+	uint64_t gpu_calls;             /* probed calls received (records), total */
+	uint64_t gpu_calls_seen;        /* gpu_calls at the last rate check */
+	uint64_t gpu_rate_mono_ns;      /* ...and when it was */
+	uint64_t gpu_max_calls_per_s;   /* probes detached above it; 0: no limit */
+	bool gpu_stopped;               /* the probes were detached for their rate */
 };
 
 

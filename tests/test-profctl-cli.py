@@ -220,16 +220,20 @@ def run_checks(profctl, fake, tmp):
 
     # --- gpu, ranges, attach --uprobe ---------------------------------------------------
     mark = fake.mark()
-    run("attach", "4242", "--events", "cpu,cuda,nvtx", "--uprobe", "libc:malloc,train:step")
+    run("attach", "4242", "--events", "cpu,cuda,nvtx", "--uprobe", "libc:malloc,train:step",
+        "--uprobe-max-rate", "500")
     run("gpu", "7", "--limit", "4")
     run("ranges", "7")
     reqs = fake.requests_since(mark)
     check(len(reqs) == 3 and reqs[0].get("uprobes") == "libc:malloc,train:step" and
+          reqs[0].get("uprobe_max_calls_per_s") == 500 and
           reqs[0].get("events") == ["cpu", "cuda", "nvtx"] and
           reqs[1] == {"v": 1, "cmd": "gpu", "session": 7, "limit": 4} and
           reqs[2] == {"v": 1, "cmd": "ranges", "session": 7},
           "attach --uprobe, gpu and ranges requests", reqs)
     mark = fake.mark()
+    r = run("attach", "4242", "--uprobe-max-rate", "-3")
+    check(r.returncode == 2 and "--uprobe-max-rate" in r.stderr, "--uprobe-max-rate -3: usage error", r)
     r = run("attach", "4242", "--uprobe", "malloc")
     check(r.returncode == 2 and "LIB:SYMBOL" in r.stderr and fake.requests_since(mark) == [],
           "--uprobe without LIB: usage error, nothing sent", r)

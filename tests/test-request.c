@@ -138,6 +138,15 @@ int main(void)
 	CHECK_INT_EQ(req.events, EVENT_CPU | EVENT_CUDA | EVENT_NVTX);
 	CHECK_STR_EQ(req.events_str, "cpu,cuda,nvtx");
 	CHECK_STR_EQ(req.uprobes, "libc.so.6:malloc,myprog:step");
+	CHECK_INT_EQ(req.uprobe_max_calls_per_s, DEFAULT_UPROBE_MAX_CALLS_PER_S);
+	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":1,\"uprobe_max_calls_per_s\":0}", &req, err,
+			   sizeof(err)),
+		     0);
+	CHECK_INT_EQ(req.uprobe_max_calls_per_s, 0);
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"uprobe_max_calls_per_s\":-1}", -EINVAL,
+		     "uprobe_max_calls_per_s");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"uprobe_max_calls_per_s\":\"5\"}", -EINVAL,
+		     "uprobe_max_calls_per_s");
 	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":1}", &req, err, sizeof(err)), 0);
 	CHECK_STR_EQ(req.uprobes, "");
 	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"uprobes\":\"malloc\"}", -EINVAL, "LIB:SYMBOL");

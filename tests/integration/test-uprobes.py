@@ -9,7 +9,9 @@ must show 4 MiB live, attributed to alloc_cache's stack, frees matched by
 pointer, the copies and the wait. --uprobe fake-cudart:work_unit counts
 the 7 calls of work_unit (each sleeps 20 ms: a lower bound, not a timing).A CUDA library dlopen()ed after the attach (as cuInit() loads libcuda.so)
 gets its probes within a flush or two, and only then is it used. With
---children, a child the target forks gets the probes too."""
+--children, a child the target forks gets the probes too. A process that
+makes more probed calls per second than --uprobe-max-rate has its probes
+detached, and the report says so."""
 import time
 
 from profdtest import Profd, binary, check, require_root_bpf, run
@@ -134,6 +136,22 @@ def test():
         m = d.json('gpu', sid)['memory']
         check(m['allocations'] == 2 and m['live_bytes'] == 2 * MIB and 'alloc_cache' in m['by_stack'][0]['stack'],
               'the child\'s allocations: %r' % m)
+
+
+        # Too many probed calls a second: the probes go, the session stays.
+        w = d.spawn_waiting(binary('FAKE_CUDART'), '--calls', '400000')
+        sid = d.json('attach', w.pid, '--events', 'cpu,cuda', '--uprobe-max-rate', '1000')['session']
+        d.go(w)
+        d.wait_ended(sid)
+        g = d.json('gpu', sid)
+        stop = [p for p in g['probes'] if p['what'] == 'all probes']
+        calls = sum(a['calls'] for a in g['api'] if a['api'] == 'cudaDeviceSynchronize')
+        print('rate limit: %r, %d of 400000 calls seen' % (stop, calls))
+        check(stop and stop[0]['status'].startswith('detached:') and 'over the limit of 1000/s' in stop[0]['status'],
+              'probes detached over the rate: %r' % g['probes'])
+        check(0 < calls < 400000, 'calls seen before the detach: %d' % calls)
+        _, out, _ = d.ctl('gpu', sid)
+        check('all probes: detached:' in out, 'profctl gpu shows the detach:\n' + out)
 
 
 run(test)
