@@ -42,8 +42,8 @@ enum request_cmd {
 /*
  * Probed calls per second above which a session's CUDA/NVTX/generic probes
  * are detached by default: each call costs the target microseconds
- * (bench/uprobe-cost: ~13 us here), so 20000 calls/s cost it about a
- * quarter of a CPU.
+ * (bench/uprobe-cost: 8-13 us on a Firecracker VM), so 20000 calls/s cost
+ * it about a fifth of a CPU.
  */
 #define DEFAULT_UPROBE_MAX_CALLS_PER_S 20000
 
