@@ -86,6 +86,8 @@ int output__gpu(FILE *f, const json_t *reply)
 		num(reply, "session"), str(reply, "events"), attached, num(reply, "lost_calls"),
 		num(reply, "unnamed_launches"), num(reply, "truncated_stacks"),
 		num(reply, "missing_stacks"));
+	if (json_array_size(probes) == 0)
+		fprintf(f, "  no probes: attach with --events cpu,cuda (or nvtx, or --uprobe)\n");
 	json_array_foreach(probes, i, x)
 	{
 		if (strcmp(str(x, "status"), "attached") != 0 &&

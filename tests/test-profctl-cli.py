@@ -255,7 +255,8 @@ def run_checks(profctl, fake, tmp):
           "failed allocations returned no memory" in r.stdout, "gpu memory lines", r.stdout)
     check("libc:malloc" in r.stdout and "User probes" in r.stdout, "gpu user probes", r.stdout)
     r = run("gpu", "6")
-    check(r.returncode == 0 and r.stdout.count("none seen") == 4, "gpu of a session without probes", r.stdout)
+    check(r.returncode == 0 and r.stdout.count("none seen") == 4 and
+          "no probes: attach with --events cpu,cuda" in r.stdout, "gpu of a session without probes", r.stdout)
     r = run("ranges", "7")
     check(r.returncode == 0 and r.stdout.splitlines()[2:] == [
         "   calls     total ms     avg ms     min ms     max ms   %time  range",
