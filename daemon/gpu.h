@@ -107,6 +107,7 @@ typedef void (*gpu_event_fn)(void *ctx, const struct gpu_probe *p, const struct 
 
 struct gpu;
 
+/* Each function is documented where it is defined, in gpu.c. */
 int gpu__new(size_t ringbuf_bytes, gpu_event_fn fn, void *ctx, struct gpu **ret);
 void gpu__free(struct gpu *g); /* accepts NULL */
 int gpu__fd(struct gpu *g);

@@ -17,6 +17,7 @@ struct session;
 struct session_env;
 struct gpu_acc;
 
+/* Each function is documented where it is defined, in gpu_acc.c. */
 struct gpu_acc *gpu_acc__new(void);    /* NULL only on out-of-memory */
 void gpu_acc__free(struct gpu_acc *a); /* accepts NULL */
 void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *sym,
