@@ -39,9 +39,12 @@
 
 /*
  * One call: entry and return times, integer arguments at entry, return
- * value, and the user stack at entry (ustack_len addresses, leaf first:
- * ips[0] is the probed function's first instruction, ips[1] the return
- * address in its caller). Variable-length: offsetof(ips) + 8 * ustack_len.
+ * value, and the user stack at entry (ustack_len addresses, leaf first,
+ * walked with frame pointers: ips[0] is the probed function's first
+ * instruction; at that instruction the frame pointer is still the caller's,
+ * so ips[1] is the caller's return address, and the direct caller is
+ * ret_addr, which user space puts back). Variable-length:
+ * offsetof(ips) + 8 * ustack_len.
  */
 struct uprobe_event {
 	__u64 entry_ns; /* CLOCK_MONOTONIC */
