@@ -67,6 +67,8 @@ enum {
 	OPT_CGROUP,
 	OPT_LABEL,
 	OPT_PYTHON,
+	OPT_UPROBE,
+	OPT_UPROBE_MAX_RATE,
 };
 
 /* The parsed command line. */
@@ -90,6 +92,8 @@ struct args {
 	bool debuginfod;		  /* resymbolize --debuginfod */
 	bool children;			  /* attach --children */
 	const char *python;		  /* attach --python: auto, off; NULL: profd's default */
+	const char *uprobes;		  /* attach --uprobe LIB:SYMBOL[,LIB:SYMBOL] */
+	long long uprobe_max_rate;	  /* attach --uprobe-max-rate; -1: profd's default */
 	bool group_by_name;		  /* threads --group-by name */
 	const char *event;		  /* top/hotpaths --event NAME; NULL: CPU samples */
 	double window_s;		  /* threads --window SECONDS; 0: none */
@@ -428,6 +432,12 @@ static json_t *attach_request(const struct args *a)
 	if (a->children && json_object_set_new(request, "children", json_true()) < 0)
 		return NULL;
 	if (a->python && json_object_set_new(request, "python", json_string(a->python)) < 0)
+		return NULL;
+	if (a->uprobes && json_object_set_new(request, "uprobes", json_string(a->uprobes)) < 0)
+		return NULL;
+	if (a->uprobe_max_rate >= 0 &&
+	    json_object_set_new(request, "uprobe_max_calls_per_s",
+				json_integer((json_int_t)a->uprobe_max_rate)) < 0)
 		return NULL;
 	if (a->stack_bytes &&
 	    json_object_set_new(request, "stack_bytes", json_integer(a->stack_bytes)) < 0)
@@ -857,6 +867,16 @@ static int run_offcpu(struct conn *c, const struct args *a)
 	return call_and_render(c, a, request_report("offcpu", a), output__offcpu, NULL);
 }
 
+static int run_gpu(struct conn *c, const struct args *a)
+{
+	return call_and_render(c, a, request_report("gpu", a), output__gpu, NULL);
+}
+
+static int run_ranges(struct conn *c, const struct args *a)
+{
+	return call_and_render(c, a, request_session("ranges", a->id), output__ranges, NULL);
+}
+
 static int run_resymbolize(struct conn *c, const struct args *a)
 {
 	_cleanup_(json_decrefp) json_t *reply = NULL;
@@ -1255,6 +1275,8 @@ static const struct option attach_options[] = {
     {"malloc-sample-bytes", required_argument, NULL, OPT_MALLOC_SAMPLE_BYTES},
     {"malloc-max-rate", required_argument, NULL, OPT_MALLOC_MAX_RATE},
     {"python", required_argument, NULL, OPT_PYTHON},
+    {"uprobe", required_argument, NULL, OPT_UPROBE},
+    {"uprobe-max-rate", required_argument, NULL, OPT_UPROBE_MAX_RATE},
     {},
 };
 
@@ -1275,6 +1297,8 @@ static const struct option snapshot_options[] = {
     {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
     {"children", no_argument, NULL, OPT_CHILDREN},
     {"python", required_argument, NULL, OPT_PYTHON},
+    {"uprobe", required_argument, NULL, OPT_UPROBE},
+    {"uprobe-max-rate", required_argument, NULL, OPT_UPROBE_MAX_RATE},
     {},
 };
 
@@ -1355,7 +1379,7 @@ static const struct command commands[] = {
 	.name = "attach",
 	.operand = OPERAND_PID,
 	.synopsis = "PID [--duration SECONDS] [--freq HZ] [--events LIST] [--unwind MODE]\n"
-		    "        [--children] [--python auto|off] [--wait]",
+		    "        [--children] [--python auto|off] [--uprobe LIB:SYMBOL[,...]] [--wait]",
 	.summary = "start sampling a process; prints the new session's ID",
 	.details = "Start a session that samples process PID (all its threads) and stores\n"
 		   "the call stacks; prints the session ID the other commands take.\n"
@@ -1377,7 +1401,10 @@ static const struct command commands[] = {
 		   "                          stacks, matched with their frees: uprobes on\n"
 		   "                          malloc/free... of libc, jemalloc or tcmalloc;\n"
 		   "                          each call of the target then traps, ~1-3 us);\n"
-		   "                          default: cpu,offcpu,rss\n"
+		   "                          cuda (uprobes on the CUDA runtime and driver:\n"
+		   "                          kernel launches, GPU memory, copies, waits;\n"
+		   "                          see profctl gpu), nvtx (NVTX ranges; see\n"
+		   "                          profctl ranges); default: cpu,offcpu,rss\n"
 		   "      --unwind MODE       how user call stacks are unwound:\n"
 		   "                          fp     frame pointers only (cheapest; stacks stop\n"
 		   "                                 at code built without them)\n"
@@ -1387,6 +1414,15 @@ static const struct command commands[] = {
 		   "                                 pointer walk got further (default)\n"
 		   "      --children          also sample the processes PID forks after the\n"
 		   "                          attach (data-loader workers), in this session\n"
+		   "      --uprobe LIB:SYMBOL[,LIB:SYMBOL]\n"
+		   "                          count calls and time each call of SYMBOL in\n"
+		   "                          the mapped file LIB (a path, a file name, or\n"
+		   "                          its start: libc, libc.so.6, myprog); up to 16;\n"
+		   "                          see profctl gpu\n"
+		   "      --uprobe-max-rate N detach the cuda, nvtx and --uprobe probes if\n"
+		   "                          the process makes more than N probed calls a\n"
+		   "                          second (each costs it microseconds); 0: never;\n"
+		   "                          default 20000\n"
 		   "      --stack-bytes N     user stack copied per sample for dwarf/auto,\n"
 		   "                          512..32768 (default 16384)\n"
 		   "      --memory-interval SECONDS\n"
@@ -1414,7 +1450,9 @@ static const struct command commands[] = {
 		   "  profctl attach 1234 --duration 10 --wait\n"
 		   "  profctl attach \"$(pidof myserver)\" --freq 999 --duration 30\n"
 		   "  profctl attach 1234 --events cpu,rss,malloc --duration 60 --wait\n"
-		   "  profctl attach \"$(pgrep -f train.py)\" --children --duration 20 --wait\n",
+		   "  profctl attach \"$(pgrep -f train.py)\" --children --duration 20 --wait\n"
+		   "  profctl attach 1234 --events cpu,cuda,nvtx\n"
+		   "  profctl attach 1234 --uprobe libc:malloc,myprog:step\n",
 	.shortopts = "d:f:e:w",
 	.longopts = attach_options,
 	.run = run_attach,
@@ -1745,6 +1783,50 @@ static const struct command commands[] = {
 	.run = run_sql,
     },
     {
+	.name = "gpu",
+	.operand = OPERAND_SESSION,
+	.synopsis = "SESSION [--limit N]",
+	.summary = "kernel launches, CUDA API times, copies, GPU memory growth",
+	.details = "Print what the CUDA probes of session SESSION saw (attach --events\n"
+		   "cpu,cuda): kernels by launches with grid and block dimensions and the\n"
+		   "launching call stack; calls, errors and total/avg/min/max time per CUDA\n"
+		   "API function; bytes copied by direction; time threads waited in\n"
+		   "synchronization calls, per stack; GPU memory: live bytes now, at peak\n"
+		   "and over time, and per allocating stack (frees are matched to their\n"
+		   "allocation by pointer; failed allocations count as asked, not live);\n"
+		   "and the calls and latency of each --uprobe. Probes that failed, and\n"
+		   "NVTX v3 calls inlined where they cannot be probed, are listed first;\n"
+		   "--json also lists every probe attached or missing.\n"
+		   "\n"
+		   "Options:\n"
+		   "  -n, --limit N           rows per list, 1..10000 (default 10)\n"
+		   "\n"
+		   "Examples:\n"
+		   "  profctl gpu 7\n"
+		   "  profctl gpu 7 --json | jq '.kernels[] | {name, launches}'\n",
+	.shortopts = "n:",
+	.longopts = limit_options,
+	.run = run_gpu,
+    },
+    {
+	.name = "ranges",
+	.operand = OPERAND_SESSION,
+	.synopsis = "SESSION",
+	.summary = "NVTX ranges as a tree: calls, total/avg/min/max time, % of session",
+	.details = "Print the NVTX ranges of session SESSION (attach --events cpu,nvtx):\n"
+		   "push/pop ranges as a tree, each nested range under its parent, with\n"
+		   "calls, total, average, minimum and maximum time, and the share of the\n"
+		   "session's wall time (summed over threads, so it can pass 100%); then\n"
+		   "start/end ranges and marks. Ranges closed before they were seen opened\n"
+		   "(opened before the attach) are counted, not timed.\n"
+		   "\n"
+		   "Examples:\n"
+		   "  profctl ranges 7\n"
+		   "  profctl ranges 7 --json\n",
+	.shortopts = "",
+	.run = run_ranges,
+    },
+    {
 	.name = "resymbolize",
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--debuginfod]",
@@ -2014,7 +2096,7 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 	};
 	_cleanup_free_ char **sub_argv = NULL;
 	_cleanup_free_ char *sub_name = NULL;
-	struct option options[16];
+	struct option options[32]; /* the common options and the command's */
 	char shortopts[32];
 	bool have_operand = false;
 	size_t n = 0;
@@ -2125,6 +2207,19 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 				return -EINVAL;
 			}
 			a->python = optarg;
+			break;
+		case OPT_UPROBE_MAX_RATE:
+			if (parse_integer(optarg, "--uprobe-max-rate", 0, 1000000000,
+					  &a->uprobe_max_rate) < 0)
+				return -EINVAL;
+			break;
+		case OPT_UPROBE:
+			if (!strchr(optarg, ':')) {
+				log_error("invalid --uprobe '%s': expected LIB:SYMBOL[,LIB:SYMBOL]",
+					  optarg);
+				return -EINVAL;
+			}
+			a->uprobes = optarg;
 			break;
 		case OPT_EVENT:
 			a->event = optarg;
@@ -2286,7 +2381,7 @@ int main(int argc, char **argv)
 {
 	_cleanup_(conn__freep) struct conn *conn = NULL;
 	_cleanup_free_ char **argv_copy = NULL;
-	struct args a = { .malloc_max_rate = -1 };
+	struct args a = { .malloc_max_rate = -1, .uprobe_max_rate = -1 };
 	const char *env;
 	int r;
 

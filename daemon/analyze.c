@@ -32,6 +32,13 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(sqlite3_stmt *, sqlite3_finalize);
 #define STARVED_RUNNABLE_PCT 20.0
 /* Cache misses per 1000 instructions counted as high. */
 #define CACHE_MPKI_HIGH 10.0
+/* Time in CUDA synchronization, summed over threads, as a share of the session. */
+#define SYNC_PCT_MEDIUM 20.0
+#define SYNC_PCT_HIGH 50.0
+/* Kernel launches per second, over at least this many launches (a burst is not a pace). */
+#define LAUNCHES_MIN 1000.0
+#define LAUNCHES_PER_S_MEDIUM 1000.0
+#define LAUNCHES_PER_S_HIGH 10000.0
 /* RSS growth over the session: a finding from this share of the start and 1 MiB up. */
 #define RSS_GROWTH_MEDIUM 0.10
 #define RSS_GROWTH_HIGH 0.50
@@ -75,51 +82,6 @@ static int scalar(struct analysis *a, const char *sql, double *ret)
 		return 0;
 	*ret = sqlite3_column_double(st, 0);
 	return 1;
-}
-
-/*
- * Rows of session @a->session in the tables whose names match one of the
- * LIKE patterns @likes (NULL-terminated) and that have a session_id column.
- * Returns the count (0 also without such tables), or -errno; *@ret_tables
- * says whether any table matched.
- */
-static int64_t session_rows(struct analysis *a, const char *const *likes, bool *ret_tables)
-{
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	int64_t total = 0;
-	int rc;
-
-	*ret_tables = false;
-	rc = sqlite3_prepare_v2(
-	    a->db, "SELECT name FROM sqlite_schema WHERE type = 'table' AND name LIKE ?1", -1, &st,
-	    NULL);
-	if (rc != SQLITE_OK)
-		return sqlite_errno(rc);
-	for (; *likes; likes++) {
-		sqlite3_reset(st);
-		sqlite3_bind_text(st, 1, *likes, -1, SQLITE_STATIC);
-		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-			_cleanup_free_ char *sql = NULL;
-			double n;
-			int r;
-
-			*ret_tables = true;
-			if (asprintf(&sql, "SELECT count(*) FROM \"%s\" WHERE session_id = ?1",
-				     (const char *)sqlite3_column_text(st, 0)) < 0) {
-				sql = NULL;
-				return -ENOMEM;
-			}
-			r = scalar(a, sql, &n);
-			if (r == -EIO)
-				continue; /* no session_id column: not per session */
-			if (r < 0)
-				return r;
-			total += (int64_t)n;
-		}
-		if (rc != SQLITE_DONE)
-			return sqlite_errno(rc);
-	}
-	return total;
 }
 
 /* A finding: @evidence is consumed. */
@@ -380,26 +342,83 @@ static int rule_memory(struct analysis *a)
 }
 
 /*
- * Rules whose data other features record (CUDA calls, allocations): say
- * whether the session has that data, rather than guess. @likes: LIKE
- * patterns of the tables that hold it.
+ * Whether the session traced CUDA: its probes' outcomes are in gpu_probes
+ * (attached, missing or failed). 1 yes, 0 no, or -errno; *@ret_attached:
+ * probes that attached.
  */
-static int rule_needs_tables(struct analysis *a, const char *rule, const char *const *likes,
-			     const char *what, const char *how)
+static int cuda_traced(struct analysis *a, double *ret_attached)
 {
-	bool tables;
-	int64_t n = session_rows(a, likes, &tables);
+	double n;
+	int r = scalar(a, "SELECT count(*) FROM gpu_probes WHERE session_id = ?1", &n);
 
-	if (n < 0)
-		return (int)n;
-	if (!tables)
-		return checked(a, rule, "no data", "%s not recorded in this session (%s)", what,
-			       how);
-	if (n == 0)
-		return checked(a, rule, "no data", "%s not recorded in this session", what);
-	return checked(a, rule, "no data",
-		       "%s recorded (%lld rows), but this profd has no rule over them yet", what,
-		       (long long)n);
+	if (r < 0)
+		return r;
+	r = scalar(a,
+		   "SELECT count(*) FROM gpu_probes WHERE session_id = ?1 AND status = 'attached'",
+		   ret_attached);
+	return r < 0 ? r : n > 0;
+}
+
+/* Threads blocked in cudaDeviceSynchronize & co. for a large share of the session. */
+static int rule_cuda_sync(struct analysis *a)
+{
+	const char *rule = "cuda-synchronize";
+	double attached, ns, calls, pct;
+	int r = cuda_traced(a, &attached);
+
+	if (r <= 0)
+		return r < 0 ? r
+			     : checked(a, rule, "no data",
+				       "CUDA calls not recorded in this session (attach --events cpu,cuda)");
+	if (attached == 0)
+		return checked(a, rule, "no data", "no CUDA function could be probed (see profctl gpu)");
+	if ((r = scalar(a, "SELECT sum(total_ns) FROM gpu_syncs WHERE session_id = ?1", &ns)) < 0 ||
+	    (r = scalar(a, "SELECT sum(calls) FROM gpu_syncs WHERE session_id = ?1", &calls)) < 0)
+		return r;
+	if (a->elapsed_ns <= 0)
+		return checked(a, rule, "no data", "the session has no duration");
+	pct = 100.0 * ns / (double)a->elapsed_ns;
+	if (pct < SYNC_PCT_MEDIUM)
+		return checked(a, rule, "ok", "%.0f synchronization calls, %.3f s blocked (%.1f%% of the session)",
+			       calls, ns / 1e9, pct);
+	return finding(a, rule, pct >= SYNC_PCT_HIGH ? "high" : "medium",
+		       json_pack("{s:f, s:f, s:f}", "blocked_s", round(ns / 1e6) / 1e3, "calls",
+				 calls, "pct_of_session", round(pct * 10) / 10),
+		       "Let the CPU run ahead of the GPU: synchronize once per step rather than "
+		       "after each kernel or copy, use streams and events, and asynchronous copies "
+		       "from pinned memory (cudaMemcpyAsync); profctl gpu shows the waiting stacks",
+		       "CPU threads waited %.1f s in CUDA synchronization (%.0f%% of the session)",
+		       ns / 1e9, pct);
+}
+
+/* Many kernel launches a second: launch overhead, not the kernels, sets the pace. */
+static int rule_tiny_launches(struct analysis *a)
+{
+	const char *rule = "tiny-kernel-launches";
+	double attached, launches, per_s;
+	int r = cuda_traced(a, &attached);
+
+	if (r <= 0)
+		return r < 0 ? r
+			     : checked(a, rule, "no data",
+				       "CUDA kernel launches not recorded in this session (attach --events cpu,cuda)");
+	if (attached == 0)
+		return checked(a, rule, "no data", "no CUDA function could be probed (see profctl gpu)");
+	if ((r = scalar(a, "SELECT sum(launches) FROM gpu_kernels WHERE session_id = ?1",
+			&launches)) < 0)
+		return r;
+	if (a->elapsed_ns <= 0)
+		return checked(a, rule, "no data", "the session has no duration");
+	per_s = launches * 1e9 / (double)a->elapsed_ns;
+	if (per_s < LAUNCHES_PER_S_MEDIUM || launches < LAUNCHES_MIN)
+		return checked(a, rule, "ok", "%.0f kernel launches (%.0f/s)", launches, per_s);
+	return finding(a, rule, per_s >= LAUNCHES_PER_S_HIGH ? "high" : "medium",
+		       json_pack("{s:f, s:f}", "launches", launches, "launches_per_s",
+				 round(per_s)),
+		       "Launch fewer, larger kernels: fuse small ones, batch the work, or capture "
+		       "the step in a CUDA graph (cudaGraphLaunch). profd sees launches, not kernel "
+		       "durations: check them with a GPU profiler before and after",
+		       "%.0f kernel launches a second", per_s);
 }
 
 /*
@@ -416,7 +435,6 @@ static int rule_needs_tables(struct analysis *a, const char *rule, const char *c
 int analyze__session(sqlite3 *db, int64_t session_id, json_t **ret)
 {
 	_cleanup_(json_decrefp) json_t *session = NULL, *o = NULL;
-	static const char *const cuda_tables[] = {"cuda%", "gpu%", "nvtx%", NULL};
 	struct analysis a = {.db = db, .session = session_id};
 	json_t *sorted;
 	int r;
@@ -434,10 +452,7 @@ int analyze__session(sqlite3 *db, int64_t session_id, json_t **ret)
 
 	if ((r = rule_hot_function(&a)) < 0 || (r = rule_imbalance(&a)) < 0 ||
 	    (r = rule_main_starved(&a)) < 0 || (r = rule_cache_misses(&a)) < 0 ||
-	    (r = rule_needs_tables(&a, "cuda-synchronize", cuda_tables, "CUDA calls",
-				   "needs a profd with CUDA tracing, and a CUDA program")) < 0 ||
-	    (r = rule_needs_tables(&a, "tiny-kernel-launches", cuda_tables, "CUDA kernel launches",
-				   "needs a profd with CUDA tracing, and a CUDA program")) < 0 ||
+	    (r = rule_cuda_sync(&a)) < 0 || (r = rule_tiny_launches(&a)) < 0 ||
 	    (r = rule_memory(&a)) < 0)
 		return r;
 

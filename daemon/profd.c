@@ -25,6 +25,8 @@
 #include "memory_report.h"
 #include "notify.h"
 #include "offcpu.h"
+#include "gpu.h"
+#include "query_gpu.h"
 #include "protocol.h"
 #include "query.h"
 #include "request.h"
@@ -52,6 +54,8 @@
 #define SQL_TIMEOUT_NS (5 * NSEC_PER_SEC)
 /* How often retention runs (and once at start), when configured. */
 #define RETENTION_INTERVAL_NS (600 * NSEC_PER_SEC)
+/* CUDA/NVTX/uprobe call records: ~330 bytes + 8 per stack frame each. */
+#define GPU_RINGBUF_BYTES (8u << 20)
 /* How often the loop wakes up to end expired sessions; flushes are every PROFD_WINDOW_NS. */
 #define TICK_NS (200 * NSEC_PER_MSEC)
 
@@ -63,12 +67,15 @@ struct profd {
 	struct unwind_worker *worker;
 	struct offcpu *offcpu;
 	struct heap *heap;                /* allocation probes; NULL if they cannot load */
+	struct gpu *gpu;                  /* uprobes: CUDA, NVTX, --uprobe; NULL if unavailable */
 	struct unwinder *unwinder;        /* the main thread's, for off-CPU and allocation stacks */
 	struct counters_support counters; /* what this machine can count */
 	struct session *slots[PROFILE_MAX_SLOTS];
-	struct watch sampler_watch, timer_watch, signal_watch, worker_watch, offcpu_watch, heap_watch;
+	struct watch sampler_watch, timer_watch, signal_watch, worker_watch, offcpu_watch, heap_watch,
+		gpu_watch;
 	int timer_fd, signal_fd;
 	uint64_t last_flush_ns;
+	uint64_t last_rescan_ns; /* CLOCK_MONOTONIC of the last gpu__rescan() round */
 	uint64_t last_retention_ns; /* CLOCK_MONOTONIC */
 	uint64_t watchdog_ns;       /* WATCHDOG=1 this often; 0: no watchdog */
 	uint64_t last_watchdog_ns;
@@ -216,6 +223,118 @@ static void collect_offcpu_lost(struct profd *p)
 	}
 }
 
+/* An attach outcome of a probe (gpu_note_fn), kept for the session's next flush. */
+static void note_probe(void *ctx, pid_t pid, const char *what, const char *file,
+		       const char *status)
+{
+	gpu_acc__note_probe(ctx, pid, what, file, status);
+}
+
+/*
+ * Detach the CUDA/NVTX/generic probes of the session in @slot if its
+ * processes make more probed calls per second than its limit: each costs
+ * the target microseconds, and a probe on a hot function would slow it
+ * many times. What they recorded stays; `gpu` says when and why they went.
+ */
+static void check_gpu_rate(struct profd *p, unsigned slot, uint64_t now)
+{
+	struct session *s = p->slots[slot];
+	uint64_t dt = now - s->gpu_rate_mono_ns, calls;
+	char status[160];
+	double rate;
+
+	if (s->gpu_stopped || !s->gpu_max_calls_per_s || !gpu__wanted(p->gpu, slot) ||
+	    dt < NSEC_PER_SEC / 2)
+		return;
+	/* Calls lost in the kernel ran in the target all the same. */
+	calls = s->gpu_calls + gpu__lost(p->gpu, slot);
+	rate = (double)(calls - s->gpu_calls_seen) * 1e9 / (double)dt;
+	s->gpu_calls_seen = calls;
+	s->gpu_rate_mono_ns = now;
+	if (rate <= (double)s->gpu_max_calls_per_s)
+		return;
+	s->gpu_stopped = true;
+	gpu__detach(p->gpu, slot);
+	snprintf(status, sizeof(status),
+		 "detached: %.0f probed calls/s, over the limit of %llu/s (attach --uprobe-max-rate)",
+		 rate, (unsigned long long)s->gpu_max_calls_per_s);
+	gpu_acc__note_probe(s->gpu, s->pid, "all probes", "", status);
+	log_warning("Session %lld: uprobes %s", (long long)s->id, status);
+}
+
+/*
+ * CUDA/NVTX/generic probes for the processes a session follows
+ * (--children): uprobes are per process, so a forked child has none of its
+ * parent's. Its calls from its start to here are not seen.
+ */
+static void attach_gpu_children(struct profd *p)
+{
+	for (unsigned i = 0; p->gpu && i < PROFILE_MAX_SLOTS; i++) {
+		struct session *s = p->slots[i];
+		struct proc *proc;
+
+		if (!s || !s->follow_children || !gpu__wanted(p->gpu, i))
+			continue;
+		hashmap__for_each(&s->procs, k, proc)
+		{
+			int r;
+
+			if (proc->gpu_tried || proc == s->main)
+				continue;
+			proc->gpu_tried = true;
+			pthread_rwlock_rdlock(&proc->as_lock);
+			r = gpu__attach_more(p->gpu, i, proc->pid, proc->as, note_probe, s->gpu);
+			pthread_rwlock_unlock(&proc->as_lock);
+			if (r < 0 && r != -EBUSY)
+				log_warning_errno(r, "Session %lld: no CUDA/NVTX probes in child %d: %m",
+						  (long long)s->id, proc->pid);
+		}
+	}
+}
+
+/* A call record of a CUDA/NVTX/generic probe. */
+static void on_gpu(void *ctx, const struct gpu_probe *probe, const struct uprobe_event *e,
+		   size_t size)
+{
+	struct profd *p = ctx;
+	struct session *s = e->slot < PROFILE_MAX_SLOTS ? p->slots[e->slot] : NULL;
+	struct proc *proc;
+
+	/* A late record of a session that ended, its slot taken by another: not ours. */
+	if (!s || probe->owner != s->id)
+		return;
+	s->gpu_calls++;
+	proc = session__proc(s, (pid_t)e->pid);
+	if (proc)
+		pthread_rwlock_rdlock(&proc->as_lock);
+	gpu_acc__on_event(s->gpu, s, p->env.sym, proc ? proc->as : NULL, probe, e);
+	if (proc)
+		pthread_rwlock_unlock(&proc->as_lock);
+}
+
+static void on_gpu_ready(struct watch *w, uint32_t events)
+{
+	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, gpu_watch));
+
+	gpu__poll(p->gpu);
+}
+
+/* Probe calls lost in the kernel (a running total per slot), charged to their sessions. */
+static void collect_gpu_lost(struct profd *p)
+{
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS && p->gpu; i++) {
+		struct session *s = p->slots[i];
+		uint64_t lost;
+
+		if (!s)
+			continue;
+		lost = gpu__lost(p->gpu, i);
+		if (lost > s->gpu_lost_kernel)
+			gpu_acc__count_lost(s->gpu, lost - s->gpu_lost_kernel);
+		s->gpu_lost_kernel = lost;
+	}
+}
+
 /* Take everything the sampler and the unwinding thread have for us. */
 static void collect(struct profd *p, bool wait_for_unwinder)
 {
@@ -223,6 +342,10 @@ static void collect(struct profd *p, bool wait_for_unwinder)
 		offcpu__poll(p->offcpu);
 	if (p->heap)
 		heap__poll(p->heap);
+	if (p->gpu) {
+		gpu__poll(p->gpu);
+		collect_gpu_lost(p);
+	}
 	sampler__poll(p->env.sampler);
 	if (wait_for_unwinder)
 		unwind_worker__wait_idle(p->worker);
@@ -388,6 +511,8 @@ static int end_session(struct profd *p, unsigned slot, const char *reason)
 		offcpu__remove_target(p->offcpu, slot, s->pid);
 	if (p->heap)
 		heap__detach(p->heap, slot);
+	if (p->gpu)
+		gpu__detach(p->gpu, slot);
 	session__stop(s, &p->env);
 	collect(p, true);
 	collect_offcpu_lost(p);
@@ -493,6 +618,19 @@ static void on_timer(struct watch *w, uint32_t events)
 				    (long long)p->slots[i]->id);
 	if (now - p->last_retention_ns >= RETENTION_INTERVAL_NS)
 		run_retention(p);
+	/* Libraries mapped since the attach (libcuda.so at cuInit()) get their
+	 * probes. Its own clock: queries flush too, and may keep the flush
+	 * below from running for a while. */
+	for (unsigned i = 0; p->gpu && i < PROFILE_MAX_SLOTS; i++)
+		if (p->slots[i])
+			check_gpu_rate(p, i, now);
+	attach_gpu_children(p);
+	if (p->gpu && now - p->last_rescan_ns >= PROFD_WINDOW_NS) {
+		p->last_rescan_ns = now;
+		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+			if (p->slots[i])
+				gpu__rescan(p->gpu, i, note_probe, p->slots[i]->gpu);
+	}
 	if (now - p->last_flush_ns >= PROFD_WINDOW_NS) {
 		collect_offcpu_lost(p);
 		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
@@ -711,6 +849,27 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
 	if (r < 0)
 		log_warning("Session %lld: cannot store its memory settings: %s", (long long)s->id,
 			    store__errmsg(p->env.store));
+	if ((req->events & (EVENT_CUDA | EVENT_NVTX)) || req->uprobes[0]) {
+		unsigned want = ((req->events & EVENT_CUDA) ? GPU_WANT_CUDA : 0) |
+				((req->events & EVENT_NVTX) ? GPU_WANT_NVTX : 0);
+
+		if (!p->gpu) {
+			gpu_acc__note_probe(s->gpu, s->pid, "uprobes", "",
+					    "failed: BPF uprobes unavailable");
+		} else {
+			s->gpu_lost_kernel = gpu__lost(p->gpu, slot);
+			s->gpu_max_calls_per_s = req->uprobe_max_calls_per_s;
+			s->gpu_rate_mono_ns = now_ns(CLOCK_MONOTONIC);
+			s->gpu_calls_seen = s->gpu_lost_kernel;
+			pthread_rwlock_rdlock(&s->main->as_lock);
+			r = gpu__attach(p->gpu, slot, s->id, s->pid, s->main->as, want, req->uprobes,
+					note_probe, s->gpu);
+			pthread_rwlock_unlock(&s->main->as_lock);
+			if (r < 0)
+				log_warning_errno(r, "Session %lld: uprobes not all attached: %m",
+						  (long long)s->id);
+		}
+	}
 	p->pid_watches[slot] = (struct pid_watch){ { on_pid_exit }, p, slot };
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &p->pid_watches[slot].watch };
 	if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, s->pidfd, &ev) < 0)
@@ -810,6 +969,12 @@ static json_t *handle_request_unchecked(struct profd *p, const struct ucred *pee
 		return query_response(r, fields, req.session);
 	case CMD_MEMORY:
 		r = query__memory(store__db(p->env.store), req.session, req.limit, &fields);
+		return query_response(r, fields, req.session);
+	case CMD_GPU:
+		r = query__gpu(store__db(p->env.store), req.session, req.limit, &fields);
+		return query_response(r, fields, req.session);
+	case CMD_RANGES:
+		r = query__ranges(store__db(p->env.store), req.session, &fields);
 		return query_response(r, fields, req.session);
 	case CMD_RESYMBOLIZE:
 		r = resymbolize__session(p->env.store, req.session, req.debuginfod, &fields);
@@ -1165,6 +1330,12 @@ static int run(void)
 		p.heap = NULL;
 	}
 
+	r = gpu__new(GPU_RINGBUF_BYTES, on_gpu, &p, &p.gpu);
+	if (r < 0) {
+		log_warning_errno(r, "CUDA/NVTX/user probes unavailable (uprobe BPF program): %m");
+		p.gpu = NULL;
+	}
+
 	r = unwind_worker__new(UNWIND_QUEUE, &p.worker);
 	if (r < 0) {
 		log_error_errno(r, "Failed to start the unwinding thread: %m");
@@ -1185,7 +1356,8 @@ static int run(void)
 	    (r = add_watch(p.epfd, unwind_worker__fd(p.worker), &p.worker_watch, on_worker)) < 0 ||
 	    (p.offcpu &&
 	     (r = add_watch(p.epfd, offcpu__fd(p.offcpu), &p.offcpu_watch, on_offcpu_ready)) < 0) ||
-	    (p.heap && (r = add_watch(p.epfd, heap__fd(p.heap), &p.heap_watch, on_heap_ready)) < 0)) {
+	    (p.heap && (r = add_watch(p.epfd, heap__fd(p.heap), &p.heap_watch, on_heap_ready)) < 0) ||
+	    (p.gpu && (r = add_watch(p.epfd, gpu__fd(p.gpu), &p.gpu_watch, on_gpu_ready)) < 0)) {
 		log_error_errno(r, "Failed to set up the event loop: %m");
 		goto out;
 	}
@@ -1250,6 +1422,7 @@ out:
 	unwind_worker__free(p.worker);
 	offcpu__free(p.offcpu);
 	heap__free(p.heap);
+	gpu__free(p.gpu);
 	unwinder__free(p.unwinder);
 	sampler__free(p.env.sampler);
 	symbolizer__free(p.env.sym);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gpu.h"
 #include "protocol.h"
 #include "request.h"
 #include "unwind_worker.h"
@@ -26,9 +27,10 @@ static const struct {
 	{ "memory", CMD_MEMORY, true },
 	{ "profile", CMD_PROFILE, true },   { "sql", CMD_SQL, false },
 	{ "analyze", CMD_ANALYZE, true },
+	{ "gpu", CMD_GPU, true },		     { "ranges", CMD_RANGES, true },
 };
 
-static const char *const event_names[] = { "cpu", "offcpu", "counters", "rss", "malloc" };
+static const char *const event_names[] = { "cpu", "offcpu", "counters", "rss", "malloc", "cuda", "nvtx" };
 
 /*
  * Events that can be sampled with stacks beside the CPU event, each with a
@@ -112,7 +114,7 @@ static int parse_events(json_t *v, struct request *req, char *errbuf, size_t err
 		if (!name)
 			return fail(errbuf, errlen, -EINVAL, "\"events\" must hold strings");
 		for (size_t e = 0; e < ARRAY_SIZE(event_names); e++)
-			if (strcmp(name, event_names[e]) == 0) {
+			if (event_names[e] && strcmp(name, event_names[e]) == 0) {
 				req->events |= 1u << e;
 				known = true;
 			}
@@ -127,7 +129,7 @@ static int parse_events(json_t *v, struct request *req, char *errbuf, size_t err
 		}
 		if (!known)
 			return fail(errbuf, errlen, -EINVAL,
-				    "unknown event '%.32s' (known: cpu, offcpu, counters, rss, malloc, and one of "
+				    "unknown event '%.32s' (known: cpu, offcpu, counters, rss, malloc, cuda, nvtx, and one of "
 				    "page-faults, context-switches, cpu-migrations, instructions, "
 				    "cache-references, cache-misses, branch-misses sampled with stacks)",
 				    name);
@@ -169,7 +171,7 @@ static void format_events(struct request *req)
 
 	req->events_str[0] = '\0';
 	for (size_t e = 0; e < ARRAY_SIZE(event_names); e++)
-		if (req->events & (1u << e))
+		if ((req->events & (1u << e)) && event_names[e])
 			off += snprintf(req->events_str + off, sizeof(req->events_str) - off,
 					"%s%s", off ? "," : "", event_names[e]);
 	if (req->sampled_event && off < sizeof(req->events_str))
@@ -188,7 +190,8 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 			       .stack_bytes = PROFD_DEFAULT_STACK_BYTES,
 			       .memory_interval_ns = PROFD_DEFAULT_MEMORY_INTERVAL_NS,
 			       .malloc_sample_bytes = PROFD_DEFAULT_MALLOC_SAMPLE_BYTES,
-			       .malloc_max_hits_per_s = PROFD_DEFAULT_MALLOC_MAX_HITS_PER_S };
+			       .malloc_max_hits_per_s = PROFD_DEFAULT_MALLOC_MAX_HITS_PER_S,
+			       .uprobe_max_calls_per_s = DEFAULT_UPROBE_MAX_CALLS_PER_S };
 	json_error_t jerr;
 	const char *cmd;
 	json_t *v;
@@ -299,6 +302,21 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 			req.malloc_max_hits_per_s = (uint64_t)n;
 		else if (r != -ENOENT)
 			return r;
+		v = json_object_get(root, "uprobes");
+		if (v && !json_is_null(v)) {
+			if (!json_is_string(v))
+				return fail(errbuf, errlen, -EINVAL,
+					    "\"uprobes\" must be a string LIB:SYMBOL[,LIB:SYMBOL]");
+			r = gpu_uprobes__check(json_string_value(v), errbuf, errlen);
+			if (r < 0)
+				return r;
+			snprintf(req.uprobes, sizeof(req.uprobes), "%s", json_string_value(v));
+		}
+		r = get_int(root, "uprobe_max_calls_per_s", 0, 1000000000, &n, errbuf, errlen);
+		if (r == 0)
+			req.uprobe_max_calls_per_s = (uint64_t)n;
+		else if (r != -ENOENT)
+			return r;
 		v = json_object_get(root, "events");
 		if (v && !json_is_null(v)) {
 			r = parse_events(v, &req, errbuf, errlen);
@@ -332,14 +350,16 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 	case CMD_OFFCPU:
 	case CMD_MEMORY:
 	case CMD_PROFILE:
+	case CMD_GPU:
 		req.limit = req.cmd == CMD_TOP ? 20 : 10;
-		if (req.cmd != CMD_OFFCPU && req.cmd != CMD_MEMORY) {
+		if (req.cmd != CMD_OFFCPU && req.cmd != CMD_MEMORY && req.cmd != CMD_GPU) {
 			r = parse_range(root, &req, errbuf, errlen);
 			if (r < 0)
 				return r;
 		}
 		v = json_object_get(root, "event");
-		if (v && !json_is_null(v) && req.cmd != CMD_OFFCPU && req.cmd != CMD_MEMORY) {
+		if (v && !json_is_null(v) && req.cmd != CMD_OFFCPU && req.cmd != CMD_MEMORY &&
+		    req.cmd != CMD_GPU) {
 			const char *name = json_string_value(v);
 
 			if (name && strcmp(name, "cpu") == 0)

@@ -24,6 +24,8 @@ enum request_cmd {
 	CMD_PROFILE,
 	CMD_SQL,
 	CMD_ANALYZE,
+	CMD_GPU,
+	CMD_RANGES,
 };
 
 /* Longest SQL text of an "sql" request, bytes. */
@@ -35,6 +37,8 @@ enum request_cmd {
 #define EVENT_COUNTERS (1u << 2) /* "counters": per-thread counters (counting mode) */
 #define EVENT_RSS (1u << 3)      /* "rss": each process's memory (RSS, PSS, swap...) every interval */
 #define EVENT_MALLOC (1u << 4)   /* "malloc": allocations sampled by bytes, uprobes on the allocator */
+#define EVENT_CUDA (1u << 5)     /* "cuda": uprobes on the CUDA runtime and driver API */
+#define EVENT_NVTX (1u << 6)     /* "nvtx": uprobes on NVTX ranges */
 /*
  * Not counters: per-thread perf events perturb the per-CPU cpu-clock
  * sampling on Linux 6.18 (measured: with them, one thread of spin-threads
@@ -42,6 +46,14 @@ enum request_cmd {
  * match CPU time to 1%). Cause not found; counters stay opt-in until it is.
  */
 #define EVENT_DEFAULT (EVENT_CPU | EVENT_OFFCPU | EVENT_RSS)
+
+/*
+ * Probed calls per second above which a session's CUDA/NVTX/generic probes
+ * are detached by default: each call costs the target microseconds
+ * (bench/uprobe-cost: 8-13 us on a Firecracker VM), so 20000 calls/s cost
+ * it about a fifth of a CPU.
+ */
+#define DEFAULT_UPROBE_MAX_CALLS_PER_S 20000
 
 struct request {
 	enum request_cmd cmd;
@@ -60,6 +72,8 @@ struct request {
 	bool debuginfod;      /* resymbolize: may fetch through libdebuginfod */
 	bool children;        /* attach: follow processes the target forks */
 	bool python;          /* attach: merge CPython frames into stacks ("auto", the default) */
+	char uprobes[1024];   /* attach: LIB:SYMBOL[,LIB:SYMBOL] generic probes, "" for none */
+	uint64_t uprobe_max_calls_per_s; /* attach: CUDA/NVTX/generic probes detached above it; 0: never */
 	const char *sampled_event; /* attach: a second event to sample with stacks (static name), or NULL;
 				    * top, hotpaths: report that event's samples instead of CPU samples */
 	bool group_by_name;   /* threads: group like-named threads */

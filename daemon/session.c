@@ -226,6 +226,9 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->memory_interval_ns = (s->events & EVENT_RSS) ? p->memory_interval_ns : 0;
 	s->malloc_sample_bytes = (s->events & EVENT_MALLOC) ? p->malloc_sample_bytes : 0;
 	s->malloc_max_hits_per_s = p->malloc_max_hits_per_s;
+	s->gpu = gpu_acc__new();
+	if (!s->gpu)
+		return -ENOMEM; /* @s is freed on return */
 
 	/* The pidfd pins the process identity: from here on a reused PID cannot fool us. */
 	s->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
@@ -1122,6 +1125,11 @@ int session__flush(struct session *s, const struct session_env *env)
 	r = session__flush_memory(s, env, &refreshed);
 	if (r < 0)
 		return r;
+	if (s->gpu) {
+		r = gpu_acc__flush(s->gpu, s, env, &refreshed);
+		if (r < 0)
+			return r;
+	}
 	s->lost_flushing = lost;
 	return 0;
 }
@@ -1135,6 +1143,8 @@ void session__flush_done(struct session *s)
 	s->lost_seen = s->lost_flushing;
 	s->procs_added = false;
 	s->offcpu_lost -= s->offcpu_lost_flushing;
+	if (s->gpu)
+		gpu_acc__flush_done(s->gpu);
 	{
 		void *v;
 
@@ -1219,6 +1229,7 @@ void session__free(struct session *s)
 	free_all(&s->counter_rows);
 	session__free_memory(s);
 	hashmap__free(&s->tids); /* values are not pointers */
+	gpu_acc__free(s->gpu);
 	{
 		struct counters_entry *ce;
 

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "counters.h"
+#include "gpu_acc.h"
 #include "hashmap.h"
 #include "perfmap.h"
 #include "procfs.h"
@@ -61,6 +62,7 @@ struct proc {
 	struct addrspace *as;
 	struct perfmap *jit; /* /tmp/perf-PID.map, for code outside any file mapping */
 	bool malloc_tried;   /* its allocator probes were attached (or failed to) */
+	bool gpu_tried;      /* a child: its CUDA/NVTX/generic probes were attached (or tried) */
 };
 
 struct session {
@@ -124,7 +126,15 @@ struct session {
 	uint64_t python_samples;        /* samples with Python frames merged, not yet flushed */
 	uint64_t python_unmerged;       /* samples whose Python frames did not match, not yet flushed */
 	uint64_t python_samples_flushing, python_unmerged_flushing;
+	struct gpu_acc *gpu;            /* CUDA/NVTX/uprobe accounting (gpu_acc.h) */
+	uint64_t gpu_lost_kernel;       /* gpu__lost() of the slot when last read */
+	uint64_t gpu_calls;             /* probed calls received (records), total */
+	uint64_t gpu_calls_seen;        /* gpu_calls at the last rate check */
+	uint64_t gpu_rate_mono_ns;      /* ...and when it was */
+	uint64_t gpu_max_calls_per_s;   /* probes detached above it; 0: no limit */
+	bool gpu_stopped;               /* the probes were detached for their rate */
 };
+
 
 /*
  * memory__read() - one reading of process @pid's memory: VmRSS, RssAnon,

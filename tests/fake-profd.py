@@ -255,7 +255,7 @@ class Handler(socketserver.StreamRequestHandler):
             return self.attach(req)
         if cmd == "sessions":
             return ok(sessions=[session8(), session7(0), SESSION6, SESSION5])
-        if cmd not in ("detach", "session", "top", "hotpaths", "threads"):
+        if cmd not in ("detach", "session", "top", "hotpaths", "threads", "gpu", "ranges"):
             return error("EINVAL", 22, "unknown command '%s'" % cmd)
 
         sid, bad = self.session_id(req)
@@ -275,6 +275,11 @@ class Handler(socketserver.StreamRequestHandler):
                 return ok(session=s)
             return ok(**self.current_session(sid))
 
+        if cmd == "gpu":
+            return ok(**GPU7) if sid == 7 else ok(**dict(GPU7, kernels=[], api=[], copies=[],
+                                                         syncs=[], uprobes=[], probes=[]))
+        if cmd == "ranges":
+            return ok(**RANGES7)
         limit = req.get("limit", 20 if cmd == "top" else 10)
         if not isinstance(limit, int) or not 1 <= limit <= 10000:
             return error("EINVAL", 22, "\"limit\" must be 1..10000")
@@ -322,7 +327,7 @@ class Handler(socketserver.StreamRequestHandler):
         if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
             return error("EINVAL", 22, "\"events\" must be an array of names")
         for e in events:
-            if e != "cpu":
+            if e not in ("cpu", "cuda", "nvtx"):
                 return error("EINVAL", 22, "unknown event '%s' (known: cpu)" % e)
         if pid == 999999:
             return error("ESRCH", 3, "no process with PID %d" % pid)
@@ -337,6 +342,48 @@ class Handler(socketserver.StreamRequestHandler):
         return ok(session=sid, pid=pid, comm=comm, event="cpu-clock", freq_hz=freq,
                   events=events, duration_s=duration, unwind="fp", started_at=iso(STARTED_NS),
                   started_at_ns=STARTED_NS)
+
+
+# profctl gpu 7 / ranges 7: a training step's CUDA calls and NVTX ranges.
+GPU7 = {
+    "session": 7, "events": "cpu,cuda,nvtx", "lost_calls": 0, "nvtx_unmatched": 0,
+    "unnamed_launches": 1, "session_s": 10.0, "truncated_stacks": 2, "missing_stacks": 0,
+    "probes": [{"what": "cudaMalloc", "file": "/usr/lib/libcudart.so.13", "status": "attached"},
+               {"what": "cuLaunchKernel", "file": "", "status": "missing"},
+               {"what": "NVTX v3 calls", "file": "/opt/app/train", "status":
+                "inlined: not traced (only nvtx*_impl_init_v3 are out of line)"}],
+    "kernels": [{"name": "gemm(float*, int)", "launches": 300, "errors": 0, "grid": "64,1,1",
+                 "block": "256,1,1", "api": "__cudaLaunchKernel",
+                 "stack": ["__cudaLaunchKernel", "__device_stub__Z4gemmPfi(float*, int)",
+                           "gemm(float*, int)", "train_step", "main"]}],
+    "api": [{"api": "cudaDeviceSynchronize", "calls": 100, "errors": 0, "total_ms": 2500.0,
+             "avg_ms": 25.0, "min_ms": 1.5, "max_ms": 80.25}],
+    "copies": [{"direction": "HtoD", "api": "cudaMemcpy", "calls": 100, "bytes": 409600,
+                "errors": 0}],
+    "syncs": [{"api": "cudaDeviceSynchronize", "calls": 100, "total_ms": 2500.0,
+               "stack": ["cudaDeviceSynchronize", "train_step", "main"]}],
+    "uprobes": [{"probe": "libc:malloc", "calls": 42, "total_ms": 0.5, "avg_ms": 0.012,
+                 "min_ms": 0.001, "max_ms": 0.2}],
+    "memory": {"allocations": 3, "failed_allocations": 1, "requested_bytes": 3145728,
+               "allocated_bytes": 2097152, "frees": 1, "freed_bytes": 1048576,
+               "live_bytes": 1048576, "peak_live_bytes": 2097152,
+               "by_stack": [{"api": "cudaMalloc", "space": "device", "live_bytes": 1048576,
+                             "allocated_bytes": 2097152, "requested_bytes": 3145728,
+                             "allocations": 3, "failed": 1,
+                             "stack": ["cudaMalloc", "alloc_cache", "main"]}],
+               "timeline": [{"t_s": 0, "live_bytes": 2097152}, {"t_s": 3, "live_bytes": 1048576}]},
+}
+RANGES7 = {
+    "session": 7, "events": "cpu,cuda,nvtx", "lost_calls": 0, "nvtx_unmatched": 2,
+    "unnamed_launches": 0, "session_s": 10.0,
+    "ranges": [
+        {"kind": "push", "path": "train", "name": "train", "depth": 0, "calls": 1,
+         "total_ms": 9000.0, "avg_ms": 9000.0, "min_ms": 9000.0, "max_ms": 9000.0, "pct": 90.0},
+        {"kind": "push", "path": "train > step", "name": "step", "depth": 1, "calls": 100,
+         "total_ms": 8900.0, "avg_ms": 89.0, "min_ms": 80.0, "max_ms": 120.0, "pct": 89.0},
+        {"kind": "mark", "path": "checkpoint", "name": "checkpoint", "depth": 0, "calls": 1,
+         "total_ms": 0.0, "avg_ms": 0.0, "min_ms": 0.0, "max_ms": 0.0, "pct": 0.0}],
+}
 
 
 class Server(socketserver.ThreadingUnixStreamServer):

@@ -238,6 +238,56 @@ def run_checks(profctl, fake, tmp):
                    {"v": 1, "cmd": "hotpaths", "session": 7, "limit": 2}],
           "top/hotpaths requests (limit only when given)", reqs)
 
+    # --- gpu, ranges, attach --uprobe ---------------------------------------------------
+    mark = fake.mark()
+    run("attach", "4242", "--events", "cpu,cuda,nvtx", "--uprobe", "libc:malloc,train:step",
+        "--uprobe-max-rate", "500")
+    run("gpu", "7", "--limit", "4")
+    run("ranges", "7")
+    reqs = fake.requests_since(mark)
+    check(len(reqs) == 3 and reqs[0].get("uprobes") == "libc:malloc,train:step" and
+          reqs[0].get("uprobe_max_calls_per_s") == 500 and
+          reqs[0].get("events") == ["cpu", "cuda", "nvtx"] and
+          reqs[1] == {"v": 1, "cmd": "gpu", "session": 7, "limit": 4} and
+          reqs[2] == {"v": 1, "cmd": "ranges", "session": 7},
+          "attach --uprobe, gpu and ranges requests", reqs)
+    mark = fake.mark()
+    r = run("attach", "4242", "--uprobe-max-rate", "-3")
+    check(r.returncode == 2 and "--uprobe-max-rate" in r.stderr, "--uprobe-max-rate -3: usage error", r)
+    r = run("attach", "4242", "--uprobe", "malloc")
+    check(r.returncode == 2 and "LIB:SYMBOL" in r.stderr and fake.requests_since(mark) == [],
+          "--uprobe without LIB: usage error, nothing sent", r)
+    r = run("gpu", "7")
+    check(r.returncode == 0 and
+          "session 7 (events cpu,cuda,nvtx): 1 probes attached; lost calls 0, unnamed launches 1, "
+          "stacks truncated 2, missing 0" in r.stdout and
+          "NVTX v3 calls /opt/app/train: inlined: not traced" in r.stdout and
+          "cuLaunchKernel" not in r.stdout, "gpu heading lists inlined NVTX, not missing probes", r.stdout)
+    check("       300        0  64,1,1       256,1,1       gemm(float*, int) (__cudaLaunchKernel)\n"
+          "      __cudaLaunchKernel < __device_stub__Z4gemmPfi(float*, int) < gemm(float*, int) < "
+          "train_step < main\n" in r.stdout, "gpu kernel row and launching stack", r.stdout)
+    check("cudaDeviceSynchronize             100        0     2500.000     25.000      1.500     80.250" in r.stdout,
+          "gpu API row", r.stdout)
+    check("HtoD     cudaMemcpy                  100         409600        0" in r.stdout, "gpu copies", r.stdout)
+    check("GPU memory: live 1.0 MiB (peak 2.0 MiB); 3 allocations (1 failed) asking 3.0 MiB, "
+          "2.0 MiB allocated, 1 frees releasing 1.0 MiB" in r.stdout and
+          "live bytes over time: 0s=2.0 MiB 3s=1.0 MiB" in r.stdout and
+          "failed allocations returned no memory" in r.stdout, "gpu memory lines", r.stdout)
+    check("libc:malloc" in r.stdout and "User probes" in r.stdout, "gpu user probes", r.stdout)
+    r = run("gpu", "6")
+    check(r.returncode == 0 and r.stdout.count("none seen") == 4 and
+          "no probes: attach with --events cpu,cuda" in r.stdout, "gpu of a session without probes", r.stdout)
+    r = run("ranges", "7")
+    check(r.returncode == 0 and r.stdout.splitlines()[2:] == [
+        "   calls     total ms     avg ms     min ms     max ms   %time  range",
+        "       1     9000.000   9000.000   9000.000   9000.000   90.0%  train",
+        "     100     8900.000     89.000     80.000    120.000   89.0%    step",
+        "       1        0.000      0.000      0.000      0.000    0.0%  checkpoint (mark)"] and
+          "NVTX ranges ended before they were seen opened: 2" in r.stdout, "ranges tree", r.stdout)
+    r = run("--json", "ranges", "7")
+    check(r.returncode == 0 and json.loads(r.stdout)["ranges"][1]["path"] == "train > step",
+          "ranges --json", r.stdout)
+
     # --- no daemon ----------------------------------------------------------------------
     missing = os.path.join(tmp, "missing.sock")
     r = run("--socket", missing, "ping")

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "gpu.h"
 #include "offcpu.h"
 #include "sampler.h"
 
@@ -73,6 +74,31 @@ int main(void)
 	o->stack_size = 0;
 	o->kstack_len = OFFCPU_MAX_FRAMES + 1;
 	CHECK(!offcpu_event__valid(o, sizeof(*o)));
+
+	/* Uprobe call records: a user stack, entry and exit times. */
+	{
+		struct uprobe_event *u = calloc(1, sizeof(*u));
+		size_t uhead = offsetof(struct uprobe_event, ips);
+
+		if (!u)
+			return 99;
+		u->ustack_len = 6;
+		u->entry_ns = 100;
+		u->exit_ns = 250;
+		CHECK(uprobe_event__valid(u, uhead + 6 * 8));
+		CHECK(!uprobe_event__valid(u, uhead + 6 * 8 - 1));	/* truncated by a byte */
+		CHECK(!uprobe_event__valid(u, uhead - 1));		/* not even a header */
+		u->ustack_len = UPROBE_MAX_FRAMES + 1;
+		CHECK(!uprobe_event__valid(u, sizeof(*u)));
+		u->ustack_len = 0;
+		CHECK(uprobe_event__valid(u, uhead));
+		u->slot = UPROBE_MAX_SLOTS;				/* slot out of range */
+		CHECK(!uprobe_event__valid(u, sizeof(*u)));
+		u->slot = 0;
+		u->exit_ns = 99;					/* returned before it was entered */
+		CHECK(!uprobe_event__valid(u, sizeof(*u)));
+		free(u);
+	}
 
 	free(e);
 	free(o);

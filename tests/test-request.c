@@ -237,6 +237,58 @@ int main(void)
 	expect_error("{\"cmd\":\"resymbolize\",\"session\":2,\"debuginfod\":1}", -EINVAL,
 		     "debuginfod");
 
+	/* cuda, nvtx and generic uprobes. */
+	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":1,\"events\":[\"cpu\",\"cuda\",\"nvtx\"],"
+			   "\"uprobes\":\"libc.so.6:malloc,myprog:step\"}",
+			   &req, err, sizeof(err)),
+		     0);
+	CHECK_INT_EQ(req.events, EVENT_CPU | EVENT_CUDA | EVENT_NVTX);
+	CHECK_STR_EQ(req.events_str, "cpu,cuda,nvtx");
+	CHECK_STR_EQ(req.uprobes, "libc.so.6:malloc,myprog:step");
+	CHECK_INT_EQ(req.uprobe_max_calls_per_s, DEFAULT_UPROBE_MAX_CALLS_PER_S);
+	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":1,\"uprobe_max_calls_per_s\":0}", &req, err,
+			   sizeof(err)),
+		     0);
+	CHECK_INT_EQ(req.uprobe_max_calls_per_s, 0);
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"uprobe_max_calls_per_s\":-1}", -EINVAL,
+		     "uprobe_max_calls_per_s");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"uprobe_max_calls_per_s\":\"5\"}", -EINVAL,
+		     "uprobe_max_calls_per_s");
+	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":1}", &req, err, sizeof(err)), 0);
+	CHECK_STR_EQ(req.uprobes, "");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"uprobes\":\"malloc\"}", -EINVAL, "LIB:SYMBOL");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"uprobes\":\":malloc\"}", -EINVAL, "LIB:SYMBOL");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"uprobes\":\"libc:\"}", -EINVAL, "LIB:SYMBOL");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"uprobes\":\"a:b:c\"}", -EINVAL, "LIB:SYMBOL");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"uprobes\":\"libc:malloc,\"}", -EINVAL, "comma");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"uprobes\":\"libc:malloc,,libc:free\"}", -EINVAL,
+		     "LIB:SYMBOL");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"uprobes\":\"libc:mal loc\"}", -EINVAL, "LIB:SYMBOL");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"uprobes\":7}", -EINVAL, "uprobes");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"uprobes\":\"\"}", -EINVAL, "uprobes");
+	{
+		char many[400] = "";
+
+		for (int i = 0; i < 17; i++)
+			strcat(many, i ? ",l:f" : "l:f");
+		char line[512];
+
+		snprintf(line, sizeof(line), "{\"cmd\":\"attach\",\"pid\":1,\"uprobes\":\"%s\"}", many);
+		expect_error(line, -EINVAL, "at most 16");
+	}
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"events\":[\"cuda\"]}", -EINVAL, "cpu");
+	expect_error("{\"cmd\":\"attach\",\"pid\":1,\"events\":[\"cpu\",\"gpu\"]}", -EINVAL, "cuda");
+	CHECK_INT_EQ(parse("{\"cmd\":\"gpu\",\"session\":4}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(req.cmd, CMD_GPU);
+	CHECK_INT_EQ(req.limit, 10);
+	CHECK_INT_EQ(parse("{\"cmd\":\"gpu\",\"session\":4,\"limit\":2}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(req.limit, 2);
+	expect_error("{\"cmd\":\"gpu\",\"session\":4,\"limit\":0}", -EINVAL, "limit");
+	expect_error("{\"cmd\":\"gpu\"}", -EINVAL, "session");
+	CHECK_INT_EQ(parse("{\"cmd\":\"ranges\",\"session\":4}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(req.cmd, CMD_RANGES);
+	expect_error("{\"cmd\":\"ranges\",\"session\":\"4\"}", -EINVAL, "session");
+
 	/* Session-taking commands. */
 	expect_error("{\"cmd\":\"top\"}", -EINVAL, "session");
 	expect_error("{\"cmd\":\"top\",\"session\":0}", -EINVAL, "session");

@@ -149,9 +149,10 @@ class Profd:
         except ValueError as e:
             raise Failure('profctl %s --json printed invalid JSON (%s):\n%s' % (' '.join(map(str, args)), e, out))
 
-    def spawn(self, *argv, user=None):
+    def spawn(self, *argv, user=None, stdin=None):
         """Start a workload (as @user if given); it is killed when the test ends."""
-        p = subprocess.Popen(as_user(user) + [str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        p = subprocess.Popen(as_user(user) + [str(a) for a in argv], stdin=stdin, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
         self.children.append(p)
         return p
 
@@ -170,6 +171,21 @@ class Profd:
         out, _ = w.communicate(timeout=60)
         self.wait_ended(sid)
         return sid, out
+
+    def spawn_waiting(self, *argv):
+        """Start a workload that prints 'ready' and waits for a line on stdin
+        (see go()): the test attaches in between."""
+        p = self.spawn(*argv, stdin=subprocess.PIPE)
+        line = p.stdout.readline().strip()
+        if line != 'ready':
+            raise Failure('%s did not start: %r' % (argv[0], line))
+        return p
+
+    @staticmethod
+    def go(p):
+        """Let a spawn_waiting() workload run."""
+        p.stdin.write('go\n')
+        p.stdin.flush()
 
     def wait_ended(self, session, timeout=60):
         deadline = time.time() + timeout
