@@ -18,8 +18,11 @@
 #define PROFD_DEFAULT_MAX_SESSIONS 16
 #define PROFD_DEFAULT_MAX_THREADS 4096
 #define PROFD_DEFAULT_MAX_STACKS 200000
-/* 32 MiB holds ~2000 samples with 16 KiB stack copies, ~16000 frame-pointer samples. */
-#define PROFD_DEFAULT_RING_BUFFER_BYTES (32u << 20)
+/* 8 MiB holds ~500 samples with 16 KiB stack copies (0.6 s of 397 Hz on 2 CPUs), ~4000
+ * frame-pointer samples; profd drains it every 200 ms, and as it fills. VmRSS counts it
+ * twice (the kernel maps the data pages twice), with the off-CPU one of half its size:
+ * 32 MiB would take profd past 64 MiB of RSS by itself (bench/daemon). */
+#define PROFD_DEFAULT_RING_BUFFER_BYTES (8u << 20)
 
 struct profd_config {
 	char *db_path;		    /* owned */

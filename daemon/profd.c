@@ -275,6 +275,8 @@ static void attach_gpu_children(struct profd *p)
 
 		if (!s || !s->follow_children || !gpu__wanted(p->gpu, i))
 			continue;
+		if (session__discover_children(s, sampler__targets_fd(p->env.sampler)) < 0)
+			log_warning("Session %lld: out of memory for its children", (long long)s->id);
 		hashmap__for_each(&s->procs, k, proc)
 		{
 			int r;
@@ -365,6 +367,8 @@ static void attach_heap_children(struct profd *p)
 
 		if (!s || !s->malloc_sample_bytes || !s->follow_children || s->malloc_totals.stopped_ns)
 			continue;
+		if (session__discover_children(s, sampler__targets_fd(p->env.sampler)) < 0)
+			log_warning("Session %lld: out of memory for its children", (long long)s->id);
 		hashmap__for_each(&s->procs, k, proc)
 		{
 			char probes[256];
@@ -729,6 +733,56 @@ static json_t *not_allowed(pid_t pid)
 				   pid, PROFD_ADMIN_GROUP);
 }
 
+static int add_watch(int epfd, int fd, struct watch *w, void (*fn)(struct watch *, uint32_t))
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = w };
+
+	w->fn = fn;
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+/*
+ * The uprobe BPF objects (allocation probes; CUDA, NVTX and --uprobe) are
+ * loaded at their first use, not at start: their ring buffers are resident
+ * as soon as they are mapped, and mapped twice (24 MiB of RSS together), for
+ * features most sessions do not ask for. Each returns 0 or -errno (logged).
+ */
+static int heap_load(struct profd *p)
+{
+	int r;
+
+	if (p->heap)
+		return 0;
+	r = heap__new(HEAP_RINGBUF_BYTES, sampler__targets_fd(p->env.sampler), on_heap, p, &p->heap);
+	if (r < 0)
+		return log_warning_errno(r, "Allocation probes unavailable (uprobe BPF programs): %m");
+	r = add_watch(p->epfd, heap__fd(p->heap), &p->heap_watch, on_heap_ready);
+	if (r < 0) {
+		heap__free(p->heap);
+		p->heap = NULL;
+		return log_warning_errno(r, "Allocation probes unavailable: %m");
+	}
+	return 0;
+}
+
+static int gpu_load(struct profd *p)
+{
+	int r;
+
+	if (p->gpu)
+		return 0;
+	r = gpu__new(GPU_RINGBUF_BYTES, on_gpu, p, &p->gpu);
+	if (r < 0)
+		return log_warning_errno(r, "CUDA/NVTX/user probes unavailable (uprobe BPF program): %m");
+	r = add_watch(p->epfd, gpu__fd(p->gpu), &p->gpu_watch, on_gpu_ready);
+	if (r < 0) {
+		gpu__free(p->gpu);
+		p->gpu = NULL;
+		return log_warning_errno(r, "CUDA/NVTX/user probes unavailable: %m");
+	}
+	return 0;
+}
+
 static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
 			  const struct request *req)
 {
@@ -762,7 +816,7 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
 
 	if (params.pid == getpid())
 		return json_error_response(-EINVAL, "refusing to profile profd itself");
-	if ((req->events & EVENT_MALLOC) && !p->heap)
+	if ((req->events & EVENT_MALLOC) && heap_load(p) < 0)
 		return json_error_response(-EOPNOTSUPP, "allocation probes are unavailable: their BPF "
 							"program did not load (see profd's log)");
 	/* Before saying who profiles it: another user's process is not the requester's business.
@@ -853,7 +907,7 @@ static json_t *cmd_attach(struct profd *p, const struct ucred *peer, bool admin,
 		unsigned want = ((req->events & EVENT_CUDA) ? GPU_WANT_CUDA : 0) |
 				((req->events & EVENT_NVTX) ? GPU_WANT_NVTX : 0);
 
-		if (!p->gpu) {
+		if (gpu_load(p) < 0) {
 			gpu_acc__note_probe(s->gpu, s->pid, "uprobes", "",
 					    "failed: BPF uprobes unavailable");
 		} else {
@@ -1216,13 +1270,6 @@ static int parse_args(int argc, char **argv)
 	return 1;
 }
 
-static int add_watch(int epfd, int fd, struct watch *w, void (*fn)(struct watch *, uint32_t))
-{
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = w };
-
-	w->fn = fn;
-	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
-}
 
 static int run(void)
 {
@@ -1324,18 +1371,6 @@ static int run(void)
 		p.offcpu = NULL;
 	}
 
-	r = heap__new(HEAP_RINGBUF_BYTES, sampler__targets_fd(p.env.sampler), on_heap, &p, &p.heap);
-	if (r < 0) {
-		log_warning_errno(r, "Allocation probes unavailable (uprobe BPF programs): %m");
-		p.heap = NULL;
-	}
-
-	r = gpu__new(GPU_RINGBUF_BYTES, on_gpu, &p, &p.gpu);
-	if (r < 0) {
-		log_warning_errno(r, "CUDA/NVTX/user probes unavailable (uprobe BPF program): %m");
-		p.gpu = NULL;
-	}
-
 	r = unwind_worker__new(UNWIND_QUEUE, &p.worker);
 	if (r < 0) {
 		log_error_errno(r, "Failed to start the unwinding thread: %m");
@@ -1355,9 +1390,7 @@ static int run(void)
 	    (r = add_watch(p.epfd, p.signal_fd, &p.signal_watch, on_signal)) < 0 ||
 	    (r = add_watch(p.epfd, unwind_worker__fd(p.worker), &p.worker_watch, on_worker)) < 0 ||
 	    (p.offcpu &&
-	     (r = add_watch(p.epfd, offcpu__fd(p.offcpu), &p.offcpu_watch, on_offcpu_ready)) < 0) ||
-	    (p.heap && (r = add_watch(p.epfd, heap__fd(p.heap), &p.heap_watch, on_heap_ready)) < 0) ||
-	    (p.gpu && (r = add_watch(p.epfd, gpu__fd(p.gpu), &p.gpu_watch, on_gpu_ready)) < 0)) {
+	     (r = add_watch(p.epfd, offcpu__fd(p.offcpu), &p.offcpu_watch, on_offcpu_ready)) < 0)) {
 		log_error_errno(r, "Failed to set up the event loop: %m");
 		goto out;
 	}

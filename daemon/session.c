@@ -9,6 +9,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <bpf/bpf.h>
+
 #include "protocol.h"
 #include "request.h"
 #include "authz.h"
@@ -1244,4 +1246,74 @@ void session__free(struct session *s)
 	}
 	python_reader__free(s->python);
 	free(s);
+}
+
+/*
+ * session__discover_children() - give a proc entry to the children the
+ * session follows that profd has not seen yet: the BPF fork program put
+ * them in the targets map (@targets_fd, tgid -> slot + 1) at their fork, but
+ * an entry is otherwise made at a child's first CPU sample or off-CPU
+ * interval, which a mostly idle child may not give for seconds; probes that
+ * are per process (allocations, uprobes) wait for that entry. The children
+ * are read from /proc/PID/task/TID/children of every process of the
+ * session; those not in the map under its slot (forked before the attach)
+ * are left alone. Returns how many entries were made, or -ENOMEM. Reads
+ * /proc; does not log.
+ */
+int session__discover_children(struct session *s, int targets_fd)
+{
+	pid_t found[64];
+	size_t n = 0;
+	struct proc *proc;
+	int added = 0;
+
+	if (!s->follow_children)
+		return 0;
+	hashmap__for_each(&s->procs, k, proc)
+	{
+		_cleanup_(closedirp) DIR *d = NULL;
+		struct dirent *de;
+		char path[64];
+
+		snprintf(path, sizeof(path), "/proc/%d/task", (int)proc->pid);
+		d = opendir(path);
+		while (d && (de = readdir(d)) && n < ARRAY_SIZE(found)) {
+			char file[PATH_MAX], buf[1024], *p, *end;
+			int fd;
+			ssize_t len;
+
+			if (de->d_name[0] < '0' || de->d_name[0] > '9')
+				continue;
+			snprintf(file, sizeof(file), "%s/%s/children", path, de->d_name);
+			fd = open(file, O_RDONLY | O_CLOEXEC);
+			if (fd < 0)
+				continue;
+			len = read(fd, buf, sizeof(buf) - 1);
+			close(fd);
+			if (len <= 0)
+				continue;
+			buf[len] = '\0';
+			for (p = buf; n < ARRAY_SIZE(found); p = end) {
+				long child = strtol(p, &end, 10);
+				__u32 key = (__u32)child, val;
+
+				if (end == p)
+					break;
+				if (child > 0 && bpf_map_lookup_elem(targets_fd, &key, &val) == 0 &&
+				    val == s->slot + 1)
+					found[n++] = (pid_t)child;
+			}
+		}
+	}
+	/* After the walk: session__proc() may grow the map being walked. */
+	for (size_t i = 0; i < n; i++) {
+		uint64_t h = hash64(HASH64_INIT, &found[i], sizeof(found[i]));
+
+		if (hashmap__find(&s->procs, h, proc_eq, &found[i]))
+			continue;
+		if (!session__proc(s, found[i]))
+			return -ENOMEM;
+		added++;
+	}
+	return added;
 }

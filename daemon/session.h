@@ -146,6 +146,9 @@ struct session {
  */
 int memory__read(pid_t pid, struct store_memory *ret);
 
+/* Documented in session.c. */
+int session__discover_children(struct session *s, int targets_fd);
+
 /* Documented in session_memory.c. */
 int session__read_memory(struct session *s, uint64_t mono_ns);
 void session__on_malloc(struct session *s, const struct malloc_event *e, const uint64_t *ips,
