@@ -1123,7 +1123,7 @@ static void help(void)
 	       "  --max-threads N        threads sampled per session (default %d)\n"
 	       "  --max-stacks N         distinct call stacks per session (default %d); samples\n"
 	       "                         past it are counted as limit_dropped_samples\n"
-	       "  --ring-buffer-bytes SIZE  BPF ring buffer for samples (default 32M, a power of\n"
+	       "  --ring-buffer-bytes SIZE  BPF ring buffer for samples (default 8M, a power of\n"
 	       "                         2; off-CPU intervals get half): kernel memory, mapped\n"
 	       "                         twice into profd, so counted twice in its RSS\n"
 	       "  --foreground           stay in the foreground (profd never forks; accepted for\n"
