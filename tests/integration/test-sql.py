@@ -12,7 +12,11 @@ from profdtest import Profd, binary, check, require_root_bpf, run, skip, wait_fo
 USER = 'profd-i8-sqltest'
 
 
+created = []
+
+
 def ensure_user():
+    """The test user, created (and removed at the end, see test()) if missing."""
     try:
         return pwd.getpwnam(USER)
     except KeyError:
@@ -20,6 +24,7 @@ def ensure_user():
                            capture_output=True, text=True)
         if p.returncode != 0:
             skip('cannot create a test user with useradd: ' + p.stderr.strip())
+        created.append(USER)
         return pwd.getpwnam(USER)
 
 
@@ -29,6 +34,14 @@ def as_user(u, argv, **kw):
 
 def test():
     require_root_bpf()
+    try:
+        run_as_users()
+    finally:
+        for name in created:
+            subprocess.run(['userdel', name], capture_output=True)
+
+
+def run_as_users():
     spin = binary('SPIN_THREADS')
     user = ensure_user()
     with Profd() as d:
