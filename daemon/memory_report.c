@@ -44,16 +44,23 @@ double memory__slope(const double *x, const double *y, size_t n)
 /*
  * memory__is_leak_suspect() - whether live bytes sampled at @n + 1 window
  * boundaries (@live[0] at the start) keep growing: they end above 0, rise
- * in at least half the windows (2 at least), fall in at most a fifth, and
- * at least @min_live_samples sampled blocks are live at the end (fewer is
- * too little evidence at the sampling rate).
+ * in at least half the windows (2 at least), fall in at most a fifth, end
+ * at least twice as high as after the first window, a straight rise
+ * explains most of their variance (R^2 >= 0.7), and at least
+ * @min_live_samples sampled blocks are live at the end (fewer is too little
+ * evidence at the sampling rate). The last three tell a leak from churn in
+ * a steady state: from the attach its sampled live bytes climb to their
+ * level within the first window, then wander up and down, and a few
+ * windows in a row of rises happen by chance (seen in a 6-window session).
  */
 bool memory__is_leak_suspect(const double *live, unsigned n, uint64_t live_samples,
 			     uint64_t min_live_samples)
 {
+	double x[64], mean = 0, ss_tot = 0, ss_res = 0, slope, mx = n / 2.0;
 	unsigned up = 0, down = 0;
 
-	if (n < 1 || live[n] <= 0 || live_samples < min_live_samples)
+	if (n < 1 || n >= ARRAY_SIZE(x) || live[n] <= 0 || live_samples < min_live_samples ||
+	    live[n] < 2 * live[1])
 		return false;
 	for (unsigned k = 1; k <= n; k++) {
 		if (live[k] > live[k - 1])
@@ -61,7 +68,21 @@ bool memory__is_leak_suspect(const double *live, unsigned n, uint64_t live_sampl
 		else if (live[k] < live[k - 1])
 			down++;
 	}
-	return up >= (n + 1) / 2 && up >= 2 && down <= n / 5;
+	if (!(up >= (n + 1) / 2 && up >= 2 && down <= n / 5))
+		return false;
+	for (unsigned k = 0; k <= n; k++) {
+		x[k] = k;
+		mean += live[k];
+	}
+	mean /= n + 1;
+	slope = memory__slope(x, live, n + 1);
+	for (unsigned k = 0; k <= n; k++) {
+		double fit = mean + slope * (k - mx);
+
+		ss_tot += (live[k] - mean) * (live[k] - mean);
+		ss_res += (live[k] - fit) * (live[k] - fit);
+	}
+	return ss_tot > 0 && 1 - ss_res / ss_tot >= 0.7;
 }
 
 static json_t *bytes_json(double b)

@@ -374,8 +374,10 @@ void session__flush_memory_done(struct session *s)
 			b->row_id = b->new_row_id;
 			b->new_row_id = 0;
 		}
-		if (b->freed && b->row_id) {
-			free(b); /* stored with its free time: done */
+		/* Stored with its free time, or stored and its free can never be
+		 * seen (untracked): nothing more will change it. */
+		if (b->row_id && (b->freed || b->untracked)) {
+			free(b);
 			continue;
 		}
 		if (hashmap__insert(&keep, block_hash_of(b), b) < 0) {

@@ -87,6 +87,7 @@ static void test_slope_and_leaks(void)
 	double x[5] = { 0, 1, 2, 3, 4 }, y[5] = { 10, 12, 14, 16, 18 };
 	double rising[6] = { 0, 1, 2, 2, 3, 4 }, flat[6] = { 5, 4, 6, 5, 4, 5 };
 	double one_jump[6] = { 0, 0, 0, 0, 0, 9 }, falling_end[6] = { 0, 1, 2, 3, 4, 0 };
+	double churn_drift[7] = { 0, 4, 3, 4, 5, 6, 7 }, leak[7] = { 0, 1, 2, 3, 3, 5, 6 };
 
 	CHECK(fabs(memory__slope(x, y, 5) - 2) < 1e-12);
 	CHECK(memory__slope(x, y, 1) == 0);
@@ -96,6 +97,10 @@ static void test_slope_and_leaks(void)
 	CHECK(!memory__is_leak_suspect(flat, 5, 10, 3));	/* up and down */
 	CHECK(!memory__is_leak_suspect(one_jump, 5, 10, 3));	/* one step is not a trend */
 	CHECK(!memory__is_leak_suspect(falling_end, 5, 10, 3));	/* freed at the end */
+	/* Churn reaching its level in the first window, then drifting up by chance. */
+	CHECK(!memory__is_leak_suspect(churn_drift, 6, 10, 3));
+	/* A leak seen from the attach: linear from 0. */
+	CHECK(memory__is_leak_suspect(leak, 6, 10, 3));
 }
 
 static void test_read(void)
