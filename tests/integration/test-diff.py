@@ -3,7 +3,7 @@
 twice as slow (spin-threads --hot-factor 2): hot_function's share grows
 (from ~90% to ~95% of the stacks), warm_function's shrinks, hot_function's
 samples relative to warm_function's double, and hot_function is among the
-largest changes."""
+largest changes of the workload's functions."""
 from profdtest import Profd, binary, check, require_root_bpf, run
 
 
@@ -33,8 +33,12 @@ def test():
         growth = (hot['self_pct_b'] / warm['self_pct_b']) / (hot['self_pct_a'] / warm['self_pct_a'])
         check(1.4 <= growth <= 3.0, 'hot/warm self samples grew %.2fx, expected about 2x' % growth)
         check(abs(hot['self_delta_pct'] - (hot['self_pct_b'] - hot['self_pct_a'])) < 0.02, 'delta is not B - A')
-        order = [f['function'] for f in diff['functions']]
-        check(order.index('hot_function') < 3, 'hot_function is not among the 3 largest changes: %r' % order[:5])
+        # Among the workload's own functions (kernel frames such as irqentry_exit_to_user_mode
+        # move with the interrupts a run happens to take on this VM), hot_function's change
+        # is one of the two largest, with warm_function's: the work moved between them.
+        order = [f['function'] for f in diff['functions'] if 'spin-threads' in (f['module'] or '')]
+        check(order.index('hot_function') < 2, 'hot_function is not among the 2 largest changes of '
+              'spin-threads\' functions: %r' % order[:5])
         changes = [max(abs(f['self_delta_pct']), abs(f['total_delta_pct'])) for f in diff['functions']]
         check(changes == sorted(changes, reverse=True), 'not sorted by the largest change')
         _, text, _ = d.ctl('diff', a, b, '--limit', '5')
