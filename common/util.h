@@ -78,3 +78,23 @@ static inline uint64_t now_ns(clockid_t clk)
 	clock_gettime(clk, &ts);
 	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
 }
+
+/*
+ * grow_array() - make room for one more element in the array *@v of *@cap
+ * elements of @size bytes, @n of them in use (doubling, from 16). Returns 0
+ * or -ENOMEM (*@v and *@cap unchanged).
+ */
+static inline int grow_array(void **v, size_t *cap, size_t n, size_t size)
+{
+	size_t ncap = *cap ? 2 * *cap : 16;
+	void *nv;
+
+	if (n < *cap)
+		return 0;
+	nv = realloc(*v, ncap * size);
+	if (!nv)
+		return -ENOMEM;
+	*v = nv;
+	*cap = ncap;
+	return 0;
+}

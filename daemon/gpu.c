@@ -11,11 +11,11 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "elfsym.h"
 #include "gpu.h"
 #include "uprobes.skel.h"
 #include "util.h"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(Elf *, elf_end)
 
 #define F_CUDA (UPROBE_F_NEST | UPROBE_F_STACK)
 
@@ -260,97 +260,6 @@ uint64_t gpu__bad_records(struct gpu *g)
 	return g->bad_records;
 }
 
-/* A symbol found in a file: its name's offset in the file, for the uprobe. */
-struct found_sym {
-	char name[128];
-	uint64_t offset;
-};
-
-struct sym_list {
-	struct found_sym *v;
-	size_t n, cap;
-};
-
-/* The file offset of virtual address @addr, through the PT_LOAD headers; 0 if none holds it. */
-static uint64_t vaddr_to_offset(Elf *elf, uint64_t addr)
-{
-	size_t nph;
-
-	if (elf_getphdrnum(elf, &nph) < 0)
-		return 0;
-	for (size_t i = 0; i < nph; i++) {
-		GElf_Phdr ph;
-
-		if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD || !(ph.p_flags & PF_X))
-			continue;
-		if (addr >= ph.p_vaddr && addr < ph.p_vaddr + ph.p_filesz)
-			return addr - ph.p_vaddr + ph.p_offset;
-	}
-	return 0;
-}
-
-/*
- * Every defined function symbol of the file open at @fd (.symtab and
- * .dynsym, local symbols included: the static runtime's and NVTX v3's are
- * local) for which @keep says yes, deduplicated by offset. Version suffixes
- * ("@@...") are cut. Returns 0 or -errno (-EINVAL: not an ELF file).
- */
-static int scan_symbols(int fd, bool (*keep)(const char *name, void *ctx), void *ctx,
-			struct sym_list *out)
-{
-	_cleanup_(elf_endp) Elf *elf = NULL;
-	Elf_Scn *scn = NULL;
-
-	elf_version(EV_CURRENT);
-	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-	if (!elf || elf_kind(elf) != ELF_K_ELF)
-		return -EINVAL;
-	while ((scn = elf_nextscn(elf, scn))) {
-		GElf_Shdr sh;
-		Elf_Data *data;
-		size_t n;
-
-		if (!gelf_getshdr(scn, &sh) ||
-		    (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM) || sh.sh_entsize == 0)
-			continue;
-		data = elf_getdata(scn, NULL);
-		if (!data)
-			continue;
-		n = sh.sh_size / sh.sh_entsize;
-		for (size_t i = 0; i < n; i++) {
-			GElf_Sym sym;
-			const char *name;
-			char buf[128];
-			uint64_t off;
-			bool dup = false;
-
-			if (!gelf_getsym(data, (int)i, &sym) ||
-			    GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF ||
-			    sym.st_value == 0)
-				continue;
-			name = elf_strptr(elf, sh.sh_link, sym.st_name);
-			if (!name || !*name)
-				continue;
-			snprintf(buf, sizeof(buf), "%s", name);
-			buf[strcspn(buf, "@")] = '\0';
-			if (!keep(buf, ctx))
-				continue;
-			off = vaddr_to_offset(elf, sym.st_value);
-			if (!off)
-				continue;
-			for (size_t k = 0; k < out->n && !dup; k++)
-				dup = out->v[k].offset == off && strcmp(out->v[k].name, buf) == 0;
-			if (dup)
-				continue;
-			if (grow_array((void **)&out->v, &out->cap, out->n, sizeof(*out->v)) < 0)
-				return -ENOMEM;
-			snprintf(out->v[out->n].name, sizeof(out->v[out->n].name), "%s", buf);
-			out->v[out->n++].offset = off;
-		}
-	}
-	return 0;
-}
-
 static bool keep_catalogue(const char *name, void *ctx)
 {
 	unsigned want = *(unsigned *)ctx;
@@ -508,11 +417,11 @@ static int attach_catalogue_file(struct gpu *g, unsigned slot, pid_t pid, const 
 				 unsigned want, bool *found, bool *inlined, gpu_note_fn note,
 				 void *note_ctx)
 {
-	struct sym_list syms = {0};
+	struct elf_sym_list syms = {0};
 	char kpath[4200];
 	int r;
 
-	r = scan_symbols(fd, keep_catalogue, &want, &syms);
+	r = elfsym__scan(fd, keep_catalogue, &want, &syms);
 	if (r < 0) {
 		free(syms.v);
 		return r == -EINVAL ? 0 : r;
@@ -561,7 +470,7 @@ static int attach_generic(struct gpu *g, unsigned slot, pid_t pid, const struct 
 	*sym++ = '\0';
 	m = addrspace__mappings(as, &nm);
 	for (size_t i = 0; i < nm; i++) {
-		struct sym_list syms = {0};
+		struct elf_sym_list syms = {0};
 		_cleanup_close_ int fd = -1;
 		char opened[4096], kpath[4200];
 		int r;
@@ -572,7 +481,7 @@ static int attach_generic(struct gpu *g, unsigned slot, pid_t pid, const struct 
 		fd = addrspace__open_file(as, &m[i], opened, sizeof(opened));
 		if (fd < 0)
 			continue;
-		r = scan_symbols(fd, keep_name, sym, &syms);
+		r = elfsym__scan(fd, keep_name, sym, &syms);
 		if (r == -ENOMEM)
 			return r;
 		probe_path(pid, m[i].path, kpath, sizeof(kpath));

@@ -68,26 +68,6 @@ struct gpu_probe {
 	char label[160]; /* "cudaMalloc", or "LIB:SYMBOL" for a generic probe */
 };
 
-/*
- * grow_array() - make room for one more element in the array *@v of *@cap
- * elements of @size bytes, @n of them in use (doubling, from 16). Returns 0
- * or -ENOMEM (*@v and *@cap unchanged).
- */
-static inline int grow_array(void **v, size_t *cap, size_t n, size_t size)
-{
-	size_t ncap = *cap ? 2 * *cap : 16;
-	void *nv;
-
-	if (n < *cap)
-		return 0;
-	nv = realloc(*v, ncap * size);
-	if (!nv)
-		return -ENOMEM;
-	*v = nv;
-	*cap = ncap;
-	return 0;
-}
-
 /* Which probe families an attach asks for (gpu__attach()). */
 #define GPU_WANT_CUDA (1u << 0)
 #define GPU_WANT_NVTX (1u << 1)

@@ -1,8 +1,6 @@
 /* heap.c - allocation sampling: the heap.bpf.c uprobes, their ring buffer and counters. */
 #include <errno.h>
 #include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +11,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "elfsym.h"
 #include "heap.h"
 #include "heap.skel.h"
 #include "util.h"
@@ -204,50 +203,35 @@ uint64_t heap__bad_records(struct heap *h)
 	return h->bad_records;
 }
 
-/*
- * The file offset of function @name in the ELF file @fd (its .dynsym, else
- * its .symtab), or 0 if it has no such defined function. Versioned names
- * (malloc@@GLIBC_2.2.5) do not occur in the string tables, so @name is
- * matched exactly.
- */
-static uint64_t func_offset(Elf *elf, const char *name)
+/* elfsym__scan()'s filter: the functions heap.bpf.c probes. */
+static bool is_probed_func(const char *name, void *ctx)
 {
-	for (int pass = 0; pass < 2; pass++) {
-		Elf_Scn *scn = NULL;
-		Elf32_Word want = pass == 0 ? SHT_DYNSYM : SHT_SYMTAB;
+	for (unsigned i = 0; i < MALLOC_NR_FUNCS; i++)
+		if (strcmp(name, func_names[i]) == 0)
+			return true;
+	return false;
+}
 
-		while ((scn = elf_nextscn(elf, scn))) {
-			GElf_Shdr shdr;
-			Elf_Data *data;
-			size_t n;
+/*
+ * The file offset of each MALLOC_FUNC_* function the ELF file open at @fd
+ * defines, in @ret_offsets (0 where it defines none; the first symbol of
+ * the name, .dynsym before .symtab). Returns how many it defines, or -errno
+ * of elfsym__scan() (not an ELF file, out of memory).
+ */
+static int probed_offsets(int fd, uint64_t ret_offsets[MALLOC_NR_FUNCS])
+{
+	struct elf_sym_list syms = { 0 };
+	int r = elfsym__scan(fd, is_probed_func, NULL, &syms), found = 0;
 
-			if (!gelf_getshdr(scn, &shdr) || shdr.sh_type != want || !shdr.sh_entsize)
-				continue;
-			data = elf_getdata(scn, NULL);
-			if (!data)
-				continue;
-			n = shdr.sh_size / shdr.sh_entsize;
-			for (size_t i = 0; i < n; i++) {
-				GElf_Sym sym;
-				GElf_Shdr text;
-				const char *s;
-				Elf_Scn *where;
-
-				if (!gelf_getsym(data, (int)i, &sym) || sym.st_shndx == SHN_UNDEF ||
-				    GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_value == 0)
-					continue;
-				s = elf_strptr(elf, shdr.sh_link, sym.st_name);
-				if (!s || strcmp(s, name) != 0)
-					continue;
-				where = elf_getscn(elf, sym.st_shndx);
-				if (!where || !gelf_getshdr(where, &text) ||
-				    sym.st_value < text.sh_addr)
-					return 0;
-				return sym.st_value - text.sh_addr + text.sh_offset;
-			}
-		}
+	for (unsigned func = 0; func < MALLOC_NR_FUNCS; func++) {
+		ret_offsets[func] = 0;
+		for (size_t k = 0; k < syms.n && !ret_offsets[func]; k++)
+			if (strcmp(syms.v[k].name, func_names[func]) == 0)
+				ret_offsets[func] = syms.v[k].offset;
+		found += ret_offsets[func] != 0;
 	}
-	return 0;
+	free(syms.v);
+	return r < 0 ? r : found;
 }
 
 /* What each probed function gets: an entry program, and a return program for allocating ones. */
@@ -432,23 +416,16 @@ int heap__attach(struct heap *h, unsigned slot, pid_t pid, uint64_t sample_bytes
 	}
 	if (probes_len)
 		ret_probes[0] = '\0';
-	elf_version(EV_CURRENT);
 	for (int f = 0; f < nfiles; f++) {
 		_cleanup_close_ int fd = open(paths[f], O_RDONLY | O_CLOEXEC);
-		Elf *elf;
-		unsigned found = 0;
+		uint64_t offsets[MALLOC_NR_FUNCS];
+		int found;
 
 		if (fd < 0)
 			continue;
-		elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-		if (!elf)
+		found = probed_offsets(fd, offsets);
+		if (found <= 0)
 			continue;
-		uint64_t offsets[MALLOC_NR_FUNCS];
-
-		for (unsigned func = 0; func < MALLOC_NR_FUNCS; func++) {
-			offsets[func] = func_offset(elf, func_names[func]);
-			found += offsets[func] != 0;
-		}
 		/*
 		 * Return probes first: a call already in flight when its entry
 		 * probe arrives, before its return probe, would leave the
@@ -480,10 +457,9 @@ int heap__attach(struct heap *h, unsigned slot, pid_t pid, uint64_t sample_bytes
 				links[nlinks++] = l;
 			}
 		}
-		elf_end(elf);
 		if (r < 0)
 			goto fail;
-		if (found && off < probes_len) {
+		if (off < probes_len) {
 			const char *base = strrchr(paths[f], '/');
 
 			if (f == nfiles - 1) { /* /proc/PID/exe: name the executable */
@@ -492,10 +468,10 @@ int heap__attach(struct heap *h, unsigned slot, pid_t pid, uint64_t sample_bytes
 
 				exe[len > 0 ? len : 0] = '\0';
 				base = strrchr(exe, '/');
-				off += snprintf(ret_probes + off, probes_len - off, "%s%s: %u functions",
+				off += snprintf(ret_probes + off, probes_len - off, "%s%s: %d functions",
 						off ? ", " : "", base ? base + 1 : "executable", found);
 			} else {
-				off += snprintf(ret_probes + off, probes_len - off, "%s%s: %u functions",
+				off += snprintf(ret_probes + off, probes_len - off, "%s%s: %d functions",
 						off ? ", " : "", base ? base + 1 : paths[f], found);
 			}
 		}

@@ -96,7 +96,7 @@ static int rss_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t i
 {
 	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
 	_cleanup_free_ double *x = NULL, *y = NULL;
-	size_t n = 0, cap = 0;
+	size_t n = 0, cap = 0, cap_y = 0; /* x and y grow together: cap == cap_y */
 	double peak = 0, first = 0, last = 0, last_s = 0;
 	json_t *o, *series, *procs;
 	int rc;
@@ -120,19 +120,9 @@ static int rss_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t i
 		double rss = (double)sqlite3_column_int64(st, 1);
 		json_t *row;
 
-		if (n == cap) {
-			size_t ncap = cap ? 2 * cap : 64;
-			double *nx = realloc(x, ncap * sizeof(*x)), *ny;
-
-			if (!nx)
-				goto fail_oom;
-			x = nx;
-			ny = realloc(y, ncap * sizeof(*y));
-			if (!ny)
-				goto fail_oom;
-			y = ny;
-			cap = ncap;
-		}
+		if (grow_array((void **)&x, &cap, n, sizeof(*x)) < 0 ||
+		    grow_array((void **)&y, &cap_y, n, sizeof(*y)) < 0)
+			goto fail_oom;
 		x[n] = t;
 		y[n] = rss;
 		if (n == 0)
@@ -317,15 +307,8 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 		struct alloc_stack *a;
 
 		if (nstacks == 0 || stacks[nstacks - 1].stack_id != id) {
-			if (nstacks == cap) {
-				size_t ncap = cap ? 2 * cap : 64;
-				struct alloc_stack *ns = realloc(stacks, ncap * sizeof(*ns));
-
-				if (!ns)
-					return -ENOMEM;
-				stacks = ns;
-				cap = ncap;
-			}
+			if (grow_array((void **)&stacks, &cap, nstacks, sizeof(*stacks)) < 0)
+				return -ENOMEM;
 			memset(&stacks[nstacks], 0, sizeof(stacks[nstacks]));
 			stacks[nstacks++].stack_id = id;
 		}

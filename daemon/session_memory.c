@@ -117,15 +117,9 @@ int session__read_memory(struct session *s, uint64_t mono_ns)
 			continue;
 		m.time_ns = real_ns;
 		m.pid = proc->pid;
-		if (s->memory_nrows == s->memory_cap) {
-			size_t cap = s->memory_cap ? 2 * s->memory_cap : 16;
-			struct store_memory *rows = realloc(s->memory_rows, cap * sizeof(*rows));
-
-			if (!rows)
-				return -ENOMEM;
-			s->memory_rows = rows;
-			s->memory_cap = cap;
-		}
+		if (grow_array((void **)&s->memory_rows, &s->memory_cap, s->memory_nrows,
+			       sizeof(*s->memory_rows)) < 0)
+			return -ENOMEM;
 		s->memory_rows[s->memory_nrows++] = m;
 		n++;
 	}
