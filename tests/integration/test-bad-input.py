@@ -85,6 +85,18 @@ def test():
         expect_error(raw(d.socket, b'{"cmd":"resymbolize","session":424242}\n'), 'ENOENT',
                      'resymbolize unknown session')
         expect_error(raw(d.socket, b'{"cmd":"top","session":1,"event":"nope"}\n'), 'EINVAL', 'bad event')
+        # Memory: the settings of rss and malloc, and the report.
+        expect_error(raw(d.socket, b'{"cmd":"attach","pid":1,"memory_interval_s":0}\n'), 'EINVAL',
+                     'memory_interval_s 0')
+        expect_error(raw(d.socket, b'{"cmd":"attach","pid":1,"memory_interval_s":"1"}\n'), 'EINVAL',
+                     'memory_interval_s string')
+        expect_error(raw(d.socket, b'{"cmd":"attach","pid":1,"malloc_sample_bytes":-5}\n'), 'EINVAL',
+                     'negative malloc_sample_bytes')
+        expect_error(raw(d.socket, b'{"cmd":"attach","pid":1,"malloc_sample_bytes":1e300}\n'), 'EINVAL',
+                     'huge malloc_sample_bytes')
+        expect_error(raw(d.socket, b'{"cmd":"attach","pid":1,"malloc_max_hits_per_s":[1]}\n'), 'EINVAL',
+                     'malloc_max_hits_per_s array')
+        expect_error(raw(d.socket, b'{"cmd":"memory","session":424242}\n'), 'ENOENT', 'memory unknown session')
         alive()
         rc, _, err = d.ctl('top', '424242', check_rc=False)
         check(rc == 1 and '424242' in err, 'profctl top unknown: rc %d stderr %r' % (rc, err))
