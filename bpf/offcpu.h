@@ -1,5 +1,5 @@
 /*
- * offcpu.h - types shared by offcpu.bpf.c (kernel side) and daemon/offcpu.c:
+ * offcpu.h - types shared by offcpu.bpf.c (kernel side) and daemon/collect/offcpu.c:
  * one record per off-CPU interval of a target thread. Fixed-width types
  * only: the layout must be the same on both sides.
  */

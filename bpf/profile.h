@@ -1,5 +1,5 @@
 /*
- * profile.h - types shared by profile.bpf.c (kernel side) and daemon/sampler.c.
+ * profile.h - types shared by profile.bpf.c (kernel side) and daemon/collect/sampler.c.
  * Fixed-width types only: the layout must be the same on both sides.
  */
 #pragma once
@@ -34,7 +34,7 @@
  * Where the CPython interpreter of a slot's target keeps its frames: the
  * address of _PyRuntime in the target, and the byte offsets of the fields
  * walked from it, taken from the interpreter version's own headers at build
- * time (daemon/python-offsets.c). runtime_addr 0: no Python walk.
+ * time (daemon/symbols/python-offsets.c). runtime_addr 0: no Python walk.
  */
 struct python_config {
 	__u64 runtime_addr;

@@ -1,5 +1,5 @@
 /*
- * uprobes.h - types shared by uprobes.bpf.c (kernel side) and daemon/gpu.c:
+ * uprobes.h - types shared by uprobes.bpf.c (kernel side) and daemon/collect/uprobes.c:
  * one record per completed call of a probed user function (CUDA runtime and
  * driver API, NVTX, generic --uprobe). Fixed-width types only.
  */
@@ -20,7 +20,7 @@
 
 /*
  * The BPF cookie of each attached probe (entry and return alike):
- * bits 0..31 the probe id (daemon/gpu.c's number for the probed symbol),
+ * bits 0..31 the probe id (daemon/collect/uprobes.c's number for the probed symbol),
  * bits 32..47 UPROBE_F_* flags, bits 48..55 the session slot.
  */
 #define UPROBE_F_STR0 (1u << 0)  /* copy the NUL-terminated string at arg 0 (char) */

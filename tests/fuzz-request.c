@@ -1,5 +1,5 @@
 /*
- * fuzz-request.c - libFuzzer target for the request parser (daemon/request.c):
+ * fuzz-request.c - libFuzzer target for the request parser (daemon/service/request.c):
  * every input, however malformed, must give 0 with a sane struct request or
  * a negative errno with a NUL-terminated message, and never crash, leak or
  * read out of bounds (built with -fsanitize=fuzzer,address,undefined).
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "protocol.h"
-#include "request.h"
+#include "service/request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "counters.h"
+#include "collect/counters.h"
 #include "util.h"
 
 #define PAGES 1000

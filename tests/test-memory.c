@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "heap.h"
-#include "memory_report.h"
-#include "session.h"
+#include "collect/malloc_probes.h"
+#include "report/memory.h"
+#include "session/session.h"
 
 static void test_records(void)
 {
@@ -65,21 +65,21 @@ static void test_weight(void)
 	double sum = 0;
 
 	/* Much larger than the mean: sampled for sure, weighs its size. */
-	CHECK(fabs(heap__weight(64 * mean, mean) - 64.0 * mean) < 1);
+	CHECK(fabs(malloc_probes__weight(64 * mean, mean) - 64.0 * mean) < 1);
 	/* Tiny: weighs about the mean plus half its size. */
-	CHECK(fabs(heap__weight(16, mean) - (mean + 8)) < 1);
+	CHECK(fabs(malloc_probes__weight(16, mean) - (mean + 8)) < 1);
 	/* 64 KiB at 512 KiB: sampled with p = 1 - exp(-1/8). */
-	CHECK(fabs(heap__weight(65536, mean) - 65536 / (1 - exp(-0.125))) < 1e-6 * mean);
-	CHECK(heap__weight(0, mean) == 0);
+	CHECK(fabs(malloc_probes__weight(65536, mean) - 65536 / (1 - exp(-0.125))) < 1e-6 * mean);
+	CHECK(malloc_probes__weight(0, mean) == 0);
 	/* Unbiased: expected weight of a call = p * w = its size. */
 	for (uint64_t s = 1; s < 4 * mean; s = s * 3 + 7) {
 		double p = 1 - exp(-(double)s / mean);
 
-		sum += fabs(p * heap__weight(s, mean) - (double)s) / (double)s;
+		sum += fabs(p * malloc_probes__weight(s, mean) - (double)s) / (double)s;
 	}
 	CHECK(sum < 1e-9);
-	CHECK_STR_EQ(heap__func_name(MALLOC_FUNC_POSIX_MEMALIGN), "posix_memalign");
-	CHECK_STR_EQ(heap__func_name(99), "?");
+	CHECK_STR_EQ(malloc_probes__func_name(MALLOC_FUNC_POSIX_MEMALIGN), "posix_memalign");
+	CHECK_STR_EQ(malloc_probes__func_name(99), "?");
 }
 
 static void test_slope_and_leaks(void)

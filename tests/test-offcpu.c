@@ -1,5 +1,5 @@
 /*
- * test-offcpu.c - test of daemon/offcpu.c and bpf/offcpu.bpf.c on a real
+ * test-offcpu.c - test of daemon/collect/offcpu.c and bpf/offcpu.bpf.c on a real
  * workload (tests/workloads/offcpu-mix, path from OFFCPU_MIX or argv[1]).
  *
  * It starts offcpu-mix, adds it as a target, collects off-CPU records for
@@ -41,8 +41,8 @@
 #include <bpf/bpf.h>
 
 #include "check.h"
-#include "offcpu.h"
-#include "symbolize.h"
+#include "collect/offcpu.h"
+#include "symbols/symbolize.h"
 #include "util.h"
 
 #define SLOT 5

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "python.h"
+#include "symbols/python.h"
 
 static int hexval(char c)
 {

@@ -1,5 +1,5 @@
 /*
- * test-query-gpu.c - the gpu and ranges reports (query_gpu.c) over a
+ * test-query-gpu.c - the gpu and ranges reports (daemon/report/gpu.c) over a
  * synthetic session written with the store's own functions and the rows
  * gpu_acc.c writes: totals summed over flushes, min/max over them, live
  * GPU bytes and their peak from allocations and matched frees, live bytes
@@ -13,8 +13,8 @@
 #include <jansson.h>
 
 #include "check.h"
-#include "query_gpu.h"
-#include "store.h"
+#include "report/gpu.h"
+#include "store/store.h"
 
 static void exec(sqlite3 *db, const char *sql)
 {

@@ -9,7 +9,7 @@
 #include <jansson.h>
 #include <sqlite3.h>
 
-#include "daemon/query.h"
+#include "report/query.h"
 #include "util.h"
 
 #ifndef SCHEMA_DIR

@@ -2,9 +2,9 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "gpu.h"
-#include "offcpu.h"
-#include "sampler.h"
+#include "collect/uprobes.h"
+#include "collect/offcpu.h"
+#include "collect/sampler.h"
 
 int main(void)
 {

@@ -4,7 +4,7 @@
 
 #include "check.h"
 #include "protocol.h"
-#include "request.h"
+#include "service/request.h"
 
 static int parse(const char *s, struct request *req, char *err, size_t errlen)
 {

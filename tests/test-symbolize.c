@@ -1,5 +1,5 @@
 /*
- * test-symbolize.c - unit test of daemon/symbolize.c on real processes and
+ * test-symbolize.c - unit test of daemon/symbols/symbolize.c on real processes and
  * real ELF files: this process's libc, the fixtures of tests/fixtures/ (a
  * PIE, a non-PIE, a stripped PIE, a C++ library loaded by dlopen()), a
  * garbage and a truncated ELF mapped into this process, a child's [vdso] and
@@ -26,7 +26,7 @@
 #define TEST_SELF_VDSO test_self_vdso /* valgrind gives us no vDSO: a child's stands in */
 #include <stdint.h>
 static uint64_t test_self_vdso(uint64_t *ret_start);
-#include "../daemon/symbolize.c" /* the static parsers are tested too */
+#include "../daemon/symbols/symbolize.c" /* the static parsers are tested too */
 #include "check.h"
 
 #include <arpa/inet.h>

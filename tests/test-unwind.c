@@ -1,5 +1,5 @@
 /*
- * test-unwind.c - unit test of daemon/unwind.c on real stacks.
+ * test-unwind.c - unit test of daemon/symbols/unwind.c on real stacks.
  *
  * Parts:
  *  - self: this process's own registers and stack, captured in place, are
@@ -48,8 +48,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "symbolize.h"
-#include "unwind.h"
+#include "symbols/symbolize.h"
+#include "symbols/unwind.h"
 #include "util.h"
 
 #define MAX_FRAMES 128

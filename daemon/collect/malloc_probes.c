@@ -1,0 +1,557 @@
+/* malloc_probes.c - allocation sampling: the heap.bpf.c uprobes, their ring buffer and counters. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "symbols/elfsym.h"
+#include "collect/malloc_probes.h"
+#include "malloc.skel.h"
+#include "util.h"
+
+/* Allocator libraries probed at most per process, and links per slot. */
+#define HEAP_MAX_LIBS 4
+#define HEAP_MAX_LINKS 128
+
+struct malloc_probes {
+	struct malloc_bpf *skel;
+	struct ring_buffer *rb;
+	malloc_probes_fn fn;
+	void *ctx;
+	uint64_t bad_records;
+	int nr_cpus;
+	struct heap_proc *procs[MALLOC_MAX_SLOTS]; /* the processes each slot probes */
+};
+
+/* One probed process: its uprobes (the returns first, then the entries). */
+struct heap_proc {
+	struct heap_proc *next;
+	pid_t pid;
+	size_t nlinks;
+	struct bpf_link *links[];
+};
+
+/* Detach @p's probes, entries first (malloc_probes__attach()), and free it. */
+static void heap_proc_free(struct heap_proc *p)
+{
+	while (p->nlinks > 0)
+		bpf_link__destroy(p->links[--p->nlinks]);
+	free(p);
+}
+
+static const char *const func_names[MALLOC_NR_FUNCS] = {
+	[MALLOC_FUNC_MALLOC] = "malloc",
+	[MALLOC_FUNC_CALLOC] = "calloc",
+	[MALLOC_FUNC_REALLOC] = "realloc",
+	[MALLOC_FUNC_POSIX_MEMALIGN] = "posix_memalign",
+	[MALLOC_FUNC_ALIGNED_ALLOC] = "aligned_alloc",
+	[MALLOC_FUNC_MEMALIGN] = "memalign",
+	[MALLOC_FUNC_MMAP] = "mmap",
+	[MALLOC_FUNC_FREE] = "free",
+	[MALLOC_FUNC_MUNMAP] = "munmap",
+};
+
+const char *malloc_probes__func_name(unsigned func)
+{
+	return func < MALLOC_NR_FUNCS ? func_names[func] : "?";
+}
+
+/*
+ * malloc_probes__weight() - an unbiased estimate of the bytes a sampled block stands
+ * for: a call of s bytes is sampled with probability 1 - exp(-s / mean)
+ * (heap.bpf.c), so it is weighed s / (1 - exp(-s / mean)). Small blocks
+ * weigh about the mean, blocks much larger than the mean their own size.
+ */
+double malloc_probes__weight(uint64_t size_bytes, uint64_t sample_bytes)
+{
+	double p;
+
+	if (size_bytes == 0 || sample_bytes == 0)
+		return (double)size_bytes;
+	p = -expm1(-(double)size_bytes / (double)sample_bytes);
+	return p > 0 ? (double)size_bytes / p : (double)size_bytes;
+}
+
+bool malloc_event__valid(const void *data, size_t size)
+{
+	const struct malloc_event *e = data;
+
+	if (size < sizeof(*e) || e->kind > MALLOC_EV_FREE || e->func >= MALLOC_NR_FUNCS ||
+	    e->slot >= MALLOC_MAX_SLOTS)
+		return false;
+	if (e->kind != MALLOC_EV_ALLOC)
+		return true;
+	return !(e->ustack_len > MALLOC_MAX_FRAMES || e->stack_size > MALLOC_STACK_BYTES ||
+		 e->stack_size % sizeof(__u64) != 0 ||
+		 (e->stack_size && !(e->flags & MALLOC_HAS_REGS)) ||
+		 size < offsetof(struct malloc_alloc_event, ips) +
+				(size_t)e->ustack_len * sizeof(__u64) + e->stack_size);
+}
+
+/* A bad record is counted and skipped; 0 always, so that consumption goes on. */
+static int handle_record(void *ctx, void *data, size_t size)
+{
+	struct malloc_probes *h = ctx;
+
+	if (!malloc_event__valid(data, size)) {
+		h->bad_records++;
+		return 0;
+	}
+	h->fn(h->ctx, data, size);
+	return 0;
+}
+
+/*
+ * malloc_probes__new() - load heap.bpf.c, sharing the targets map @targets_fd (a
+ * hash map of __u32 tgid -> __u32 slot + 1: the CPU sampler's, so followed
+ * children count) and attach its thread-exit program. No uprobe is attached
+ * until malloc_probes__attach().
+ * @ringbuf_bytes: ring buffer size, a power of two and a multiple of the
+ *   page size; an ALLOC record is about 2.5 KiB, RETURN and FREE 64 bytes.
+ * @fn, @ctx: called from malloc_probes__poll() for each well-formed record.
+ *
+ * Returns 0 and *@ret (owned by the caller: malloc_probes__free()), -EINVAL for a
+ * bad @ringbuf_bytes, -EPERM without CAP_BPF + CAP_PERFMON, -ENOMEM, or
+ * libbpf's -errno. Does not log (libbpf's messages go through its callback).
+ */
+int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn, void *ctx, struct malloc_probes **ret)
+{
+	struct malloc_probes *h;
+	int r;
+
+	if (ringbuf_bytes == 0 || ringbuf_bytes > UINT32_MAX ||
+	    (ringbuf_bytes & (ringbuf_bytes - 1)) != 0 || targets_fd < 0)
+		return -EINVAL;
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	h->fn = fn;
+	h->ctx = ctx;
+	h->nr_cpus = libbpf_num_possible_cpus();
+	if (h->nr_cpus <= 0) {
+		r = h->nr_cpus < 0 ? h->nr_cpus : -ENODEV;
+		goto fail;
+	}
+	h->skel = malloc_bpf__open();
+	if (!h->skel) {
+		r = -errno;
+		goto fail;
+	}
+	for (unsigned i = 0; i < MALLOC_INTERVALS; i++)
+		h->skel->rodata->intervals_q16[i] =
+			(__u32)lround(-log((i + 0.5) / MALLOC_INTERVALS) * 65536.0);
+	r = bpf_map__reuse_fd(h->skel->maps.targets, targets_fd);
+	if (r < 0)
+		goto fail;
+	r = bpf_map__set_max_entries(h->skel->maps.events, (__u32)ringbuf_bytes);
+	if (r < 0)
+		goto fail;
+	r = malloc_bpf__load(h->skel);
+	if (r < 0)
+		goto fail;
+	h->skel->links.malloc_thread_exit = bpf_program__attach(h->skel->progs.malloc_thread_exit);
+	if (!h->skel->links.malloc_thread_exit) {
+		r = -errno;
+		goto fail;
+	}
+	h->rb = ring_buffer__new(bpf_map__fd(h->skel->maps.events), handle_record, h, NULL);
+	if (!h->rb) {
+		r = -errno;
+		goto fail;
+	}
+	*ret = h;
+	return 0;
+fail:
+	malloc_probes__free(h);
+	return r < 0 ? r : -EIO;
+}
+
+/* malloc_probes__free() - detach every probe and free everything. Accepts NULL and a half-built object. */
+void malloc_probes__free(struct malloc_probes *h)
+{
+	if (!h)
+		return;
+	for (unsigned i = 0; i < MALLOC_MAX_SLOTS; i++)
+		malloc_probes__detach(h, i);
+	ring_buffer__free(h->rb);
+	malloc_bpf__destroy(h->skel);
+	free(h);
+}
+
+/* malloc_probes__fd() - an epoll fd (owned by @h) that polls readable when records wait. */
+int malloc_probes__fd(struct malloc_probes *h)
+{
+	return ring_buffer__epoll_fd(h->rb);
+}
+
+/* malloc_probes__poll() - read every waiting record without blocking; the number read, or -errno. */
+int malloc_probes__poll(struct malloc_probes *h)
+{
+	return ring_buffer__consume(h->rb);
+}
+
+/* malloc_probes__bad_records() - malformed records seen so far. */
+uint64_t malloc_probes__bad_records(struct malloc_probes *h)
+{
+	return h->bad_records;
+}
+
+/* elfsym__scan()'s filter: the functions heap.bpf.c probes. */
+static bool is_probed_func(const char *name, void *ctx)
+{
+	for (unsigned i = 0; i < MALLOC_NR_FUNCS; i++)
+		if (strcmp(name, func_names[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * The file offset of each MALLOC_FUNC_* function the ELF file open at @fd
+ * defines, in @ret_offsets (0 where it defines none; the first symbol of
+ * the name, .dynsym before .symtab). Returns how many it defines, or -errno
+ * of elfsym__scan() (not an ELF file, out of memory).
+ */
+static int probed_offsets(int fd, uint64_t ret_offsets[MALLOC_NR_FUNCS])
+{
+	struct elf_sym_list syms = { 0 };
+	int r = elfsym__scan(fd, is_probed_func, NULL, &syms), found = 0;
+
+	for (unsigned func = 0; func < MALLOC_NR_FUNCS; func++) {
+		ret_offsets[func] = 0;
+		for (size_t k = 0; k < syms.n && !ret_offsets[func]; k++)
+			if (strcmp(syms.v[k].name, func_names[func]) == 0)
+				ret_offsets[func] = syms.v[k].offset;
+		found += ret_offsets[func] != 0;
+	}
+	free(syms.v);
+	return r < 0 ? r : found;
+}
+
+/* What each probed function gets: an entry program, and a return program for allocating ones. */
+static void probe_progs(struct malloc_bpf *skel, unsigned func, struct bpf_program **ret_entry,
+			struct bpf_program **ret_return)
+{
+	struct bpf_program *entry = NULL, *ret = skel->progs.ptr_return;
+
+	switch (func) {
+	case MALLOC_FUNC_MALLOC:
+		entry = skel->progs.malloc_entry;
+		break;
+	case MALLOC_FUNC_CALLOC:
+		entry = skel->progs.calloc_entry;
+		break;
+	case MALLOC_FUNC_REALLOC:
+		entry = skel->progs.realloc_entry;
+		break;
+	case MALLOC_FUNC_POSIX_MEMALIGN:
+		entry = skel->progs.posix_memalign_entry;
+		ret = skel->progs.posix_memalign_return;
+		break;
+	case MALLOC_FUNC_ALIGNED_ALLOC:
+		entry = skel->progs.aligned_alloc_entry;
+		break;
+	case MALLOC_FUNC_MEMALIGN:
+		entry = skel->progs.memalign_entry;
+		break;
+	case MALLOC_FUNC_MMAP:
+		entry = skel->progs.mmap_entry;
+		ret = skel->progs.mmap_return;
+		break;
+	case MALLOC_FUNC_FREE:
+		entry = skel->progs.free_probe;
+		ret = NULL;
+		break;
+	case MALLOC_FUNC_MUNMAP:
+		entry = skel->progs.munmap_entry;
+		ret = NULL;
+		break;
+	}
+	*ret_entry = entry;
+	*ret_return = ret;
+}
+
+/* Whether @path (a mapping of the target) is an allocator library. */
+static bool is_allocator_lib(const char *path)
+{
+	const char *base = strrchr(path, '/');
+
+	base = base ? base + 1 : path;
+	return strncmp(base, "libc.so", 7) == 0 || strncmp(base, "libc-", 5) == 0 ||
+	       strncmp(base, "libjemalloc.so", 14) == 0 || strncmp(base, "libtcmalloc", 11) == 0 ||
+	       strncmp(base, "libmimalloc.so", 14) == 0;
+}
+
+/*
+ * The allocator files of @pid, at most @max, as /proc/PID/root paths (seen
+ * from profd whatever the target's mount namespace): the libraries of
+ * is_allocator_lib(), then the executable (probed only if it defines
+ * malloc: statically linked, or with its own allocator). Returns how many.
+ */
+static int allocator_files(pid_t pid, char paths[][PATH_MAX], int max)
+{
+	char maps[64], line[PATH_MAX + 256], root[64];
+	_cleanup_fclose_ FILE *f = NULL;
+	size_t root_len;
+	int n = 0;
+
+	snprintf(maps, sizeof(maps), "/proc/%d/maps", (int)pid);
+	root_len = (size_t)snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
+	f = fopen(maps, "re");
+	if (!f)
+		return -errno;
+	while (n < max - 1 && fgets(line, sizeof(line), f)) {
+		char *path = strchr(line, '/');
+		bool dup = false;
+
+		if (!path)
+			continue;
+		path[strcspn(path, "\n")] = '\0';
+		if (!is_allocator_lib(path) || strstr(path, " (deleted)"))
+			continue;
+		for (int i = 0; i < n && !dup; i++)
+			dup = strcmp(paths[i] + root_len, path) == 0;
+		if (!dup)
+			snprintf(paths[n++], PATH_MAX, "%s%s", root, path);
+	}
+	snprintf(paths[n++], PATH_MAX, "/proc/%d/exe", (int)pid);
+	return n;
+}
+
+/* Remove @tgid's entries from the threads and live maps (a session ended, or starts afresh). */
+static void forget_process(struct malloc_probes *h, pid_t tgid)
+{
+	int fd = bpf_map__fd(h->skel->maps.threads);
+	__u32 key, next, *prev = NULL;
+	struct malloc_live_key lkey, lnext, *lprev = NULL;
+
+	while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+		struct malloc_thread st;
+
+		key = next;
+		prev = &key;
+		if (bpf_map_lookup_elem(fd, &key, &st) == 0 && st.tgid == (__u32)tgid) {
+			bpf_map_delete_elem(fd, &key);
+			prev = NULL; /* restart: the deleted key cannot lead on */
+		}
+	}
+	fd = bpf_map__fd(h->skel->maps.live);
+	while (bpf_map_get_next_key(fd, lprev, &lnext) == 0) {
+		lkey = lnext;
+		lprev = &lkey;
+		if (lkey.tgid == (__u32)tgid) {
+			bpf_map_delete_elem(fd, &lkey);
+			lprev = NULL;
+		}
+	}
+}
+
+static int reset_stats(struct malloc_probes *h, unsigned slot, uint64_t sample_bytes)
+{
+	_cleanup_free_ struct malloc_stats *zero = calloc(h->nr_cpus, sizeof(*zero));
+	__u32 key = slot;
+	__u64 mean = sample_bytes;
+
+	if (!zero)
+		return -ENOMEM;
+	if (bpf_map_update_elem(bpf_map__fd(h->skel->maps.stats), &key, zero, BPF_ANY) < 0 ||
+	    bpf_map_update_elem(bpf_map__fd(h->skel->maps.sample_bytes), &key, &mean, BPF_ANY) < 0)
+		return -errno;
+	return 0;
+}
+
+/*
+ * malloc_probes__attach() - sample the allocations of process @pid for session
+ * @slot (0..MALLOC_MAX_SLOTS-1; @pid must already be in the targets map
+ * under it; a slot may probe several processes: a target and the children
+ * it forks, whose uprobes are their own): uprobes on malloc, calloc, realloc, posix_memalign,
+ * aligned_alloc, memalign, mmap (anonymous mappings), free and munmap in
+ * each allocator library @pid has mapped (libc, jemalloc, tcmalloc,
+ * mimalloc) and in its executable if that defines them. Only @pid's calls
+ * trap (the uprobes are per process).
+ * @sample_bytes: mean bytes between samples, 1..2^40.
+ * @ret_probes: receives what was probed ("libc.so.6: 9 functions, ..."),
+ *   @probes_len bytes.
+ *
+ * @sample_bytes is the slot's for its first process, and ignored after.
+ *
+ * Returns the number of uprobes attached (> 0), -EINVAL for a bad argument,
+ * -EBUSY if @slot already probes @pid, -ESRCH if @pid is gone, -ENOENT if no
+ * allocator function was found, -ENOMEM, or the first -errno of a failed
+ * attach (those already attached are detached). Blocks on file I/O (reading
+ * the ELF files); does not log.
+ */
+int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uint64_t sample_bytes, char *ret_probes,
+		 size_t probes_len)
+{
+	char paths[HEAP_MAX_LIBS + 1][PATH_MAX];
+	struct bpf_link **links;
+	struct heap_proc *proc;
+	size_t nlinks = 0, off = 0;
+	int nfiles, r = 0;
+
+	if (slot >= MALLOC_MAX_SLOTS || pid <= 0 || sample_bytes == 0 || sample_bytes > (1ULL << 40))
+		return -EINVAL;
+	if (malloc_probes__attached(h, slot, pid))
+		return -EBUSY;
+	nfiles = allocator_files(pid, paths, HEAP_MAX_LIBS + 1);
+	if (nfiles < 0)
+		return nfiles == -ENOENT ? -ESRCH : nfiles;
+	proc = calloc(1, sizeof(*proc) + HEAP_MAX_LINKS * sizeof(proc->links[0]));
+	if (!proc)
+		return -ENOMEM;
+	links = proc->links;
+	forget_process(h, pid);
+	/* The slot's first process starts its counters and sets its rate. */
+	if (!h->procs[slot]) {
+		r = reset_stats(h, slot, sample_bytes);
+		if (r < 0)
+			goto fail;
+	}
+	if (probes_len)
+		ret_probes[0] = '\0';
+	for (int f = 0; f < nfiles; f++) {
+		_cleanup_close_ int fd = open(paths[f], O_RDONLY | O_CLOEXEC);
+		uint64_t offsets[MALLOC_NR_FUNCS];
+		int found;
+
+		if (fd < 0)
+			continue;
+		found = probed_offsets(fd, offsets);
+		if (found <= 0)
+			continue;
+		/*
+		 * Return probes first: a call already in flight when its entry
+		 * probe arrives, before its return probe, would leave the
+		 * thread's nesting depth at 1 for good, and every later call of
+		 * the thread would be taken for a nested one. A return without
+		 * its entry is ignored (depth 0).
+		 */
+		for (int k = 1; k >= 0 && r == 0; k--) {
+			for (unsigned func = 0; func < MALLOC_NR_FUNCS && r == 0; func++) {
+				LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = k == 1);
+				struct bpf_program *progs[2];
+				struct bpf_link *l;
+
+				if (!offsets[func])
+					continue;
+				probe_progs(h->skel, func, &progs[0], &progs[1]);
+				if (!progs[k])
+					continue;
+				if (nlinks == HEAP_MAX_LINKS) {
+					r = -E2BIG;
+					break;
+				}
+				l = bpf_program__attach_uprobe_opts(progs[k], pid, paths[f],
+								    (size_t)offsets[func], &opts);
+				if (!l) {
+					r = -errno;
+					break;
+				}
+				links[nlinks++] = l;
+			}
+		}
+		if (r < 0)
+			goto fail;
+		if (off < probes_len) {
+			const char *base = strrchr(paths[f], '/');
+
+			if (f == nfiles - 1) { /* /proc/PID/exe: name the executable */
+				char exe[PATH_MAX];
+				ssize_t len = readlink(paths[f], exe, sizeof(exe) - 1);
+
+				exe[len > 0 ? len : 0] = '\0';
+				base = strrchr(exe, '/');
+				off += snprintf(ret_probes + off, probes_len - off, "%s%s: %d functions",
+						off ? ", " : "", base ? base + 1 : "executable", found);
+			} else {
+				off += snprintf(ret_probes + off, probes_len - off, "%s%s: %d functions",
+						off ? ", " : "", base ? base + 1 : paths[f], found);
+			}
+		}
+	}
+	if (nlinks == 0) {
+		r = -ENOENT;
+		goto fail;
+	}
+	proc->pid = pid;
+	proc->nlinks = nlinks;
+	proc->next = h->procs[slot];
+	h->procs[slot] = proc;
+	return (int)nlinks;
+fail:
+	proc->nlinks = nlinks;
+	heap_proc_free(proc);
+	return r;
+}
+
+/* malloc_probes__probing() - whether @slot has probes attached (to any process). */
+bool malloc_probes__probing(struct malloc_probes *h, unsigned slot)
+{
+	return slot < MALLOC_MAX_SLOTS && h->procs[slot];
+}
+
+/* malloc_probes__attached() - whether @slot probes process @pid. */
+bool malloc_probes__attached(struct malloc_probes *h, unsigned slot, pid_t pid)
+{
+	if (slot >= MALLOC_MAX_SLOTS)
+		return false;
+	for (struct heap_proc *p = h->procs[slot]; p; p = p->next)
+		if (p->pid == pid)
+			return true;
+	return false;
+}
+
+/*
+ * malloc_probes__detach() - remove @slot's uprobes and forget its processes' threads
+ * and live blocks in the BPF maps. Records already in the ring buffer are
+ * still delivered. Accepts a slot without probes.
+ */
+void malloc_probes__detach(struct malloc_probes *h, unsigned slot)
+{
+	struct heap_proc *p;
+
+	if (slot >= MALLOC_MAX_SLOTS)
+		return;
+	while ((p = h->procs[slot])) {
+		h->procs[slot] = p->next;
+		forget_process(h, p->pid);
+		heap_proc_free(p);
+	}
+}
+
+/*
+ * malloc_probes__stats() - @slot's counters since its malloc_probes__attach(), summed over
+ * CPUs. Returns 0, -EINVAL, -ENOMEM or bpf()'s -errno (*@ret unchanged).
+ */
+int malloc_probes__stats(struct malloc_probes *h, unsigned slot, struct malloc_stats *ret)
+{
+	_cleanup_free_ struct malloc_stats *vals = NULL;
+	struct malloc_stats sum = { 0 };
+	__u32 key = slot;
+
+	if (slot >= MALLOC_MAX_SLOTS)
+		return -EINVAL;
+	vals = calloc(h->nr_cpus, sizeof(*vals));
+	if (!vals)
+		return -ENOMEM;
+	if (bpf_map_lookup_elem(bpf_map__fd(h->skel->maps.stats), &key, vals) < 0)
+		return -errno;
+	for (int cpu = 0; cpu < h->nr_cpus; cpu++) {
+		for (int f = 0; f < MALLOC_NR_FUNCS; f++)
+			sum.calls[f] += vals[cpu].calls[f];
+		sum.alloc_bytes += vals[cpu].alloc_bytes;
+		sum.sampled += vals[cpu].sampled;
+		sum.ringbuf_full += vals[cpu].ringbuf_full;
+		sum.live_full += vals[cpu].live_full;
+		sum.thread_map_full += vals[cpu].thread_map_full;
+	}
+	*ret = sum;
+	return 0;
+}

@@ -1,0 +1,375 @@
+/* offcpu.c - off-CPU intervals: the offcpu.bpf.c programs, their ring buffer and targets. */
+#include <errno.h>
+#include <stdbool.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "collect/offcpu.h"
+#include "offcpu.skel.h"
+#include "util.h"
+
+struct offcpu {
+	struct offcpu_bpf *skel;
+	struct ring_buffer *rb;
+	offcpu_fn fn;
+	void *ctx;
+	uint64_t bad_records;
+	int nr_cpus;
+	unsigned nr_targets[OFFCPU_MAX_SLOTS]; /* processes added to each slot and not removed */
+	bool shared_targets;                   /* targets is another object's map */
+};
+
+bool offcpu_event__valid(const void *data, size_t size)
+{
+	const struct offcpu_event *e = data;
+	size_t frames;
+
+	if (size < offsetof(struct offcpu_event, ips))
+		return false;
+	frames = (size_t)e->kstack_len + e->ustack_len;
+	return !(e->kstack_len > OFFCPU_MAX_FRAMES || e->ustack_len > OFFCPU_MAX_FRAMES ||
+		 e->stack_size > OFFCPU_STACK_BYTES || e->stack_size % sizeof(__u64) != 0 ||
+		 (e->stack_size && !(e->flags & OFFCPU_HAS_REGS)) ||
+		 size < offsetof(struct offcpu_event, ips) + frames * sizeof(__u64) + e->stack_size ||
+		 e->slot >= OFFCPU_MAX_SLOTS || e->state >= OFFCPU_NR_STATES ||
+		 e->runq_ns > e->duration_ns);
+}
+
+/*
+ * A bad record is counted and skipped. Returns 0 always: one bad record must
+ * not stop the ring buffer's consumption.
+ */
+static int handle_record(void *ctx, void *data, size_t size)
+{
+	struct offcpu *o = ctx;
+
+	if (!offcpu_event__valid(data, size)) {
+		o->bad_records++;
+		return 0;
+	}
+	o->fn(o->ctx, data, size);
+	return 0;
+}
+
+/*
+ * Whether the running kernel allocates hash map elements safely in tracing
+ * programs: Linux 6.1 (BPF memory allocator). Before it, a tracing program
+ * with a BPF_F_NO_PREALLOC hash map loads with a WARN_ONCE splat in the
+ * kernel log (and is refused on PREEMPT_RT), so 'starts' is preallocated.
+ */
+static bool kernel_allocates_in_tracing(void)
+{
+	struct utsname u;
+	int major = 0, minor = 0;
+
+	if (uname(&u) < 0 || sscanf(u.release, "%d.%d", &major, &minor) != 2)
+		return false;
+	return major > 6 || (major == 6 && minor >= 1);
+}
+
+/*
+ * offcpu__new() - load offcpu.bpf.c and attach it to sched_switch and
+ * sched_wakeup (once, for every slot; nothing is recorded until a target is
+ * added).
+ * @ringbuf_bytes: ring buffer size, a power of two and a multiple of the
+ *   page size; a record is 208 bytes + 8 per frame + up to 1 KiB of user
+ *   stack (~0.5 KiB typically). The reader is woken only once 1/16 of it is
+ *   full (a wakeup per record would preempt the targets and make records
+ *   of its own): call offcpu__poll() on a timer too, every 100 ms to 1 s.
+ * @min_block_ns: off-CPU intervals shorter than this (nanoseconds) are not
+ *   sent; 0 sends all of them. 10000 (10 us) drops most preemption noise.
+ * @fn, @ctx: called from offcpu__poll() for each well-formed record.
+ * @ret: receives the object, owned by the caller (offcpu__free()).
+ *
+ * Returns 0, -EPERM without CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN),
+ * -EINVAL for a bad @ringbuf_bytes, -ENOMEM, or the -errno libbpf gave
+ * when loading or attaching (a kernel without BTF or tp_btf). *@ret is left
+ * unchanged on failure. Allocates; does not log (libbpf's own messages go
+ * through its print callback).
+ */
+int offcpu__new(size_t ringbuf_bytes, uint64_t min_block_ns, offcpu_fn fn, void *ctx,
+		struct offcpu **ret)
+{
+	return offcpu__new_shared(ringbuf_bytes, min_block_ns, -1, fn, ctx, ret);
+}
+
+/*
+ * offcpu__new_shared() - offcpu__new() with the targets map of another BPF
+ * object (@targets_fd: a hash map of __u32 tgid -> __u32 slot + 1, e.g. the
+ * CPU sampler's), so that processes it adds (followed children) are traced
+ * off the CPU too; -1 for a map of its own.
+ */
+int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_fd, offcpu_fn fn,
+		       void *ctx, struct offcpu **ret)
+{
+	struct offcpu *o;
+	int r;
+
+	if (ringbuf_bytes == 0 || ringbuf_bytes > UINT32_MAX ||
+	    (ringbuf_bytes & (ringbuf_bytes - 1)) != 0)
+		return -EINVAL;
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	o->fn = fn;
+	o->ctx = ctx;
+	o->nr_cpus = libbpf_num_possible_cpus();
+	if (o->nr_cpus <= 0) {
+		r = o->nr_cpus < 0 ? o->nr_cpus : -ENODEV;
+		goto fail;
+	}
+
+	o->skel = offcpu_bpf__open();
+	if (!o->skel) {
+		r = -errno;
+		goto fail;
+	}
+	o->skel->rodata->min_block_ns = min_block_ns;
+	if (targets_fd >= 0) {
+		r = bpf_map__reuse_fd(o->skel->maps.targets, targets_fd);
+		if (r < 0)
+			goto fail;
+		o->shared_targets = true;
+	}
+	r = bpf_map__set_max_entries(o->skel->maps.events, (__u32)ringbuf_bytes);
+	if (r < 0)
+		goto fail;
+	o->skel->rodata->wakeup_bytes = ringbuf_bytes / 16;
+	r = bpf_map__set_max_entries(o->skel->maps.starts, OFFCPU_MAX_THREADS);
+	if (r < 0)
+		goto fail;
+	if (!kernel_allocates_in_tracing()) {
+		r = bpf_map__set_map_flags(o->skel->maps.starts, 0);
+		if (r < 0)
+			goto fail;
+	}
+	r = offcpu_bpf__load(o->skel);
+	if (r < 0)
+		goto fail;
+	r = offcpu_bpf__attach(o->skel);
+	if (r < 0)
+		goto fail;
+	o->rb = ring_buffer__new(bpf_map__fd(o->skel->maps.events), handle_record, o, NULL);
+	if (!o->rb) {
+		r = -errno;
+		goto fail;
+	}
+	*ret = o;
+	return 0;
+fail:
+	offcpu__free(o);
+	return r < 0 ? r : -EIO;
+}
+
+/*
+ * offcpu__free() - detach the programs and free everything, pending records
+ * included. Accepts NULL and an object whose offcpu__new() failed half-way.
+ */
+void offcpu__free(struct offcpu *o)
+{
+	if (!o)
+		return;
+	ring_buffer__free(o->rb);
+	offcpu_bpf__destroy(o->skel);
+	free(o);
+}
+
+/*
+ * offcpu__fd() - an epoll fd (O_CLOEXEC, owned by @o) that polls readable
+ * when 1/16 of the ring buffer is full; records below that wait for the
+ * next offcpu__poll().
+ */
+int offcpu__fd(struct offcpu *o)
+{
+	return ring_buffer__epoll_fd(o->rb);
+}
+
+/*
+ * offcpu__poll() - read every record waiting in the ring buffer, calling
+ * the offcpu_fn for each well-formed one. Does not block. Returns the number
+ * of records read, malformed ones included (>= 0), or -errno.
+ */
+int offcpu__poll(struct offcpu *o)
+{
+	return ring_buffer__consume(o->rb);
+}
+
+/* offcpu__bad_records() - malformed records seen so far (lengths beyond the record, bad fields). */
+uint64_t offcpu__bad_records(struct offcpu *o)
+{
+	return o->bad_records;
+}
+
+static int reset_drops(struct offcpu *o, unsigned slot)
+{
+	_cleanup_free_ struct offcpu_counters *zero = calloc(o->nr_cpus, sizeof(*zero));
+	__u32 key = slot;
+
+	if (!zero)
+		return -ENOMEM;
+	if (bpf_map_update_elem(bpf_map__fd(o->skel->maps.drops), &key, zero, BPF_ANY) < 0)
+		return -errno;
+	return 0;
+}
+
+/*
+ * offcpu__add_target() - record the off-CPU intervals of every thread of
+ * process @pid (threads created later included) for session @slot,
+ * 0..OFFCPU_MAX_SLOTS-1. A slot may have several processes; its drop
+ * counters restart from zero when it gets its first one. Intervals that
+ * began before the call are not reported.
+ *
+ * Returns 0, -EINVAL for a bad @slot or @pid, -ESRCH if @pid does not exist,
+ * -EBUSY if @pid is already a target (of any slot), -E2BIG if the targets
+ * map is full (4096 processes), -errno of bpf(). Leaves everything unchanged
+ * on failure. Does not block or log.
+ */
+int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid)
+{
+	__u32 key = (__u32)pid, val = slot + 1;
+	int r;
+
+	if (slot >= OFFCPU_MAX_SLOTS || pid <= 0)
+		return -EINVAL;
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return -ESRCH;
+	if (o->nr_targets[slot] == 0) {
+		r = reset_drops(o, slot);
+		if (r < 0)
+			return r;
+	}
+	if (bpf_map_update_elem(bpf_map__fd(o->skel->maps.targets), &key, &val, BPF_NOEXIST) < 0) {
+		__u32 cur;
+
+		/* A shared map may already hold it for this slot: the owner put it there. */
+		if (errno != EEXIST)
+			return -errno;
+		if (!o->shared_targets ||
+		    bpf_map_lookup_elem(bpf_map__fd(o->skel->maps.targets), &key, &cur) < 0 ||
+		    cur != val)
+			return -EBUSY;
+		o->nr_targets[slot]++;
+		return 0;
+	}
+	o->nr_targets[slot]++;
+	return 0;
+}
+
+/*
+ * offcpu__remove_target() - stop recording @pid for @slot. Records already
+ * in the ring buffer are still delivered by offcpu__poll(); intervals still
+ * open are dropped, not reported (their map entries go when the threads next
+ * run). Returns 0, -EINVAL for a bad @slot, -ENOENT if @pid is not a target
+ * of @slot (nothing is changed), -errno of bpf(). Does not block or log.
+ */
+int offcpu__remove_target(struct offcpu *o, unsigned slot, pid_t pid)
+{
+	int fd = bpf_map__fd(o->skel->maps.targets);
+	__u32 key = (__u32)pid, val;
+
+	if (slot >= OFFCPU_MAX_SLOTS)
+		return -EINVAL;
+	if (bpf_map_lookup_elem(fd, &key, &val) < 0)
+		return errno == ENOENT ? -ENOENT : -errno;
+	if (val != slot + 1)
+		return -ENOENT;
+	if (bpf_map_delete_elem(fd, &key) < 0)
+		return errno == ENOENT ? -ENOENT : -errno;
+	if (o->nr_targets[slot] > 0)
+		o->nr_targets[slot]--;
+	return 0;
+}
+
+/*
+ * offcpu__counters() - @slot's drop counters since it got its first target,
+ * summed over CPUs, in *@ret. Returns 0, -EINVAL for a bad @slot, -ENOMEM,
+ * -errno of bpf() (*@ret unchanged on failure).
+ */
+int offcpu__counters(struct offcpu *o, unsigned slot, struct offcpu_counters *ret)
+{
+	_cleanup_free_ struct offcpu_counters *vals = NULL;
+	struct offcpu_counters sum = { 0 };
+	__u32 key = slot;
+
+	if (slot >= OFFCPU_MAX_SLOTS)
+		return -EINVAL;
+	vals = calloc(o->nr_cpus, sizeof(*vals));
+	if (!vals)
+		return -ENOMEM;
+	if (bpf_map_lookup_elem(bpf_map__fd(o->skel->maps.drops), &key, vals) < 0)
+		return -errno;
+	for (int cpu = 0; cpu < o->nr_cpus; cpu++) {
+		sum.ringbuf_full += vals[cpu].ringbuf_full;
+		sum.tid_map_full += vals[cpu].tid_map_full;
+		sum.switch_in_missed += vals[cpu].switch_in_missed;
+	}
+	*ret = sum;
+	return 0;
+}
+
+/*
+ * offcpu__lost() - off-CPU intervals of @slot that were not reported: ring
+ * buffer full, per-thread map full, switch-in missed (running total; 0 if
+ * the counters cannot be read).
+ */
+uint64_t offcpu__lost(struct offcpu *o, unsigned slot)
+{
+	struct offcpu_counters c;
+
+	if (offcpu__counters(o, slot, &c) < 0)
+		return 0;
+	return c.ringbuf_full + c.tid_map_full + c.switch_in_missed;
+}
+
+/*
+ * offcpu__prog_stats() - what the BPF programs cost: runs and time spent in
+ * them (nanoseconds), summed over sched_switch and sched_wakeup, since they
+ * were loaded. The kernel counts only while BPF statistics are enabled
+ * (bpf_enable_stats(BPF_STATS_RUN_TIME) or sysctl kernel.bpf_stats_enabled),
+ * else both stay 0. Returns 0 or -errno of bpf() (outputs unchanged).
+ */
+int offcpu__prog_stats(struct offcpu *o, uint64_t *ret_run_cnt, uint64_t *ret_run_time_ns)
+{
+	struct bpf_program *progs[] = { o->skel->progs.offcpu_switch, o->skel->progs.offcpu_wakeup };
+	uint64_t cnt = 0, time_ns = 0;
+
+	for (size_t i = 0; i < ARRAY_SIZE(progs); i++) {
+		struct bpf_prog_info info = { 0 };
+		__u32 len = sizeof(info);
+
+		if (bpf_obj_get_info_by_fd(bpf_program__fd(progs[i]), &info, &len) < 0)
+			return -errno;
+		cnt += info.run_cnt;
+		time_ns += info.run_time_ns;
+	}
+	*ret_run_cnt = cnt;
+	*ret_run_time_ns = time_ns;
+	return 0;
+}
+
+/*
+ * offcpu__user_stack() - the user stack of @e, leaf first: its frame-pointer
+ * walk completed with CFI from its registers and stack slice
+ * (unwinder__complete_walk(), which says how). @as: the mappings of e->pid.
+ * @ret_ips: up to @max addresses. *@ret_flags: UNWIND_WALK_* (0: the walk
+ * was right).
+ *
+ * Returns the number of addresses (0..@max), or -ENOMEM. Allocates (the
+ * unwinder's caches), may block on file I/O, does not log; @u is not
+ * thread-safe (unwind.h).
+ */
+int offcpu__user_stack(struct unwinder *u, const struct addrspace *as, const struct offcpu_event *e,
+		       uint64_t *ret_ips, size_t max, uint32_t *ret_flags)
+{
+	return unwinder__complete_walk(u, as,
+				       e->flags & OFFCPU_HAS_REGS ? (const uint64_t *)e->regs : NULL,
+				       offcpu_event_stack(e), e->stack_size,
+				       (const uint64_t *)&e->ips[e->kstack_len], e->ustack_len,
+				       ret_ips, max, ret_flags);
+}

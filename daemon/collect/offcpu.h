@@ -1,0 +1,64 @@
+/*
+ * offcpu.h - off-CPU time per thread and per blocking stack, through the
+ * offcpu.bpf.c programs on sched_switch and sched_wakeup: one record per
+ * interval a thread of a target process spent off the CPU, with its state
+ * class and the kernel and user stacks it left from.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "bpf/offcpu.h"
+#include "symbols/symbolize.h"
+#include "symbols/unwind.h"
+
+/* Threads that can be off the CPU at once, over all targets (size of the BPF 'starts' map). */
+#define OFFCPU_MAX_THREADS 16384
+
+/* offcpu__user_stack() result flags: unwinder__complete_walk()'s. */
+#define OFFCPU_USTACK_FIXED UNWIND_WALK_FIXED
+#define OFFCPU_USTACK_CFI_ONLY UNWIND_WALK_CFI_ONLY
+#define OFFCPU_USTACK_UNCHECKED UNWIND_WALK_UNCHECKED
+
+/* The user stack bytes of @e (e->stack_size of them), right after its ips. */
+static inline const void *offcpu_event_stack(const struct offcpu_event *e)
+{
+	return &e->ips[(size_t)e->kstack_len + e->ustack_len];
+}
+
+struct offcpu;
+
+/*
+ * offcpu_event__valid() - whether the @size bytes at @data are a well-formed
+ * struct offcpu_event: stack lengths and the stack copy within their bounds
+ * and within @size, slot and state in range, runq_ns <= duration_ns.
+ */
+bool offcpu_event__valid(const void *data, size_t size);
+
+/*
+ * Called for each well-formed record read from the ring buffer. @e (@size
+ * bytes) is valid only during the call; its ips[] hold e->kstack_len +
+ * e->ustack_len addresses, then e->stack_size bytes of user stack (all
+ * already checked against @size).
+ */
+typedef void (*offcpu_fn)(void *ctx, const struct offcpu_event *e, size_t size);
+
+/* Each function is documented where it is defined, in offcpu.c. */
+int offcpu__new(size_t ringbuf_bytes, uint64_t min_block_ns, offcpu_fn fn, void *ctx,
+		struct offcpu **ret);                  /* load and attach */
+int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_fd, offcpu_fn fn,
+		       void *ctx, struct offcpu **ret); /* offcpu__new() sharing a targets map */
+void offcpu__free(struct offcpu *o);                   /* accepts NULL */
+int offcpu__fd(struct offcpu *o);                      /* readable when 1/16 of the ring is full */
+int offcpu__poll(struct offcpu *o);                    /* read them all, without blocking */
+uint64_t offcpu__bad_records(struct offcpu *o);        /* malformed records so far */
+int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid);
+int offcpu__remove_target(struct offcpu *o, unsigned slot, pid_t pid);
+uint64_t offcpu__lost(struct offcpu *o, unsigned slot); /* intervals dropped, all causes */
+int offcpu__counters(struct offcpu *o, unsigned slot, struct offcpu_counters *ret);
+int offcpu__prog_stats(struct offcpu *o, uint64_t *ret_run_cnt, uint64_t *ret_run_time_ns);
+int offcpu__user_stack(struct unwinder *u, const struct addrspace *as, const struct offcpu_event *e,
+		       uint64_t *ret_ips, size_t max, uint32_t *ret_flags); /* FP + CFI */

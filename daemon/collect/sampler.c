@@ -1,0 +1,387 @@
+/* sampler.c - perf events per CPU + the profile BPF program + its ring buffer. */
+#include <errno.h>
+#include <linux/perf_event.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "profile.skel.h"
+#include "collect/sampler.h"
+#include "util.h"
+
+struct slot {
+	bool used;
+	pid_t pid;
+	int nr_cpus;
+	int *fds;                /* perf event per CPU, -1 where the CPU is offline */
+	struct bpf_link **links; /* BPF program attached to each event */
+	int *extra_fds;          /* the second sampled event per CPU (sampler__start_extra) */
+	struct bpf_link **extra_links;
+};
+
+struct sampler {
+	struct profile_bpf *skel;
+	struct bpf_link *fork_link, *exit_link; /* process lifetime tracepoints */
+	struct ring_buffer *rb;
+	sampler_fn fn;
+	void *ctx;
+	uint64_t bad_records;
+	int nr_cpus;
+	struct slot slots[PROFILE_MAX_SLOTS];
+};
+
+bool sample_event__valid(const void *data, size_t size)
+{
+	const struct sample_event *e = data;
+	size_t frames;
+
+	/* The record is variable-length: check every length against its size. */
+	if (size < offsetof(struct sample_event, ips))
+		return false;
+	frames = (size_t)e->kstack_len + e->ustack_len;
+	if (e->kstack_len > PROFILE_MAX_FRAMES || e->ustack_len > PROFILE_MAX_FRAMES ||
+	    size < offsetof(struct sample_event, ips) + frames * sizeof(__u64) ||
+	    e->slot >= PROFILE_MAX_SLOTS || e->py_len > PROFILE_MAX_PY_FRAMES)
+		return false;
+	if ((e->flags & SAMPLE_HAS_REGS) &&
+	    (e->stack_size > PROFILE_MAX_STACK_BYTES ||
+	     (e->stack_size && e->stack_offset >= e->stack_size) ||
+	     size < offsetof(struct sample_event, stack) + e->stack_size))
+		return false;
+	return true;
+}
+
+/* A bad record is counted and skipped: it must not stop the ring buffer's consumption. */
+static int handle_record(void *ctx, void *data, size_t size)
+{
+	struct sampler *s = ctx;
+
+	if (!sample_event__valid(data, size)) {
+		s->bad_records++;
+		return 0;
+	}
+	s->fn(s->ctx, data, size);
+	return 0;
+}
+
+int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler **ret)
+{
+	struct sampler *s;
+	int r;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->fn = fn;
+	s->ctx = ctx;
+	s->nr_cpus = libbpf_num_possible_cpus();
+	if (s->nr_cpus <= 0) {
+		r = s->nr_cpus < 0 ? s->nr_cpus : -ENODEV;
+		goto fail;
+	}
+
+	s->skel = profile_bpf__open();
+	if (!s->skel) {
+		r = -errno;
+		goto fail;
+	}
+	r = bpf_map__set_max_entries(s->skel->maps.events, (__u32)ringbuf_bytes);
+	if (r < 0)
+		goto fail;
+	/* One scratch record per CPU, indexed by CPU number. */
+	r = bpf_map__set_max_entries(s->skel->maps.scratch, (__u32)s->nr_cpus);
+	if (r < 0)
+		goto fail;
+	r = profile_bpf__load(s->skel);
+	if (r < 0)
+		goto fail;
+	/* Process lifetime: children of targets become targets (when the slot
+	 * follows children), and exited targets are forgotten (PID reuse). */
+	s->fork_link = bpf_program__attach(s->skel->progs.profile_fork);
+	if (!s->fork_link) {
+		r = -errno;
+		goto fail;
+	}
+	s->exit_link = bpf_program__attach(s->skel->progs.profile_exit);
+	if (!s->exit_link) {
+		r = -errno;
+		goto fail;
+	}
+	s->rb = ring_buffer__new(bpf_map__fd(s->skel->maps.events), handle_record, s, NULL);
+	if (!s->rb) {
+		r = -errno;
+		goto fail;
+	}
+	*ret = s;
+	return 0;
+fail:
+	sampler__free(s);
+	return r < 0 ? r : -EIO;
+}
+
+void sampler__free(struct sampler *s)
+{
+	if (!s)
+		return;
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+		sampler__stop(s, i);
+	ring_buffer__free(s->rb);
+	bpf_link__destroy(s->fork_link);
+	bpf_link__destroy(s->exit_link);
+	profile_bpf__destroy(s->skel);
+	free(s);
+}
+
+int sampler__targets_fd(struct sampler *s)
+{
+	return bpf_map__fd(s->skel->maps.targets);
+}
+
+int sampler__fd(struct sampler *s)
+{
+	return ring_buffer__epoll_fd(s->rb);
+}
+
+int sampler__poll(struct sampler *s)
+{
+	return ring_buffer__consume(s->rb);
+}
+
+uint64_t sampler__bad_records(struct sampler *s)
+{
+	return s->bad_records;
+}
+
+static int perf_event_open(struct perf_event_attr *attr, pid_t pid, int cpu)
+{
+	int fd = (int)syscall(SYS_perf_event_open, attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
+}
+
+/*
+ * Open the sampling event on @cpu: cycles if a PMU exists, else cpu-clock.
+ * *@event is set by the first CPU and followed by the others.
+ */
+static int open_sampling_event(int cpu, unsigned freq_hz, const char **event)
+{
+	struct perf_event_attr attr = {
+		.size = sizeof(attr),
+		.freq = 1,
+		.sample_freq = freq_hz,
+		/* The BPF program reads the stacks; the ring of the event itself is unused. */
+		.sample_type = 0,
+	};
+	int fd;
+
+	if (!*event || strcmp(*event, "cycles") == 0) {
+		attr.type = PERF_TYPE_HARDWARE;
+		attr.config = PERF_COUNT_HW_CPU_CYCLES;
+		fd = perf_event_open(&attr, -1, cpu);
+		/* No PMU (a virtual machine): ENOENT, or EOPNOTSUPP/EINVAL on some kernels. */
+		if (fd >= 0 || (fd != -ENOENT && fd != -EOPNOTSUPP && fd != -EINVAL) || *event) {
+			if (fd >= 0)
+				*event = "cycles";
+			return fd;
+		}
+	}
+	attr.type = PERF_TYPE_SOFTWARE;
+	attr.config = PERF_COUNT_SW_CPU_CLOCK;
+	/*
+	 * cpu-clock counts nanoseconds: a fixed period of 1e9 / freq is exactly
+	 * freq samples per CPU-second. Frequency mode would re-tune the period
+	 * on scheduler ticks, which NOHZ stops on idle CPUs, so the period
+	 * drifted with the target's busy/idle phases and biased thread shares
+	 * (a thread busy 10 ms in 100 ms got 0.20 of the samples for 0.167 of
+	 * the CPU time, measured).
+	 */
+	attr.freq = 0;
+	attr.sample_period = NSEC_PER_SEC / freq_hz;
+	fd = perf_event_open(&attr, -1, cpu);
+	if (fd >= 0)
+		*event = "cpu-clock";
+	return fd;
+}
+
+static int reset_drops(struct sampler *s, unsigned slot)
+{
+	_cleanup_free_ struct slot_counters *zero = calloc(s->nr_cpus, sizeof(*zero));
+	__u32 key = slot;
+
+	if (!zero)
+		return -ENOMEM;
+	if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.drops), &key, zero, BPF_ANY) < 0)
+		return -errno;
+	return 0;
+}
+
+int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz,
+		   const struct slot_config *cfg, const char **ret_event)
+{
+	struct slot *sl;
+	const char *event = NULL;
+	__u32 key = (__u32)pid, val = slot + 1;
+	int r, opened = 0;
+
+	if (slot >= PROFILE_MAX_SLOTS || s->slots[slot].used)
+		return -EBUSY;
+	sl = &s->slots[slot];
+	*sl = (struct slot){ .used = true, .pid = pid, .nr_cpus = s->nr_cpus };
+	sl->fds = malloc(sizeof(*sl->fds) * s->nr_cpus);
+	sl->links = calloc(s->nr_cpus, sizeof(*sl->links));
+	if (!sl->fds || !sl->links) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	for (int cpu = 0; cpu < s->nr_cpus; cpu++)
+		sl->fds[cpu] = -1;
+
+	/* The slot's drop counters start from zero for each session. */
+	r = reset_drops(s, slot);
+	if (r < 0)
+		goto fail;
+	/* Settings before the target: no sample of this slot is taken before both exist. */
+	{
+		__u32 k = slot;
+
+		if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.slot_configs), &k, cfg,
+					BPF_ANY) < 0) {
+			r = -errno;
+			goto fail;
+		}
+	}
+	r = bpf_map_update_elem(bpf_map__fd(s->skel->maps.targets), &key, &val, BPF_NOEXIST);
+	if (r < 0) {
+		r = errno == EEXIST ? -EBUSY : -errno;
+		goto fail;
+	}
+
+	for (int cpu = 0; cpu < s->nr_cpus; cpu++) {
+		LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = PROFILE_COOKIE(slot, 0));
+		int fd = open_sampling_event(cpu, freq_hz, &event);
+
+		if (fd == -ENODEV) /* possible but offline CPU */
+			continue;
+		if (fd < 0) {
+			r = fd == -ENOENT ? -EOPNOTSUPP : fd;
+			goto fail;
+		}
+		sl->fds[cpu] = fd;
+		sl->links[cpu] = bpf_program__attach_perf_event_opts(s->skel->progs.profile_sample,
+								     fd, &opts);
+		if (!sl->links[cpu]) {
+			r = -errno;
+			goto fail;
+		}
+		opened++;
+	}
+	if (opened == 0) {
+		r = -EOPNOTSUPP;
+		goto fail;
+	}
+	*ret_event = event;
+	return 0;
+fail:
+	sampler__stop(s, slot);
+	return r;
+}
+
+int sampler__start_extra(struct sampler *s, unsigned slot, uint32_t type, uint64_t config,
+			 uint64_t period)
+{
+	struct slot *sl = &s->slots[slot];
+	struct perf_event_attr attr = {
+		.size = sizeof(attr),
+		.type = type,
+		.config = config,
+		.sample_period = period,
+	};
+	int opened = 0;
+
+	if (slot >= PROFILE_MAX_SLOTS || !sl->used || sl->extra_fds)
+		return -EINVAL;
+	sl->extra_fds = malloc(sizeof(*sl->extra_fds) * sl->nr_cpus);
+	sl->extra_links = calloc(sl->nr_cpus, sizeof(*sl->extra_links));
+	if (!sl->extra_fds || !sl->extra_links)
+		return -ENOMEM;
+	for (int cpu = 0; cpu < sl->nr_cpus; cpu++)
+		sl->extra_fds[cpu] = -1;
+	for (int cpu = 0; cpu < sl->nr_cpus; cpu++) {
+		LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = PROFILE_COOKIE(slot, 1));
+		int fd = perf_event_open(&attr, -1, cpu);
+
+		if (fd == -ENODEV)
+			continue;
+		if (fd < 0)
+			/* No PMU for a hardware event: ENOENT, EOPNOTSUPP or EINVAL. The
+			 * slot's own fds are closed by sampler__stop(). */
+			return fd == -ENOENT || fd == -EINVAL ? -EOPNOTSUPP : fd;
+		sl->extra_fds[cpu] = fd;
+		sl->extra_links[cpu] = bpf_program__attach_perf_event_opts(
+		    s->skel->progs.profile_sample, fd, &opts);
+		if (!sl->extra_links[cpu])
+			return -errno;
+		opened++;
+	}
+	return opened ? 0 : -EOPNOTSUPP;
+}
+
+void sampler__stop(struct sampler *s, unsigned slot)
+{
+	struct slot *sl = &s->slots[slot];
+	__u32 key;
+
+	if (slot >= PROFILE_MAX_SLOTS || !sl->used)
+		return;
+	for (int cpu = 0; sl->links && cpu < sl->nr_cpus; cpu++)
+		bpf_link__destroy(sl->links[cpu]);
+	for (int cpu = 0; sl->fds && cpu < sl->nr_cpus; cpu++)
+		if (sl->fds[cpu] >= 0)
+			close(sl->fds[cpu]);
+	/* Remove the slot's targets: the process, and children it was following. */
+	{
+		int fd = bpf_map__fd(s->skel->maps.targets);
+		__u32 next, val, *prev = NULL;
+
+		while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+			key = next;
+			if (bpf_map_lookup_elem(fd, &key, &val) == 0 && val == slot + 1) {
+				bpf_map_delete_elem(fd, &key);
+				/* Deleting the current key restarts the walk: keys are few. */
+				prev = NULL;
+				continue;
+			}
+			prev = &key;
+		}
+	}
+	for (int cpu = 0; sl->extra_links && cpu < sl->nr_cpus; cpu++)
+		bpf_link__destroy(sl->extra_links[cpu]);
+	for (int cpu = 0; sl->extra_fds && cpu < sl->nr_cpus; cpu++)
+		if (sl->extra_fds[cpu] >= 0)
+			close(sl->extra_fds[cpu]);
+	free(sl->extra_fds);
+	free(sl->extra_links);
+	free(sl->fds);
+	free(sl->links);
+	*sl = (struct slot){ 0 };
+}
+
+uint64_t sampler__lost(struct sampler *s, unsigned slot)
+{
+	struct slot_counters *vals;
+	uint64_t total = 0;
+	__u32 key = slot;
+
+	vals = calloc(s->nr_cpus, sizeof(*vals));
+	if (!vals)
+		return 0;
+	if (bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.drops), &key, vals) == 0)
+		for (int cpu = 0; cpu < s->nr_cpus; cpu++)
+			total += vals[cpu].ringbuf_full;
+	free(vals);
+	return total;
+}

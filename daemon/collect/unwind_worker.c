@@ -1,0 +1,257 @@
+/* unwind_worker.c - the DWARF unwinding thread and its two queues. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "collect/unwind_worker.h"
+#include "util.h"
+
+struct job {
+	struct job *next;
+	struct addrspace *as;
+	pthread_rwlock_t *as_lock;
+	enum unwind_mode mode;
+	size_t size;
+	struct sample_event e; /* @size bytes */
+};
+
+struct unwind_worker {
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t work;   /* todo is not empty, or quit */
+	pthread_cond_t idle;   /* pending dropped to 0 */
+	struct job *todo, **todo_tail;
+	struct job *done, **done_tail;
+	size_t pending;        /* jobs in todo or being unwound */
+	size_t capacity;
+	bool quit;
+	int efd;
+	struct unwinder *unwinder;
+	const struct addrspace *forget; /* handed to the thread to drop from its cache */
+};
+
+const char *unwind_mode_name(enum unwind_mode mode)
+{
+	static const char *const names[] = { "fp", "dwarf", "auto" };
+
+	return mode <= UNWIND_MODE_AUTO ? names[mode] : "fp";
+}
+
+int unwind_mode_parse(const char *s)
+{
+	for (int m = UNWIND_MODE_FP; m <= UNWIND_MODE_AUTO; m++)
+		if (strcmp(s, unwind_mode_name(m)) == 0)
+			return m;
+	return -EINVAL;
+}
+
+/* Rewrite @j's user frames with the unwinder's result. */
+static void unwind_job(struct unwind_worker *w, struct job *j)
+{
+	struct sample_event *e = &j->e;
+	uint64_t pcs[PROFILE_MAX_FRAMES];
+	enum unwind_status status = UNWIND_ERROR;
+	int n;
+
+	pthread_rwlock_rdlock(j->as_lock);
+	/* The copy starts at rsp's page; the unwinder wants it from rsp. */
+	n = unwinder__unwind(w->unwinder, j->as, (const uint64_t *)e->regs,
+			     e->stack + e->stack_offset,
+			     e->stack_size ? e->stack_size - e->stack_offset : 0, pcs,
+			     PROFILE_MAX_FRAMES, &status);
+	pthread_rwlock_unlock(j->as_lock);
+	if (n < 0)
+		n = 0;
+
+	/* Auto: the frame-pointer walk wins only where it went further than CFI
+	 * did without reaching the end (JIT code has frame pointers, no CFI). */
+	if (j->mode == UNWIND_MODE_AUTO && status != UNWIND_END && e->ustack_len > (unsigned)n) {
+		e->flags &= ~SAMPLE_HAS_REGS;
+		e->stack_size = 0;
+		return;
+	}
+	/* ips[] has room for PROFILE_MAX_FRAMES user frames after the kernel's. */
+	memcpy(&e->ips[e->kstack_len], pcs, (size_t)n * sizeof(uint64_t));
+	e->ustack_len = (__u16)n;
+	e->flags &= ~(SAMPLE_HAS_REGS | SAMPLE_USER_TRUNCATED | SAMPLE_USER_MISSING);
+	e->flags |= SAMPLE_DWARF_UNWOUND;
+	if (status == UNWIND_TRUNCATED)
+		e->flags |= SAMPLE_USER_TRUNCATED;
+	else if (status != UNWIND_END)
+		e->flags |= SAMPLE_UNWIND_INCOMPLETE;
+	if (n == 0)
+		e->flags |= SAMPLE_USER_MISSING;
+	e->stack_size = 0;
+}
+
+static void *worker_main(void *arg)
+{
+	struct unwind_worker *w = arg;
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&w->lock);
+	for (;;) {
+		struct job *j;
+
+		while (!w->todo && !w->quit)
+			pthread_cond_wait(&w->work, &w->lock);
+		if (w->quit)
+			break;
+		j = w->todo;
+		w->todo = j->next;
+		if (!w->todo)
+			w->todo_tail = &w->todo;
+		pthread_mutex_unlock(&w->lock);
+
+		unwind_job(w, j);
+
+		pthread_mutex_lock(&w->lock);
+		j->next = NULL;
+		*w->done_tail = j;
+		w->done_tail = &j->next;
+		if (--w->pending == 0)
+			pthread_cond_broadcast(&w->idle);
+		if (write(w->efd, &one, sizeof(one)) < 0) {
+			/* The counter cannot overflow in practice; the main loop also drains on its tick. */
+		}
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+int unwind_worker__new(size_t capacity, struct unwind_worker **ret)
+{
+	struct unwind_worker *w;
+	int r;
+
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->capacity = capacity;
+	w->todo_tail = &w->todo;
+	w->done_tail = &w->done;
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->work, NULL);
+	pthread_cond_init(&w->idle, NULL);
+	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	w->unwinder = unwinder__new();
+	if (w->efd < 0 || !w->unwinder) {
+		r = w->efd < 0 ? -errno : -ENOMEM;
+		goto fail;
+	}
+	r = -pthread_create(&w->thread, NULL, worker_main, w);
+	if (r < 0)
+		goto fail;
+	w->started = true;
+	*ret = w;
+	return 0;
+fail:
+	unwind_worker__free(w);
+	return r;
+}
+
+static void free_list(struct job *j)
+{
+	while (j) {
+		struct job *next = j->next;
+
+		free(j);
+		j = next;
+	}
+}
+
+void unwind_worker__free(struct unwind_worker *w)
+{
+	if (!w)
+		return;
+	if (w->started) {
+		pthread_mutex_lock(&w->lock);
+		w->quit = true;
+		pthread_cond_signal(&w->work);
+		pthread_mutex_unlock(&w->lock);
+		pthread_join(w->thread, NULL);
+	}
+	free_list(w->todo);
+	free_list(w->done);
+	unwinder__free(w->unwinder);
+	if (w->efd >= 0)
+		close(w->efd);
+	pthread_cond_destroy(&w->idle);
+	pthread_cond_destroy(&w->work);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+}
+
+int unwind_worker__fd(struct unwind_worker *w)
+{
+	return w->efd;
+}
+
+int unwind_worker__submit(struct unwind_worker *w, const struct sample_event *e, size_t size,
+			  struct addrspace *as, pthread_rwlock_t *as_lock, enum unwind_mode mode)
+{
+	struct job *j;
+
+	/* The record may be shorter than the struct; keep room for the full ips[]. */
+	j = malloc(offsetof(struct job, e) + MAX(size, offsetof(struct sample_event, stack)));
+	if (!j)
+		return -ENOMEM;
+	memcpy(&j->e, e, size);
+	j->as = as;
+	j->as_lock = as_lock;
+	j->mode = mode;
+	j->size = size;
+	j->next = NULL;
+
+	pthread_mutex_lock(&w->lock);
+	if (w->pending >= w->capacity) {
+		pthread_mutex_unlock(&w->lock);
+		free(j);
+		return -ENOBUFS;
+	}
+	w->pending++;
+	*w->todo_tail = j;
+	w->todo_tail = &j->next;
+	pthread_cond_signal(&w->work);
+	pthread_mutex_unlock(&w->lock);
+	return 0;
+}
+
+void unwind_worker__drain(struct unwind_worker *w, sampler_fn fn, void *ctx)
+{
+	struct job *list;
+	uint64_t n;
+
+	if (read(w->efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		return;
+	pthread_mutex_lock(&w->lock);
+	list = w->done;
+	w->done = NULL;
+	w->done_tail = &w->done;
+	pthread_mutex_unlock(&w->lock);
+
+	for (struct job *j = list; j; j = j->next)
+		fn(ctx, &j->e, offsetof(struct sample_event, ips) +
+				       ((size_t)j->e.kstack_len + j->e.ustack_len) * sizeof(uint64_t));
+	free_list(list);
+}
+
+void unwind_worker__wait_idle(struct unwind_worker *w)
+{
+	pthread_mutex_lock(&w->lock);
+	while (w->pending > 0)
+		pthread_cond_wait(&w->idle, &w->lock);
+	pthread_mutex_unlock(&w->lock);
+}
+
+void unwind_worker__forget(struct unwind_worker *w, const struct addrspace *as)
+{
+	/* Idle by contract: the thread is not inside the unwinder. */
+	pthread_mutex_lock(&w->lock);
+	unwinder__forget(w->unwinder, as);
+	pthread_mutex_unlock(&w->lock);
+}

@@ -1,0 +1,69 @@
+/*
+ * unwind_worker.h - a thread that unwinds samples carrying registers and a
+ * stack copy, so that DWARF unwinding never delays reading the ring buffer.
+ * Samples go in through a bounded queue (a full queue is an error the caller
+ * counts as lost samples) and come back, unwound, through a second queue
+ * whose eventfd wakes the main loop.
+ */
+#pragma once
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include "collect/sampler.h"
+#include "symbols/symbolize.h"
+#include "symbols/unwind.h"
+
+enum unwind_mode {
+	UNWIND_MODE_FP,    /* frame pointers only (bpf_get_stack) */
+	UNWIND_MODE_DWARF, /* CFI unwinding of the copied stack only */
+	UNWIND_MODE_AUTO,  /* both; per sample, DWARF unless the frame-pointer walk got further */
+};
+
+/* unwind_mode_name() - "fp", "dwarf" or "auto". */
+const char *unwind_mode_name(enum unwind_mode mode);
+/* unwind_mode_parse() - the mode named @s, or -EINVAL. */
+int unwind_mode_parse(const char *s);
+
+struct unwind_worker;
+
+/*
+ * unwind_worker__new() - start the thread.
+ * @capacity: samples queued or being unwound at most (each up to ~36 KiB).
+ * Returns 0, -ENOMEM, or the -errno of pthread_create()/eventfd().
+ */
+int unwind_worker__new(size_t capacity, struct unwind_worker **ret);
+/* unwind_worker__free() - stop the thread, drop queued samples. Accepts NULL. */
+void unwind_worker__free(struct unwind_worker *w);
+
+/* unwind_worker__fd() - an eventfd that polls readable when unwound samples wait. */
+int unwind_worker__fd(struct unwind_worker *w);
+
+/*
+ * unwind_worker__submit() - queue a copy of sample @e (@size bytes, with
+ * SAMPLE_HAS_REGS) for unwinding against @as in @mode. @as and @as_lock must
+ * stay valid until unwind_worker__wait_idle() has returned after the last
+ * submit for them; the worker holds @as_lock for reading while it reads @as.
+ * Returns 0, or -ENOBUFS when the queue is full (the sample is not taken),
+ * -ENOMEM. Does not block.
+ */
+int unwind_worker__submit(struct unwind_worker *w, const struct sample_event *e, size_t size,
+			  struct addrspace *as, pthread_rwlock_t *as_lock, enum unwind_mode mode);
+
+/*
+ * unwind_worker__drain() - call @fn for every unwound sample, in submission
+ * order, then free them. In each, ips[kstack_len..] are the user frames
+ * (from CFI, or the frame-pointer walk in auto mode when that got further)
+ * and flags has SAMPLE_DWARF_UNWOUND / SAMPLE_UNWIND_INCOMPLETE /
+ * SAMPLE_USER_TRUNCATED as they apply; SAMPLE_HAS_REGS is cleared.
+ */
+void unwind_worker__drain(struct unwind_worker *w, sampler_fn fn, void *ctx);
+
+/* unwind_worker__wait_idle() - block until every submitted sample is unwound. */
+void unwind_worker__wait_idle(struct unwind_worker *w);
+
+/*
+ * unwind_worker__forget() - drop what the worker caches about @as (call
+ * when idle, before freeing @as).
+ */
+void unwind_worker__forget(struct unwind_worker *w, const struct addrspace *as);

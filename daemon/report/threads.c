@@ -1,0 +1,576 @@
+/* threads.c - on/off-CPU time, counters, stragglers, groups and windows for `threads`. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report/threads.h"
+#include "util.h"
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(sqlite3_stmt *, sqlite3_finalize)
+
+/* A thread whose load exceeds the mean by more than this is named a straggler. */
+#define STRAGGLER_OVER_MEAN 1.2
+
+static double round2(double x)
+{
+	return round(x * 100.0) / 100.0;
+}
+
+json_t *imbalance_json(const int64_t *samples, const int64_t *tids, const char *const *names,
+		       size_t n)
+{
+	json_t *o = json_object(), *list = json_array();
+	int64_t total = 0, max = 0;
+	size_t busy = 0, imax = 0;
+	double mean, var = 0;
+
+	if (!o || !list) {
+		json_decref(o);
+		json_decref(list);
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (samples[i] <= 0)
+			continue;
+		busy++;
+		total += samples[i];
+		if (samples[i] > max) {
+			max = samples[i];
+			imax = i;
+		}
+	}
+	json_object_set_new(o, "threads", json_integer((json_int_t)busy));
+	if (busy == 0) {
+		json_object_set_new(o, "mean_samples", json_null());
+		json_object_set_new(o, "max_samples", json_null());
+		json_object_set_new(o, "max_over_mean", json_null());
+		json_object_set_new(o, "cv", json_null());
+		json_object_set_new(o, "straggler_tid", json_null());
+		json_object_set_new(o, "straggler_name", json_null());
+		json_object_set_new(o, "stragglers", list);
+		return o;
+	}
+	mean = (double)total / (double)busy;
+	for (size_t i = 0; i < n; i++)
+		if (samples[i] > 0)
+			var += ((double)samples[i] - mean) * ((double)samples[i] - mean);
+	var /= (double)busy;
+	for (size_t i = 0; i < n; i++)
+		if (busy > 1 && (double)samples[i] > STRAGGLER_OVER_MEAN * mean)
+			json_array_append_new(list, json_pack("{s:I, s:s?, s:I}", "tid",
+							      (json_int_t)tids[i], "name", names[i],
+							      "samples", (json_int_t)samples[i]));
+	json_object_set_new(o, "mean_samples", json_real(round(mean * 10.0) / 10.0));
+	json_object_set_new(o, "max_samples", json_integer(max));
+	json_object_set_new(o, "max_over_mean", json_real(round2((double)max / mean)));
+	json_object_set_new(o, "cv", json_real(round2(sqrt(var) / mean)));
+	json_object_set_new(o, "straggler_tid", json_integer(tids[imax]));
+	json_object_set_new(o, "straggler_name", names[imax] ? json_string(names[imax]) : json_null());
+	json_object_set_new(o, "stragglers", list);
+	return o;
+}
+
+/* "worker-12" -> "worker-*": digit runs become one '*'. */
+static char *name_pattern(const char *name)
+{
+	size_t len = strlen(name);
+	char *p = malloc(len + 1), *q = p;
+
+	if (!p)
+		return NULL;
+	for (const char *s = name; *s;) {
+		if (isdigit((unsigned char)*s)) {
+			*q++ = '*';
+			while (isdigit((unsigned char)*s))
+				s++;
+		} else {
+			*q++ = *s++;
+		}
+	}
+	*q = '\0';
+	return p;
+}
+
+static int prepare(sqlite3 *db, const char *sql, int64_t session_id, sqlite3_stmt **ret)
+{
+	if (sqlite3_prepare_v2(db, sql, -1, ret, NULL) != SQLITE_OK)
+		return -EIO;
+	sqlite3_bind_int64(*ret, 1, session_id);
+	return 0;
+}
+
+/* The thread object with "tid" @tid in @threads, or NULL. */
+static json_t *thread_by_tid(json_t *threads, int64_t tid)
+{
+	size_t i;
+	json_t *t;
+
+	json_array_foreach(threads, i, t)
+	{
+		if (json_integer_value(json_object_get(t, "tid")) == tid)
+			return t;
+	}
+	return NULL;
+}
+
+static int add_times(sqlite3 *db, int64_t session_id, json_t *threads, double freq_hz,
+		     bool offcpu_on)
+{
+	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
+	size_t i;
+	json_t *t;
+	int rc, r;
+
+	/* Estimates from samples first; the task-clock counter replaces them below. */
+	json_array_foreach(threads, i, t)
+	{
+		double samples = (double)json_integer_value(json_object_get(t, "samples"));
+
+		json_object_set_new(t, "on_cpu_s",
+				    json_real(round(1000.0 * samples / freq_hz) / 1000.0));
+		json_object_set_new(t, "on_cpu_source", json_string("samples"));
+		json_object_set_new(t, "off_cpu_s",
+				    offcpu_on ? json_pack("{s:f, s:f, s:f}", "sleeping", 0.0, "io",
+							  0.0, "runnable", 0.0)
+					      : json_null());
+		json_object_set_new(t, "counters", json_object());
+	}
+
+	r = prepare(db,
+		    "SELECT tid, counter, status, sum(value) FROM thread_counters "
+		    "WHERE session_id = ?1 GROUP BY tid, counter, status",
+		    session_id, &st);
+	if (r < 0)
+		return r;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *counter = (const char *)sqlite3_column_text(st, 1);
+		const char *status = (const char *)sqlite3_column_text(st, 2);
+		bool ok = status && strcmp(status, "ok") == 0;
+		json_t *c;
+
+		t = thread_by_tid(threads, sqlite3_column_int64(st, 0));
+		if (!t || !counter || !status)
+			continue;
+		c = json_pack("{s:o, s:s}", "value",
+			      ok ? json_integer(sqlite3_column_int64(st, 3)) : json_null(), "status",
+			      status);
+		json_object_set_new(json_object_get(t, "counters"), counter, c);
+		if (ok && strcmp(counter, "task-clock") == 0) {
+			json_object_set_new(t, "on_cpu_s",
+					    json_real(round((double)sqlite3_column_int64(st, 3) /
+							    1e6) / 1000.0));
+			json_object_set_new(t, "on_cpu_source", json_string("task-clock"));
+		}
+	}
+	if (rc != SQLITE_DONE)
+		return -EIO;
+	sqlite3_finalize(TAKE_PTR(st));
+
+	if (!offcpu_on)
+		return 0;
+	r = prepare(db,
+		    "SELECT tid, state, sum(total_ns) FROM offcpu WHERE session_id = ?1 "
+		    "GROUP BY tid, state",
+		    session_id, &st);
+	if (r < 0)
+		return r;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *state = (const char *)sqlite3_column_text(st, 1);
+
+		t = thread_by_tid(threads, sqlite3_column_int64(st, 0));
+		if (!t || !state)
+			continue;
+		json_object_set_new(json_object_get(t, "off_cpu_s"), state,
+				    json_real(round((double)sqlite3_column_int64(st, 2) / 1e6) /
+					      1000.0));
+	}
+	return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+/* Derived figures from a thread's counters; null where an input is missing or a divisor 0. */
+static void add_derived(json_t *threads)
+{
+	static const struct {
+		const char *name, *num, *den;
+		double scale;
+	} derived[] = {
+		{ "ipc", "instructions", "cycles", 1.0 },
+		{ "cache_miss_pct", "cache-misses", "cache-references", 100.0 },
+		/* No "branches" counter to divide by: misses per 1000 instructions, as counters.h. */
+		{ "branch_miss_pki", "branch-misses", "instructions", 1000.0 },
+	};
+	size_t i;
+	json_t *t;
+
+	json_array_foreach(threads, i, t)
+	{
+		json_t *c = json_object_get(t, "counters"), *d = json_object();
+
+		for (size_t k = 0; k < ARRAY_SIZE(derived); k++) {
+			json_t *num = json_object_get(json_object_get(c, derived[k].num), "value");
+			json_t *den = json_object_get(json_object_get(c, derived[k].den), "value");
+
+			if (json_is_integer(num) && json_is_integer(den) && json_integer_value(den) > 0)
+				json_object_set_new(
+				    d, derived[k].name,
+				    json_real(round2(derived[k].scale *
+						     (double)json_integer_value(num) /
+						     (double)json_integer_value(den))));
+			else
+				json_object_set_new(d, derived[k].name, json_null());
+		}
+		json_object_set_new(t, "derived", d);
+	}
+}
+
+static int add_groups(json_t *o, json_t *threads, int64_t total)
+{
+	size_t n = json_array_size(threads), i;
+	_cleanup_free_ char **patterns = calloc(n + 1, sizeof(char *));
+	_cleanup_free_ int64_t *samples = calloc(n + 1, sizeof(int64_t));
+	_cleanup_free_ int64_t *tids = calloc(n + 1, sizeof(int64_t));
+	_cleanup_free_ const char **names = calloc(n + 1, sizeof(char *));
+	_cleanup_free_ bool *done = calloc(n + 1, sizeof(bool));
+	json_t *groups = json_array(), *t;
+	int r = 0;
+
+	if (!patterns || !samples || !tids || !names || !done || !groups) {
+		json_decref(groups);
+		return -ENOMEM;
+	}
+	json_array_foreach(threads, i, t)
+	{
+		const char *name = json_string_value(json_object_get(t, "name"));
+
+		patterns[i] = name_pattern(name ? name : "?");
+		if (!patterns[i]) {
+			r = -ENOMEM;
+			goto out;
+		}
+	}
+	/* Groups in the order of their busiest thread (threads come sorted by samples). */
+	for (i = 0; i < n; i++) {
+		int64_t gsamples[n], gtids[n];
+		const char *gnames[n];
+		size_t m = 0, k;
+		json_t *g;
+
+		if (done[i])
+			continue;
+		for (k = i; k < n; k++) {
+			if (done[k] || strcmp(patterns[k], patterns[i]) != 0)
+				continue;
+			done[k] = true;
+			t = json_array_get(threads, k);
+			gsamples[m] = json_integer_value(json_object_get(t, "samples"));
+			gtids[m] = json_integer_value(json_object_get(t, "tid"));
+			gnames[m] = json_string_value(json_object_get(t, "name"));
+			m++;
+		}
+		{
+			int64_t sum = 0;
+
+			for (k = 0; k < m; k++)
+				sum += gsamples[k];
+			g = json_pack("{s:s, s:I, s:I, s:f, s:o*}", "group", patterns[i], "threads",
+				      (json_int_t)m, "samples", (json_int_t)sum, "share_pct",
+				      total > 0 ? round(1000.0 * (double)sum / (double)total) / 10.0
+						: 0.0,
+				      "imbalance", imbalance_json(gsamples, gtids, gnames, m));
+		}
+		if (!g || json_array_append_new(groups, g) < 0) {
+			r = -ENOMEM;
+			goto out;
+		}
+	}
+out:
+	for (i = 0; i < n; i++)
+		free(patterns[i]);
+	if (r < 0) {
+		json_decref(groups);
+		return r;
+	}
+	return json_object_set_new(o, "groups", groups) < 0 ? -ENOMEM : 0;
+}
+
+/* Emit window @w (index) of @n threads' @samples into @windows. */
+static int window_emit(json_t *windows, int64_t w, double window_s, const int64_t *samples,
+		       const int64_t *tids, const char *const *names, size_t n)
+{
+	json_t *tw = json_array(), *o;
+	int64_t sum = 0;
+
+	if (!tw)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		sum += samples[i];
+		if (samples[i] > 0 &&
+		    json_array_append_new(tw, json_pack("{s:I, s:I}", "tid", (json_int_t)tids[i],
+							"samples", (json_int_t)samples[i])) < 0) {
+			json_decref(tw);
+			return -ENOMEM;
+		}
+	}
+	o = json_pack("{s:f, s:f, s:I, s:o*, s:o}", "start_s", (double)w * window_s, "end_s",
+		      (double)(w + 1) * window_s, "samples", (json_int_t)sum, "imbalance",
+		      imbalance_json(samples, tids, names, n), "threads", tw);
+	return o && json_array_append_new(windows, o) == 0 ? 0 : -ENOMEM;
+}
+
+static int add_windows(sqlite3 *db, int64_t session_id, json_t *o, json_t *threads,
+		       int64_t started_ns, double window_s)
+{
+	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
+	size_t n = json_array_size(threads), i;
+	_cleanup_free_ int64_t *tids = calloc(n + 1, sizeof(int64_t));
+	_cleanup_free_ int64_t *samples = calloc(n + 1, sizeof(int64_t));
+	_cleanup_free_ const char **names = calloc(n + 1, sizeof(char *));
+	int64_t width_ns = (int64_t)(window_s * 1e9), cur = -1;
+	json_t *windows, *t;
+	int rc, r = 0;
+
+	if (!tids || !samples || !names)
+		return -ENOMEM;
+	if (width_ns <= 0)
+		return -EINVAL;
+	json_array_foreach(threads, i, t)
+	{
+		tids[i] = json_integer_value(json_object_get(t, "tid"));
+		names[i] = json_string_value(json_object_get(t, "name"));
+	}
+	r = prepare(db,
+		    "SELECT (window_ns - ?2) / ?3 AS w, tid, sum(count) FROM samples "
+		    "WHERE session_id = ?1 GROUP BY w, tid ORDER BY w",
+		    session_id, &st);
+	if (r < 0)
+		return r;
+	sqlite3_bind_int64(st, 2, started_ns);
+	sqlite3_bind_int64(st, 3, width_ns);
+	windows = json_array();
+	if (!windows)
+		return -ENOMEM;
+	while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t w = sqlite3_column_int64(st, 0), tid = sqlite3_column_int64(st, 1);
+
+		if (w != cur) {
+			if (cur >= 0)
+				r = window_emit(windows, cur, window_s, samples, tids, names, n);
+			memset(samples, 0, n * sizeof(*samples));
+			cur = w;
+		}
+		for (i = 0; i < n; i++)
+			if (tids[i] == tid)
+				samples[i] += sqlite3_column_int64(st, 2);
+	}
+	if (r == 0 && rc != SQLITE_DONE)
+		r = -EIO;
+	if (r == 0 && cur >= 0)
+		r = window_emit(windows, cur, window_s, samples, tids, names, n);
+	if (r < 0) {
+		json_decref(windows);
+		return r;
+	}
+	return json_object_set_new(o, "windows", windows) < 0 ? -ENOMEM : 0;
+}
+
+int threads_report__extend(sqlite3 *db, int64_t session_id, const struct threads_opts *opts,
+			   json_t *o)
+{
+	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
+	json_t *threads = json_object_get(o, "threads"), *imb;
+	int64_t started_ns, total = json_integer_value(json_object_get(o, "total_samples"));
+	double freq_hz;
+	bool offcpu_on;
+	size_t n = json_array_size(threads), i;
+	int r;
+
+	r = prepare(db,
+		    "SELECT freq_hz, started_at_ns, (',' || events || ',') LIKE '%,offcpu,%' "
+		    "FROM sessions WHERE id = ?1",
+		    session_id, &st);
+	if (r < 0)
+		return r;
+	if (sqlite3_step(st) != SQLITE_ROW)
+		return -EIO;
+	freq_hz = MAX(1, sqlite3_column_int(st, 0));
+	started_ns = sqlite3_column_int64(st, 1);
+	offcpu_on = sqlite3_column_int(st, 2);
+	sqlite3_finalize(TAKE_PTR(st));
+
+	r = add_times(db, session_id, threads, freq_hz, offcpu_on);
+	if (r < 0)
+		return r;
+	add_derived(threads);
+
+	/* The imbalance object again, with the stragglers named. */
+	{
+		_cleanup_free_ int64_t *samples = calloc(n + 1, sizeof(int64_t));
+		_cleanup_free_ int64_t *tids = calloc(n + 1, sizeof(int64_t));
+		_cleanup_free_ const char **names = calloc(n + 1, sizeof(char *));
+		json_t *t;
+
+		if (!samples || !tids || !names)
+			return -ENOMEM;
+		json_array_foreach(threads, i, t)
+		{
+			samples[i] = json_integer_value(json_object_get(t, "samples"));
+			tids[i] = json_integer_value(json_object_get(t, "tid"));
+			names[i] = json_string_value(json_object_get(t, "name"));
+		}
+		imb = imbalance_json(samples, tids, names, n);
+		if (!imb || json_object_set_new(o, "imbalance", imb) < 0)
+			return -ENOMEM;
+	}
+	if (opts && opts->group_by_name) {
+		r = add_groups(o, threads, total);
+		if (r < 0)
+			return r;
+	}
+	if (opts && opts->window_s > 0) {
+		r = add_windows(db, session_id, o, threads, started_ns, opts->window_s);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* The frames of stack @stack_id, leaf first, as report frame objects. */
+/*
+ * report__stack_frames() - the frames of @stack_id, leaf first, as JSON
+ * objects {function, module, file, line, kind, inlined}; @fr is a statement
+ * prepared from REPORT_STACK_FRAMES_SQL (reset and rebound here). The
+ * frames of the BPF programs that took the stack, at its top, are left out.
+ * NULL on out-of-memory or an SQLite error.
+ */
+json_t *report__stack_frames(sqlite3_stmt *fr, int64_t stack_id)
+{
+	json_t *arr = json_array();
+	int rc;
+
+	if (!arr)
+		return NULL;
+	sqlite3_reset(fr);
+	sqlite3_bind_int64(fr, 1, stack_id);
+	while ((rc = sqlite3_step(fr)) == SQLITE_ROW) {
+		const char *fn = (const char *)sqlite3_column_text(fr, 0);
+
+		/* The stack was taken inside the sched_switch BPF program: its own
+		 * frames and the tracepoint's (bpf_prog_*, bpf_trace_run*,
+		 * __traceiter_*) sit on top of __schedule. They are not where the
+		 * thread blocked. */
+		if (json_array_size(arr) == 0 && fn &&
+		    (strncmp(fn, "bpf_prog_", 9) == 0 || strncmp(fn, "bpf_trace_run", 13) == 0 ||
+		     strncmp(fn, "__bpf_trace_", 12) == 0 || strncmp(fn, "__traceiter_", 12) == 0))
+			continue;
+		const char *module = (const char *)sqlite3_column_text(fr, 1);
+		const char *base = module ? strrchr(module, '/') : NULL;
+		char name[512];
+		json_t *o;
+
+		if (!fn) {
+			/* Unsymbolized: module base name + offset, as top and hotpaths print it. */
+			snprintf(name, sizeof(name), "%s+0x%llx", base ? base + 1 : module ? module : "?",
+				 (unsigned long long)sqlite3_column_int64(fr, 5));
+			fn = name;
+		}
+		o = json_pack("{s:s, s:s?, s:s?, s:o, s:s, s:b}", "function", fn, "module", module,
+			      "file", (const char *)sqlite3_column_text(fr, 2), "line",
+			      sqlite3_column_type(fr, 3) == SQLITE_NULL
+				  ? json_null()
+				  : json_integer(sqlite3_column_int64(fr, 3)),
+			      "kind", (const char *)sqlite3_column_text(fr, 4), "inlined",
+			      sqlite3_column_int(fr, 6) > 0);
+		if (!o || json_array_append_new(arr, o) < 0) {
+			json_decref(arr);
+			return NULL;
+		}
+	}
+	if (rc != SQLITE_DONE) {
+		json_decref(arr);
+		return NULL;
+	}
+	return arr;
+}
+
+int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
+{
+	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL, *fr = NULL;
+	json_t *o, *stacks, *by_state;
+	int64_t total_ns = 0;
+	int rc, r;
+
+	r = prepare(db, "SELECT offcpu_lost FROM sessions WHERE id = ?1", session_id, &st);
+	if (r < 0)
+		return r;
+	rc = sqlite3_step(st);
+	if (rc == SQLITE_DONE)
+		return -ENOENT;
+	if (rc != SQLITE_ROW)
+		return -EIO;
+	o = json_pack("{s:I, s:I, s:f, s:{}, s:[]}", "session", (json_int_t)session_id, "offcpu_lost",
+		      (json_int_t)sqlite3_column_int64(st, 0), "total_off_cpu_s", 0.0, "by_state",
+		      "stacks");
+	if (!o)
+		return -ENOMEM;
+	by_state = json_object_get(o, "by_state");
+	stacks = json_object_get(o, "stacks");
+	sqlite3_finalize(TAKE_PTR(st));
+
+	r = prepare(db,
+		    "SELECT state, sum(total_ns) FROM offcpu WHERE session_id = ?1 GROUP BY state",
+		    session_id, &st);
+	if (r < 0)
+		goto fail;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		total_ns += sqlite3_column_int64(st, 1);
+		json_object_set_new(by_state, (const char *)sqlite3_column_text(st, 0),
+				    json_real(round((double)sqlite3_column_int64(st, 1) / 1e6) / 1e3));
+	}
+	if (rc != SQLITE_DONE) {
+		r = -EIO;
+		goto fail;
+	}
+	json_object_set_new(o, "total_off_cpu_s", json_real(round((double)total_ns / 1e6) / 1e3));
+	sqlite3_finalize(TAKE_PTR(st));
+
+	r = prepare(db,
+		    "SELECT stack_id, state, sum(total_ns) AS ns, sum(count), count(DISTINCT tid) "
+		    "FROM offcpu WHERE session_id = ?1 GROUP BY stack_id, state "
+		    "ORDER BY ns DESC, stack_id LIMIT ?2",
+		    session_id, &st);
+	if (r < 0)
+		goto fail;
+	sqlite3_bind_int(st, 2, limit);
+	if (sqlite3_prepare_v2(db, REPORT_STACK_FRAMES_SQL, -1, &fr, NULL) != SQLITE_OK) {
+		r = -EIO;
+		goto fail;
+	}
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t ns = sqlite3_column_int64(st, 2);
+		json_t *frames = report__stack_frames(fr, sqlite3_column_int64(st, 0)), *x;
+
+		x = frames ? json_pack("{s:s, s:f, s:f, s:I, s:I, s:o}", "state",
+				       (const char *)sqlite3_column_text(st, 1), "total_s",
+				       round((double)ns / 1e6) / 1e3, "pct",
+				       total_ns > 0 ? round(1000.0 * (double)ns / (double)total_ns) / 10.0
+						    : 0.0,
+				       "count", (json_int_t)sqlite3_column_int64(st, 3), "threads",
+				       (json_int_t)sqlite3_column_int64(st, 4), "frames", frames)
+			   : NULL;
+		if (!x || json_array_append_new(stacks, x) < 0) {
+			r = -ENOMEM;
+			goto fail;
+		}
+	}
+	if (rc != SQLITE_DONE) {
+		r = -EIO;
+		goto fail;
+	}
+	*ret = o;
+	return 0;
+fail:
+	json_decref(o);
+	return r;
+}

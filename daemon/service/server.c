@@ -1,0 +1,306 @@
+/* server.c - Unix socket server: accept, frame lines, answer, keep serving. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "io.h"
+#include "protocol.h"
+#include "service/server.h"
+#include "util.h"
+
+/* A response must reach the client within this time, or the client is dropped. */
+#define SEND_TIMEOUT_MS 2000
+/* Clients at once; more are accepted and told so, then closed. */
+#define MAX_CLIENTS 256
+
+struct client {
+	struct watch watch;
+	struct server *srv;
+	int fd;
+	struct ucred peer;
+	size_t len;
+	char *buf; /* PROFD_MAX_REQUEST_BYTES */
+	struct client *next;
+};
+
+struct server {
+	struct watch watch;
+	int fd, epfd;
+	char *path;
+	server_handler_fn fn;
+	void *ctx;
+	struct client *clients;
+	unsigned nr_clients;
+};
+
+json_t *json_error_response(int err, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	const char *code;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	code = strerrorname_np(-err);
+	return json_pack("{s:i, s:b, s:{s:s, s:i, s:s}}", "v", PROFD_PROTOCOL_VERSION, "ok", 0,
+			 "error", "code", code ? code : "EIO", "errno", -err, "message", msg);
+}
+
+static void client_free(struct client *c)
+{
+	struct client **p;
+
+	for (p = &c->srv->clients; *p; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	c->srv->nr_clients--;
+	epoll_ctl(c->srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	free(c->buf);
+	free(c);
+}
+
+static int send_response(struct client *c, json_t *resp)
+{
+	char *text = json_dumps(resp, JSON_COMPACT | JSON_REAL_PRECISION(15));
+	int r;
+
+	json_decref(resp);
+	if (!text)
+		return -ENOMEM;
+	r = send_all(c->fd, text, strlen(text), SEND_TIMEOUT_MS);
+	free(text);
+	if (r == 0)
+		r = send_all(c->fd, "\n", 1, SEND_TIMEOUT_MS);
+	return r;
+}
+
+static void client_on_event(struct watch *w, uint32_t events)
+{
+	struct client *c = (struct client *)w;
+
+	for (;;) {
+		ssize_t n = recv(c->fd, c->buf + c->len, PROFD_MAX_REQUEST_BYTES - c->len, 0);
+		char *nl;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n <= 0) {
+			client_free(c);
+			return;
+		}
+		c->len += (size_t)n;
+
+		/* Answer every complete line in the buffer, in order. */
+		while ((nl = memchr(c->buf, '\n', c->len))) {
+			size_t line_len = (size_t)(nl - c->buf);
+			json_t *resp = c->srv->fn(c->srv->ctx, &c->peer, c->buf, line_len);
+
+			memmove(c->buf, nl + 1, c->len - line_len - 1);
+			c->len -= line_len + 1;
+			if (send_response(c, resp) < 0) {
+				client_free(c);
+				return;
+			}
+		}
+		if (c->len == PROFD_MAX_REQUEST_BYTES) {
+			/* No newline within the limit: answer, and drop the connection,
+			 * since the rest of the line cannot be framed. */
+			send_response(c, json_error_response(-E2BIG,
+							     "request larger than %d bytes",
+							     PROFD_MAX_REQUEST_BYTES));
+			client_free(c);
+			return;
+		}
+	}
+}
+
+static void server_on_event(struct watch *w, uint32_t events)
+{
+	struct server *srv = (struct server *)w;
+
+	for (;;) {
+		socklen_t len = sizeof(struct ucred);
+		struct epoll_event ev = { .events = EPOLLIN };
+		struct client *c;
+		int fd;
+
+		fd = accept4(srv->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0)
+			return; /* EAGAIN, or a transient error: epoll will tell us again */
+		if (srv->nr_clients >= MAX_CLIENTS) {
+			json_t *resp = json_error_response(-EBUSY, "too many clients (%d)",
+							   MAX_CLIENTS);
+			char *text = json_dumps(resp, JSON_COMPACT | JSON_REAL_PRECISION(15));
+
+			if (text) {
+				send(fd, text, strlen(text), MSG_NOSIGNAL | MSG_DONTWAIT);
+				send(fd, "\n", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+			}
+			free(text);
+			json_decref(resp);
+			close(fd);
+			continue;
+		}
+		c = calloc(1, sizeof(*c));
+		if (c)
+			c->buf = malloc(PROFD_MAX_REQUEST_BYTES);
+		if (!c || !c->buf ||
+		    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->peer, &len) < 0) {
+			if (c)
+				free(c->buf);
+			free(c);
+			close(fd);
+			continue;
+		}
+		c->watch.fn = client_on_event;
+		c->srv = srv;
+		c->fd = fd;
+		ev.data.ptr = &c->watch;
+		if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			free(c->buf);
+			free(c);
+			close(fd);
+			continue;
+		}
+		c->next = srv->clients;
+		srv->clients = c;
+		srv->nr_clients++;
+	}
+}
+
+static int mkdir_parents(const char *path)
+{
+	_cleanup_free_ char *dir = strdup(path);
+	char *slash;
+
+	if (!dir)
+		return -ENOMEM;
+	slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return 0;
+	*slash = '\0';
+	for (char *p = dir + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int server_adopt(int fd, const char *path, int epfd, server_handler_fn fn, void *ctx,
+			struct server **ret);
+
+int server__new(const char *path, int epfd, server_handler_fn fn, void *ctx, struct server **ret)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	_cleanup_close_ int fd = -1;
+	int r;
+
+	if (strlen(path) >= sizeof(addr.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(addr.sun_path, path);
+	r = mkdir_parents(path);
+	if (r < 0)
+		return r;
+
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		_cleanup_close_ int probe = -1;
+
+		if (errno != EADDRINUSE)
+			return -errno;
+		/* A socket file exists: in use if someone answers, stale otherwise. */
+		probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (probe >= 0 && connect(probe, (struct sockaddr *)&addr, sizeof(addr)) == 0)
+			return -EADDRINUSE;
+		if (unlink(path) < 0)
+			return -errno;
+		if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0)
+			return -errno;
+	}
+	if (chmod(path, 0666) < 0 || listen(fd, 64) < 0)
+		return -errno;
+	r = server_adopt(fd, path, epfd, fn, ctx, ret);
+	if (r == 0)
+		fd = -1; /* the server owns it now */
+	return r;
+}
+
+/* Serve on the listening socket @fd (closed by server__free() on success); @path: unlink it then, or NULL. */
+static int server_adopt(int fd, const char *path, int epfd, server_handler_fn fn, void *ctx,
+			struct server **ret)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct server *srv;
+	int r;
+
+	srv = calloc(1, sizeof(*srv));
+	if (!srv)
+		return -ENOMEM;
+	srv->fd = -1;
+	if (path) {
+		srv->path = strdup(path);
+		if (!srv->path) {
+			free(srv);
+			return -ENOMEM;
+		}
+	}
+	srv->watch.fn = server_on_event;
+	srv->epfd = epfd;
+	srv->fn = fn;
+	srv->ctx = ctx;
+	ev.data.ptr = &srv->watch;
+	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		r = -errno;
+		server__free(srv);
+		return r;
+	}
+	srv->fd = fd;
+	*ret = srv;
+	return 0;
+}
+
+int server__new_from_fd(int fd, int epfd, server_handler_fn fn, void *ctx, struct server **ret)
+{
+	int flags = fcntl(fd, F_GETFL);
+
+	/* Accepting must not block the loop; systemd hands the socket over blocking. */
+	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+	    fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+		return -errno;
+	return server_adopt(fd, NULL, epfd, fn, ctx, ret);
+}
+
+void server__free(struct server *srv)
+{
+	if (!srv)
+		return;
+	while (srv->clients)
+		client_free(srv->clients);
+	if (srv->fd >= 0) {
+		close(srv->fd);
+		if (srv->path)
+			unlink(srv->path);
+	}
+	free(srv->path);
+	free(srv);
+}

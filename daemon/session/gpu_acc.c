@@ -1,0 +1,821 @@
+/* gpu_acc.c - one session's accounting of CUDA/NVTX/uprobe calls, and its rows in the store. */
+#include <errno.h>
+#include <search.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "session/gpu_acc.h"
+#include "protocol.h"
+#include "session/session.h"
+#include "session/session_internal.h"
+#include "util.h"
+
+extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+
+#define NVTX_MAX_DEPTH 32
+#define NAME_BYTES 256
+#define PATH_BYTES 1024
+
+/* One aggregate row: its key as text fields plus a stack, its numbers. */
+struct agg {
+	int table;		  /* AGG_* */
+	char key1[PATH_BYTES];	  /* api / kernel name / nvtx path / probe label */
+	char key2[64];		  /* kernel api / copy direction / nvtx kind */
+	char grid[48], block[48]; /* kernels */
+	char name[NAME_BYTES];	  /* nvtx innermost name */
+	int depth;		  /* nvtx */
+	struct raw_stack *stack;  /* kernels, syncs */
+	uint64_t calls, errors, total_ns, min_ns, max_ns, bytes;
+};
+
+enum { AGG_API, AGG_KERNEL, AGG_COPY, AGG_SYNC, AGG_NVTX, AGG_UPROBE };
+
+struct mem_row {
+	uint64_t time_ns; /* CLOCK_MONOTONIC */
+	const char *api;  /* static (catalogue) */
+	const char *space;
+	uint64_t requested_bytes, address;
+	int64_t live_delta_bytes;
+	bool ok;
+	struct raw_stack *stack;
+};
+
+/* A live allocation (tsearch tree, by address). */
+struct live_alloc {
+	uint64_t address, bytes;
+	const char *space;
+	struct raw_stack *stack;
+};
+
+/* An NVTX push/pop stack of one thread (hashmap by tid, never removed). */
+struct nvtx_thread {
+	int tid;
+	unsigned n;
+	uint64_t start_ns[NVTX_MAX_DEPTH];
+	char name[NVTX_MAX_DEPTH][UPROBE_STR_BYTES];
+};
+
+/* An NVTX start/end range (tsearch tree, by id). */
+struct nvtx_open {
+	uint64_t id, start_ns;
+	char name[UPROBE_STR_BYTES];
+};
+
+/* Kernel names already found, by host function address or by launching stack. */
+struct name_cache {
+	uint64_t key;
+	char name[NAME_BYTES];
+};
+
+struct note {
+	pid_t pid;
+	char what[160], file[512], status[128];
+};
+
+struct gpu_acc {
+	struct agg **aggs; /* pending since the last flush */
+	size_t nr_aggs, cap_aggs;
+	struct hashmap agg_index; /* the same rows, by key */
+	struct mem_row *mem;
+	size_t nr_mem, cap_mem;
+	struct note *notes;
+	size_t nr_notes, cap_notes;
+	void *live;	 /* struct live_alloc tree */
+	void *nvtx_open; /* struct nvtx_open tree */
+	struct hashmap nvtx_threads;
+	struct hashmap names;
+	/* Counters not yet flushed, and the values the flush in progress wrote. */
+	struct gpu_counts {
+		uint64_t lost, unmatched, unnamed, truncated, no_stack;
+	} c, flushing;
+	size_t nr_notes_flushing;
+};
+
+/* gpu_acc__new() - an empty accounting; NULL only on out-of-memory. */
+struct gpu_acc *gpu_acc__new(void)
+{
+	return calloc(1, sizeof(struct gpu_acc));
+}
+
+static void free_pending(struct gpu_acc *a)
+{
+	for (size_t i = 0; i < a->nr_aggs; i++)
+		free(a->aggs[i]);
+	a->nr_aggs = 0;
+	hashmap__clear(&a->agg_index);
+	a->nr_mem = 0;
+}
+
+/* gpu_acc__free() - free everything, unflushed rows included. Accepts NULL. */
+void gpu_acc__free(struct gpu_acc *a)
+{
+	void *v;
+
+	if (!a)
+		return;
+	free_pending(a);
+	free(a->aggs);
+	hashmap__free(&a->agg_index);
+	free(a->mem);
+	free(a->notes);
+	tdestroy(a->live, free);
+	tdestroy(a->nvtx_open, free);
+	hashmap__for_each(&a->nvtx_threads, i, v)
+	{
+		free(v);
+	}
+	hashmap__free(&a->nvtx_threads);
+	hashmap__for_each(&a->names, i, v)
+	{
+		free(v);
+	}
+	hashmap__free(&a->names);
+	free(a);
+}
+
+static bool agg_eq(const void *entry, const void *key)
+{
+	const struct agg *x = entry, *y = key;
+
+	return x->table == y->table && x->stack == y->stack && strcmp(x->key1, y->key1) == 0 &&
+	       strcmp(x->key2, y->key2) == 0 && strcmp(x->grid, y->grid) == 0 &&
+	       strcmp(x->block, y->block) == 0;
+}
+
+/*
+ * The pending row of @table with these keys (cut to their fields' sizes),
+ * created with zero counts; NULL on OOM. Rows stay in insertion order in
+ * a->aggs for the flush; a->agg_index finds them in one hash lookup (a
+ * busy job makes thousands of calls a second).
+ */
+static struct agg *agg_get(struct gpu_acc *a, int table, const char *key1, const char *key2,
+			   const char *grid, const char *block, struct raw_stack *stack)
+{
+	struct agg key = { .table = table, .stack = stack }, *g;
+	uint64_t h;
+
+	snprintf(key.key1, sizeof(key.key1), "%s", key1);
+	snprintf(key.key2, sizeof(key.key2), "%s", key2);
+	snprintf(key.grid, sizeof(key.grid), "%s", grid);
+	snprintf(key.block, sizeof(key.block), "%s", block);
+	h = hash64(HASH64_INIT, &table, sizeof(table));
+	h = hash64(h, &stack, sizeof(stack));
+	h = hash64(h, key.key1, strlen(key.key1));
+	h = hash64(h, key.key2, strlen(key.key2) + 1);
+	h = hash64(h, key.grid, strlen(key.grid) + 1);
+	h = hash64(h, key.block, strlen(key.block));
+	g = hashmap__find(&a->agg_index, h, agg_eq, &key);
+	if (g)
+		return g;
+	if (grow_array((void **)&a->aggs, &a->cap_aggs, a->nr_aggs, sizeof(*a->aggs)) < 0)
+		return NULL;
+	g = malloc(sizeof(*g));
+	if (!g)
+		return NULL;
+	*g = key;
+	g->min_ns = UINT64_MAX;
+	if (hashmap__insert(&a->agg_index, h, g) < 0) {
+		free(g);
+		return NULL;
+	}
+	a->aggs[a->nr_aggs++] = g;
+	return g;
+}
+
+static void agg_time(struct agg *g, uint64_t ns, bool error)
+{
+	g->calls++;
+	g->errors += error;
+	g->total_ns += ns;
+	if (ns < g->min_ns)
+		g->min_ns = ns;
+	if (ns > g->max_ns)
+		g->max_ns = ns;
+}
+
+/* Demangle @mangled into @buf, or copy it as it is. */
+static void demangle(const char *mangled, char *buf, size_t size)
+{
+	int status = -1;
+	_cleanup_free_ char *d = mangled[0] == '_' && mangled[1] == 'Z'
+				     ? __cxa_demangle(mangled, NULL, NULL, &status)
+				     : NULL;
+
+	snprintf(buf, size, "%s", d && status == 0 ? d : mangled);
+}
+
+/*
+ * The kernel a `__device_stub__` frame launches: nvcc names the stub of
+ * kernel _Z12scale_kernelPfi `_Z33__device_stub__Z12scale_kernelPfiPfi`,
+ * whose demangled name is `__device_stub__Z12scale_kernelPfi(float*, int)`:
+ * the kernel's mangled name is "_" + the identifier after "__device_stub_"
+ * (an extern "C" kernel k has the stub __device_stub__k). False if
+ * @function is not a stub.
+ */
+static bool stub_kernel_name(const char *function, char *buf, size_t size)
+{
+	const char *p = strstr(function, "__device_stub__");
+	char id[NAME_BYTES];
+	size_t n;
+
+	if (!p)
+		return false;
+	p += strlen("__device_stub__");
+	n = strcspn(p, "(");
+	if (n == 0 || n + 2 > sizeof(id))
+		return false;
+	if (p[0] == 'Z') {
+		id[0] = '_';
+		memcpy(id + 1, p, n);
+		id[n + 1] = '\0';
+		demangle(id, buf, size);
+	} else {
+		snprintf(buf, size, "%.*s", (int)n, p);
+	}
+	return true;
+}
+
+static bool name_eq(const void *entry, const void *key)
+{
+	return ((const struct name_cache *)entry)->key == *(const uint64_t *)key;
+}
+
+static const char *name_cached(struct gpu_acc *a, uint64_t key)
+{
+	struct name_cache *nc =
+	    hashmap__find(&a->names, hash64(HASH64_INIT, &key, sizeof(key)), name_eq, &key);
+
+	return nc ? nc->name : NULL;
+}
+
+static void name_remember(struct gpu_acc *a, uint64_t key, const char *name)
+{
+	struct name_cache *nc = malloc(sizeof(*nc));
+
+	if (!nc)
+		return;
+	nc->key = key;
+	snprintf(nc->name, sizeof(nc->name), "%s", name);
+	if (hashmap__insert(&a->names, hash64(HASH64_INIT, &key, sizeof(key)), nc) < 0)
+		free(nc);
+}
+
+/*
+ * The name of the kernel launch @e: the host function it passes (a symbol of
+ * the program: the kernel's host-side name, or its stub), else the nearest
+ * `__device_stub__` frame of the launching stack (<<<>>> launches pass a
+ * CUkernel handle). Works long after __cudaRegisterFunction ran. False if
+ * neither is found.
+ */
+static bool kernel_name(struct gpu_acc *a, struct symbolizer *sym, const struct addrspace *as,
+			const struct gpu_probe *p, const struct uprobe_event *e,
+			const uint64_t *ips, unsigned n, struct raw_stack *st, char *buf,
+			size_t size)
+{
+	struct frame_info fi;
+	const char *c;
+
+	if (p->api->fn_arg >= 0) {
+		uint64_t fn = e->args[p->api->fn_arg];
+
+		if ((c = name_cached(a, fn))) {
+			snprintf(buf, size, "%s", c);
+			return true;
+		}
+		if (as && symbolizer__user(sym, as, fn, false, &fi) == 0 && fi.function) {
+			if (!stub_kernel_name(fi.function, buf, size))
+				snprintf(buf, size, "%s", fi.function);
+			name_remember(a, fn, buf);
+			return true;
+		}
+	}
+	if ((c = name_cached(a, (uint64_t)(uintptr_t)st))) {
+		snprintf(buf, size, "%s", c);
+		return true;
+	}
+	for (unsigned i = 1; as && i < n && i < 12; i++) {
+		if (symbolizer__user(sym, as, ips[i], true, &fi) < 0 || !fi.function)
+			continue;
+		if (stub_kernel_name(fi.function, buf, size)) {
+			if (st)
+				name_remember(a, (uint64_t)(uintptr_t)st, buf);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Grid and block of launch @e as "x,y,z" strings; "" if the API has none. */
+static void launch_dims(const struct gpu_probe *p, const struct uprobe_event *e, char *grid,
+			char *block, size_t size)
+{
+	const uint64_t *r = (const uint64_t *)e->args;
+	uint32_t d[6];
+
+	switch (p->api->dims) {
+	case GPU_DIMS_DIM3_REGS:
+		d[0] = (uint32_t)r[1], d[1] = (uint32_t)(r[1] >> 32), d[2] = (uint32_t)r[2];
+		d[3] = (uint32_t)r[3], d[4] = (uint32_t)(r[3] >> 32), d[5] = (uint32_t)r[4];
+		break;
+	case GPU_DIMS_SCALARS:
+		for (int i = 0; i < 6; i++)
+			d[i] = (uint32_t)r[i + 1];
+		break;
+	case GPU_DIMS_CONFIG_DIM3: /* cudaLaunchConfig_t: dim3 gridDim, blockDim; copied as str */
+	case GPU_DIMS_CONFIG_U32:  /* CUlaunchConfig: gridDimX..Z, blockDimX..Z */
+		memcpy(d, e->str, sizeof(d));
+		break;
+	default:
+		grid[0] = block[0] = '\0';
+		return;
+	}
+	snprintf(grid, size, "%u,%u,%u", d[0], d[1], d[2]);
+	snprintf(block, size, "%u,%u,%u", d[3], d[4], d[5]);
+}
+
+static int live_cmp(const void *x, const void *y)
+{
+	uint64_t a = ((const struct live_alloc *)x)->address,
+		 b = ((const struct live_alloc *)y)->address;
+
+	return a < b ? -1 : a > b;
+}
+
+static int open_cmp(const void *x, const void *y)
+{
+	uint64_t a = ((const struct nvtx_open *)x)->id, b = ((const struct nvtx_open *)y)->id;
+
+	return a < b ? -1 : a > b;
+}
+
+static bool nvtx_thread_eq(const void *entry, const void *key)
+{
+	return ((const struct nvtx_thread *)entry)->tid == *(const int *)key;
+}
+
+/* The message of NVTX record @e as UTF-8-ish text: wide strings keep their ASCII characters. */
+static void nvtx_message(const struct gpu_probe *p, const struct uprobe_event *e, char *buf,
+			 size_t size)
+{
+	size_t n = 0;
+
+	if (p->api->flags & UPROBE_F_WSTR0) {
+		const uint32_t *w = (const uint32_t *)e->str;
+
+		for (size_t i = 0; i < UPROBE_STR_BYTES / 4 && w[i] && n + 1 < size; i++)
+			buf[n++] = w[i] < 0x80 ? (char)w[i] : '?';
+		buf[n] = '\0';
+	} else {
+		snprintf(buf, size, "%.*s", UPROBE_STR_BYTES - 1, e->str);
+	}
+	if (!buf[0])
+		snprintf(buf, size, "[unnamed]");
+}
+
+static void nvtx_add(struct gpu_acc *a, const char *kind, const char *path, const char *name,
+		     int depth, uint64_t ns)
+{
+	struct agg *g = agg_get(a, AGG_NVTX, path, kind, "", "", NULL);
+
+	if (!g) {
+		a->c.lost++;
+		return;
+	}
+	snprintf(g->name, sizeof(g->name), "%s", name);
+	g->depth = depth;
+	agg_time(g, ns, false);
+}
+
+static void on_nvtx(struct gpu_acc *a, const struct gpu_probe *p, const struct uprobe_event *e)
+{
+	int tid = (int)e->tid;
+	uint64_t h = hash64(HASH64_INIT, &tid, sizeof(tid));
+	struct nvtx_thread *t = hashmap__find(&a->nvtx_threads, h, nvtx_thread_eq, &tid);
+	char msg[UPROBE_STR_BYTES];
+
+	switch (p->api->kind) {
+	case GPU_KIND_NVTX_PUSH:
+		if (!t) {
+			t = calloc(1, sizeof(*t));
+			if (!t || hashmap__insert(&a->nvtx_threads, h, t) < 0) {
+				free(t);
+				a->c.lost++;
+				return;
+			}
+			t->tid = tid;
+		}
+		/* Deeper than NVTX_MAX_DEPTH: counted in n, not kept. */
+		if (t->n < NVTX_MAX_DEPTH) {
+			nvtx_message(p, e, t->name[t->n], sizeof(t->name[t->n]));
+			t->start_ns[t->n] = e->entry_ns;
+		}
+		t->n++;
+		break;
+	case GPU_KIND_NVTX_POP: {
+		char path[PATH_BYTES];
+		size_t off = 0;
+
+		if (!t || t->n == 0) {
+			a->c.unmatched++; /* pushed before the attach */
+			return;
+		}
+		t->n--;
+		if (t->n >= NVTX_MAX_DEPTH) {
+			a->c.lost++;
+			return;
+		}
+		path[0] = '\0';
+		for (unsigned i = 0; i <= t->n && off < sizeof(path); i++)
+			off += snprintf(path + off, sizeof(path) - off, "%s%s", i ? " > " : "",
+					t->name[i]);
+		nvtx_add(a, "push", path, t->name[t->n], (int)t->n,
+			 e->entry_ns - t->start_ns[t->n]);
+		break;
+	}
+	case GPU_KIND_NVTX_START: {
+		struct nvtx_open *o = calloc(1, sizeof(*o)), **found;
+
+		if (!o) {
+			a->c.lost++;
+			return;
+		}
+		o->id = e->ret;
+		o->start_ns = e->entry_ns;
+		nvtx_message(p, e, o->name, sizeof(o->name));
+		found = tsearch(o, &a->nvtx_open, open_cmp);
+		if (!found || *found != o) {
+			free(o);
+			if (!found)
+				a->c.lost++;
+		}
+		break;
+	}
+	case GPU_KIND_NVTX_END: {
+		struct nvtx_open key = {.id = e->args[0]}, **found, *o;
+
+		found = tfind(&key, &a->nvtx_open, open_cmp);
+		if (!found) {
+			a->c.unmatched++;
+			return;
+		}
+		o = *found;
+		tdelete(o, &a->nvtx_open, open_cmp);
+		nvtx_add(a, "start", o->name, o->name, 0,
+			 e->entry_ns > o->start_ns ? e->entry_ns - o->start_ns : 0);
+		free(o);
+		break;
+	}
+	case GPU_KIND_NVTX_MARK:
+		nvtx_message(p, e, msg, sizeof(msg));
+		nvtx_add(a, "mark", msg, msg, 0, 0);
+		break;
+	default:
+		break;
+	}
+}
+
+static void on_memory(struct gpu_acc *a, const struct gpu_probe *p, const struct uprobe_event *e,
+		      bool ok, struct raw_stack *st)
+{
+	struct mem_row row = {.time_ns = e->exit_ns,
+			      .api = p->api->symbol,
+			      .space = p->api->space,
+			      .ok = ok,
+			      .stack = st};
+
+	if (p->api->kind == GPU_KIND_ALLOC) {
+		row.requested_bytes = e->args[p->api->size_arg];
+		row.address = ok && (e->flags & UPROBE_EV_OUT_OK) ? e->out : 0;
+		if (row.address) {
+			struct live_alloc *la = malloc(sizeof(*la)), **found;
+
+			if (la) {
+				*la = (struct live_alloc){row.address, row.requested_bytes,
+							  p->api->space, st};
+				found = tsearch(la, &a->live, live_cmp);
+				if (found && *found != la) {
+					/* Reused without a free seen: the old one is gone. */
+					**found = *la;
+					free(la);
+				} else if (!found) {
+					free(la);
+				}
+			}
+			row.live_delta_bytes = (int64_t)row.requested_bytes;
+		}
+	} else {
+		struct live_alloc key = {.address = e->args[p->api->ptr_arg]}, **found;
+
+		row.address = key.address;
+		found = key.address ? tfind(&key, &a->live, live_cmp) : NULL;
+		if (found && ok) {
+			struct live_alloc *la = *found;
+
+			row.requested_bytes = la->bytes;
+			row.live_delta_bytes = -(int64_t)la->bytes;
+			row.stack = la->stack;
+			tdelete(la, &a->live, live_cmp);
+			free(la);
+		}
+	}
+	if (!row.stack ||
+	    grow_array((void **)&a->mem, &a->cap_mem, a->nr_mem, sizeof(*a->mem)) < 0) {
+		a->c.lost++;
+		return;
+	}
+	a->mem[a->nr_mem++] = row;
+}
+
+/*
+ * gpu_acc__on_event() - account call record @e of probe @p for session @s.
+ * @sym, @as: to name kernels (@as may be NULL: launches then go unnamed).
+ * Allocates; on out-of-memory the call is counted as lost. Does not log.
+ */
+void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *sym,
+		       const struct addrspace *as, const struct gpu_probe *p,
+		       const struct uprobe_event *e)
+{
+	const struct gpu_api *api = p->api;
+	uint64_t ns = e->exit_ns - e->entry_ns;
+	bool error = api->error_if_nonzero && (uint32_t)e->ret != 0;
+	uint64_t ips[UPROBE_MAX_FRAMES + 1];
+	unsigned n = 0;
+	struct raw_stack *st = NULL;
+	struct agg *g;
+
+	if (api->kind == GPU_KIND_UPROBE) {
+		g = agg_get(a, AGG_UPROBE, p->label, "", "", "", NULL);
+		if (g)
+			agg_time(g, ns, false);
+		else
+			a->c.lost++;
+		return;
+	}
+	if (api->nvtx) {
+		on_nvtx(a, p, e);
+		return;
+	}
+	g = agg_get(a, AGG_API, p->label, "", "", "", NULL);
+	if (!g) {
+		a->c.lost++;
+		return;
+	}
+	agg_time(g, ns, error);
+	/* Calls made inside another probed CUDA call (cudaMemcpy -> cuMemcpy) are
+	 * the same work: only the outermost one counts as a launch, copy, ... */
+	if (e->depth > 0)
+		return;
+	/* The user stack, with the direct caller put back: the walk from a
+	 * function's first instruction skips it (uprobes.h). */
+	if (e->ustack_len > 0) {
+		ips[n++] = e->ips[0];
+		if (e->ret_addr && (e->ustack_len < 2 || e->ips[1] != e->ret_addr))
+			ips[n++] = e->ret_addr;
+		for (unsigned i = 1; i < e->ustack_len && n < UPROBE_MAX_FRAMES; i++)
+			ips[n++] = e->ips[i];
+	}
+	a->c.truncated += !!(e->flags & UPROBE_EV_TRUNCATED);
+	a->c.no_stack += !!(e->flags & UPROBE_EV_NO_STACK);
+	st = session__stack_intern(s, (pid_t)e->pid, ips, 0, n,
+				   (e->flags & UPROBE_EV_TRUNCATED) ? SAMPLE_USER_TRUNCATED : 0, NULL);
+	if (!st) {
+		a->c.lost++;
+		return;
+	}
+	switch (api->kind) {
+	case GPU_KIND_LAUNCH:
+	case GPU_KIND_GRAPH: {
+		char name[NAME_BYTES], grid[48], block[48];
+
+		if (api->kind == GPU_KIND_GRAPH) {
+			snprintf(name, sizeof(name), "[CUDA graph]");
+		} else if (!kernel_name(a, sym, as, p, e, ips, n, st, name, sizeof(name))) {
+			snprintf(name, sizeof(name), "[unknown kernel]");
+			a->c.unnamed++;
+		}
+		launch_dims(p, e, grid, block, sizeof(grid));
+		g = agg_get(a, AGG_KERNEL, name, p->label, grid, block, st);
+		if (!g) {
+			a->c.lost++;
+			return;
+		}
+		g->calls++;
+		g->errors += error;
+		break;
+	}
+	case GPU_KIND_ALLOC:
+	case GPU_KIND_FREE:
+		on_memory(a, p, e, !error, st);
+		break;
+	case GPU_KIND_COPY:
+		g = agg_get(a, AGG_COPY, p->label, gpu_copy_direction(api, e), "", "", NULL);
+		if (!g) {
+			a->c.lost++;
+			return;
+		}
+		g->calls++;
+		g->errors += error;
+		g->bytes += e->args[api->size_arg];
+		break;
+	case GPU_KIND_SYNC:
+		g = agg_get(a, AGG_SYNC, p->label, "", "", "", st);
+		if (!g) {
+			a->c.lost++;
+			return;
+		}
+		agg_time(g, ns, error);
+		break;
+	default:
+		break;
+	}
+}
+
+/*
+ * gpu_acc__note_probe() - keep one attach outcome in process @pid (uprobes_note_fn) for the next
+ * flush. Returns 0 or -ENOMEM. Strings are copied (cut to fit).
+ */
+int gpu_acc__note_probe(struct gpu_acc *a, pid_t pid, const char *what, const char *file,
+			const char *status)
+{
+	struct note *n;
+
+	if (grow_array((void **)&a->notes, &a->cap_notes, a->nr_notes, sizeof(*a->notes)) < 0)
+		return -ENOMEM;
+	n = &a->notes[a->nr_notes++];
+	n->pid = pid;
+	snprintf(n->what, sizeof(n->what), "%s", what);
+	snprintf(n->file, sizeof(n->file), "%s", file);
+	snprintf(n->status, sizeof(n->status), "%s", status);
+	return 0;
+}
+
+/* gpu_acc__count_lost() - @n calls lost before they reached the session. */
+void gpu_acc__count_lost(struct gpu_acc *a, uint64_t n)
+{
+	a->c.lost += n;
+}
+
+static int exec_row(sqlite3 *db, sqlite3_stmt **stmt, const char *sql)
+{
+	if (!*stmt && sqlite3_prepare_v2(db, sql, -1, stmt, NULL) != SQLITE_OK)
+		return -EIO;
+	return 0;
+}
+
+static int step(sqlite3_stmt *stmt)
+{
+	int rc = sqlite3_step(stmt);
+
+	sqlite3_reset(stmt);
+	sqlite3_clear_bindings(stmt);
+	return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+static const char *const agg_sql[] = {
+    [AGG_API] = "INSERT INTO gpu_api_calls (session_id, window_ns, api, calls, errors, total_ns,"
+		" min_ns, max_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    [AGG_KERNEL] = "INSERT INTO gpu_kernels (session_id, window_ns, name, api, grid, block,"
+		   " stack_id, launches, errors) VALUES (?1, ?2, ?3, ?9, ?10, ?11, ?12, ?4, ?5)",
+    [AGG_COPY] = "INSERT INTO gpu_copies (session_id, window_ns, api, direction, calls, bytes,"
+		 " errors) VALUES (?1, ?2, ?3, ?9, ?4, ?13, ?5)",
+    [AGG_SYNC] = "INSERT INTO gpu_syncs (session_id, window_ns, api, stack_id, calls, total_ns)"
+		 " VALUES (?1, ?2, ?3, ?12, ?4, ?6)",
+    [AGG_NVTX] = "INSERT INTO nvtx_ranges (session_id, window_ns, kind, path, name, depth, calls,"
+		 " total_ns, min_ns, max_ns) VALUES (?1, ?2, ?9, ?3, ?14, ?15, ?4, ?6, ?7, ?8)",
+    [AGG_UPROBE] = "INSERT INTO uprobe_calls (session_id, window_ns, probe, calls, total_ns,"
+		   " min_ns, max_ns) VALUES (?1, ?2, ?3, ?4, ?6, ?7, ?8)",
+};
+
+static void finalize_all(sqlite3_stmt **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		sqlite3_finalize(v[i]);
+}
+
+/*
+ * gpu_acc__flush() - write the rows kept since the last flush, inside the
+ * store transaction session__flush() opened. @refreshed: as for
+ * session__resolve_stack() (in/out). Rows stay kept until
+ * gpu_acc__flush_done(): after a rollback the next flush writes them again.
+ * Returns 0, -EIO (SQLite error) or -ENOMEM. Does not log.
+ */
+int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_env *env,
+		   bool *refreshed)
+{
+	sqlite3 *db = store__db(env->store);
+	sqlite3_stmt *st[ARRAY_SIZE(agg_sql) + 3] = {0};
+	uint64_t now_real = now_ns(CLOCK_REALTIME);
+	int r = 0;
+
+	for (size_t i = 0; i < a->nr_aggs && r == 0; i++) {
+		struct agg *g = a->aggs[i];
+		sqlite3_stmt *q;
+		int64_t stack_id = 0;
+
+		if (g->stack) {
+			r = session__resolve_stack(s, env, g->stack, refreshed);
+			if (r < 0)
+				break;
+			stack_id = g->stack->stack_id;
+		}
+		if ((r = exec_row(db, &st[g->table], agg_sql[g->table])) < 0)
+			break;
+		q = st[g->table];
+		sqlite3_bind_int64(q, 1, s->id);
+		sqlite3_bind_int64(q, 2, (int64_t)now_real);
+		sqlite3_bind_text(q, 3, g->key1, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(q, 4, (int64_t)g->calls);
+		sqlite3_bind_int64(q, 5, (int64_t)g->errors);
+		sqlite3_bind_int64(q, 6, (int64_t)g->total_ns);
+		sqlite3_bind_int64(q, 7, (int64_t)(g->calls ? g->min_ns : 0));
+		sqlite3_bind_int64(q, 8, (int64_t)g->max_ns);
+		sqlite3_bind_text(q, 9, g->key2, -1, SQLITE_STATIC);
+		sqlite3_bind_text(q, 10, g->grid, -1, SQLITE_STATIC);
+		sqlite3_bind_text(q, 11, g->block, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(q, 12, stack_id);
+		sqlite3_bind_int64(q, 13, (int64_t)g->bytes);
+		sqlite3_bind_text(q, 14, g->name, -1, SQLITE_STATIC);
+		sqlite3_bind_int(q, 15, g->depth);
+		r = step(q);
+	}
+	for (size_t i = 0; i < a->nr_mem && r == 0; i++) {
+		struct mem_row *m = &a->mem[i];
+		sqlite3_stmt **q = &st[ARRAY_SIZE(agg_sql)];
+		int64_t stack_id;
+
+		if ((r = session__resolve_stack(s, env, m->stack, refreshed)) < 0)
+			break;
+		stack_id = m->stack->stack_id;
+		if ((r = exec_row(db, q,
+				  "INSERT INTO gpu_mem_events (session_id, time_ns, api, space,"
+				  " requested_bytes, live_delta_bytes, ok, address, stack_id)"
+				  " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")) < 0)
+			break;
+		sqlite3_bind_int64(*q, 1, s->id);
+		sqlite3_bind_int64(
+		    *q, 2, (int64_t)(s->started_real_ns + (m->time_ns - s->started_mono_ns)));
+		sqlite3_bind_text(*q, 3, m->api, -1, SQLITE_STATIC);
+		sqlite3_bind_text(*q, 4, m->space, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(*q, 5, (int64_t)m->requested_bytes);
+		sqlite3_bind_int64(*q, 6, m->live_delta_bytes);
+		sqlite3_bind_int(*q, 7, m->ok);
+		sqlite3_bind_int64(*q, 8, (int64_t)m->address);
+		sqlite3_bind_int64(*q, 9, stack_id);
+		r = step(*q);
+	}
+	for (size_t i = 0; i < a->nr_notes && r == 0; i++) {
+		sqlite3_stmt **q = &st[ARRAY_SIZE(agg_sql) + 1];
+
+		if ((r = exec_row(db, q,
+				  "INSERT INTO gpu_probes (session_id, pid, what, file, status)"
+				  " VALUES (?, ?, ?, ?, ?)")) < 0)
+			break;
+		sqlite3_bind_int64(*q, 1, s->id);
+		sqlite3_bind_int(*q, 2, a->notes[i].pid);
+		sqlite3_bind_text(*q, 3, a->notes[i].what, -1, SQLITE_STATIC);
+		sqlite3_bind_text(*q, 4, a->notes[i].file, -1, SQLITE_STATIC);
+		sqlite3_bind_text(*q, 5, a->notes[i].status, -1, SQLITE_STATIC);
+		r = step(*q);
+	}
+	if (r == 0 && memcmp(&a->c, &(struct gpu_counts){ 0 }, sizeof(a->c)) != 0) {
+		sqlite3_stmt **q = &st[ARRAY_SIZE(agg_sql) + 2];
+
+		r = exec_row(db, q,
+			     "UPDATE sessions SET gpu_lost_calls = gpu_lost_calls + ?1,"
+			     " nvtx_unmatched = nvtx_unmatched + ?2,"
+			     " gpu_unnamed_launches = gpu_unnamed_launches + ?3,"
+			     " gpu_truncated_stacks = gpu_truncated_stacks + ?4,"
+			     " gpu_missing_stacks = gpu_missing_stacks + ?5 WHERE id = ?6");
+		if (r == 0) {
+			sqlite3_bind_int64(*q, 1, (int64_t)a->c.lost);
+			sqlite3_bind_int64(*q, 2, (int64_t)a->c.unmatched);
+			sqlite3_bind_int64(*q, 3, (int64_t)a->c.unnamed);
+			sqlite3_bind_int64(*q, 4, (int64_t)a->c.truncated);
+			sqlite3_bind_int64(*q, 5, (int64_t)a->c.no_stack);
+			sqlite3_bind_int64(*q, 6, s->id);
+			r = step(*q);
+		}
+	}
+	finalize_all(st, ARRAY_SIZE(st));
+	a->flushing = a->c;
+	a->nr_notes_flushing = a->nr_notes;
+	return r;
+}
+
+/* gpu_acc__flush_done() - the flush committed: forget what it wrote. */
+void gpu_acc__flush_done(struct gpu_acc *a)
+{
+	free_pending(a);
+	a->c.lost -= a->flushing.lost;
+	a->c.unmatched -= a->flushing.unmatched;
+	a->c.unnamed -= a->flushing.unnamed;
+	a->c.truncated -= a->flushing.truncated;
+	a->c.no_stack -= a->flushing.no_stack;
+	memmove(a->notes, a->notes + a->nr_notes_flushing,
+		(a->nr_notes - a->nr_notes_flushing) * sizeof(*a->notes));
+	a->nr_notes -= a->nr_notes_flushing;
+	a->flushing = (struct gpu_counts){ 0 };
+	a->nr_notes_flushing = 0;
+}

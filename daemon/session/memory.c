@@ -1,0 +1,404 @@
+/*
+ * memory.c - a session's memory: the RSS series of its processes,
+ * and its sampled allocations matched with their frees, kept until the
+ * flush that stores them (and, for live blocks, until they are freed).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "collect/malloc_probes.h"
+#include "session/session.h"
+#include "session/session_internal.h"
+#include "util.h"
+
+/* A sampled allocation. */
+struct alloc_block {
+	int pid, tid;
+	unsigned func;             /* MALLOC_FUNC_* */
+	bool untracked;            /* its free cannot be seen */
+	bool freed;                /* free_ns is set */
+	bool free_committed;       /* ...and stored */
+	struct raw_stack *stack;
+	uint64_t size_bytes;
+	double weight_bytes;
+	uint64_t addr;
+	uint64_t alloc_ns, free_ns; /* CLOCK_MONOTONIC */
+	int64_t row_id;            /* committed row; 0: none yet */
+	int64_t new_row_id;        /* row written by the flush in progress */
+};
+
+/* Sizes of the /proc files read: smaps_rollup is ~1 KiB, status ~1.5 KiB. */
+#define PROC_FILE_BYTES 8192
+
+static int read_proc_file(pid_t pid, const char *name, char *buf, size_t size)
+{
+	char path[64];
+	_cleanup_close_ int fd = -1;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -ESRCH : -errno;
+	n = read(fd, buf, size - 1);
+	if (n < 0)
+		return errno == ESRCH ? -ESRCH : -errno;
+	buf[n] = '\0';
+	return 0;
+}
+
+/* The "Key:   N kB" line of @buf, in bytes; false if there is none. */
+static bool kb_field(const char *buf, const char *key, uint64_t *ret_bytes)
+{
+	size_t len = strlen(key);
+	unsigned long long kb;
+
+	for (const char *p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+		if (strncmp(p, key, len) == 0 && p[len] == ':' &&
+		    sscanf(p + len + 1, "%llu kB", &kb) == 1) {
+			*ret_bytes = (uint64_t)kb * 1024;
+			return true;
+		}
+	}
+	return false;
+}
+
+int memory__read(pid_t pid, struct store_memory *ret)
+{
+	char buf[PROC_FILE_BYTES];
+	struct store_memory m = { 0 };
+	int r;
+
+	r = read_proc_file(pid, "status", buf, sizeof(buf));
+	if (r < 0)
+		return r;
+	/* A zombie or a kernel thread has no VmRSS line. */
+	if (!kb_field(buf, "VmRSS", &m.rss_bytes))
+		return -ESRCH;
+	kb_field(buf, "RssAnon", &m.anon_bytes);
+	kb_field(buf, "RssFile", &m.file_bytes);
+	kb_field(buf, "RssShmem", &m.shmem_bytes);
+	kb_field(buf, "VmSwap", &m.swap_bytes);
+	if (read_proc_file(pid, "smaps_rollup", buf, sizeof(buf)) == 0)
+		m.has_pss = kb_field(buf, "Pss", &m.pss_bytes);
+	*ret = m;
+	return 0;
+}
+
+/*
+ * session__read_memory() - if the session's memory interval has passed at
+ * @mono_ns (CLOCK_MONOTONIC), read the memory of each of its processes
+ * still alive; kept for the next flush. A process that has exited is
+ * skipped: its series ends. Returns the number of readings taken (>= 0), or
+ * -ENOMEM. Blocks on /proc reads; does not log.
+ */
+int session__read_memory(struct session *s, uint64_t mono_ns)
+{
+	uint64_t real_ns;
+	struct proc *proc;
+	int n = 0;
+
+	if (!s->memory_interval_ns || mono_ns < s->memory_next_ns)
+		return 0;
+	/* The next reading on the interval's grid, skipping missed ones. */
+	s->memory_next_ns += s->memory_interval_ns;
+	if (s->memory_next_ns <= mono_ns)
+		s->memory_next_ns = mono_ns + s->memory_interval_ns;
+	real_ns = s->started_real_ns + (mono_ns - s->started_mono_ns);
+	hashmap__for_each(&s->procs, i, proc)
+	{
+		struct store_memory m;
+
+		if (memory__read(proc->pid, &m) < 0)
+			continue;
+		m.time_ns = real_ns;
+		m.pid = proc->pid;
+		if (grow_array((void **)&s->memory_rows, &s->memory_cap, s->memory_nrows,
+			       sizeof(*s->memory_rows)) < 0)
+			return -ENOMEM;
+		s->memory_rows[s->memory_nrows++] = m;
+		n++;
+	}
+	return n;
+}
+
+static uint64_t tid_hash(int tid)
+{
+	return hash64(HASH64_INIT, &tid, sizeof(tid));
+}
+
+static bool inflight_eq(const void *entry, const void *key)
+{
+	return ((const struct alloc_block *)entry)->tid == *(const int *)key;
+}
+
+struct block_key {
+	int pid;
+	uint64_t addr;
+};
+
+static uint64_t block_hash(int pid, uint64_t addr)
+{
+	return hash64(hash64(HASH64_INIT, &pid, sizeof(pid)), &addr, sizeof(addr));
+}
+
+static bool block_eq(const void *entry, const void *key)
+{
+	const struct alloc_block *b = entry;
+	const struct block_key *k = key;
+
+	return b->pid == k->pid && b->addr == k->addr && !b->freed;
+}
+
+/*
+ * Replace the entry of @m found with @eq/@key by @with (NULL: remove it):
+ * the hash map has no removal, so a new table is built. O(entries); only
+ * for rare events (a lost RETURN record).
+ */
+static int map_replace(struct hashmap *m, uint64_t (*hash)(const struct alloc_block *),
+		       const struct alloc_block *old, struct alloc_block *with)
+{
+	struct hashmap fresh = { 0 };
+	struct alloc_block *b;
+
+	hashmap__for_each(m, i, b)
+	{
+		struct alloc_block *keep = b == old ? with : b;
+
+		if (keep && hashmap__insert(&fresh, hash(keep), keep) < 0) {
+			hashmap__free(&fresh);
+			return -ENOMEM;
+		}
+	}
+	hashmap__free(m);
+	*m = fresh;
+	return 0;
+}
+
+static uint64_t inflight_hash_of(const struct alloc_block *b)
+{
+	return tid_hash(b->tid);
+}
+
+static uint64_t block_hash_of(const struct alloc_block *b)
+{
+	return block_hash(b->pid, b->addr);
+}
+
+/* An ALLOC record: the sampled call waits for its RETURN in alloc_inflight. */
+static void on_alloc(struct session *s, const struct malloc_event *e, const uint64_t *ips,
+		     unsigned n)
+{
+	int tid = (int)e->tid;
+	struct alloc_block *b, *old;
+
+	b = calloc(1, sizeof(*b));
+	if (!b) {
+		s->alloc_orphans++;
+		return;
+	}
+	b->pid = (int)e->pid;
+	b->tid = tid;
+	b->func = e->func;
+	b->size_bytes = e->size;
+	b->weight_bytes = malloc_probes__weight(e->size, s->malloc_sample_bytes);
+	b->alloc_ns = e->time_ns;
+	b->stack = session__stack_intern(s, (pid_t)e->pid, ips, 0, n,
+					 e->flags & MALLOC_USER_TRUNCATED ? SAMPLE_USER_TRUNCATED : 0,
+					 NULL);
+	if (!b->stack) {
+		free(b);
+		s->alloc_orphans++;
+		return;
+	}
+	/* A call still waiting means its RETURN was lost: replace it. */
+	old = hashmap__find(&s->alloc_inflight, tid_hash(tid), inflight_eq, &tid);
+	if (old) {
+		if (map_replace(&s->alloc_inflight, inflight_hash_of, old, b) < 0) {
+			free(b);
+			return;
+		}
+		free(old);
+		s->alloc_orphans++;
+		return;
+	}
+	if (hashmap__insert(&s->alloc_inflight, tid_hash(tid), b) < 0) {
+		free(b);
+		s->alloc_orphans++;
+	}
+}
+
+/* A RETURN record: the block becomes live (or is dropped if the call failed). */
+static void on_return(struct session *s, const struct malloc_event *e)
+{
+	int tid = (int)e->tid;
+	struct alloc_block *b = hashmap__find(&s->alloc_inflight, tid_hash(tid), inflight_eq, &tid);
+	struct block_key key = { (int)e->pid, e->addr };
+	struct alloc_block *prev;
+
+	if (!b) {
+		s->alloc_orphans++;
+		return;
+	}
+	if (map_replace(&s->alloc_inflight, inflight_hash_of, b, NULL) < 0)
+		return;
+	if (e->addr == 0) { /* the call failed: no block */
+		free(b);
+		return;
+	}
+	b->addr = e->addr;
+	b->untracked = e->flags & MALLOC_UNTRACKED;
+	/* A live block at the same address: its free was not seen (it was untracked). */
+	prev = hashmap__find(&s->alloc_blocks, block_hash(key.pid, key.addr), block_eq, &key);
+	if (prev) {
+		prev->freed = true;
+		prev->free_ns = e->time_ns;
+	}
+	if (hashmap__insert(&s->alloc_blocks, block_hash_of(b), b) < 0) {
+		free(b);
+		s->alloc_orphans++;
+	}
+}
+
+/* A FREE record: the sampled block at e->addr is no longer live. */
+static void on_free(struct session *s, const struct malloc_event *e)
+{
+	struct block_key key = { (int)e->pid, e->addr };
+	struct alloc_block *b =
+		hashmap__find(&s->alloc_blocks, block_hash(key.pid, key.addr), block_eq, &key);
+
+	if (!b)
+		return; /* sampled before the session, or its RETURN was lost */
+	b->freed = true;
+	b->free_ns = e->time_ns;
+}
+
+/*
+ * session__on_malloc() - a record of the allocation probes for this
+ * session. For an ALLOC record, @ips (@n addresses, leaf first) is the
+ * allocating call stack, already completed with CFI by the caller.
+ * Allocates; does not block or log.
+ */
+void session__on_malloc(struct session *s, const struct malloc_event *e, const uint64_t *ips,
+			unsigned n)
+{
+	if (!s->malloc_sample_bytes)
+		return;
+	switch (e->kind) {
+	case MALLOC_EV_ALLOC:
+		on_alloc(s, e, ips, n);
+		break;
+	case MALLOC_EV_RETURN:
+		on_return(s, e);
+		break;
+	case MALLOC_EV_FREE:
+		on_free(s, e);
+		break;
+	}
+}
+
+/*
+ * session__flush_memory() - the memory part of session__flush(): readings,
+ * new sampled blocks, frees of stored blocks, the probes' totals. Returns 0
+ * or the store's -errno (the flush is then rolled back and retried).
+ */
+int session__flush_memory(struct session *s, const struct session_env *env, bool *refreshed)
+{
+	struct alloc_block *b;
+	int r;
+
+	for (size_t i = 0; i < s->memory_nrows; i++) {
+		r = store__memory_add(env->store, s->id, &s->memory_rows[i]);
+		if (r < 0)
+			return r;
+	}
+	if (!s->malloc_sample_bytes)
+		return 0;
+	hashmap__for_each(&s->alloc_blocks, i, b)
+	{
+		uint64_t free_real = b->freed ? s->started_real_ns + (b->free_ns - s->started_mono_ns)
+					      : 0;
+
+		if (b->row_id == 0) {
+			struct store_allocation a = {
+				.pid = b->pid,
+				.tid = b->tid,
+				.func = malloc_probes__func_name(b->func),
+				.size_bytes = b->size_bytes,
+				.weight_bytes = b->weight_bytes,
+				.address = b->addr,
+				.alloc_ns = s->started_real_ns + (b->alloc_ns - s->started_mono_ns),
+				.free_ns = free_real,
+				.untracked = b->untracked,
+			};
+
+			r = session__resolve_stack(s, env, b->stack, refreshed);
+			if (r < 0)
+				return r;
+			a.stack_id = b->stack->stack_id;
+			r = store__allocation_add(env->store, s->id, &a, &b->new_row_id);
+		} else if (b->freed && !b->free_committed) {
+			r = store__allocation_freed(env->store, b->row_id, free_real);
+		}
+		if (r < 0)
+			return r;
+	}
+	{
+		struct store_malloc t = s->malloc_totals;
+
+		t.lost += s->alloc_orphans;
+		return store__session_malloc(env->store, s->id, &t);
+	}
+}
+
+/* session__flush_memory_done() - the flush committed: forget what is stored for good. */
+void session__flush_memory_done(struct session *s)
+{
+	struct hashmap keep = { 0 };
+	struct alloc_block *b;
+
+	s->memory_nrows = 0;
+	hashmap__for_each(&s->alloc_blocks, i, b)
+	{
+		if (b->new_row_id) {
+			b->row_id = b->new_row_id;
+			b->new_row_id = 0;
+		}
+		/* Stored with its free time, or stored and its free can never be
+		 * seen (untracked): nothing more will change it. */
+		if (b->row_id && (b->freed || b->untracked)) {
+			free(b);
+			continue;
+		}
+		if (hashmap__insert(&keep, block_hash_of(b), b) < 0) {
+			/* Out of memory: the block stays stored, without its free time. */
+			free(b);
+		}
+	}
+	hashmap__free(&s->alloc_blocks);
+	s->alloc_blocks = keep;
+}
+
+/* session__flush_memory_failed() - the flush was rolled back: its rows do not exist. */
+void session__flush_memory_failed(struct session *s)
+{
+	struct alloc_block *b;
+
+	hashmap__for_each(&s->alloc_blocks, i, b) b->new_row_id = 0;
+}
+
+/* session__free_memory() - free the memory state. */
+void session__free_memory(struct session *s)
+{
+	struct alloc_block *b;
+
+	free(s->memory_rows);
+	hashmap__for_each(&s->alloc_inflight, i, b) free(b);
+	hashmap__free(&s->alloc_inflight);
+	hashmap__for_each(&s->alloc_blocks, i, b) free(b);
+	hashmap__free(&s->alloc_blocks);
+}

@@ -1,0 +1,1319 @@
+/* session.c - a profiling session: attach checks, per-sample aggregation, flush to the store. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+
+#include "protocol.h"
+#include "service/request.h"
+#include "service/authz.h"
+#include "session/session.h"
+#include "session/session_internal.h"
+#include "util.h"
+
+struct pending_sample {
+	uint64_t window;  /* index of the window since the session start */
+	int tid;
+	int event;        /* 0: CPU event; 1: the second sampled event */
+	struct raw_stack *stack;
+	uint64_t count;
+};
+
+/* Inlined calls kept per address; deeper inlining keeps the innermost (symbolize.h). */
+#define MAX_INLINE 8
+/* Frames per stored stack, inline frames included: more are cut, and the stack marked truncated. */
+#define MAX_STACK_FRAMES 512
+
+struct frame_cache {
+	uint64_t addr;
+	pid_t pid;        /* 0 for kernel frames */
+	bool kernel;
+	bool return_addr; /* looked up as a return address (at addr - 1) */
+	bool root;        /* the address's function is a thread root (is_thread_root()) */
+	unsigned n;       /* frames at this address: 1, or more with inlined calls */
+	int64_t ids[MAX_INLINE]; /* frame rows, innermost first */
+};
+
+struct thread_acc {
+	int pid;
+	int tid;
+	uint64_t exited_ns;    /* CLOCK_MONOTONIC; 0 while it lives */
+	char name[16];
+	uint64_t last_seen_ns; /* CLOCK_MONOTONIC */
+	uint64_t samples;
+};
+
+struct window_acc {
+	uint64_t window;
+	struct store_counts counts;
+};
+
+struct mapping_key {
+	uint64_t start, end, file_offset;
+	const char *path;
+	pid_t pid;
+};
+
+static int read_small_file(const char *path, char *buf, size_t size)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, size - 1);
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	return (int)n;
+}
+
+/* Threads of @pid now (entries of /proc/PID/task), or -errno. */
+static long count_threads(pid_t pid)
+{
+	char path[64];
+	struct dirent *de;
+	long n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	d = opendir(path);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+static bool mapping_key_eq(const void *entry, const void *key)
+{
+	const struct mapping_key *a = entry, *b = key;
+
+	return a->start == b->start && a->end == b->end && a->file_offset == b->file_offset &&
+	       a->pid == b->pid && strcmp(a->path, b->path) == 0;
+}
+
+static uint64_t mapping_key_hash(const struct mapping_key *k)
+{
+	uint64_t h = hash64(HASH64_INIT, &k->start, sizeof(k->start));
+
+	h = hash64(h, &k->end, sizeof(k->end));
+	h = hash64(h, &k->pid, sizeof(k->pid));
+	return hash64(h, k->path, strlen(k->path));
+}
+
+/* Store the mappings of @proc's address space that are not in the store yet. */
+static int store_new_mappings(struct session *s, struct proc *proc, struct store *store)
+{
+	const struct mapping *maps;
+	size_t n;
+	int r;
+
+	maps = addrspace__mappings(proc->as, &n);
+	for (size_t i = 0; i < n; i++) {
+		struct mapping_key key = { maps[i].start, maps[i].end, maps[i].file_offset,
+					   maps[i].path, proc->pid };
+		uint64_t h = mapping_key_hash(&key);
+		struct mapping_key *k;
+
+		if (hashmap__find(&s->mappings_stored, h, mapping_key_eq, &key))
+			continue;
+		r = store__mapping_insert(store, s->id, proc->pid, &maps[i]);
+		if (r < 0)
+			return r;
+		k = malloc(sizeof(*k));
+		if (!k)
+			return -ENOMEM;
+		/* The path string is owned by the address space, which outlives this map. */
+		*k = key;
+		r = hashmap__insert(&s->mappings_stored, h, k);
+		if (r < 0) {
+			free(k);
+			return r;
+		}
+	}
+	return 0;
+}
+
+static int store_counter_support(struct session *s, const struct session_env *env);
+static int counters_scan(struct session *s, const struct session_env *env, struct proc *proc);
+
+static bool proc_eq(const void *entry, const void *key)
+{
+	return ((const struct proc *)entry)->pid == *(const pid_t *)key;
+}
+
+static void proc_free(struct proc *proc)
+{
+	if (!proc)
+		return;
+	addrspace__free(proc->as);
+	perfmap__free(proc->jit);
+	pthread_rwlock_destroy(&proc->as_lock);
+	free(proc);
+}
+
+/* Read @pid's mappings into a new process entry of @s. */
+static int proc_add(struct session *s, pid_t pid, struct proc **ret)
+{
+	struct proc *proc = calloc(1, sizeof(*proc));
+	int r;
+
+	if (!proc)
+		return -ENOMEM;
+	proc->pid = pid;
+	pthread_rwlock_init(&proc->as_lock, NULL);
+	r = addrspace__new(pid, &proc->as);
+	if (r < 0)
+		goto fail;
+	proc->jit = perfmap__new(pid);
+	r = proc->jit ? hashmap__insert(&s->procs, hash64(HASH64_INIT, &pid, sizeof(pid)), proc)
+		      : -ENOMEM;
+	if (r < 0)
+		goto fail;
+	*ret = proc;
+	return 0;
+fail:
+	proc_free(proc);
+	return r;
+}
+
+struct proc *session__proc(struct session *s, pid_t pid)
+{
+	struct proc *proc = hashmap__find(&s->procs, hash64(HASH64_INIT, &pid, sizeof(pid)),
+					  proc_eq, &pid);
+
+	if (proc || (pid != s->pid && !s->follow_children))
+		return proc;
+	/* A child seen for the first time. Its mappings are stored at the next flush. */
+	if (proc_add(s, pid, &proc) < 0)
+		return NULL;
+	s->procs_added = true;
+	return proc;
+}
+
+int session__new(const struct session_env *env, unsigned slot, const struct session_params *p,
+		 struct session **ret)
+{
+	_cleanup_free_ struct session *s = NULL;
+	char path[64], exe[PATH_MAX];
+	const char *extra_status = NULL;
+	uint64_t ticks;
+	ssize_t n;
+	int r;
+
+	if (p->pid <= 0)
+		return -ESRCH;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->slot = slot;
+	s->pid = p->pid;
+	s->uid = p->uid;
+	s->duration_ns = p->duration_ns;
+	s->unwind = p->unwind;
+	s->follow_children = p->follow_children;
+	s->events = p->event_bits;
+	s->max_threads = p->max_threads ? p->max_threads : UINT_MAX;
+	s->max_stacks = p->max_stacks ? p->max_stacks : UINT_MAX;
+	s->pidfd = -1;
+	s->memory_interval_ns = (s->events & EVENT_RSS) ? p->memory_interval_ns : 0;
+	s->malloc_sample_bytes = (s->events & EVENT_MALLOC) ? p->malloc_sample_bytes : 0;
+	s->malloc_max_hits_per_s = p->malloc_max_hits_per_s;
+	s->gpu = gpu_acc__new();
+	if (!s->gpu)
+		return -ENOMEM; /* @s is freed on return */
+
+	/* The pidfd pins the process identity: from here on a reused PID cannot fool us. */
+	s->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
+	if (s->pidfd < 0)
+		return errno == ESRCH || errno == EINVAL ? -ESRCH : -errno;
+	r = proc_start_ticks(p->pid, &ticks);
+	if (r < 0)
+		goto fail;
+	/* The requester found the process by name or cgroup a moment ago; if
+	 * the PID now names a newer process, that one was not asked for. */
+	if (p->pid_start_ticks && p->pid_start_ticks != ticks) {
+		r = -ESTALE;
+		goto fail;
+	}
+	if (p->max_threads && count_threads(p->pid) > (long)p->max_threads) {
+		r = -E2BIG;
+		goto fail;
+	}
+	/* After pidfd_open(): the process checked is the one pinned. */
+	r = p->admin ? 0 : authz__may_trace(p->pid, p->uid, p->gid);
+	if (r < 0)
+		goto fail;
+	snprintf(path, sizeof(path), "/proc/%d/comm", p->pid);
+	if (read_small_file(path, s->comm, sizeof(s->comm)) > 0)
+		s->comm[strcspn(s->comm, "\n")] = '\0';
+	snprintf(path, sizeof(path), "/proc/%d/exe", p->pid);
+	n = readlink(path, exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = '\0';
+
+	r = proc_add(s, p->pid, &s->main);
+	if (r < 0)
+		goto fail;
+
+	struct slot_config cfg = {
+		.copy_stack_bytes = p->unwind == UNWIND_MODE_FP ? 0 : p->stack_bytes,
+		.fp_stack = p->unwind != UNWIND_MODE_DWARF,
+		.follow_children = p->follow_children,
+	};
+	const char *python_status = "off";
+	struct python_interp interp = { 0 };
+
+	if (p->python) {
+		r = python__find(p->pid, s->main->as, &interp);
+		if (r == -ESRCH)
+			goto fail;
+		python_status = r < 0 ? "not_found" : !interp.offsets ? "unsupported" : "ok";
+		if (r == 0 && interp.offsets) {
+			s->python = python_reader__new(&interp);
+			if (!s->python) {
+				r = -ENOMEM;
+				goto fail;
+			}
+			cfg.python = interp.offsets->bpf;
+			cfg.python.runtime_addr = interp.runtime_addr;
+		}
+	}
+	/* Counters from the start, so that the first window is counted whole. */
+	if ((s->events & EVENT_COUNTERS) && env->counters) {
+		r = counters_scan(s, env, s->main);
+		if (r < 0)
+			goto fail;
+	}
+	r = sampler__start(env->sampler, slot, p->pid, p->freq_hz, &cfg, &s->event);
+	if (r < 0)
+		goto fail;
+	if (p->sampled_event) {
+		uint64_t config, period;
+		uint32_t type;
+
+		sampled_event_lookup(p->sampled_event, &type, &config, &period);
+		r = sampler__start_extra(env->sampler, slot, type, config, period);
+		if (r < 0 && r != -EOPNOTSUPP)
+			goto fail_sampling;
+		/* Unsupported (no PMU): the session runs without it, and says so. */
+		extra_status = r == 0 ? "ok" : "unsupported";
+	}
+	s->started_mono_ns = now_ns(CLOCK_MONOTONIC);
+	s->memory_next_ns = s->started_mono_ns;
+	s->malloc_hits_mono_ns = s->started_mono_ns; /* the probe rate is measured from here */
+	s->started_real_ns = now_ns(CLOCK_REALTIME);
+
+	struct store_session row = {
+		.pid = p->pid,
+		.pid_start_ticks = ticks,
+		.label = p->label,
+		.comm = s->comm,
+		.exe = n > 0 ? exe : NULL,
+		.uid = p->uid,
+		.event = s->event,
+		.events = p->events,
+		.freq_hz = p->freq_hz,
+		.unwind = unwind_mode_name(p->unwind),
+		.stack_bytes = cfg.copy_stack_bytes,
+		.follow_children = p->follow_children,
+		.sampled_event = p->sampled_event,
+		.sampled_event_status = extra_status,
+		.duration_ns = p->duration_ns,
+		.started_at_ns = s->started_real_ns,
+	};
+	r = store__begin(env->store);
+	if (r < 0)
+		goto fail_sampling;
+	r = store__session_insert(env->store, &row, &s->id);
+	if (r == 0)
+		r = store_new_mappings(s, s->main, env->store);
+	if (r == 0)
+		r = store_counter_support(s, env);
+	if (r == 0)
+		r = store__session_python(env->store, s->id, python_status,
+					  interp.version[0] ? interp.version : NULL);
+	if (r == 0)
+		r = store__commit(env->store);
+	if (r < 0) {
+		store__rollback(env->store);
+		goto fail_sampling;
+	}
+	*ret = TAKE_PTR(s);
+	return 0;
+
+fail_sampling:
+	sampler__stop(env->sampler, slot);
+	/* Samples may already be in the ring buffer: the caller's dispatch drops
+	 * them because the slot is free again. */
+fail:
+	session__free(TAKE_PTR(s));
+	return r;
+}
+
+static bool raw_stack_eq(const void *entry, const void *key)
+{
+	const struct raw_stack *a = entry, *b = key;
+
+	return a->klen == b->klen && a->ulen == b->ulen && a->flags == b->flags &&
+	       a->pid == b->pid && memcmp(a->ips, b->ips, sizeof(uint64_t) * (a->klen + a->ulen)) == 0;
+}
+
+static bool pending_eq(const void *entry, const void *key)
+{
+	const struct pending_sample *a = entry, *b = key;
+
+	return a->window == b->window && a->tid == b->tid && a->stack == b->stack &&
+	       a->event == b->event;
+}
+
+static bool thread_eq(const void *entry, const void *key)
+{
+	return ((const struct thread_acc *)entry)->tid == *(const int *)key;
+}
+
+static bool window_eq(const void *entry, const void *key)
+{
+	return ((const struct window_acc *)entry)->window == *(const uint64_t *)key;
+}
+
+static bool frame_eq(const void *entry, const void *key)
+{
+	const struct frame_cache *a = entry, *b = key;
+
+	return a->addr == b->addr && a->kernel == b->kernel && a->pid == b->pid &&
+	       a->return_addr == b->return_addr;
+}
+
+static struct window_acc *window_get(struct session *s, uint64_t window)
+{
+	uint64_t h = hash64(HASH64_INIT, &window, sizeof(window));
+	struct window_acc *w = hashmap__find(&s->windows, h, window_eq, &window);
+
+	if (w)
+		return w;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	w->window = window;
+	if (hashmap__insert(&s->windows, h, w) < 0) {
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+/* Intern the stack of @e; NULL only on out-of-memory. */
+/* Note thread @tid (name @comm, 16 bytes) as seen at @time_ns, with @samples more samples. */
+static void thread_seen(struct session *s, int pid, int tid, const char *comm, uint64_t time_ns,
+			uint64_t samples)
+{
+	uint64_t h = hash64(HASH64_INIT, &tid, sizeof(tid));
+	struct thread_acc *th = hashmap__find(&s->threads, h, thread_eq, &tid);
+
+	if (!th) {
+		th = calloc(1, sizeof(*th));
+		if (!th || hashmap__insert(&s->threads, h, th) < 0) {
+			free(th);
+			return;
+		}
+		th->tid = tid;
+		th->pid = pid;
+	}
+	memcpy(th->name, comm, sizeof(th->name));
+	th->name[sizeof(th->name) - 1] = '\0';
+	if (time_ns > th->last_seen_ns)
+		th->last_seen_ns = time_ns;
+	th->samples += samples;
+}
+
+/*
+ * session__stack_intern() - the session's one copy of a stack of process
+ * @pid (@klen kernel then @ulen user frames, leaf first each, at most
+ * PROFILE_MAX_FRAMES each), owned by the session; NULL on out-of-memory or
+ * a length out of range, or with *@ret_limited set (if not NULL) when the
+ * session has max_stacks already.
+ */
+struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint64_t *ips,
+					unsigned klen, unsigned ulen, uint32_t flags,
+					bool *ret_limited)
+{
+	size_t n = (size_t)klen + ulen;
+	struct raw_stack *key, *st;
+	uint64_t h;
+	/* A stack-sized key on the heap would cost a malloc per sample; this is 2 KiB. */
+	union {
+		struct raw_stack rs;
+		char buf[sizeof(struct raw_stack) + 2 * PROFILE_MAX_FRAMES * sizeof(uint64_t)];
+	} k;
+
+	/* Python frames merged in can make the user part longer than BPF's. */
+	if (klen > PROFILE_MAX_FRAMES || n > 2 * PROFILE_MAX_FRAMES)
+		return NULL;
+	key = &k.rs;
+	key->pid = pid;
+	key->klen = (uint16_t)klen;
+	key->ulen = (uint16_t)ulen;
+	key->flags = flags;
+	memcpy(key->ips, ips, n * sizeof(uint64_t));
+	h = hash64(HASH64_INIT, key->ips, n * sizeof(uint64_t));
+	h = hash64(h, &key->klen, sizeof(key->klen));
+	h = hash64(h, &key->pid, sizeof(key->pid));
+	key->hash = h;
+
+	st = hashmap__find(&s->stacks, h, raw_stack_eq, key);
+	if (st)
+		return st;
+	if (s->stacks.len >= s->max_stacks) {
+		if (ret_limited)
+			*ret_limited = true;
+		return NULL;
+	}
+	st = malloc(sizeof(*st) + n * sizeof(uint64_t));
+	if (!st)
+		return NULL;
+	memcpy(st, key, sizeof(*st) + n * sizeof(uint64_t));
+	st->stack_id = 0;
+	if (hashmap__insert(&s->stacks, h, st) < 0) {
+		free(st);
+		return NULL;
+	}
+	return st;
+}
+
+static struct raw_stack *stack_get(struct session *s, const struct sample_event *e,
+				   bool *ret_limited)
+{
+	uint32_t flags = e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED);
+	uint64_t ips[2 * PROFILE_MAX_FRAMES];
+	size_t n;
+	bool cut;
+	int r;
+
+	if (!s->python || !e->py_len)
+		return session__stack_intern(s, (pid_t)e->pid, (const uint64_t *)e->ips,
+					     e->kstack_len, e->ustack_len, flags, ret_limited);
+	/* Python frames in place of the interpreter's: kernel frames, then the merged user part. */
+	memcpy(ips, e->ips, e->kstack_len * sizeof(uint64_t));
+	r = python_reader__merge(s->python, e, ips + e->kstack_len,
+				 ARRAY_SIZE(ips) - e->kstack_len, &n, &cut);
+	if (r == -ENOMEM)
+		return NULL;
+	if (r == -EPROTO && !e->event)
+		s->python_unmerged++;
+	if (r > 0 && !e->event)
+		s->python_samples++;
+	if (r > 0 && (cut || (e->flags & SAMPLE_PY_TRUNCATED)))
+		flags |= SAMPLE_USER_TRUNCATED;
+	return session__stack_intern(s, (pid_t)e->pid, ips, e->kstack_len, (unsigned)n, flags,
+				     ret_limited);
+}
+
+static bool tid_eq(const void *entry, const void *key)
+{
+	return entry == key;
+}
+
+/* Is @tid one of the session's max_threads? The first max_threads seen are. */
+static bool tid_admitted(struct session *s, int tid)
+{
+	void *key = (void *)(uintptr_t)((unsigned)tid + 1);
+	uint64_t h = hash64(HASH64_INIT, &tid, sizeof(tid));
+
+	if (hashmap__find(&s->tids, h, tid_eq, key))
+		return true;
+	if (s->tids.len >= s->max_threads)
+		return false;
+	return hashmap__insert(&s->tids, h, key) == 0;
+}
+
+/* Off-CPU intervals since the last flush, per window, thread, stack and state. */
+struct offcpu_acc {
+	uint64_t window;
+	int pid, tid;
+	struct raw_stack *stack;
+	const char *state; /* static string */
+	uint64_t count, total_ns;
+};
+
+static bool offcpu_eq(const void *entry, const void *key)
+{
+	const struct offcpu_acc *a = entry, *b = key;
+
+	return a->window == b->window && a->tid == b->tid && a->stack == b->stack &&
+	       a->state == b->state;
+}
+
+void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *comm,
+			uint64_t time_ns, const char *state, uint64_t total_ns, const uint64_t *ips,
+			unsigned klen, unsigned ulen)
+{
+	uint64_t t = time_ns > s->started_mono_ns ? time_ns - s->started_mono_ns : 0;
+	struct offcpu_acc key = { .window = t / PROFD_WINDOW_NS, .pid = pid, .tid = tid,
+				  .state = state },
+			  *acc;
+	uint64_t h;
+
+	key.stack = session__stack_intern(s, pid, ips, klen, ulen, 0, NULL);
+	if (!key.stack) {
+		s->offcpu_lost++;
+		return;
+	}
+	h = hash64(HASH64_INIT, &key.window, sizeof(key.window));
+	h = hash64(h, &key.tid, sizeof(key.tid));
+	h = hash64(h, &key.stack, sizeof(key.stack));
+	h = hash64(h, &key.state, sizeof(key.state));
+	acc = hashmap__find(&s->offcpu, h, offcpu_eq, &key);
+	if (!acc) {
+		acc = malloc(sizeof(*acc));
+		if (!acc || hashmap__insert(&s->offcpu, h, acc) < 0) {
+			free(acc);
+			s->offcpu_lost++;
+			return;
+		}
+		*acc = key;
+	}
+	acc->count++;
+	acc->total_ns += total_ns;
+	/* A thread that only waits has no CPU samples: list it all the same. */
+	thread_seen(s, pid, tid, comm, time_ns, 0);
+}
+
+void session__count_offcpu_lost(struct session *s, uint64_t n)
+{
+	s->offcpu_lost += n;
+}
+
+/* One thread's counters. */
+struct counters_entry {
+	int pid, tid;
+	struct thread_counters *tc;
+	bool seen; /* found in /proc at the last scan */
+};
+
+/* Values read for one thread in one window, kept until the flush that commits them. */
+struct counter_row {
+	uint64_t window;
+	int tid;
+	struct counter_values v;
+};
+
+static bool counters_entry_eq(const void *entry, const void *key)
+{
+	return ((const struct counters_entry *)entry)->tid == *(const int *)key;
+}
+
+static const char *counter_status_db(enum counter_status st)
+{
+	switch (st) {
+	case COUNTER_OK:
+		return "ok";
+	case COUNTER_UNSUPPORTED:
+		return "unsupported";
+	case COUNTER_DENIED:
+		return "denied";
+	default:
+		return NULL; /* not counted this time: no row */
+	}
+}
+
+/* Open counters on every thread of @proc not yet counted. */
+static int counters_scan(struct session *s, const struct session_env *env, struct proc *proc)
+{
+	_cleanup_(closedirp) DIR *d = NULL;
+	char path[64];
+	struct dirent *de;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", proc->pid);
+	d = opendir(path);
+	if (!d)
+		return 0; /* the process is gone */
+	while ((de = readdir(d))) {
+		int tid = atoi(de->d_name);
+		uint64_t h = hash64(HASH64_INIT, &tid, sizeof(tid));
+		struct counters_entry *ce;
+		int r;
+
+		if (tid <= 0 || hashmap__find(&s->counters, h, counters_entry_eq, &tid))
+			continue;
+		ce = calloc(1, sizeof(*ce));
+		if (!ce)
+			return -ENOMEM;
+		ce->pid = proc->pid;
+		ce->tid = tid;
+		r = thread_counters__open(proc->pid, tid, env->counters, &ce->tc);
+		if (r < 0 || hashmap__insert(&s->counters, h, ce) < 0) {
+			thread_counters__free(ce->tc);
+			free(ce);
+			if (r == -ENOMEM)
+				return r;
+			continue; /* the thread exited meanwhile */
+		}
+	}
+	return 0;
+}
+
+int session__read_counters(struct session *s, const struct session_env *env)
+{
+	uint64_t window = (now_ns(CLOCK_MONOTONIC) - s->started_mono_ns) / PROFD_WINDOW_NS;
+	struct counters_entry *ce;
+	struct proc *proc;
+	int r;
+
+	if (!(s->events & EVENT_COUNTERS) || !env->counters)
+		return 0;
+	hashmap__for_each(&s->procs, i, proc)
+	{
+		r = counters_scan(s, env, proc);
+		if (r < 0)
+			return r;
+	}
+	hashmap__for_each(&s->counters, i, ce)
+	{
+		struct counter_row *row;
+
+		if (!ce->tc)
+			continue;
+		row = calloc(1, sizeof(*row));
+		if (!row)
+			return -ENOMEM;
+		row->window = window;
+		row->tid = ce->tid;
+		r = thread_counters__read(ce->tc, &row->v);
+		if (r < 0) {
+			/* Exited: its fds go now; the entry stays, so the tid is not reopened. */
+			free(row);
+			thread_counters__free(ce->tc);
+			ce->tc = NULL;
+			continue;
+		}
+		r = hashmap__insert(&s->counter_rows, (uint64_t)(uintptr_t)row, row);
+		if (r < 0) {
+			free(row);
+			return r;
+		}
+	}
+	return 0;
+}
+
+/* Store the session's counter support, once, at the start. */
+static int store_counter_support(struct session *s, const struct session_env *env)
+{
+	if (!(s->events & EVENT_COUNTERS) || !env->counters)
+		return 0;
+	for (int k = 0; k < COUNTER_KIND_MAX; k++) {
+		const char *st = counter_status_db(env->counters->status[k]);
+		int r;
+
+		if (!st)
+			continue;
+		r = store__session_counter(env->store, s->id, counter_kind__name(k), st);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+void session__on_thread_exit(struct session *s, const struct sample_event *e)
+{
+	uint64_t h = hash64(HASH64_INIT, &e->tid, sizeof(int));
+	int tid = (int)e->tid;
+	struct thread_acc *th;
+
+	thread_seen(s, (int)e->pid, tid, e->comm, e->time_ns, 0);
+	th = hashmap__find(&s->threads, h, thread_eq, &tid);
+	if (th)
+		th->exited_ns = e->time_ns;
+}
+
+void session__count_dropped(struct session *s, const struct sample_event *e)
+{
+	uint64_t t = e->time_ns > s->started_mono_ns ? e->time_ns - s->started_mono_ns : 0;
+	struct window_acc *w = window_get(s, t / PROFD_WINDOW_NS);
+
+	if (w)
+		w->counts.lost_samples++;
+	s->unwind_dropped++;
+}
+
+void session__on_sample(struct session *s, const struct sample_event *e)
+{
+	uint64_t t = e->time_ns > s->started_mono_ns ? e->time_ns - s->started_mono_ns : 0;
+	struct pending_sample key, *ps;
+	struct window_acc *w;
+	int tid = (int)e->tid;
+	bool limited = false;
+	uint64_t h;
+
+	key.window = t / PROFD_WINDOW_NS;
+	key.tid = tid;
+	key.event = e->event ? 1 : 0;
+	w = window_get(s, key.window);
+	if (!w)
+		return;
+	if (!tid_admitted(s, tid)) {
+		s->limit_dropped++;
+		return;
+	}
+	key.stack = stack_get(s, e, &limited);
+	if (!key.stack && limited) {
+		s->limit_dropped++;
+		return;
+	}
+	if (!key.stack) {
+		w->counts.lost_samples++; /* out of memory: lost, and counted */
+		return;
+	}
+
+	h = hash64(HASH64_INIT, &key.window, sizeof(key.window));
+	h = hash64(h, &key.tid, sizeof(key.tid));
+	h = hash64(h, &key.stack, sizeof(key.stack));
+	h = hash64(h, &key.event, sizeof(key.event));
+	ps = hashmap__find(&s->pending, h, pending_eq, &key);
+	if (!ps && s->pending.len >= s->max_stacks) {
+		/* Rows waiting for a flush that keeps failing (a full disk): bounded too. */
+		s->limit_dropped++;
+		return;
+	}
+	if (!ps) {
+		ps = malloc(sizeof(*ps));
+		if (!ps || hashmap__insert(&s->pending, h, ps) < 0) {
+			free(ps);
+			w->counts.lost_samples++;
+			return;
+		}
+		*ps = key;
+		ps->count = 0;
+	}
+	ps->count++;
+	/* The second event's samples are its own: they count in no CPU figure. */
+	if (key.event)
+		return;
+
+	w->counts.samples++;
+	s->samples++;
+	if (e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED))
+		w->counts.truncated_stacks++;
+	if (e->flags & SAMPLE_USER_MISSING)
+		w->counts.missing_user_stacks++;
+
+	thread_seen(s, (int)e->pid, tid, e->comm, e->time_ns, 1);
+}
+
+/*
+ * Functions where a thread's stack begins: a stack whose outermost user
+ * frame is one of them is complete (glibc: _start -> __libc_start_main ->
+ * __libc_start_call_main -> main; threads: clone3/clone -> start_thread).
+ */
+static bool is_thread_root(const char *function)
+{
+	static const char *const roots[] = {
+		"_start", "__libc_start_main", "__libc_start_call_main", "main",
+		"start_thread", "clone", "clone3", "__clone", "__clone3", "thread_start",
+	};
+
+	if (!function)
+		return false;
+	for (size_t i = 0; i < ARRAY_SIZE(roots); i++)
+		if (strcmp(function, roots[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Frame rows of one address, symbolizing and storing them the first time:
+ * one row, or one per inlined call and one for the function around them.
+ * Returns the cache entry (owned by the session) in *@ret.
+ */
+static int frame_ids(struct session *s, const struct session_env *env, struct proc *proc,
+		     uint64_t addr, bool kernel, bool return_addr, bool *refreshed,
+		     const struct frame_cache **ret)
+{
+	/* The same address is a leaf in one stack and a return address in
+	 * another (a function's entry, where an allocation probe stops, is also
+	 * the user IP of a CPU sample taken in the probe's kernel handler):
+	 * looked up at addr and at addr - 1, they may be different functions. */
+	struct frame_cache key = { .addr = addr, .kernel = kernel, .return_addr = return_addr,
+				   .pid = kernel ? 0 : proc->pid },
+			   *fc;
+	uint64_t h = hash64(hash64(HASH64_INIT, &addr, sizeof(addr)), &key.pid, sizeof(key.pid)) ^
+		     kernel ^ ((uint64_t)return_addr << 1);
+	struct frame_info fi[MAX_INLINE] = { 0 };
+	int r, n = 1;
+
+	fc = hashmap__find(&s->frames, h, frame_eq, &key);
+	if (fc) {
+		*ret = fc;
+		return 0;
+	}
+	if (kernel) {
+		r = symbolizer__kernel(env->sym, addr, return_addr, &fi[0]);
+	} else if (s->python && python_token(addr)) {
+		r = python_reader__frame(s->python, addr, &fi[0]);
+	} else {
+		r = symbolizer__user_inline(env->sym, proc->as, addr, return_addr, fi, MAX_INLINE);
+		/* Code mapped after the last read of /proc/PID/maps (dlopen): read it again, once a flush. */
+		if (r == -ENOENT && !*refreshed) {
+			int added;
+
+			*refreshed = true;
+			pthread_rwlock_wrlock(&proc->as_lock);
+			added = addrspace__refresh(proc->as);
+			pthread_rwlock_unlock(&proc->as_lock);
+			if (added > 0) {
+				r = store_new_mappings(s, proc, env->store);
+				if (r < 0)
+					return r;
+				r = symbolizer__user_inline(env->sym, proc->as, addr, return_addr, fi,
+							    MAX_INLINE);
+			}
+		}
+		/* Outside every file mapping: JIT code, named by the JIT's perf map. */
+		if (r == -ENOENT) {
+			const char *name, *path;
+
+			if (perfmap__lookup(proc->jit, addr, &name, &path) == 0) {
+				fi[0].module = path;
+				fi[0].function = name;
+				fi[0].rel_addr = addr;
+				fi[0].build_id = "";
+			}
+		}
+		if (r > 0)
+			n = MIN(r, MAX_INLINE);
+	}
+	if (r < 0 && r != -ENOENT)
+		return r;
+	/*
+	 * A user return address is stored minus one, at the address it was
+	 * looked up at (the last byte of the call): the row then symbolizes as
+	 * it is (profctl resymbolize), and the entry of a function, a leaf in an
+	 * allocation stack, is another row than the same address as a return
+	 * address (a CPU sample's user IP under a uprobe handler's kernel frames,
+	 * looked up in the function before). Rows are shared across sessions by
+	 * (module, build ID, rel_addr). Python frames keep their rel_addr: a
+	 * number naming a (function, line), not an address.
+	 */
+	if (!kernel && return_addr && !(s->python && python_token(addr)))
+		for (int i = 0; i < n; i++)
+			if (fi[i].rel_addr > 0)
+				fi[i].rel_addr--;
+	/* Kernel frames and lookups that failed have no inlining: depth 0, from the zeroing. */
+	for (int i = 0; i < n; i++) {
+		r = store__frame_id(env->store, &fi[i], &key.ids[i]);
+		if (r < 0)
+			return r;
+		if (!fi[i].function)
+			s->unsymbolized_pending++;
+		s->frames_pending++;
+	}
+	key.n = (unsigned)n;
+	/* The function the symbol table names is last; it decides rootness. */
+	key.root = !kernel && is_thread_root(fi[n - 1].function);
+	fc = malloc(sizeof(*fc));
+	if (!fc)
+		return -ENOMEM;
+	*fc = key;
+	r = hashmap__insert(&s->frames, h, fc);
+	if (r < 0) {
+		free(fc);
+		return r;
+	}
+	*ret = fc;
+	return 0;
+}
+
+/* The placeholder frame of a sample that has no stack at all: visible, never dropped. */
+static const struct frame_info missing_frame = {
+	.module = "[missing]",
+	.build_id = "",
+	.function = "[missing stack]",
+};
+
+/*
+ * session__resolve_stack() - give @st its row in the store (st->stack_id),
+ * symbolizing its new addresses; @refreshed: whether the process's mappings
+ * were re-read in this flush already (in/out). Returns 0 or the store's
+ * -errno. Call only inside the flush's transaction.
+ */
+int session__resolve_stack(struct session *s, const struct session_env *env, struct raw_stack *st,
+			   bool *refreshed)
+{
+	int64_t ids[MAX_STACK_FRAMES];
+	size_t n = (size_t)st->klen + st->ulen, depth = 0;
+	bool root = false, cut = false;
+	struct proc *proc;
+	int r;
+
+	if (st->stack_id)
+		return 0;
+	proc = session__proc(s, st->pid);
+	if (!proc)
+		return -ESRCH; /* cannot happen: a stack is taken only with its process */
+	for (size_t i = 0; i < n && !cut; i++) {
+		const struct frame_cache *fc;
+		bool kernel = i < st->klen;
+		/* Every frame but the sampled instruction holds a return address.
+		 * A user frame under kernel frames is the address after the syscall. */
+		bool return_addr = i > 0;
+
+		r = frame_ids(s, env, proc, st->ips[i], kernel, return_addr, refreshed, &fc);
+		if (r < 0)
+			return r;
+		for (unsigned k = 0; k < fc->n; k++) {
+			if (depth == MAX_STACK_FRAMES) {
+				cut = true;
+				break;
+			}
+			ids[depth++] = fc->ids[k];
+		}
+		root = fc->root;
+	}
+	/* @root now holds the outermost address's answer. */
+	if (st->ulen == 0 || cut)
+		root = false;
+	if (depth == 0) {
+		r = store__frame_id(env->store, &missing_frame, &ids[0]);
+		if (r < 0)
+			return r;
+		depth = 1;
+	}
+	return store__stack_id(env->store, ids, depth, st->flags != 0 || cut, root, &st->stack_id);
+}
+
+int session__flush(struct session *s, const struct session_env *env)
+{
+	struct pending_sample *ps;
+	struct window_acc *w, *last = NULL;
+	struct thread_acc *th;
+	struct store_counts total = { 0 };
+	bool refreshed = false;
+	uint64_t lost;
+	int r;
+
+	if (s->procs_added) {
+		struct proc *proc;
+
+		hashmap__for_each(&s->procs, i, proc)
+		{
+			r = store_new_mappings(s, proc, env->store);
+			if (r < 0)
+				return r;
+		}
+	}
+
+	hashmap__for_each(&s->pending, i, ps)
+	{
+		r = session__resolve_stack(s, env, ps->stack, &refreshed);
+		if (r < 0)
+			return r;
+		r = store__sample_add(env->store, s->id,
+				      s->started_real_ns + ps->window * PROFD_WINDOW_NS, ps->tid,
+				      ps->stack->stack_id, ps->count, ps->event);
+		if (r < 0)
+			return r;
+	}
+
+	{
+		struct offcpu_acc *acc;
+
+		hashmap__for_each(&s->offcpu, i, acc)
+		{
+			r = session__resolve_stack(s, env, acc->stack, &refreshed);
+			if (r < 0)
+				return r;
+			r = store__offcpu_add(env->store, s->id,
+					      s->started_real_ns + acc->window * PROFD_WINDOW_NS,
+					      acc->pid, acc->tid, acc->stack->stack_id, acc->state,
+					      acc->count, acc->total_ns);
+			if (r < 0)
+				return r;
+		}
+		if (s->offcpu_lost) {
+			r = store__session_add_offcpu_lost(env->store, s->id, s->offcpu_lost);
+			if (r < 0)
+				return r;
+		}
+		s->offcpu_lost_flushing = s->offcpu_lost;
+	}
+	{
+		struct counter_row *row;
+
+		hashmap__for_each(&s->counter_rows, i, row)
+		{
+			for (int k = 0; k < COUNTER_KIND_MAX; k++) {
+				const char *st = counter_status_db(row->v.v[k].status);
+
+				if (!st)
+					continue;
+				r = store__counter_add(env->store, s->id,
+						       s->started_real_ns +
+							   row->window * PROFD_WINDOW_NS,
+						       row->tid, counter_kind__name(k), st,
+						       row->v.v[k].delta);
+				if (r < 0)
+					return r;
+			}
+		}
+	}
+
+	/* Ring-buffer drops are known only as a running total: charge the growth
+	 * since the last committed flush to the newest window (a copy of its
+	 * counts, so that a retried flush does not charge it twice). */
+	lost = sampler__lost(env->sampler, s->slot);
+	hashmap__for_each(&s->windows, i, w)
+	{
+		if (!last || w->window > last->window)
+			last = w;
+	}
+	if (lost > s->lost_seen && !last) {
+		last = window_get(s, (now_ns(CLOCK_MONOTONIC) - s->started_mono_ns) / PROFD_WINDOW_NS);
+		if (!last)
+			return -ENOMEM;
+	}
+	hashmap__for_each(&s->windows, i, w)
+	{
+		struct store_counts c = w->counts;
+
+		if (w == last && lost > s->lost_seen)
+			c.lost_samples += lost - s->lost_seen;
+		r = store__window_add(env->store, s->id,
+				      s->started_real_ns + w->window * PROFD_WINDOW_NS, &c);
+		if (r < 0)
+			return r;
+		total.samples += c.samples;
+		total.lost_samples += c.lost_samples;
+		total.truncated_stacks += c.truncated_stacks;
+		total.missing_user_stacks += c.missing_user_stacks;
+	}
+	total.unsymbolized_frames = s->unsymbolized_pending;
+	total.unwind_dropped = s->unwind_dropped;
+	total.frames = s->frames_pending;
+	total.limit_dropped = s->limit_dropped;
+	s->unwind_dropped_flushing = s->unwind_dropped;
+	s->limit_dropped_flushing = s->limit_dropped;
+	r = store__session_add_counts(env->store, s->id, &total);
+	if (r < 0)
+		return r;
+	if (s->python_samples || s->python_unmerged) {
+		r = store__session_add_python(env->store, s->id, s->python_samples,
+					      s->python_unmerged);
+		if (r < 0)
+			return r;
+	}
+	s->python_samples_flushing = s->python_samples;
+	s->python_unmerged_flushing = s->python_unmerged;
+	hashmap__for_each(&s->threads, i, th)
+	{
+		uint64_t seen = s->started_real_ns + (th->last_seen_ns - s->started_mono_ns);
+		uint64_t exited = th->exited_ns ? s->started_real_ns +
+							(th->exited_ns - s->started_mono_ns)
+						: 0;
+
+		r = store__thread_upsert(env->store, s->id, th->pid, th->tid, th->name, seen,
+					 th->samples, exited);
+		if (r < 0)
+			return r;
+	}
+
+	r = session__flush_memory(s, env, &refreshed);
+	if (r < 0)
+		return r;
+	if (s->gpu) {
+		r = gpu_acc__flush(s->gpu, s, env, &refreshed);
+		if (r < 0)
+			return r;
+	}
+	s->lost_flushing = lost;
+	return 0;
+}
+
+void session__flush_done(struct session *s)
+{
+	struct pending_sample *ps;
+	struct window_acc *w;
+	struct thread_acc *th;
+
+	s->lost_seen = s->lost_flushing;
+	s->procs_added = false;
+	s->offcpu_lost -= s->offcpu_lost_flushing;
+	if (s->gpu)
+		gpu_acc__flush_done(s->gpu);
+	{
+		void *v;
+
+		hashmap__for_each(&s->offcpu, i, v) free(v);
+		hashmap__clear(&s->offcpu);
+		hashmap__for_each(&s->counter_rows, i, v) free(v);
+		hashmap__clear(&s->counter_rows);
+	}
+	s->unsymbolized_pending = 0;
+	s->frames_pending = 0;
+	s->unwind_dropped -= s->unwind_dropped_flushing;
+	s->limit_dropped -= s->limit_dropped_flushing;
+	s->python_samples -= s->python_samples_flushing;
+	s->python_unmerged -= s->python_unmerged_flushing;
+	hashmap__for_each(&s->pending, i, ps) free(ps);
+	hashmap__clear(&s->pending);
+	hashmap__for_each(&s->threads, i, th) free(th);
+	hashmap__clear(&s->threads);
+	hashmap__for_each(&s->windows, i, w) free(w);
+	hashmap__clear(&s->windows);
+	session__flush_memory_done(s);
+}
+
+void session__forget_row_ids(struct session *s)
+{
+	struct raw_stack *st;
+	void *v;
+
+	hashmap__for_each(&s->stacks, i, st) st->stack_id = 0;
+	hashmap__for_each(&s->frames, i, v) free(v);
+	hashmap__clear(&s->frames);
+}
+
+void session__flush_failed(struct session *s)
+{
+	void *v;
+
+	/* Rows written in the rolled-back transaction do not exist: forget their ids. */
+	session__forget_row_ids(s);
+	hashmap__for_each(&s->mappings_stored, i, v) free(v);
+	hashmap__clear(&s->mappings_stored);
+	s->unsymbolized_pending = 0;
+	s->frames_pending = 0;
+	session__flush_memory_failed(s);
+}
+
+void session__stop(struct session *s, const struct session_env *env)
+{
+	sampler__stop(env->sampler, s->slot);
+	if (s->pidfd >= 0) {
+		close(s->pidfd);
+		s->pidfd = -1;
+	}
+}
+
+bool session__expired(const struct session *s, uint64_t mono_ns)
+{
+	return s->duration_ns && mono_ns - s->started_mono_ns >= s->duration_ns;
+}
+
+static void free_all(struct hashmap *m)
+{
+	void *v;
+
+	hashmap__for_each(m, i, v) free(v);
+	hashmap__free(m);
+}
+
+void session__free(struct session *s)
+{
+	if (!s)
+		return;
+	if (s->pidfd >= 0)
+		close(s->pidfd);
+	free_all(&s->mappings_stored);
+	free_all(&s->stacks);
+	free_all(&s->frames);
+	free_all(&s->pending);
+	free_all(&s->threads);
+	free_all(&s->windows);
+	free_all(&s->offcpu);
+	free_all(&s->counter_rows);
+	session__free_memory(s);
+	hashmap__free(&s->tids); /* values are not pointers */
+	gpu_acc__free(s->gpu);
+	{
+		struct counters_entry *ce;
+
+		hashmap__for_each(&s->counters, i, ce) thread_counters__free(ce->tc);
+		free_all(&s->counters);
+	}
+	{
+		struct proc *proc;
+
+		hashmap__for_each(&s->procs, i, proc) proc_free(proc);
+		hashmap__free(&s->procs);
+	}
+	python_reader__free(s->python);
+	free(s);
+}
+
+/*
+ * session__discover_children() - give a proc entry to the children the
+ * session follows that profd has not seen yet: the BPF fork program put
+ * them in the targets map (@targets_fd, tgid -> slot + 1) at their fork, but
+ * an entry is otherwise made at a child's first CPU sample or off-CPU
+ * interval, which a mostly idle child may not give for seconds; probes that
+ * are per process (allocations, uprobes) wait for that entry. The children
+ * are read from /proc/PID/task/TID/children of every process of the
+ * session; those not in the map under its slot (forked before the attach)
+ * are left alone. Returns how many entries were made, or -ENOMEM. Reads
+ * /proc; does not log.
+ */
+int session__discover_children(struct session *s, int targets_fd)
+{
+	pid_t found[64];
+	size_t n = 0;
+	struct proc *proc;
+	int added = 0;
+
+	if (!s->follow_children)
+		return 0;
+	hashmap__for_each(&s->procs, k, proc)
+	{
+		_cleanup_(closedirp) DIR *d = NULL;
+		struct dirent *de;
+		char path[64];
+
+		snprintf(path, sizeof(path), "/proc/%d/task", (int)proc->pid);
+		d = opendir(path);
+		while (d && (de = readdir(d)) && n < ARRAY_SIZE(found)) {
+			char file[PATH_MAX], buf[1024], *p, *end;
+			int fd;
+			ssize_t len;
+
+			if (de->d_name[0] < '0' || de->d_name[0] > '9')
+				continue;
+			snprintf(file, sizeof(file), "%s/%s/children", path, de->d_name);
+			fd = open(file, O_RDONLY | O_CLOEXEC);
+			if (fd < 0)
+				continue;
+			len = read(fd, buf, sizeof(buf) - 1);
+			close(fd);
+			if (len <= 0)
+				continue;
+			buf[len] = '\0';
+			for (p = buf; n < ARRAY_SIZE(found); p = end) {
+				long child = strtol(p, &end, 10);
+				__u32 key = (__u32)child, val;
+
+				if (end == p)
+					break;
+				if (child > 0 && bpf_map_lookup_elem(targets_fd, &key, &val) == 0 &&
+				    val == s->slot + 1)
+					found[n++] = (pid_t)child;
+			}
+		}
+	}
+	/* After the walk: session__proc() may grow the map being walked. */
+	for (size_t i = 0; i < n; i++) {
+		uint64_t h = hash64(HASH64_INIT, &found[i], sizeof(found[i]));
+
+		if (hashmap__find(&s->procs, h, proc_eq, &found[i]))
+			continue;
+		if (!session__proc(s, found[i]))
+			return -ENOMEM;
+		added++;
+	}
+	return added;
+}

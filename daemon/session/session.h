@@ -1,0 +1,237 @@
+/*
+ * session.h - one profiling session: a target process, its sampling slot,
+ * the samples aggregated since the last flush, and the flush that turns raw
+ * addresses into symbolized frames and stacks in the store.
+ */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "collect/counters.h"
+#include "session/gpu_acc.h"
+#include "hashmap.h"
+#include "symbols/perfmap.h"
+#include "procfs.h"
+#include "symbols/python.h"
+#include "collect/unwind_worker.h"
+#include "bpf/malloc.h"
+#include "collect/sampler.h"
+#include "store/store.h"
+#include "symbols/symbolize.h"
+#include "collect/unwind_worker.h"
+
+/* What a session needs from the daemon (all borrowed). */
+struct session_env {
+	struct store *store;
+	struct sampler *sampler;
+	struct symbolizer *sym;
+	const struct counters_support *counters; /* what this machine can count */
+};
+
+struct session_params {
+	pid_t pid;
+	uid_t uid;            /* requester (SO_PEERCRED) */
+	gid_t gid;            /* its gid */
+	bool admin;           /* authz__is_admin(): may profile any process */
+	unsigned freq_hz;     /* 1..PROFD_MAX_FREQ_HZ */
+	uint64_t duration_ns; /* 0: until detach or exit */
+	const char *events;   /* comma-separated, validated by the caller */
+	unsigned event_bits;  /* EVENT_* of request.h */
+	enum unwind_mode unwind;
+	unsigned stack_bytes; /* user stack copied per sample (dwarf, auto), 512..PROFILE_MAX_STACK_BYTES */
+	bool follow_children; /* processes the target forks after the attach join the session */
+	bool python;          /* merge CPython frames into stacks where the target runs CPython */
+	const char *sampled_event; /* a second event sampled with stacks (request.c's name), or NULL */
+	uint64_t memory_interval_ns;  /* RSS series period (events rss) */
+	uint64_t malloc_sample_bytes; /* mean bytes between allocation samples (events malloc) */
+	uint64_t malloc_max_hits_per_s; /* probes detached above this rate; 0: never */
+	uint64_t pid_start_ticks;  /* if not 0: the starttime the requester saw (PID reuse check) */
+	const char *label;         /* stored with the session; NULL or "" for none */
+	unsigned max_threads;      /* threads sampled; more at attach: -E2BIG; later: dropped */
+	unsigned max_stacks;       /* distinct call stacks (and rows waiting for a flush) */
+};
+
+/* One process of a session: the target, or a child it forked (follow_children). */
+struct proc {
+	pid_t pid;
+	/* The unwinding thread reads @as under a read lock; refreshes take it for writing. */
+	pthread_rwlock_t as_lock;
+	struct addrspace *as;
+	struct perfmap *jit; /* /tmp/perf-PID.map, for code outside any file mapping */
+	bool malloc_tried;   /* its allocator probes were attached (or failed to) */
+	bool gpu_tried;      /* a child: its CUDA/NVTX/generic probes were attached (or tried) */
+};
+
+struct session {
+	int64_t id;
+	unsigned slot;
+	pid_t pid;
+	uid_t uid;
+	char comm[16];
+	const char *event;         /* "cycles" | "cpu-clock" */
+	uint64_t duration_ns;
+	uint64_t started_mono_ns;  /* CLOCK_MONOTONIC, as the BPF sample times */
+	uint64_t started_real_ns;  /* CLOCK_REALTIME at the same instant */
+	int pidfd;                 /* polls readable when the target exits */
+	enum unwind_mode unwind;
+	bool follow_children;
+	unsigned events;                /* EVENT_* */
+
+	struct hashmap procs;           /* struct proc, by PID: the target and followed children */
+	struct proc *main;              /* the target's entry in @procs */
+	bool procs_added;               /* children whose mappings are not stored yet */
+	struct hashmap mappings_stored; /* struct mapping_key, mappings already in the store */
+	struct hashmap stacks;          /* struct raw_stack: stacks seen, by content */
+	struct hashmap frames;          /* struct frame_cache: address -> frame row */
+	struct hashmap pending;         /* struct pending_sample: samples since the last flush */
+	struct hashmap threads;         /* struct thread_acc: threads seen since the last flush */
+	struct hashmap windows;         /* struct window_acc: counters since the last flush */
+	uint64_t lost_seen;             /* sampler__lost() at the last committed flush */
+	uint64_t lost_flushing;         /* sampler__lost() of the flush in progress */
+	uint64_t unsymbolized_pending;  /* new unsymbolized frames since the last flush */
+	uint64_t frames_pending;        /* new frames since the last flush */
+	uint64_t unwind_dropped;        /* samples the unwinding thread had no room for, not yet flushed */
+	uint64_t unwind_dropped_flushing;
+	uint64_t samples;               /* total so far (flushed or not) */
+
+	struct hashmap offcpu;          /* struct offcpu_acc: off-CPU intervals since the last flush */
+	uint64_t offcpu_lost;           /* not yet flushed */
+	uint64_t offcpu_lost_kernel;    /* offcpu__lost() of the slot when last read */
+	uint64_t offcpu_lost_flushing;
+	struct hashmap counters;        /* struct counters_entry: per-thread counters, by tid */
+	struct hashmap counter_rows;    /* struct counter_row: values read, not yet committed */
+
+	/* Memory (memory.c). */
+	uint64_t memory_interval_ns;    /* RSS series period; 0: no series */
+	uint64_t memory_next_ns;        /* CLOCK_MONOTONIC of the next reading */
+	struct store_memory *memory_rows; /* readings not yet committed */
+	size_t memory_nrows, memory_cap;
+	uint64_t malloc_sample_bytes;   /* mean bytes between allocation samples; 0: not traced */
+	struct hashmap alloc_inflight;  /* struct alloc_block by tid: sampled call, no return yet */
+	struct hashmap alloc_blocks;    /* struct alloc_block by (pid, address): not yet stored, or live */
+	struct store_malloc malloc_totals; /* the allocation probes' counters, set before each flush */
+	uint64_t alloc_orphans;         /* samples lost in user space (RETURN without ALLOC...), total */
+	uint64_t malloc_max_hits_per_s; /* 0: no limit */
+	uint64_t malloc_hits_seen;      /* probe hits at the last rate check */
+	uint64_t malloc_hits_mono_ns;   /* ...and when it was */
+	/* Limits (bounded memory): samples past them are counted, not kept. */
+	unsigned max_threads, max_stacks;
+	struct hashmap tids;            /* tids sampled so far, as (void *)(tid + 1) */
+	uint64_t limit_dropped;         /* samples dropped at a limit, not yet flushed */
+	uint64_t limit_dropped_flushing;
+	struct python_reader *python;   /* NULL: no Python frames walked */
+	uint64_t python_samples;        /* samples with Python frames merged, not yet flushed */
+	uint64_t python_unmerged;       /* samples whose Python frames did not match, not yet flushed */
+	uint64_t python_samples_flushing, python_unmerged_flushing;
+	struct gpu_acc *gpu;            /* CUDA/NVTX/uprobe accounting (gpu_acc.h) */
+	uint64_t gpu_lost_kernel;       /* uprobes__lost() of the slot when last read */
+	uint64_t gpu_calls;             /* probed calls received (records), total */
+	uint64_t gpu_calls_seen;        /* gpu_calls at the last rate check */
+	uint64_t gpu_rate_mono_ns;      /* ...and when it was */
+	uint64_t gpu_max_calls_per_s;   /* probes detached above it; 0: no limit */
+	bool gpu_stopped;               /* the probes were detached for their rate */
+};
+
+
+/*
+ * memory__read() - one reading of process @pid's memory: VmRSS, RssAnon,
+ * RssFile, RssShmem and VmSwap from /proc/PID/status, Pss from
+ * /proc/PID/smaps_rollup (Linux 4.14; has_pss false without it), in bytes.
+ * *@ret's time_ns and pid are left to the caller. Returns 0, -ESRCH if the
+ * process is gone (or a zombie: no VmRSS line), -errno. Blocks on /proc
+ * reads (smaps_rollup takes the target's mmap lock); does not log.
+ */
+int memory__read(pid_t pid, struct store_memory *ret);
+
+/* Documented in session.c. */
+int session__discover_children(struct session *s, int targets_fd);
+
+/* Documented in memory.c. */
+int session__read_memory(struct session *s, uint64_t mono_ns);
+void session__on_malloc(struct session *s, const struct malloc_event *e, const uint64_t *ips,
+			unsigned n);
+
+/*
+ * session__new() - check and open @p->pid, insert the session row, start
+ * sampling it in @slot.
+ * Returns 0 and *@ret, -ESRCH if the process does not exist (or is a zombie),
+ * -E2BIG if the process has more than @p->max_threads threads,
+ * -ESTALE if @p->pid_start_ticks is given and differs (the PID was reused),
+ * -EPERM if @p->uid may not trace it (authz__may_trace(), unless @p->admin), -EBUSY if it is already a target,
+ * -EOPNOTSUPP if no sampling event can be opened, -EIO on a store error,
+ * -ENOMEM. Does not log.
+ */
+int session__new(const struct session_env *env, unsigned slot, const struct session_params *p,
+		 struct session **ret);
+
+/*
+ * session__proc() - the process @pid of the session: the target, or a child
+ * of it when the session follows children (its mappings are read the first
+ * time). NULL if @pid is not the session's or its mappings cannot be read
+ * (it already exited); the caller counts such samples as lost.
+ */
+struct proc *session__proc(struct session *s, pid_t pid);
+
+/* session__on_sample() - account one sample (the sampler callback, per sample). */
+void session__on_sample(struct session *s, const struct sample_event *e);
+
+/*
+ * session__on_offcpu() - account one off-CPU interval of @tid (of process
+ * @pid, thread name @comm, 16 bytes): @total_ns long, ending at @time_ns (CLOCK_MONOTONIC), in @state
+ * ("sleeping", "io", "runnable", "other"; static string), blocked in the
+ * stack @ips: @klen kernel frames then @ulen user frames, leaf first.
+ */
+void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *comm,
+			uint64_t time_ns, const char *state, uint64_t total_ns, const uint64_t *ips,
+			unsigned klen, unsigned ulen);
+/* session__count_offcpu_lost() - off-CPU intervals lost before they reached the session. */
+void session__count_offcpu_lost(struct session *s, uint64_t n);
+
+/*
+ * session__read_counters() - open counters for threads that appeared since
+ * the last call, read every thread's counters and keep the increases for the
+ * next flush. Call once per window, before session__flush(). Returns 0 or
+ * -ENOMEM; threads that exited are dropped silently. Does not log.
+ */
+int session__read_counters(struct session *s, const struct session_env *env);
+
+/* session__on_thread_exit() - thread e->tid exited at e->time_ns (a PROFILE_EVENT_THREAD_EXIT record). */
+void session__on_thread_exit(struct session *s, const struct sample_event *e);
+
+/* session__count_dropped() - a sample of @s was lost before unwinding (queue full). */
+void session__count_dropped(struct session *s, const struct sample_event *e);
+
+/*
+ * session__flush() - write what was aggregated since the last flush:
+ * symbolize new stacks, add samples, windows, threads and counters. Must run
+ * inside a store transaction the caller opened. Nothing is forgotten here:
+ * after COMMIT succeeds the caller calls session__flush_done(); after an
+ * error or a failed COMMIT it rolls back and calls session__flush_failed(),
+ * and the same samples are written again by the next flush.
+ * Returns 0 or -EIO/-ENOMEM. Does not log.
+ */
+int session__flush(struct session *s, const struct session_env *env);
+void session__flush_done(struct session *s);
+void session__flush_failed(struct session *s);
+
+/*
+ * session__forget_row_ids() - forget the stack and frame row ids the session
+ * cached: retention may have deleted rows of other sessions that it shared.
+ * They are looked up (or inserted) again at the next flush.
+ */
+void session__forget_row_ids(struct session *s);
+
+/*
+ * session__stop() - stop sampling (events closed; samples already in the ring
+ * buffer are still delivered on the next sampler__poll()). Idempotent.
+ */
+void session__stop(struct session *s, const struct session_env *env);
+
+/* session__expired() - true once the requested duration has passed at @mono_ns. */
+bool session__expired(const struct session *s, uint64_t mono_ns);
+
+void session__free(struct session *s); /* accepts NULL */
+

@@ -1,0 +1,888 @@
+/* store.c - the SQLite database: open, migrate, and the daemon's writes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "store/store.h"
+#include "util.h"
+
+extern const char *const store_migrations[];
+extern const size_t store_migrations_count;
+
+enum stmt_id {
+	STMT_SESSION_INSERT,
+	STMT_SESSION_COUNTS,
+	STMT_SESSION_END,
+	STMT_WINDOW_ADD,
+	STMT_THREAD_UPSERT,
+	STMT_MAPPING_INSERT,
+	STMT_FRAME_FIND,
+	STMT_FRAME_INSERT,
+	STMT_STACK_FIND,
+	STMT_STACK_INSERT,
+	STMT_STACK_FRAME_INSERT,
+	STMT_SAMPLE_ADD,
+	STMT_EVENT_SAMPLE_ADD,
+	STMT_OFFCPU_ADD,
+	STMT_COUNTER_ADD,
+	STMT_SESSION_COUNTER,
+	STMT_SESSION_OFFCPU_LOST,
+	STMT_MEMORY_ADD,
+	STMT_ALLOCATION_ADD,
+	STMT_ALLOCATION_FREED,
+	STMT_SESSION_MALLOC,
+	STMT_SESSION_MEMORY_CONFIG,
+	STMT_SESSION_PYTHON,
+	STMT_SESSION_PYTHON_COUNTS,
+	_STMT_MAX,
+};
+
+static const char *const stmt_sql[_STMT_MAX] = {
+	[STMT_SESSION_INSERT] =
+		"INSERT INTO sessions (pid, pid_start_ticks, comm, exe, uid, event, events, freq_hz, "
+		"unwind, duration_ns, started_at_ns, stack_bytes, follow_children, sampled_event, "
+		"sampled_event_status, label, state) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+		"'running')",
+	[STMT_SESSION_COUNTS] = "UPDATE sessions SET samples = samples + ?2, "
+				"lost_samples = lost_samples + ?3, "
+				"truncated_stacks = truncated_stacks + ?4, "
+				"missing_user_stacks = missing_user_stacks + ?5, "
+				"unsymbolized_frames = unsymbolized_frames + ?6, "
+				"unwind_dropped = unwind_dropped + ?7, "
+				"frames = frames + ?8, "
+				"limit_dropped_samples = limit_dropped_samples + ?9 WHERE id = ?1",
+	[STMT_SESSION_PYTHON] = "UPDATE sessions SET python = ?2, python_version = ?3 WHERE id = ?1",
+	[STMT_SESSION_PYTHON_COUNTS] = "UPDATE sessions SET python_samples = python_samples + ?2, "
+				       "python_unmerged = python_unmerged + ?3 WHERE id = ?1",
+	[STMT_SESSION_END] = "UPDATE sessions SET state = 'ended', end_reason = ?2, "
+			     "ended_at_ns = ?3 WHERE id = ?1",
+	[STMT_WINDOW_ADD] =
+		"INSERT INTO windows (session_id, window_ns, samples, lost_samples, "
+		"truncated_stacks, missing_user_stacks) VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+		"ON CONFLICT (session_id, window_ns) DO UPDATE SET "
+		"samples = samples + excluded.samples, "
+		"lost_samples = lost_samples + excluded.lost_samples, "
+		"truncated_stacks = truncated_stacks + excluded.truncated_stacks, "
+		"missing_user_stacks = missing_user_stacks + excluded.missing_user_stacks",
+	[STMT_THREAD_UPSERT] =
+		"INSERT INTO threads (session_id, tid, name, first_seen_ns, last_seen_ns, samples, pid, "
+		"exited_at_ns) VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7) "
+		"ON CONFLICT (session_id, tid) DO UPDATE SET "
+		"name = excluded.name, last_seen_ns = MAX(last_seen_ns, excluded.last_seen_ns), "
+		"samples = samples + excluded.samples, "
+		"exited_at_ns = coalesce(excluded.exited_at_ns, exited_at_ns)",
+	[STMT_MAPPING_INSERT] = "INSERT INTO mappings (session_id, start_addr, end_addr, "
+				"file_offset, path, build_id, pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+	[STMT_FRAME_FIND] = "SELECT id FROM frames WHERE kind = ?1 AND module = ?2 AND "
+			    "build_id = ?3 AND rel_addr = ?4 AND inline_depth = ?8",
+	[STMT_FRAME_INSERT] = "INSERT INTO frames (kind, module, build_id, rel_addr, function, "
+			      "file, line, inline_depth) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+	[STMT_STACK_FIND] = "SELECT id FROM stacks WHERE frame_ids = ?1",
+	[STMT_STACK_INSERT] = "INSERT INTO stacks (frame_ids, depth, truncated, reached_root) "
+			      "VALUES (?1, ?2, ?3, ?4)",
+	[STMT_STACK_FRAME_INSERT] =
+		"INSERT INTO stack_frames (stack_id, pos, frame_id) VALUES (?1, ?2, ?3)",
+	[STMT_SAMPLE_ADD] = "INSERT INTO samples (session_id, window_ns, tid, stack_id, count) "
+			    "VALUES (?1, ?2, ?3, ?4, ?5) "
+			    "ON CONFLICT (session_id, window_ns, tid, stack_id) DO UPDATE SET "
+			    "count = count + excluded.count",
+	[STMT_EVENT_SAMPLE_ADD] =
+		"INSERT INTO event_samples (session_id, window_ns, tid, stack_id, count) "
+		"VALUES (?1, ?2, ?3, ?4, ?5) "
+		"ON CONFLICT (session_id, window_ns, tid, stack_id) DO UPDATE SET "
+		"count = count + excluded.count",
+	[STMT_OFFCPU_ADD] =
+		"INSERT INTO offcpu (session_id, window_ns, pid, tid, stack_id, state, count, "
+		"total_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+		"ON CONFLICT (session_id, window_ns, tid, stack_id, state) DO UPDATE SET "
+		"count = count + excluded.count, total_ns = total_ns + excluded.total_ns",
+	[STMT_COUNTER_ADD] =
+		"INSERT INTO thread_counters (session_id, window_ns, tid, counter, value, status) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+		"ON CONFLICT (session_id, window_ns, tid, counter) DO UPDATE SET "
+		"value = CASE WHEN excluded.status = 'ok' THEN coalesce(value, 0) + excluded.value "
+		"ELSE value END, status = excluded.status",
+	[STMT_SESSION_COUNTER] = "INSERT OR REPLACE INTO session_counters (session_id, counter, "
+				 "status) VALUES (?1, ?2, ?3)",
+	[STMT_SESSION_OFFCPU_LOST] =
+		"UPDATE sessions SET offcpu_lost = offcpu_lost + ?2 WHERE id = ?1",
+	[STMT_MEMORY_ADD] = "INSERT OR REPLACE INTO memory_samples (session_id, time_ns, pid, "
+			    "rss_bytes, pss_bytes, anon_bytes, file_bytes, shmem_bytes, swap_bytes) "
+			    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+	[STMT_ALLOCATION_ADD] =
+		"INSERT INTO allocations (session_id, pid, tid, stack_id, func, size_bytes, "
+		"weight_bytes, address, alloc_ns, free_ns, untracked) "
+		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+	[STMT_ALLOCATION_FREED] = "UPDATE allocations SET free_ns = ?2 WHERE id = ?1",
+	[STMT_SESSION_MALLOC] = "UPDATE sessions SET malloc_calls = ?2, free_calls = ?3, "
+				"malloc_bytes = ?4, malloc_sampled = ?5, malloc_lost = ?6, "
+				"malloc_stopped_ns = ?7 WHERE id = ?1",
+	[STMT_SESSION_MEMORY_CONFIG] = "UPDATE sessions SET memory_interval_ns = ?2, "
+				       "malloc_sample_bytes = ?3, malloc_probes = ?4, "
+				       "malloc_max_hits_per_s = ?5 WHERE id = ?1",
+};
+
+struct store {
+	sqlite3 *db;
+	sqlite3_stmt *stmt[_STMT_MAX];
+};
+
+sqlite3 *store__db(struct store *st)
+{
+	return st->db;
+}
+
+const char *store__errmsg(struct store *st)
+{
+	return st && st->db ? sqlite3_errmsg(st->db) : "out of memory";
+}
+
+int store__latest_version(void)
+{
+	return (int)store_migrations_count;
+}
+
+static int exec(struct store *st, const char *sql)
+{
+	return sqlite3_exec(st->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -EIO;
+}
+
+/* Rows that break a foreign key (PRAGMA foreign_key_check): 0, > 0, or -EIO. */
+static int foreign_key_violations(struct store *st)
+{
+	sqlite3_stmt *stmt;
+	int n = 0, rc;
+
+	if (sqlite3_prepare_v2(st->db, "PRAGMA foreign_key_check", -1, &stmt, NULL) != SQLITE_OK)
+		return -EIO;
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		n++;
+	sqlite3_finalize(stmt);
+	return rc == SQLITE_DONE ? n : -EIO;
+}
+
+/* The one integer a statement (a PRAGMA) returns; -EIO if none. */
+static int64_t query_int64(struct store *st, const char *sql)
+{
+	sqlite3_stmt *stmt;
+	int64_t v = -EIO;
+
+	if (sqlite3_prepare_v2(st->db, sql, -1, &stmt, NULL) != SQLITE_OK)
+		return -EIO;
+	if (sqlite3_step(stmt) == SQLITE_ROW)
+		v = sqlite3_column_int64(stmt, 0);
+	sqlite3_finalize(stmt);
+	return v;
+}
+
+int store__schema_version(struct store *st)
+{
+	return (int)query_int64(st, "PRAGMA user_version");
+}
+
+/*
+ * Apply migrations user_version+1 .. latest, each atomically with its version
+ * bump. Foreign keys are off meanwhile, since a migration may rebuild a
+ * table others refer to (schema/0003), and checked before each COMMIT.
+ */
+static int migrate(struct store *st)
+{
+	int version = store__schema_version(st), r = 0;
+	char pragma[64];
+
+	if (version < 0)
+		return version;
+	if (version > (int)store_migrations_count)
+		return -EPROTO;
+	if (version == (int)store_migrations_count)
+		return 0;
+	/* A no-op inside a transaction, so before BEGIN. */
+	if (exec(st, "PRAGMA foreign_keys = OFF") < 0)
+		return -EIO;
+	for (int v = version; v < (int)store_migrations_count && r == 0; v++) {
+		if (exec(st, "BEGIN IMMEDIATE") < 0) {
+			r = -EIO;
+			break;
+		}
+		snprintf(pragma, sizeof(pragma), "PRAGMA user_version = %d", v + 1);
+		if (exec(st, store_migrations[v]) < 0 || exec(st, pragma) < 0 ||
+		    foreign_key_violations(st) != 0) {
+			store__rollback(st);
+			r = -EIO;
+			break;
+		}
+		if (exec(st, "COMMIT") < 0)
+			r = -EIO;
+	}
+	if (exec(st, "PRAGMA foreign_keys = ON") < 0 && r == 0)
+		r = -EIO;
+	return r;
+}
+
+int store__open(const char *path, struct store **ret_store)
+{
+	struct store *st;
+	int r, fd;
+
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	*ret_store = st;
+
+	/* Create the file ourselves so that it is never world-readable. */
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	/* Each user's sessions are private (authz.h): a database made readable
+	 * by others (copied, restored from a backup) is closed to them again. */
+	{
+		struct stat stbuf;
+
+		if (fstat(fd, &stbuf) == 0 && (stbuf.st_mode & 0077) && fchmod(fd, 0600) < 0) {
+			r = -errno;
+			close(fd);
+			return r;
+		}
+	}
+	close(fd);
+
+	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+	    SQLITE_OK)
+		return -EIO;
+	sqlite3_busy_timeout(st->db, 5000);
+	sqlite3_extended_result_codes(st->db, 1);
+	/* WAL: readers do not block the writer; synchronous=NORMAL is durable
+	 * against application crashes, and may lose the last commit only on a
+	 * power loss (sqlite.org/pragma.html#pragma_synchronous). */
+	/* A new database gives deleted data back (retention). Effective only
+	 * before the file has a header (so before journal_mode): a no-op on an
+	 * existing database, which store__enable_incremental_vacuum() converts. */
+	if (exec(st, "PRAGMA auto_vacuum = INCREMENTAL") < 0)
+		return -EIO;
+	if (exec(st, "PRAGMA journal_mode = WAL") < 0 || exec(st, "PRAGMA synchronous = NORMAL") < 0 ||
+	    exec(st, "PRAGMA foreign_keys = ON") < 0)
+		return -EIO;
+	r = migrate(st);
+	if (r < 0)
+		return r;
+	for (int i = 0; i < _STMT_MAX; i++)
+		if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+				       &st->stmt[i], NULL) != SQLITE_OK)
+			return -EIO;
+	return 0;
+}
+
+void store__close(struct store *st)
+{
+	if (!st)
+		return;
+	for (int i = 0; i < _STMT_MAX; i++)
+		sqlite3_finalize(st->stmt[i]);
+	sqlite3_close(st->db);
+	free(st);
+}
+
+int store__begin(struct store *st)
+{
+	return exec(st, "BEGIN IMMEDIATE");
+}
+
+int store__commit(struct store *st)
+{
+	return exec(st, "COMMIT");
+}
+
+void store__rollback(struct store *st)
+{
+	if (!sqlite3_get_autocommit(st->db))
+		(void)exec(st, "ROLLBACK");
+}
+
+/* Run a prepared statement to completion (no rows expected) and reset it. */
+static int step_done(sqlite3_stmt *stmt)
+{
+	int rc = sqlite3_step(stmt);
+
+	sqlite3_reset(stmt);
+	sqlite3_clear_bindings(stmt);
+	return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+/* Run a statement expected to return at most one integer; -ENOENT if none. */
+static int step_id(sqlite3_stmt *stmt, int64_t *ret_id)
+{
+	int rc = sqlite3_step(stmt), r = -EIO;
+
+	if (rc == SQLITE_ROW) {
+		*ret_id = sqlite3_column_int64(stmt, 0);
+		r = 0;
+	} else if (rc == SQLITE_DONE) {
+		r = -ENOENT;
+	}
+	sqlite3_reset(stmt);
+	sqlite3_clear_bindings(stmt);
+	return r;
+}
+
+static void bind_text_or_null(sqlite3_stmt *stmt, int i, const char *s)
+{
+	if (s)
+		sqlite3_bind_text(stmt, i, s, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(stmt, i);
+}
+
+int store__mark_interrupted(struct store *st)
+{
+	const char *sql =
+		"UPDATE sessions SET state = 'ended', end_reason = 'interrupted', ended_at_ns = "
+		"COALESCE((SELECT MAX(window_ns) + 1000000000 FROM windows "
+		"WHERE session_id = sessions.id), started_at_ns) WHERE state = 'running'";
+
+	if (exec(st, sql) < 0)
+		return -EIO;
+	return sqlite3_changes(st->db);
+}
+
+int64_t store__size_bytes(struct store *st)
+{
+	int64_t pages = query_int64(st, "PRAGMA page_count");
+	int64_t size = query_int64(st, "PRAGMA page_size");
+
+	return pages < 0 || size < 0 ? -EIO : pages * size;
+}
+
+/* Bytes in use: the file size less its free pages. */
+static int64_t live_bytes(struct store *st)
+{
+	int64_t pages = query_int64(st, "PRAGMA page_count");
+	int64_t free_pages = query_int64(st, "PRAGMA freelist_count");
+	int64_t size = query_int64(st, "PRAGMA page_size");
+
+	if (pages < 0 || free_pages < 0 || size < 0)
+		return -EIO;
+	return (pages - free_pages) * size;
+}
+
+int store__enable_incremental_vacuum(struct store *st)
+{
+	/* 0 none, 1 full, 2 incremental (sqlite.org/pragma.html#pragma_auto_vacuum) */
+	int64_t mode = query_int64(st, "PRAGMA auto_vacuum");
+
+	if (mode < 0)
+		return -EIO;
+	if (mode == 2)
+		return 0;
+	/* On an existing database the mode changes only through a VACUUM. */
+	if (exec(st, "PRAGMA auto_vacuum = INCREMENTAL") < 0 || exec(st, "VACUUM") < 0)
+		return -EIO;
+	return 1;
+}
+
+/*
+ * "SELECT col FROM t1 UNION SELECT col FROM t2 ..." over every column that
+ * is a foreign key to @table, from tables other than @except (NULL: none):
+ * found in the schema, so that tables later migrations add are seen too.
+ * NULL if none or out of memory (*@ret_err -ENOMEM or -EIO).
+ */
+static char *references_sql(struct store *st, const char *table, const char *except, int *ret_err)
+{
+	sqlite3_stmt *stmt;
+	char *sql = NULL;
+	size_t size = 0;
+	FILE *f;
+	int n = 0, rc;
+
+	*ret_err = 0;
+	if (sqlite3_prepare_v2(st->db,
+			       "SELECT m.name, k.\"from\" FROM sqlite_master m, "
+			       "pragma_foreign_key_list(m.name) k WHERE m.type = 'table' AND "
+			       "k.\"table\" = ?1 AND m.name != coalesce(?2, '') ORDER BY m.name",
+			       -1, &stmt, NULL) != SQLITE_OK) {
+		*ret_err = -EIO;
+		return NULL;
+	}
+	sqlite3_bind_text(stmt, 1, table, -1, SQLITE_STATIC);
+	if (except)
+		sqlite3_bind_text(stmt, 2, except, -1, SQLITE_STATIC);
+	f = open_memstream(&sql, &size);
+	if (!f) {
+		sqlite3_finalize(stmt);
+		*ret_err = -ENOMEM;
+		return NULL;
+	}
+	while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		fprintf(f, "%sSELECT \"%s\" FROM \"%s\"", n++ ? " UNION " : "",
+			(const char *)sqlite3_column_text(stmt, 1),
+			(const char *)sqlite3_column_text(stmt, 0));
+	sqlite3_finalize(stmt);
+	if (fclose(f) != 0) {
+		*ret_err = -ENOMEM;
+		return NULL;
+	}
+	if (rc != SQLITE_DONE || n == 0) {
+		*ret_err = rc != SQLITE_DONE ? -EIO : 0;
+		free(sql);
+		return NULL;
+	}
+	return sql;
+}
+
+/*
+ * Delete the stacks no row refers to any more (with their stack_frames),
+ * then the frames no stack uses. Stacks and frames are shared between
+ * sessions, so they outlive the session that made them until this runs.
+ */
+static int delete_unused_stacks_and_frames(struct store *st)
+{
+	_cleanup_free_ char *stack_refs = NULL, *frame_refs = NULL, *sql = NULL;
+	int r;
+
+	stack_refs = references_sql(st, "stacks", "stack_frames", &r);
+	if (!stack_refs)
+		return r;
+	if (asprintf(&sql,
+		     "DELETE FROM stack_frames WHERE stack_id NOT IN (%s);"
+		     "DELETE FROM stacks WHERE id NOT IN (%s);",
+		     stack_refs, stack_refs) < 0)
+		return -ENOMEM;
+	if (exec(st, sql) < 0)
+		return -EIO;
+	frame_refs = references_sql(st, "frames", NULL, &r);
+	if (!frame_refs)
+		return r;
+	free(sql);
+	if (asprintf(&sql, "DELETE FROM frames WHERE id NOT IN (%s)", frame_refs) < 0) {
+		sql = NULL;
+		return -ENOMEM;
+	}
+	return exec(st, sql);
+}
+
+/* One transaction: delete @sql's sessions (ended ones only) and what only they used. */
+static int delete_sessions(struct store *st, const char *where, int64_t arg, unsigned *ret_n)
+{
+	_cleanup_free_ char *sql = NULL;
+	sqlite3_stmt *stmt;
+	int rc, r;
+
+	if (asprintf(&sql, "DELETE FROM sessions WHERE state = 'ended' AND %s", where) < 0)
+		return -ENOMEM;
+	if (store__begin(st) < 0)
+		return -EIO;
+	if (sqlite3_prepare_v2(st->db, sql, -1, &stmt, NULL) != SQLITE_OK) {
+		store__rollback(st);
+		return -EIO;
+	}
+	sqlite3_bind_int64(stmt, 1, arg);
+	rc = sqlite3_step(stmt);
+	sqlite3_finalize(stmt);
+	if (rc != SQLITE_DONE) {
+		store__rollback(st);
+		return -EIO;
+	}
+	*ret_n = (unsigned)sqlite3_changes(st->db);
+	r = *ret_n ? delete_unused_stacks_and_frames(st) : 0;
+	if (r < 0 || store__commit(st) < 0) {
+		store__rollback(st);
+		return r < 0 ? r : -EIO;
+	}
+	return 0;
+}
+
+int store__retention(struct store *st, uint64_t now_ns, uint64_t retention_ns,
+		     uint64_t max_db_bytes, struct store_retention *ret)
+{
+	int64_t size = store__size_bytes(st), live;
+	unsigned n;
+	int r;
+
+	*ret = (struct store_retention){ .bytes_before = size > 0 ? (uint64_t)size : 0 };
+	if (retention_ns && now_ns > retention_ns) {
+		r = delete_sessions(st, "coalesce(ended_at_ns, started_at_ns) < ?1",
+				    (int64_t)(now_ns - retention_ns), &n);
+		if (r < 0)
+			return r;
+		ret->sessions_deleted += n;
+	}
+	/* Oldest first, in rounds: each deletes the share of the ended sessions
+	 * that the excess is of the live bytes (at least one), since how much a
+	 * session frees is only known once its shared stacks are gone too. */
+	while (max_db_bytes && (live = live_bytes(st)) > (int64_t)max_db_bytes) {
+		int64_t ended = query_int64(st, "SELECT count(*) FROM sessions WHERE state = 'ended'");
+		int64_t batch;
+
+		if (ended < 0)
+			return -EIO;
+		if (ended == 0) {
+			ret->over_limit = true;
+			break;
+		}
+		batch = (int64_t)((double)ended * (double)(live - (int64_t)max_db_bytes) /
+				  (double)live) + 1;
+		r = delete_sessions(st,
+				    "id IN (SELECT id FROM sessions WHERE state = 'ended' "
+				    "ORDER BY coalesce(ended_at_ns, started_at_ns), id LIMIT ?1)",
+				    batch, &n);
+		if (r < 0)
+			return r;
+		ret->sessions_deleted += n;
+	}
+	if (ret->sessions_deleted) {
+		/* Give the free pages back (a no-op unless auto_vacuum is incremental). */
+		if (exec(st, "PRAGMA incremental_vacuum") < 0)
+			return -EIO;
+		(void)exec(st, "PRAGMA wal_checkpoint(TRUNCATE)");
+	}
+	size = store__size_bytes(st);
+	ret->bytes_after = size > 0 ? (uint64_t)size : 0;
+	return 0;
+}
+
+int store__session_insert(struct store *st, const struct store_session *s, int64_t *ret_id)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_INSERT];
+	int r;
+
+	sqlite3_bind_int(stmt, 1, s->pid);
+	sqlite3_bind_int64(stmt, 2, (int64_t)s->pid_start_ticks);
+	bind_text_or_null(stmt, 3, s->comm);
+	bind_text_or_null(stmt, 4, s->exe);
+	sqlite3_bind_int64(stmt, 5, s->uid);
+	bind_text_or_null(stmt, 6, s->event);
+	bind_text_or_null(stmt, 7, s->events);
+	sqlite3_bind_int(stmt, 8, (int)s->freq_hz);
+	bind_text_or_null(stmt, 9, s->unwind);
+	if (s->duration_ns)
+		sqlite3_bind_int64(stmt, 10, (int64_t)s->duration_ns);
+	sqlite3_bind_int64(stmt, 11, (int64_t)s->started_at_ns);
+	sqlite3_bind_int(stmt, 12, (int)s->stack_bytes);
+	sqlite3_bind_int(stmt, 13, s->follow_children);
+	bind_text_or_null(stmt, 14, s->sampled_event);
+	bind_text_or_null(stmt, 15, s->sampled_event_status);
+	bind_text_or_null(stmt, 16, s->label && *s->label ? s->label : NULL);
+	r = step_done(stmt);
+	if (r < 0)
+		return r;
+	*ret_id = sqlite3_last_insert_rowid(st->db);
+	return 0;
+}
+
+int store__session_add_counts(struct store *st, int64_t id, const struct store_counts *c)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_COUNTS];
+
+	sqlite3_bind_int64(stmt, 1, id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)c->samples);
+	sqlite3_bind_int64(stmt, 3, (int64_t)c->lost_samples);
+	sqlite3_bind_int64(stmt, 4, (int64_t)c->truncated_stacks);
+	sqlite3_bind_int64(stmt, 5, (int64_t)c->missing_user_stacks);
+	sqlite3_bind_int64(stmt, 6, (int64_t)c->unsymbolized_frames);
+	sqlite3_bind_int64(stmt, 7, (int64_t)c->unwind_dropped);
+	sqlite3_bind_int64(stmt, 8, (int64_t)c->frames);
+	sqlite3_bind_int64(stmt, 9, (int64_t)c->limit_dropped);
+	return step_done(stmt);
+}
+
+int store__session_python(struct store *st, int64_t id, const char *status, const char *version)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_PYTHON];
+
+	sqlite3_bind_int64(stmt, 1, id);
+	bind_text_or_null(stmt, 2, status);
+	bind_text_or_null(stmt, 3, version);
+	return step_done(stmt);
+}
+
+int store__session_add_python(struct store *st, int64_t id, uint64_t samples, uint64_t unmerged)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_PYTHON_COUNTS];
+
+	sqlite3_bind_int64(stmt, 1, id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)samples);
+	sqlite3_bind_int64(stmt, 3, (int64_t)unmerged);
+	return step_done(stmt);
+}
+
+int store__session_end(struct store *st, int64_t id, const char *reason, uint64_t ended_at_ns)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_END];
+
+	sqlite3_bind_int64(stmt, 1, id);
+	sqlite3_bind_text(stmt, 2, reason, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 3, (int64_t)ended_at_ns);
+	return step_done(stmt);
+}
+
+int store__window_add(struct store *st, int64_t session_id, uint64_t window_ns,
+		      const struct store_counts *c)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_WINDOW_ADD];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)window_ns);
+	sqlite3_bind_int64(stmt, 3, (int64_t)c->samples);
+	sqlite3_bind_int64(stmt, 4, (int64_t)c->lost_samples);
+	sqlite3_bind_int64(stmt, 5, (int64_t)c->truncated_stacks);
+	sqlite3_bind_int64(stmt, 6, (int64_t)c->missing_user_stacks);
+	return step_done(stmt);
+}
+
+int store__thread_upsert(struct store *st, int64_t session_id, int pid, int tid, const char *name,
+			 uint64_t seen_ns, uint64_t samples, uint64_t exited_ns)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_THREAD_UPSERT];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int(stmt, 2, tid);
+	sqlite3_bind_text(stmt, 3, name, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(stmt, 4, (int64_t)seen_ns);
+	sqlite3_bind_int64(stmt, 5, (int64_t)samples);
+	sqlite3_bind_int(stmt, 6, pid);
+	if (exited_ns)
+		sqlite3_bind_int64(stmt, 7, (int64_t)exited_ns);
+	return step_done(stmt);
+}
+
+int store__mapping_insert(struct store *st, int64_t session_id, int pid, const struct mapping *m)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_MAPPING_INSERT];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)m->start);
+	sqlite3_bind_int64(stmt, 3, (int64_t)m->end);
+	sqlite3_bind_int64(stmt, 4, (int64_t)m->file_offset);
+	sqlite3_bind_text(stmt, 5, m->path, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(stmt, 6, m->build_id ? m->build_id : "", -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int(stmt, 7, pid);
+	return step_done(stmt);
+}
+
+static void bind_frame_key(sqlite3_stmt *stmt, const struct frame_info *f)
+{
+	sqlite3_bind_text(stmt, 1, f->kernel ? "kernel" : "user", -1, SQLITE_STATIC);
+	sqlite3_bind_text(stmt, 2, f->module, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(stmt, 3, f->build_id ? f->build_id : "", -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(stmt, 4, (int64_t)f->rel_addr);
+	sqlite3_bind_int(stmt, 8, f->inline_depth);
+}
+
+int store__frame_id(struct store *st, const struct frame_info *f, int64_t *ret_id)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_FRAME_FIND];
+	int r;
+
+	bind_frame_key(stmt, f);
+	r = step_id(stmt, ret_id);
+	if (r != -ENOENT)
+		return r;
+
+	stmt = st->stmt[STMT_FRAME_INSERT];
+	bind_frame_key(stmt, f);
+	bind_text_or_null(stmt, 5, f->function);
+	bind_text_or_null(stmt, 6, f->file);
+	if (f->line > 0)
+		sqlite3_bind_int(stmt, 7, f->line);
+	r = step_done(stmt);
+	if (r < 0)
+		return r;
+	*ret_id = sqlite3_last_insert_rowid(st->db);
+	return 0;
+}
+
+int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool truncated,
+		    bool reached_root, int64_t *ret_id)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_STACK_FIND];
+	_cleanup_free_ unsigned char *blob = NULL;
+	int64_t id;
+	int r;
+
+	/* Little-endian int64s, whatever the host: the blob is part of the schema. */
+	blob = malloc(n * 8 + 1);
+	if (!blob)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		for (int b = 0; b < 8; b++)
+			blob[i * 8 + b] = (unsigned char)((uint64_t)frame_ids[i] >> (8 * b));
+
+	sqlite3_bind_blob(stmt, 1, blob, (int)(n * 8), SQLITE_STATIC);
+	r = step_id(stmt, ret_id);
+	if (r != -ENOENT)
+		return r;
+
+	stmt = st->stmt[STMT_STACK_INSERT];
+	sqlite3_bind_blob(stmt, 1, blob, (int)(n * 8), SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 2, (int64_t)n);
+	sqlite3_bind_int(stmt, 3, truncated);
+	sqlite3_bind_int(stmt, 4, reached_root);
+	r = step_done(stmt);
+	if (r < 0)
+		return r;
+	id = sqlite3_last_insert_rowid(st->db);
+
+	stmt = st->stmt[STMT_STACK_FRAME_INSERT];
+	for (size_t i = 0; i < n; i++) {
+		sqlite3_bind_int64(stmt, 1, id);
+		sqlite3_bind_int64(stmt, 2, (int64_t)i);
+		sqlite3_bind_int64(stmt, 3, frame_ids[i]);
+		r = step_done(stmt);
+		if (r < 0)
+			return r;
+	}
+	*ret_id = id;
+	return 0;
+}
+
+int store__sample_add(struct store *st, int64_t session_id, uint64_t window_ns, int tid,
+		      int64_t stack_id, uint64_t count, int event)
+{
+	sqlite3_stmt *stmt = st->stmt[event ? STMT_EVENT_SAMPLE_ADD : STMT_SAMPLE_ADD];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)window_ns);
+	sqlite3_bind_int(stmt, 3, tid);
+	sqlite3_bind_int64(stmt, 4, stack_id);
+	sqlite3_bind_int64(stmt, 5, (int64_t)count);
+	return step_done(stmt);
+}
+
+int store__offcpu_add(struct store *st, int64_t session_id, uint64_t window_ns, int pid, int tid,
+		      int64_t stack_id, const char *state, uint64_t count, uint64_t total_ns)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_OFFCPU_ADD];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)window_ns);
+	sqlite3_bind_int(stmt, 3, pid);
+	sqlite3_bind_int(stmt, 4, tid);
+	sqlite3_bind_int64(stmt, 5, stack_id);
+	sqlite3_bind_text(stmt, 6, state, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 7, (int64_t)count);
+	sqlite3_bind_int64(stmt, 8, (int64_t)total_ns);
+	return step_done(stmt);
+}
+
+int store__counter_add(struct store *st, int64_t session_id, uint64_t window_ns, int tid,
+		       const char *name, const char *status, uint64_t value)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_COUNTER_ADD];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)window_ns);
+	sqlite3_bind_int(stmt, 3, tid);
+	sqlite3_bind_text(stmt, 4, name, -1, SQLITE_STATIC);
+	if (strcmp(status, "ok") == 0)
+		sqlite3_bind_int64(stmt, 5, (int64_t)value);
+	sqlite3_bind_text(stmt, 6, status, -1, SQLITE_STATIC);
+	return step_done(stmt);
+}
+
+int store__session_counter(struct store *st, int64_t session_id, const char *name,
+			   const char *status)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_COUNTER];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_text(stmt, 2, name, -1, SQLITE_STATIC);
+	sqlite3_bind_text(stmt, 3, status, -1, SQLITE_STATIC);
+	return step_done(stmt);
+}
+
+int store__session_add_offcpu_lost(struct store *st, int64_t session_id, uint64_t lost)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_OFFCPU_LOST];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)lost);
+	return step_done(stmt);
+}
+
+/* Bind @v at @i, or NULL unless @set. */
+static void bind_int64_if(sqlite3_stmt *stmt, int i, bool set, uint64_t v)
+{
+	if (set)
+		sqlite3_bind_int64(stmt, i, (int64_t)v);
+	else
+		sqlite3_bind_null(stmt, i);
+}
+
+int store__memory_add(struct store *st, int64_t session_id, const struct store_memory *m)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_MEMORY_ADD];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)m->time_ns);
+	sqlite3_bind_int(stmt, 3, m->pid);
+	sqlite3_bind_int64(stmt, 4, (int64_t)m->rss_bytes);
+	bind_int64_if(stmt, 5, m->has_pss, m->pss_bytes);
+	sqlite3_bind_int64(stmt, 6, (int64_t)m->anon_bytes);
+	sqlite3_bind_int64(stmt, 7, (int64_t)m->file_bytes);
+	sqlite3_bind_int64(stmt, 8, (int64_t)m->shmem_bytes);
+	sqlite3_bind_int64(stmt, 9, (int64_t)m->swap_bytes);
+	return step_done(stmt);
+}
+
+int store__allocation_add(struct store *st, int64_t session_id, const struct store_allocation *a,
+			  int64_t *ret_id)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_ALLOCATION_ADD];
+	int r;
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int(stmt, 2, a->pid);
+	sqlite3_bind_int(stmt, 3, a->tid);
+	sqlite3_bind_int64(stmt, 4, a->stack_id);
+	sqlite3_bind_text(stmt, 5, a->func, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 6, (int64_t)a->size_bytes);
+	sqlite3_bind_double(stmt, 7, a->weight_bytes);
+	sqlite3_bind_int64(stmt, 8, (int64_t)a->address);
+	sqlite3_bind_int64(stmt, 9, (int64_t)a->alloc_ns);
+	bind_int64_if(stmt, 10, a->free_ns != 0, a->free_ns);
+	sqlite3_bind_int(stmt, 11, a->untracked);
+	r = step_done(stmt);
+	if (r < 0)
+		return r;
+	*ret_id = sqlite3_last_insert_rowid(st->db);
+	return 0;
+}
+
+int store__allocation_freed(struct store *st, int64_t id, uint64_t free_ns)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_ALLOCATION_FREED];
+
+	sqlite3_bind_int64(stmt, 1, id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)free_ns);
+	return step_done(stmt);
+}
+
+int store__session_malloc(struct store *st, int64_t session_id, const struct store_malloc *m)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_MALLOC];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)m->malloc_calls);
+	sqlite3_bind_int64(stmt, 3, (int64_t)m->free_calls);
+	sqlite3_bind_int64(stmt, 4, (int64_t)m->malloc_bytes);
+	sqlite3_bind_int64(stmt, 5, (int64_t)m->sampled);
+	sqlite3_bind_int64(stmt, 6, (int64_t)m->lost);
+	bind_int64_if(stmt, 7, m->stopped_ns != 0, m->stopped_ns);
+	return step_done(stmt);
+}
+
+int store__session_memory_config(struct store *st, int64_t session_id, uint64_t interval_ns,
+				 uint64_t sample_bytes, const char *probes, uint64_t max_hits_per_s)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_MEMORY_CONFIG];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	bind_int64_if(stmt, 2, interval_ns != 0, interval_ns);
+	bind_int64_if(stmt, 3, sample_bytes != 0, sample_bytes);
+	bind_text_or_null(stmt, 4, probes);
+	bind_int64_if(stmt, 5, sample_bytes != 0, max_hits_per_s);
+	return step_done(stmt);
+}

@@ -1,0 +1,210 @@
+/*
+ * store.h - the SQLite database: opening, schema migrations and the writes
+ * the daemon makes (sessions, threads, mappings, frames, stacks, samples).
+ * Reads for reports live in query.c.
+ */
+#pragma once
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "symbols/symbolize.h"
+
+struct store;
+
+/* A new session row (strings are copied by SQLite). */
+struct store_session {
+	int pid;
+	uint64_t pid_start_ticks;
+	const char *comm;
+	const char *exe;       /* may be NULL */
+	unsigned uid;
+	const char *event;     /* "cycles" or "cpu-clock" */
+	const char *events;    /* comma-separated, as asked */
+	unsigned freq_hz;
+	const char *unwind;    /* "fp", "dwarf" or "auto" */
+	unsigned stack_bytes;  /* user stack copied per sample, 0 with "fp" */
+	bool follow_children;  /* processes the target forks join the session */
+	const char *sampled_event;        /* second event sampled with stacks, or NULL */
+	const char *sampled_event_status; /* "ok" or "unsupported", NULL without one */
+	uint64_t duration_ns;  /* 0: none */
+	uint64_t started_at_ns;
+	const char *label;     /* free text, NULL or "" for none */
+};
+
+/* Counters added to a session (and its window row) at a flush. */
+struct store_counts {
+	uint64_t samples;
+	uint64_t lost_samples;
+	uint64_t truncated_stacks;
+	uint64_t missing_user_stacks;
+	uint64_t unsymbolized_frames;
+	uint64_t unwind_dropped;      /* session only: also counted in lost_samples */
+	uint64_t frames;              /* session only: distinct frames symbolized */
+	uint64_t limit_dropped;       /* session only: samples dropped at a session limit */
+};
+
+/*
+ * store__open() - open or create the database at @path (mode 0600: created
+ * so, or made so if others could read it), switch it to WAL, and apply the migrations in schema/ that
+ * PRAGMA user_version says are missing, each in its own transaction.
+ * Returns 0, -EIO if SQLite fails (the message is in store__errmsg() of a
+ * half-open store, so *@ret_store is set even then, and must be closed),
+ * -EPROTO if the database is newer than this profd, -ENOMEM.
+ */
+int store__open(const char *path, struct store **ret_store);
+void store__close(struct store *st); /* accepts NULL */
+sqlite3 *store__db(struct store *st);
+const char *store__errmsg(struct store *st);
+/* store__schema_version() - PRAGMA user_version after migrations. */
+int store__schema_version(struct store *st);
+/* Number of migrations this build knows. */
+int store__latest_version(void);
+
+int store__begin(struct store *st);
+int store__commit(struct store *st);
+void store__rollback(struct store *st);
+
+/*
+ * store__mark_interrupted() - sessions left 'running' by a profd that died
+ * are marked ended with end_reason 'interrupted' and ended_at at the end of
+ * their last stored window. Returns the number of sessions marked, or -EIO.
+ */
+int store__mark_interrupted(struct store *st);
+
+/* What store__retention() did. */
+struct store_retention {
+	unsigned sessions_deleted;
+	uint64_t bytes_before;   /* database file size before, bytes */
+	uint64_t bytes_after;    /* after, once free pages went back to the file system */
+	bool over_limit;         /* still above max_db_bytes: only running sessions left */
+};
+
+/*
+ * store__retention() - delete ended sessions (whole: every row of theirs,
+ * then the stacks and frames no session uses any more) that ended more than
+ * @retention_ns before @now_ns (0: no age limit), then the oldest ended ones
+ * while the live data is larger than @max_db_bytes (0: no size limit).
+ * Running sessions are never deleted. Free pages go back to the file system
+ * (incremental vacuum, if store__enable_incremental_vacuum() was done) and
+ * the WAL is truncated. Each round is one transaction.
+ * Returns 0 with *@ret filled, or -EIO (store__errmsg()). Blocks for as long
+ * as the deletes take; does not log.
+ */
+int store__retention(struct store *st, uint64_t now_ns, uint64_t retention_ns,
+		     uint64_t max_db_bytes, struct store_retention *ret);
+
+/*
+ * store__enable_incremental_vacuum() - switch the database to
+ * auto_vacuum=INCREMENTAL, so that deleted data can be given back to the
+ * file system. A database made before is rewritten once (VACUUM: it needs
+ * as much free space as the database, and time). Returns 1 if it rewrote
+ * the file, 0 if nothing was needed, -EIO. Does not log.
+ */
+int store__enable_incremental_vacuum(struct store *st);
+
+/* store__size_bytes() - the database file's size (page_count * page_size), or -EIO. */
+int64_t store__size_bytes(struct store *st);
+
+int store__session_insert(struct store *st, const struct store_session *s, int64_t *ret_id);
+int store__session_add_counts(struct store *st, int64_t id, const struct store_counts *c);
+/*
+ * store__session_python() - how the session walks Python frames: @status
+ * "off", "ok", "not_found" or "unsupported"; @version "3.11.7" or NULL.
+ * Returns 0 or -EIO. Does not log.
+ */
+int store__session_python(struct store *st, int64_t id, const char *status, const char *version);
+/*
+ * store__session_add_python() - add @samples CPU samples with Python frames
+ * merged, and @unmerged whose Python frames did not match the native stack.
+ */
+int store__session_add_python(struct store *st, int64_t id, uint64_t samples, uint64_t unmerged);
+/* store__session_end() - state 'ended', with @reason and @ended_at_ns. */
+int store__session_end(struct store *st, int64_t id, const char *reason, uint64_t ended_at_ns);
+
+int store__window_add(struct store *st, int64_t session_id, uint64_t window_ns,
+		      const struct store_counts *c);
+/* store__thread_upsert() - @exited_ns: when the thread exited (Unix ns), 0 if it did not. */
+int store__thread_upsert(struct store *st, int64_t session_id, int pid, int tid, const char *name,
+			 uint64_t seen_ns, uint64_t samples, uint64_t exited_ns);
+int store__mapping_insert(struct store *st, int64_t session_id, int pid, const struct mapping *m);
+
+/* store__frame_id() - id of the frame row for @f, inserted if new. */
+int store__frame_id(struct store *st, const struct frame_info *f, int64_t *ret_id);
+/*
+ * store__stack_id() - id of the stack of @n frame ids (leaf first), inserted
+ * if new with @truncated and @reached_root (see schema/0002).
+ */
+int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool truncated,
+		    bool reached_root, int64_t *ret_id);
+/*
+ * store__offcpu_add() - add @count off-CPU intervals of @tid, @total_ns long
+ * together, blocked in @stack_id in @state ("sleeping", "io", "runnable",
+ * "other"), to a window.
+ */
+int store__offcpu_add(struct store *st, int64_t session_id, uint64_t window_ns, int pid, int tid,
+		      int64_t stack_id, const char *state, uint64_t count, uint64_t total_ns);
+/*
+ * store__counter_add() - add @value to counter @name of @tid in a window;
+ * @status "ok", "unsupported" or "denied" (value stored NULL unless "ok").
+ */
+int store__counter_add(struct store *st, int64_t session_id, uint64_t window_ns, int tid,
+		       const char *name, const char *status, uint64_t value);
+/* store__session_counter() - record whether counter @name is "ok", "unsupported" or "denied". */
+int store__session_counter(struct store *st, int64_t session_id, const char *name,
+			   const char *status);
+/* store__session_add_offcpu_lost() - off-CPU intervals lost before storage. */
+int store__session_add_offcpu_lost(struct store *st, int64_t session_id, uint64_t lost);
+
+/* One reading of a process's memory (bytes; time_ns: CLOCK_REALTIME). */
+struct store_memory {
+	uint64_t time_ns;
+	int pid;
+	uint64_t rss_bytes, pss_bytes, anon_bytes, file_bytes, shmem_bytes, swap_bytes;
+	bool has_pss; /* smaps_rollup was readable */
+};
+
+/* One sampled allocation (times: CLOCK_REALTIME ns; free_ns 0: live). */
+struct store_allocation {
+	int pid, tid;
+	int64_t stack_id;
+	const char *func; /* static name */
+	uint64_t size_bytes;
+	double weight_bytes;
+	uint64_t address, alloc_ns, free_ns;
+	bool untracked;
+};
+
+/* Running totals of a session's allocation probes. */
+struct store_malloc {
+	uint64_t malloc_calls, free_calls, malloc_bytes, sampled, lost;
+	uint64_t stopped_ns; /* CLOCK_REALTIME when the probes were detached for their cost; 0: never */
+};
+
+/* store__memory_add() - add one reading of a process's memory (replaces one at the same time). */
+int store__memory_add(struct store *st, int64_t session_id, const struct store_memory *m);
+/* store__allocation_add() - add a sampled allocation; *@ret_id gets its row id. */
+int store__allocation_add(struct store *st, int64_t session_id, const struct store_allocation *a,
+			  int64_t *ret_id);
+/* store__allocation_freed() - set the free time of allocation @id. */
+int store__allocation_freed(struct store *st, int64_t id, uint64_t free_ns);
+/* store__session_malloc() - set the session's allocation-probe totals. */
+int store__session_malloc(struct store *st, int64_t session_id, const struct store_malloc *m);
+/*
+ * store__session_memory_config() - record how memory is watched: the RSS
+ * series period (@interval_ns, 0: none), the mean bytes between allocation
+ * samples (0: allocations not traced), what was probed (@probes, or NULL)
+ * and the probe hits per second above which they are detached (0: never).
+ */
+int store__session_memory_config(struct store *st, int64_t session_id, uint64_t interval_ns,
+				 uint64_t sample_bytes, const char *probes, uint64_t max_hits_per_s);
+
+/*
+ * store__sample_add() - add @count samples of @stack_id in @tid to a window,
+ * of the CPU event (@event 0, table samples) or the second sampled event
+ * (@event 1, table event_samples).
+ */
+int store__sample_add(struct store *st, int64_t session_id, uint64_t window_ns, int tid,
+		      int64_t stack_id, uint64_t count, int event);

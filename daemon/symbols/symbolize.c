@@ -1,0 +1,2451 @@
+/*
+ * symbolize.c - process address spaces read from /proc/PID/maps, user
+ * addresses turned into function/file:line with libdwfl (symbol tables,
+ * separate debug info found locally or, when asked for, through
+ * debuginfod, DWARF lines and inlined calls, C++ demangling; [vdso] from a
+ * copy of the daemon's own vDSO), addresses of ELF files without a process
+ * (stored frames), kernel addresses turned into symbols from /proc/kallsyms.
+ *
+ * Everything read here is untrusted: /proc files are parsed with bounds
+ * checks and size caps, and an ELF or DWARF file libelf/libdw cannot read is
+ * an unsymbolized frame, never an error of the caller's. Not thread-safe:
+ * one symbolizer and its address spaces belong to one thread.
+ */
+#include <dlfcn.h>
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
+#include <elfutils/libdwfl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <inttypes.h>
+#include <libelf.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "hashmap.h"
+#include "symbols/symbolize.h"
+#include "util.h"
+
+/* libstdc++'s demangler (the build links libstdc++); <cxxabi.h> is C++ only. */
+extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+
+/*
+ * Caps on untrusted input. /proc/PID/maps of a process at the default
+ * vm.max_map_count (65530) is about 10 MiB; kallsyms is about 15 MiB with
+ * all modules. Beyond the caps the rest is ignored (those addresses are
+ * then visibly unsymbolized), never an unbounded allocation.
+ */
+#define MAPS_MAX_BYTES (64ULL << 20)
+#define KALLSYMS_MAX_BYTES (256ULL << 20)
+#define LINE_MAX_BYTES (PATH_MAX + 256)
+#define KSYM_NAME_MAX 1024    /* kernel KSYM_NAME_LEN is 512 since 6.1 */
+#define ELF_MAX_LOADS 64      /* PT_LOAD headers kept per file */
+#define BUILD_ID_MAX_BYTES 64 /* GNU build IDs are 16 (md5/uuid) or 20 (sha1) bytes */
+/* x86-64 vDSOs are 2 pages; a [vdso] this big is not one */
+#define VDSO_MAX_BYTES (1ULL << 20)
+/*
+ * __cxa_demangle() recurses on nested template arguments; a crafted symbol
+ * can exhaust the stack (e.g. GCC PR 87335). Real C++ names stay far below
+ * this length.
+ */
+#define DEMANGLE_MAX_LEN 8192
+/*
+ * A kernel address further than this above the greatest symbol below it is
+ * past the end of that symbol's text region (the end of a module, of the
+ * kernel image, or a BPF program that came after kallsyms was read); naming
+ * it after that symbol would be a silently wrong frame.
+ */
+#define KSYM_MAX_DISTANCE (1ULL << 20)
+/* the test makes it small */
+#ifndef RESULT_CACHE_MAX
+#define RESULT_CACHE_MAX 200000 /* cached lookups, ~20 MiB (more with inlining) */
+#endif
+/*
+ * Inlining at one address: DIE nesting followed from the CU down, and
+ * inlined calls kept (innermost first). Real code nests a few levels; the
+ * caps bound what a crafted DWARF file costs.
+ */
+#define SCOPE_MAX_DEPTH 128
+#define INLINE_MAX 32
+/* A file that could not be opened is tried again after this long. */
+#define MODULE_RETRY_NS (10 * NSEC_PER_SEC)
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(Elf *, elf_end)
+
+/* ---------------------------------------------------------------------- */
+/* String storage: an arena of chunks that never move, and an intern set. */
+
+struct arena_chunk {
+	struct arena_chunk *next;
+	size_t used, size;
+	char data[];
+};
+
+struct arena {
+	struct arena_chunk *head;
+};
+
+#define ARENA_CHUNK_BYTES (64 * 1024)
+
+static char *arena_strndup(struct arena *a, const char *s, size_t len)
+{
+	struct arena_chunk *c = a->head;
+	char *p;
+
+	if (len >= SIZE_MAX / 2)
+		return NULL;
+	if (!c || c->size - c->used < len + 1) {
+		size_t size = MAX((size_t)ARENA_CHUNK_BYTES, len + 1);
+
+		c = malloc(sizeof(*c) + size);
+		if (!c)
+			return NULL;
+		c->used = 0;
+		c->size = size;
+		c->next = a->head;
+		a->head = c;
+	}
+	p = c->data + c->used;
+	memcpy(p, s, len);
+	p[len] = '\0';
+	c->used += len + 1;
+	return p;
+}
+
+static void arena_done(struct arena *a)
+{
+	while (a->head) {
+		struct arena_chunk *next = a->head->next;
+
+		free(a->head);
+		a->head = next;
+	}
+}
+
+/* A set of strings; the strings live in @arena. */
+struct strpool {
+	struct arena arena;
+	struct hashmap set;
+};
+
+static bool str_eq(const void *entry, const void *key)
+{
+	return strcmp(entry, key) == 0;
+}
+
+/* strpool_intern() - the pooled copy of @s (valid until strpool_done()), NULL on OOM. */
+static const char *strpool_intern(struct strpool *p, const char *s)
+{
+	size_t len = strlen(s);
+	uint64_t h = hash64(HASH64_INIT, s, len);
+	char *copy = hashmap__find(&p->set, h, str_eq, s);
+
+	if (copy)
+		return copy;
+	copy = arena_strndup(&p->arena, s, len);
+	if (!copy || hashmap__insert(&p->set, h, copy) < 0)
+		return NULL; /* an orphan copy stays in the arena until strpool_done() */
+	return copy;
+}
+
+static void strpool_done(struct strpool *p)
+{
+	hashmap__free(&p->set);
+	arena_done(&p->arena);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Bounded parsing helpers for /proc text. */
+
+static bool parse_hex(const char **p, const char *end, uint64_t *ret)
+{
+	const char *q = *p;
+	uint64_t v = 0;
+
+	for (; q < end; q++) {
+		unsigned d;
+
+		if (*q >= '0' && *q <= '9')
+			d = *q - '0';
+		else if (*q >= 'a' && *q <= 'f')
+			d = *q - 'a' + 10;
+		else if (*q >= 'A' && *q <= 'F')
+			d = *q - 'A' + 10;
+		else
+			break;
+		if (v >> 60)
+			return false; /* more than 64 bits */
+		v = v << 4 | d;
+	}
+	if (q == *p)
+		return false;
+	*p = q;
+	*ret = v;
+	return true;
+}
+
+static bool parse_dec(const char **p, const char *end, uint64_t *ret)
+{
+	const char *q = *p;
+	uint64_t v = 0;
+
+	for (; q < end && *q >= '0' && *q <= '9'; q++) {
+		unsigned d = *q - '0';
+
+		if (v > (UINT64_MAX - d) / 10)
+			return false;
+		v = v * 10 + d;
+	}
+	if (q == *p)
+		return false;
+	*p = q;
+	*ret = v;
+	return true;
+}
+
+static bool parse_char(const char **p, const char *end, char c)
+{
+	if (*p >= end || **p != c)
+		return false;
+	(*p)++;
+	return true;
+}
+
+static void skip_blanks(const char **p, const char *end)
+{
+	while (*p < end && (**p == ' ' || **p == '\t'))
+		(*p)++;
+}
+
+/* ---------------------------------------------------------------------- */
+/* /proc/PID/maps */
+
+/* One parsed line of /proc/PID/maps; @path points into the line. */
+struct maps_line {
+	uint64_t start, end, offset, ino;
+	uint64_t dev_major, dev_minor;
+	char perms[4];
+	const char *path; /* not NUL-terminated; "" for anonymous mappings */
+	size_t path_len;
+};
+
+/*
+ * maps_parse_line() - parse "start-end perms offset major:minor inode [path]"
+ * from @len bytes at @line (a trailing newline is allowed). Returns 0, or
+ * -EINVAL for anything malformed (the caller skips the line).
+ */
+static int maps_parse_line(const char *line, size_t len, struct maps_line *ret)
+{
+	const char *p = line, *end = line + len;
+	struct maps_line ml = {};
+
+	if (len > 0 && end[-1] == '\n')
+		end--;
+	if (memchr(line, '\0', end - line))
+		return -EINVAL;
+	if (!parse_hex(&p, end, &ml.start) || !parse_char(&p, end, '-') ||
+	    !parse_hex(&p, end, &ml.end) || !parse_char(&p, end, ' '))
+		return -EINVAL;
+	if (end - p < 4)
+		return -EINVAL;
+	memcpy(ml.perms, p, 4);
+	p += 4;
+	if ((ml.perms[0] != 'r' && ml.perms[0] != '-') ||
+	    (ml.perms[1] != 'w' && ml.perms[1] != '-') ||
+	    (ml.perms[2] != 'x' && ml.perms[2] != '-') ||
+	    (ml.perms[3] != 'p' && ml.perms[3] != 's'))
+		return -EINVAL;
+	if (!parse_char(&p, end, ' ') || !parse_hex(&p, end, &ml.offset) ||
+	    !parse_char(&p, end, ' ') || !parse_hex(&p, end, &ml.dev_major) ||
+	    !parse_char(&p, end, ':') || !parse_hex(&p, end, &ml.dev_minor) ||
+	    !parse_char(&p, end, ' ') || !parse_dec(&p, end, &ml.ino))
+		return -EINVAL;
+	if (p < end && *p != ' ' && *p != '\t')
+		return -EINVAL;
+	skip_blanks(&p, end);
+	if (ml.start >= ml.end || end - p >= PATH_MAX)
+		return -EINVAL;
+	ml.path = p;
+	ml.path_len = end - p;
+	*ret = ml;
+	return 0;
+}
+
+static bool is_vdso(const char *path, size_t len)
+{
+	return len == strlen("[vdso]") && memcmp(path, "[vdso]", len) == 0;
+}
+
+static bool maps_line_wanted(const struct maps_line *ml)
+{
+	if (ml->perms[2] != 'x' || ml->path_len == 0)
+		return false;
+	if (ml->path[0] == '/')
+		return true;
+	return is_vdso(ml->path, ml->path_len);
+}
+
+/* One PT_LOAD program header. */
+struct elf_load {
+	uint64_t vaddr, offset, filesz;
+	bool exec;
+};
+
+/*
+ * A file mapped by the process, shared by all its mappings; or its [vdso],
+ * one entry per place it was seen at (an exec maps a new one).
+ */
+struct as_file {
+	uint64_t dev_major, dev_minor, ino;
+	/* [vdso]: the mapping, and whether it is the image of the daemon's own vDSO */
+	uint64_t vdso_start, vdso_end;
+	bool vdso_self;
+	size_t n_loads; /* 0: the file could not be read as ELF */
+	struct elf_load loads[ELF_MAX_LOADS];
+	char build_id[2 * BUILD_ID_MAX_BYTES + 1]; /* lowercase hex, "" if none */
+	char path[];
+};
+
+struct addrspace {
+	pid_t pid;		 /* <= 0: no /proc/PID to open files through */
+	struct mapping *maps;	 /* sorted by start, not overlapping */
+	struct as_file **owners; /* owners[i] is the file of maps[i] */
+	size_t n_maps;
+	struct as_file **files;
+	size_t n_files;
+};
+
+static uint64_t page_size(void)
+{
+	static uint64_t size;
+
+	if (!size) {
+		long r = sysconf(_SC_PAGESIZE);
+
+		size = r > 0 ? (uint64_t)r : 4096;
+	}
+	return size;
+}
+
+/*
+ * Ways to open the file behind a mapping, best first:
+ * - /proc/PID/map_files/START-END: the very inode mapped, even if deleted or
+ *   replaced on disk since (needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE);
+ * - /proc/PID/root/PATH: the path as the process sees it (containers);
+ * - PATH: the path in our own mount namespace, the only one left once the
+ *   process has exited.
+ */
+enum { OPEN_MAP_FILES, OPEN_ROOT, OPEN_PLAIN, OPEN_N };
+
+static int open_path(const struct addrspace *as, uint64_t start, uint64_t end, const char *path,
+		     int how, char *buf, size_t size)
+{
+	int n;
+
+	if (path[0] != '/')
+		return -ENOENT;
+	switch (how) {
+	case OPEN_MAP_FILES:
+		if (as->pid <= 0)
+			return -ENOENT;
+		n = snprintf(buf, size, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, (int)as->pid,
+			     start, end);
+		break;
+	case OPEN_ROOT:
+		if (as->pid <= 0)
+			return -ENOENT;
+		n = snprintf(buf, size, "/proc/%d/root%s", (int)as->pid, path);
+		break;
+	default:
+		n = snprintf(buf, size, "%s", path);
+		break;
+	}
+	if (n < 0 || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/*
+ * open_regular() - open @path read-only. O_NONBLOCK so that a FIFO planted
+ * at a library's path cannot block us; anything but a regular file is
+ * refused (-ENOEXEC). Returns an fd (O_CLOEXEC) or -errno. Shared with
+ * unwind.c through symbolize.h.
+ */
+int open_regular(const char *path)
+{
+	_cleanup_close_ int fd = -1;
+	struct stat st;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return -ENOEXEC;
+	return TAKE_FD(fd);
+}
+
+/*
+ * elf_begin_fd() - an Elf for @fd. ELF_C_READ rather than an mmap: a file
+ * truncated under us would otherwise raise SIGBUS.
+ */
+static Elf *elf_begin_fd(int fd)
+{
+	Elf *e = elf_begin(fd, ELF_C_READ, NULL);
+
+	if (e && elf_kind(e) != ELF_K_ELF) {
+		elf_end(e);
+		return NULL;
+	}
+	return e;
+}
+
+/* elf_build_id_hex() - @e's GNU build ID in lowercase hex into @buf, "" if none. */
+static void elf_build_id_hex(Elf *e, char buf[static 2 * BUILD_ID_MAX_BYTES + 1])
+{
+	static const char hex[] = "0123456789abcdef";
+	const void *id = NULL;
+	ssize_t len = dwelf_elf_gnu_build_id(e, &id);
+
+	buf[0] = '\0';
+	if (len <= 0 || len > BUILD_ID_MAX_BYTES || !id)
+		return;
+	for (ssize_t i = 0; i < len; i++) {
+		unsigned char b = ((const unsigned char *)id)[i];
+
+		buf[2 * i] = hex[b >> 4];
+		buf[2 * i + 1] = hex[b & 15];
+	}
+	buf[2 * len] = '\0';
+}
+
+/* as_file_read_elf() - fill @f's build ID and PT_LOAD headers from @e; false if unreadable. */
+static bool as_file_read_elf(struct as_file *f, Elf *e)
+{
+	GElf_Ehdr ehdr;
+	size_t phnum;
+
+	if (!gelf_getehdr(e, &ehdr) || elf_getphdrnum(e, &phnum) < 0)
+		return false;
+	f->n_loads = 0;
+	for (size_t i = 0; i < phnum && f->n_loads < ELF_MAX_LOADS; i++) {
+		GElf_Phdr ph;
+
+		if (!gelf_getphdr(e, (int)i, &ph) || ph.p_type != PT_LOAD)
+			continue;
+		f->loads[f->n_loads++] = (struct elf_load){
+		    .vaddr = ph.p_vaddr,
+		    .offset = ph.p_offset,
+		    .filesz = ph.p_filesz,
+		    .exec = ph.p_flags & PF_X,
+		};
+	}
+	if (f->n_loads == 0)
+		return false;
+	elf_build_id_hex(e, f->build_id);
+	return true;
+}
+
+/*
+ * self_vdso() - the daemon's own vDSO: its address (AT_SYSINFO_EHDR) in
+ * *@ret_start, its mapping's size in bytes from /proc/self/maps returned;
+ * 0 when there is none (booted with vdso=0, or run by valgrind, which maps
+ * none for the program it runs), maps cannot be read, or it is not an ELF
+ * image of at most VDSO_MAX_BYTES. Reads a small /proc file.
+ */
+static uint64_t self_vdso(uint64_t *ret_start)
+{
+	uint64_t start = getauxval(AT_SYSINFO_EHDR);
+	_cleanup_fclose_ FILE *f = NULL;
+	_cleanup_free_ char *line = NULL;
+	size_t line_cap = 0;
+	ssize_t len;
+
+#ifdef TEST_SELF_VDSO
+	/* the unit test, under valgrind, stands another process's vDSO in for ours */
+	uint64_t test_size = TEST_SELF_VDSO(ret_start);
+
+	if (test_size)
+		return test_size;
+#endif
+	if (!start)
+		return 0;
+	f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return 0;
+	while ((len = getline(&line, &line_cap, f)) > 0) {
+		struct maps_line ml;
+
+		if ((size_t)len > LINE_MAX_BYTES || maps_parse_line(line, (size_t)len, &ml) < 0 ||
+		    ml.start != start)
+			continue;
+		if (!is_vdso(ml.path, ml.path_len) || ml.end - ml.start > VDSO_MAX_BYTES ||
+		    ml.end - ml.start < SELFMAG ||
+		    memcmp((const void *)(uintptr_t)start, ELFMAG, SELFMAG) != 0)
+			return 0;
+		*ret_start = start;
+		return ml.end - ml.start;
+	}
+	return 0;
+}
+
+/* elf_image_read() - fill @f from the ELF image in @image (@size bytes); false if unreadable. */
+static bool elf_image_read(struct as_file *f, char *image, size_t size)
+{
+	_cleanup_(elf_endp) Elf *e = elf_memory(image, size);
+
+	return e && elf_kind(e) == ELF_K_ELF && as_file_read_elf(f, e);
+}
+
+/* elf_image_build_id() - GNU build ID (hex, "" if none) of the ELF image in @image. */
+static void elf_image_build_id(char *image, size_t size,
+			       char buf[static 2 * BUILD_ID_MAX_BYTES + 1])
+{
+	_cleanup_(elf_endp) Elf *e = elf_memory(image, size);
+
+	buf[0] = '\0';
+	if (e && elf_kind(e) == ELF_K_ELF)
+		elf_build_id_hex(e, buf);
+}
+
+/* vdso_read_target() - read @size bytes at @start of process @pid's memory; false if not all. */
+static bool vdso_read_target(pid_t pid, uint64_t start, char *buf, size_t size)
+{
+	_cleanup_close_ int fd = -1;
+	char path[64];
+
+	if (pid <= 0 || start > (uint64_t)INT64_MAX - size)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	return fd >= 0 && pread(fd, buf, size, (off_t)start) == (ssize_t)size;
+}
+
+/*
+ * as_file_load_vdso() - fill the [vdso] entry @f from the ELF headers of the
+ * process's vDSO, and set vdso_self when it is the daemon's own image, the
+ * one the symbolizer reads symbols from.
+ *
+ * The image is read from /proc/PID/mem (the daemon may, as it may open
+ * /proc/PID/map_files): it is ours if it has our size and our bytes or our
+ * build ID (a process may have patched its copy). When it cannot be read (no
+ * ptrace access, the process gone, maps text without a process), a vDSO of
+ * our size is taken for ours, as daemon/symbols/unwind.c does: the kernel maps one
+ * and the same 64-bit image into every x86-64 process; 32-bit and x32
+ * processes get other images (vdso-image-32.c, vdso-image-x32.c). Leaves
+ * @f unread (n_loads 0, no build ID, load bias from p_vaddr == 0) when
+ * neither works.
+ */
+static void as_file_load_vdso(const struct addrspace *as, struct as_file *f)
+{
+	uint64_t size = f->vdso_end - f->vdso_start, self_start = 0, self_size;
+	char self_id[2 * BUILD_ID_MAX_BYTES + 1];
+	_cleanup_free_ char *image = NULL;
+	bool theirs, same;
+
+	if (size > VDSO_MAX_BYTES)
+		return;
+	image = malloc(size);
+	if (!image)
+		return;
+	self_size = self_vdso(&self_start);
+	theirs = vdso_read_target(as->pid, f->vdso_start, image, size);
+	if (!theirs) {
+		if (size != self_size)
+			return;
+		memcpy(image, (const void *)(uintptr_t)self_start, size);
+	}
+	/* compared before libelf reads the image (it may convert data in place) */
+	same = size == self_size && memcmp(image, (const void *)(uintptr_t)self_start, size) == 0;
+	if (!elf_image_read(f, image, size) || size != self_size)
+		return;
+	if (same) {
+		f->vdso_self = true;
+		return;
+	}
+	memcpy(image, (const void *)(uintptr_t)self_start, size);
+	elf_image_build_id(image, size, self_id);
+	f->vdso_self = f->build_id[0] && strcmp(f->build_id, self_id) == 0;
+}
+
+/* as_file_load() - read @f's ELF headers through the first way that opens it. */
+static void as_file_load(const struct addrspace *as, struct as_file *f, uint64_t start,
+			 uint64_t end)
+{
+	char buf[PATH_MAX + 64];
+
+	if (is_vdso(f->path, strlen(f->path))) {
+		as_file_load_vdso(as, f);
+		return;
+	}
+	for (int how = 0; how < OPEN_N; how++) {
+		_cleanup_close_ int fd = -1;
+		_cleanup_(elf_endp) Elf *e = NULL;
+
+		if (open_path(as, start, end, f->path, how, buf, sizeof(buf)) < 0)
+			continue;
+		fd = open_regular(buf);
+		if (fd < 0)
+			continue;
+		e = elf_begin_fd(fd);
+		if (e && as_file_read_elf(f, e))
+			return;
+	}
+}
+
+/*
+ * mapping_load_bias() - runtime address minus ELF virtual address for a
+ * mapping of @f at @start from file offset @offset.
+ *
+ * The PT_LOAD holding @offset maps file offset X to virtual address
+ * p_vaddr + (X - p_offset), and the mapping puts X at start + (X - offset),
+ * so bias = start - offset - (p_vaddr - p_offset). For ET_EXEC the mapping
+ * sits at p_vaddr rounded down to a page and offset is p_offset rounded down
+ * the same way, which gives 0. Without readable headers the guess is
+ * p_vaddr == p_offset, true of the text of almost every linker's output.
+ */
+static uint64_t mapping_load_bias(const struct as_file *f, uint64_t start, uint64_t offset)
+{
+	const struct elf_load *best = NULL;
+
+	for (size_t i = 0; i < f->n_loads; i++) {
+		const struct elf_load *l = &f->loads[i];
+		/* the mapping's offset is p_offset rounded down to a page */
+		uint64_t lo = l->offset & ~(page_size() - 1);
+		uint64_t span = l->offset - lo;
+
+		span = l->filesz > UINT64_MAX - span ? UINT64_MAX : span + l->filesz;
+		if (l->filesz == 0 || offset < lo || offset - lo >= span)
+			continue;
+		if (!best || (l->exec && !best->exec))
+			best = l;
+	}
+	if (!best)
+		return start - offset;
+	return start - offset - (best->vaddr - best->offset);
+}
+
+/* as_file_get() - the file entry for @ml, created (and its ELF read) on first sight. */
+static struct as_file *as_file_get(struct addrspace *as, const struct maps_line *ml)
+{
+	bool vdso = is_vdso(ml->path, ml->path_len);
+	struct as_file *f, **files;
+
+	for (size_t i = as->n_files; i-- > 0;) {
+		f = as->files[i];
+		if (f->ino == ml->ino && f->dev_major == ml->dev_major &&
+		    f->dev_minor == ml->dev_minor && strlen(f->path) == ml->path_len &&
+		    memcmp(f->path, ml->path, ml->path_len) == 0 &&
+		    (!vdso || (f->vdso_start == ml->start && f->vdso_end == ml->end)))
+			return f;
+	}
+	files = reallocarray(as->files, as->n_files + 1, sizeof(*files));
+	if (!files)
+		return NULL;
+	as->files = files;
+	f = calloc(1, sizeof(*f) + ml->path_len + 1);
+	if (!f)
+		return NULL;
+	memcpy(f->path, ml->path, ml->path_len);
+	f->dev_major = ml->dev_major;
+	f->dev_minor = ml->dev_minor;
+	f->ino = ml->ino;
+	if (vdso) {
+		f->vdso_start = ml->start;
+		f->vdso_end = ml->end;
+	}
+	as_file_load(as, f, ml->start, ml->end);
+	as->files[as->n_files++] = f;
+	return f;
+}
+
+/* A mapping read from maps, before it is merged into the address space. */
+struct pending {
+	struct mapping m;
+	struct as_file *file;
+};
+
+static int pending_cmp(const void *a, const void *b)
+{
+	const struct pending *x = a, *y = b;
+
+	return x->m.start < y->m.start ? -1 : x->m.start > y->m.start;
+}
+
+/* as_index() - index of the mapping holding @addr, or -1. */
+static ssize_t as_index(const struct addrspace *as, uint64_t addr)
+{
+	size_t lo = 0, hi = as->n_maps;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (as->maps[mid].start <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0 || addr >= as->maps[lo - 1].end)
+		return -1;
+	return (ssize_t)lo - 1;
+}
+
+static bool as_overlaps(const struct pending *p, size_t n, const struct mapping *m)
+{
+	size_t lo = 0, hi = n;
+
+	/* first pending entry ending after m->start; @p is sorted and disjoint */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (p[mid].m.end <= m->start)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < n && p[lo].m.start < m->end;
+}
+
+/*
+ * as_merge() - add the @n mappings in @p (sorted, disjoint) that @as does
+ * not hold yet. An old mapping overlapping a new one is dropped: the range
+ * was unmapped and reused, and new samples in it belong to the new file.
+ * Returns the number added or -ENOMEM (@as unchanged).
+ */
+static int as_merge(struct addrspace *as, struct pending *p, size_t n)
+{
+	_cleanup_free_ struct pending *all = NULL;
+	struct mapping *maps;
+	struct as_file **owners;
+	size_t n_all = 0, n_new = 0;
+
+	all = calloc(as->n_maps + n + 1, sizeof(*all));
+	if (!all)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		ssize_t j = as_index(as, p[i].m.start);
+
+		if (j >= 0 && as->maps[j].start == p[i].m.start && as->maps[j].end == p[i].m.end &&
+		    as->maps[j].file_offset == p[i].m.file_offset && as->owners[j] == p[i].file)
+			continue; /* already known */
+		all[n_all++] = p[i];
+		n_new++;
+	}
+	if (n_new == 0)
+		return 0;
+	for (size_t i = 0; i < as->n_maps; i++) {
+		if (as_overlaps(all, n_new, &as->maps[i]))
+			continue;
+		all[n_all++] = (struct pending){.m = as->maps[i], .file = as->owners[i]};
+	}
+	qsort(all, n_all, sizeof(*all), pending_cmp);
+
+	maps = calloc(n_all, sizeof(*maps));
+	owners = calloc(n_all, sizeof(*owners));
+	if (!maps || !owners) {
+		free(maps);
+		free(owners);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n_all; i++) {
+		maps[i] = all[i].m;
+		owners[i] = all[i].file;
+	}
+	free(as->maps);
+	free(as->owners);
+	as->maps = maps;
+	as->owners = owners;
+	as->n_maps = n_all;
+	return (int)MIN(n_new, (size_t)INT_MAX);
+}
+
+/*
+ * as_read_maps() - parse a maps stream @f into @as. Malformed lines are
+ * skipped; input beyond MAPS_MAX_BYTES is ignored. Returns the number of
+ * new mappings, -ENOMEM, or -errno of a read error (@as then unchanged but
+ * for unused file entries).
+ */
+static int as_read_maps(struct addrspace *as, FILE *f)
+{
+	_cleanup_free_ char *line = NULL;
+	_cleanup_free_ struct pending *p = NULL;
+	size_t line_cap = 0, n = 0, cap = 0;
+	uint64_t total = 0;
+	ssize_t len;
+
+	errno = 0;
+	while ((len = getline(&line, &line_cap, f)) > 0) {
+		struct maps_line ml;
+		struct as_file *file;
+
+		total += (uint64_t)len;
+		if (total > MAPS_MAX_BYTES)
+			break;
+		if ((size_t)len > LINE_MAX_BYTES || maps_parse_line(line, (size_t)len, &ml) < 0 ||
+		    !maps_line_wanted(&ml))
+			continue;
+		/* the kernel prints maps sorted; anything else is not /proc, drop it */
+		if (n > 0 && ml.start < p[n - 1].m.end)
+			continue;
+		file = as_file_get(as, &ml);
+		if (!file)
+			return -ENOMEM;
+		if (n == cap) {
+			struct pending *np = reallocarray(p, cap ? cap * 2 : 64, sizeof(*p));
+
+			if (!np)
+				return -ENOMEM;
+			p = np;
+			cap = cap ? cap * 2 : 64;
+		}
+		p[n].file = file;
+		p[n].m = (struct mapping){
+		    .start = ml.start,
+		    .end = ml.end,
+		    .file_offset = ml.offset,
+		    .load_bias = mapping_load_bias(file, ml.start, ml.offset),
+		    .path = file->path,
+		    .build_id = file->build_id,
+		};
+		n++;
+	}
+	if (ferror(f))
+		return -(errno ?: EIO);
+	return as_merge(as, p, n);
+}
+
+static int as_open_maps(pid_t pid, FILE **ret)
+{
+	char path[64];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? -ESRCH : -errno;
+	*ret = f;
+	return 0;
+}
+
+/*
+ * addrspace__new() - read /proc/@pid/maps and the ELF headers (build ID,
+ * PT_LOADs) of each executable file mapping, opened through
+ * /proc/@pid/map_files or /proc/@pid/root when the process allows it, and
+ * of its [vdso] (read from /proc/@pid/mem, else taken to be the daemon's own
+ * vDSO when of its size: see as_file_load_vdso()).
+ * @pid: a process ID (> 0).
+ * @ret_as: on success a new address space the caller frees with
+ *   addrspace__free().
+ *
+ * Returns 0, -ESRCH if the process is gone, -EACCES/-EPERM if its maps may
+ * not be read, -ENOMEM. A process without executable file mappings (a
+ * kernel thread) gives an empty address space. Blocks on /proc and file
+ * reads; does not log.
+ */
+int addrspace__new(pid_t pid, struct addrspace **ret_as)
+{
+	_cleanup_fclose_ FILE *f = NULL;
+	struct addrspace *as;
+	int r;
+
+	if (pid <= 0)
+		return -ESRCH;
+	elf_version(EV_CURRENT);
+	r = as_open_maps(pid, &f);
+	if (r < 0)
+		return r;
+	as = calloc(1, sizeof(*as));
+	if (!as)
+		return -ENOMEM;
+	as->pid = pid;
+	r = as_read_maps(as, f);
+	if (r < 0) {
+		addrspace__free(as);
+		return r;
+	}
+	*ret_as = as;
+	return 0;
+}
+
+/*
+ * addrspace__refresh() - re-read /proc/PID/maps (after a dlopen, say). New
+ * mappings are added; mappings that went away are kept (samples taken
+ * before an munmap may still arrive), except those a new mapping overlaps.
+ * The mapping array from addrspace__find()/addrspace__mappings() is
+ * reallocated by a refresh that returns > 0; the path and build_id strings
+ * of every mapping ever seen stay valid until addrspace__free().
+ *
+ * Returns the number of new mappings (>= 0), -ESRCH if the process is gone,
+ * -EACCES/-EPERM, -ENOMEM; on error @as is left unchanged. Blocks on file
+ * reads; does not log.
+ */
+int addrspace__refresh(struct addrspace *as)
+{
+	_cleanup_fclose_ FILE *f = NULL;
+	int r;
+
+	r = as_open_maps(as->pid, &f);
+	if (r < 0)
+		return r;
+	return as_read_maps(as, f);
+}
+
+/*
+ * addrspace__find() - the mapping holding @addr (a runtime address), or
+ * NULL. The pointer is valid until the next addrspace__refresh() that adds
+ * mappings, or addrspace__free(). O(log n), no allocation.
+ */
+const struct mapping *addrspace__find(const struct addrspace *as, uint64_t addr)
+{
+	ssize_t i = as_index(as, addr);
+
+	return i < 0 ? NULL : &as->maps[i];
+}
+
+/*
+ * addrspace__mappings() - all mappings, sorted by start and disjoint;
+ * count in *@ret_n. Same lifetime as addrspace__find()'s result.
+ */
+const struct mapping *addrspace__mappings(const struct addrspace *as, size_t *ret_n)
+{
+	*ret_n = as->n_maps;
+	return as->maps;
+}
+
+/* addrspace__free() - release @as and every string of its mappings. Accepts NULL. */
+void addrspace__free(struct addrspace *as)
+{
+	if (!as)
+		return;
+	for (size_t i = 0; i < as->n_files; i++)
+		free(as->files[i]);
+	free(as->files);
+	free(as->maps);
+	free(as->owners);
+	free(as);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The symbolizer */
+
+/*
+ * One ELF file, by path + build ID, opened in a Dwfl of its own: a file
+ * mapped by a process, or (@file) a file named by symbolizer__file().
+ */
+struct module {
+	const char *path;     /* interned; the path in the maps */
+	const char *build_id; /* interned */
+	/* part of the key only when there is no build ID */
+	uint64_t dev_major, dev_minor, ino;
+	/* [vdso]: the mapping's size, whether it is our own image; 0/false for files */
+	uint64_t vdso_bytes;
+	bool vdso_self;
+	bool file;  /* opened by symbolizer__file(): by path, else debug info by build ID */
+	Dwfl *dwfl; /* NULL: no usable ELF */
+	Dwfl_Module *mod;
+	Dwarf_Addr bias;   /* Dwfl address - ELF virtual address */
+	uint64_t retry_ns; /* CLOCK_MONOTONIC time to try opening again when dwfl is NULL */
+};
+
+/* One level of inlining at an address: the inlined function and where in it. */
+struct inline_frame {
+	const char *function, *file; /* interned; NULL where unknown */
+	int line;
+};
+
+/* A cached lookup of one module address. */
+struct result {
+	const struct module *mod; /* NULL: free slot */
+	uint64_t vaddr;
+	/* the function the symbol table names, and the line in it */
+	const char *function, *file;
+	int line;
+	/* the inlined calls at the address, innermost first; malloc'd, owned by the entry */
+	struct inline_frame *inlined;
+	size_t n_inlined;
+};
+
+struct ksym {
+	uint64_t addr;
+	const char *name;   /* in the symbolizer's arena */
+	const char *module; /* interned "[mod]", or NULL for the kernel image */
+	uint32_t order;	    /* line number in kallsyms, for a stable sort */
+	bool global;
+};
+
+struct symbolizer {
+	struct strpool pool;
+	struct arena ksym_names;
+
+	struct hashmap modules; /* struct module, by path + build ID (+ inode) */
+	struct hashmap results; /* struct result, by module + address; emptied when full */
+
+	bool ksyms_loaded;
+	bool ksyms_hidden; /* kptr_restrict: every address read as 0 */
+	struct ksym *ksyms;
+	size_t n_ksyms;
+
+	/* a memfd with a copy of our own vDSO, made on first use (vdso_load()) */
+	bool vdso_tried;     /* false: vdso_fd and vdso_bytes are not set yet */
+	int vdso_fd;	     /* -1: we have no vDSO */
+	uint64_t vdso_bytes; /* its size */
+
+	/*
+	 * Where separate debug files are looked for, in libdwfl's format
+	 * (libdwfl.h, "Standard callbacks"): ":.debug:ROOT...:/usr/lib/debug".
+	 * The Dwfls point at @callbacks, which points at @debuginfo_path.
+	 */
+	char *debuginfo_path;
+	Dwfl_Callbacks callbacks;
+	bool debuginfod;
+	/* symbolizer__file() with debuginfod: a Dwfl kept only for its debuginfod client */
+	Dwfl *debuginfod_dwfl;
+};
+
+/*
+ * Caps on the debug files looked for by name: a file without a build ID is
+ * checked by the CRC of its contents, read whole.
+ */
+#define DEBUGLINK_CRC_MAX_BYTES (4ULL << 30)
+
+/* find_elf_none() - Dwfl_Callbacks.find_elf: every module comes with its file already open. */
+static int find_elf_none(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
+			 char **file_name, Elf **elfp)
+{
+	(void)mod, (void)userdata, (void)modname, (void)base, (void)file_name, (void)elfp;
+	return -1;
+}
+
+/* path_next() - next colon-separated entry of *@p in *@ret; its length, -1 at the end. */
+static ssize_t path_next(const char **p, const char **ret)
+{
+	const char *end;
+
+	if (!*p)
+		return -1;
+	end = strchrnul(*p, ':');
+	*ret = *p;
+	*p = *end ? end + 1 : NULL;
+	return end - *ret;
+}
+
+/* fd_same_file() - whether @fd is the file @path names. */
+static bool fd_same_file(int fd, const char *path)
+{
+	struct stat a, b;
+
+	return path && fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+	       a.st_ino == b.st_ino;
+}
+
+/* fd_has_build_id() - whether @fd is an ELF file whose GNU build ID is the @len bytes at @id. */
+static bool fd_has_build_id(int fd, const unsigned char *id, int len)
+{
+	_cleanup_(elf_endp) Elf *e = elf_begin_fd(fd);
+	const void *fid = NULL;
+
+	return e && len > 0 && dwelf_elf_gnu_build_id(e, &fid) == len && fid &&
+	       memcmp(fid, id, (size_t)len) == 0;
+}
+
+/*
+ * fd_crc_matches() - whether the CRC-32 (as .gnu_debuglink has it: the
+ * zlib/IEEE one) of all of @fd is @crc. Reads the file, at most
+ * DEBUGLINK_CRC_MAX_BYTES of it (a bigger one does not match).
+ */
+static bool fd_crc_matches(int fd, uint32_t crc)
+{
+	uint32_t table[256], c = 0xffffffffU;
+	unsigned char buf[16384];
+	uint64_t total = 0;
+	ssize_t n;
+
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t v = i;
+
+		for (int k = 0; k < 8; k++)
+			v = v & 1 ? 0xedb88320U ^ (v >> 1) : v >> 1;
+		table[i] = v;
+	}
+	while ((n = pread(fd, buf, sizeof(buf), (off_t)total)) > 0) {
+		total += (uint64_t)n;
+		if (total > DEBUGLINK_CRC_MAX_BYTES)
+			return false;
+		for (ssize_t i = 0; i < n; i++)
+			c = table[(c ^ buf[i]) & 0xff] ^ (c >> 8);
+	}
+	return n == 0 && (c ^ 0xffffffffU) == crc;
+}
+
+/*
+ * debuglink_try() - open @path as the debug file of @dm (main file
+ * @file_name): not the main file itself, and with the module's build ID, or
+ * for a module without one the debuglink's CRC @crc (0: nothing to check it
+ * by, refused). Returns the fd and *@ret_name (malloc'd), or -1.
+ */
+static int debuglink_try(Dwfl_Module *dm, const char *path, const char *file_name, uint32_t crc,
+			 char **ret_name)
+{
+	_cleanup_close_ int fd = -1;
+	const unsigned char *id;
+	GElf_Addr id_vaddr;
+	int id_len = dwfl_module_build_id(dm, &id, &id_vaddr);
+
+	fd = open_regular(path);
+	if (fd < 0 || fd_same_file(fd, file_name))
+		return -1;
+	if (id_len > 0 ? !fd_has_build_id(fd, id, id_len) : !crc || !fd_crc_matches(fd, crc))
+		return -1;
+	*ret_name = strdup(path);
+	if (!*ret_name)
+		return -1;
+	return TAKE_FD(fd);
+}
+
+/*
+ * debuglink_find() - the debug file named @debuglink (from .gnu_debuglink)
+ * of module @dm whose main file is @file_name, looked for along
+ * @debuginfo_path where libdwfl's find_debuginfo_in_path() looks: an empty
+ * entry is the file's directory, a relative one a subdirectory of it, an
+ * absolute ROOT is ROOT/<file's directory>/ and then, as libdwfl does (for
+ * a file opened through /proc/PID/root/...), the same with the leading
+ * directories dropped one at a time. Returns an fd and *@ret_name, or -1.
+ */
+static int debuglink_find(Dwfl_Module *dm, const char *debuginfo_path, const char *file_name,
+			  const char *debuglink, uint32_t crc, char **ret_name)
+{
+	const char *slash = strrchr(file_name, '/'), *p = debuginfo_path, *entry;
+	int dir_len = slash ? (int)(slash - file_name) : 0;
+	ssize_t len;
+
+	if (!slash || dir_len >= PATH_MAX)
+		return -1;
+	while ((len = path_next(&p, &entry)) >= 0) {
+		char path[PATH_MAX];
+		int n, fd;
+
+		if (len >= PATH_MAX)
+			continue;
+		if (len == 0 || entry[0] != '/') {
+			/* the file's directory, or a subdirectory of it */
+			n = snprintf(path, sizeof(path), "%.*s/%.*s%s%s", dir_len, file_name,
+				     (int)len, entry, len ? "/" : "", debuglink);
+			if (n < 0 || (size_t)n >= sizeof(path))
+				continue;
+			fd = debuglink_try(dm, path, file_name, crc, ret_name);
+			if (fd >= 0)
+				return fd;
+			continue;
+		}
+		if (file_name[0] != '/')
+			continue;
+		/* ROOT/usr/lib/x/, ROOT/lib/x/, ROOT/x/ for a file in /usr/lib/x/ */
+		for (const char *sub = file_name + 1; sub && sub <= slash;) {
+			n = snprintf(path, sizeof(path), "%.*s/%.*s%s", (int)len, entry,
+				     (int)(slash + 1 - sub), sub, debuglink);
+			if (n >= 0 && (size_t)n < sizeof(path)) {
+				fd = debuglink_try(dm, path, file_name, crc, ret_name);
+				if (fd >= 0)
+					return fd;
+			}
+			sub = sub < slash ? strchr(sub, '/') : NULL;
+			if (sub)
+				sub++;
+		}
+	}
+	return -1;
+}
+
+/*
+ * find_debuginfo_local() - Dwfl_Callbacks.find_debuginfo of a symbolizer
+ * made without debuginfod: dwfl_standard_find_debuginfo() less its last
+ * resort. libdwfl's standard callback (elfutils 0.188, find-debuginfo.c)
+ * asks libdebuginfod (dlopen()ed on first use) whenever DEBUGINFOD_URLS is
+ * set and the local search failed, which may block on the network for
+ * minutes; the environment of a multithreaded daemon cannot be changed
+ * around the call, so the local search is done here instead: by build ID
+ * under the absolute entries of the path (dwfl_build_id_find_debuginfo(),
+ * which never asks debuginfod), then by .gnu_debuglink as in
+ * debuglink_find(), for the file name and for its realpath(). An alternate
+ * (dwz) file named by a path is left to libdw, which opens it itself
+ * (dwarf_getalt()). The module's userdata is its symbolizer.
+ */
+static int find_debuginfo_local(Dwfl_Module *dm, void **userdata, const char *modname,
+				GElf_Addr base, const char *file_name, const char *debuglink,
+				GElf_Word crc, char **ret_name)
+{
+	const struct symbolizer *s = *userdata;
+	_cleanup_free_ char *canon = NULL, *invented = NULL;
+	int fd;
+
+	fd = dwfl_build_id_find_debuginfo(dm, userdata, modname, base, file_name, debuglink, crc,
+					  ret_name);
+	if (fd >= 0 || !s || !file_name)
+		return fd;
+	if (!debuglink) {
+		/* libdwfl tries FILE.debug then (checked by build ID only) */
+		const char *base_name = strrchr(file_name, '/');
+
+		if (asprintf(&invented, "%s.debug", base_name ? base_name + 1 : file_name) < 0) {
+			invented = NULL;
+			return -1;
+		}
+		debuglink = invented;
+		crc = 0;
+	}
+	if (!debuglink[0] || strchr(debuglink, '/'))
+		return -1;
+	fd = debuglink_find(dm, s->debuginfo_path, file_name, debuglink, crc, ret_name);
+	if (fd >= 0)
+		return fd;
+	canon = realpath(file_name, NULL);
+	if (!canon || strcmp(canon, file_name) == 0)
+		return -1;
+	return debuglink_find(dm, s->debuginfo_path, canon, debuglink, crc, ret_name);
+}
+
+/*
+ * debuginfo_path_new() - libdwfl's search path for @debug_path (absolute
+ * directories separated by colons; relative and empty entries are ignored,
+ * as libdwfl would take them for subdirectories of the file's directory):
+ * ":.debug:ROOT...:/usr/lib/debug", malloc'd; NULL on OOM.
+ */
+static char *debuginfo_path_new(const char *debug_path)
+{
+	const char *p = debug_path, *entry;
+	size_t size = sizeof(":.debug::/usr/lib/debug") + (debug_path ? strlen(debug_path) : 0);
+	char *path = malloc(size), *w;
+	ssize_t len;
+
+	if (!path)
+		return NULL;
+	w = stpcpy(path, ":.debug");
+	while ((len = path_next(&p, &entry)) >= 0) {
+		if (len == 0 || entry[0] != '/')
+			continue;
+		*w++ = ':';
+		w = mempcpy(w, entry, (size_t)len);
+	}
+	strcpy(w, ":/usr/lib/debug");
+	return path;
+}
+
+/*
+ * symbolizer__new_with() - an empty symbolizer: modules are opened and
+ * kallsyms read on first use.
+ * @debuginfod: let libdwfl fetch debug info missing locally through
+ *   libdebuginfod when DEBUGINFOD_URLS is set (dwfl_standard_find_debuginfo()),
+ *   and symbolizer__file() too. Lookups may then block on the network for
+ *   minutes: never for the symbolizer of the sampling path. When false,
+ *   libdebuginfod is never loaded on our behalf (find_debuginfo_local()).
+ * @debug_path: NULL, or directories separated by colons, searched before
+ *   /usr/lib/debug for separate debug files: by build ID as
+ *   DIR/.build-id/xx/rest.debug, and by .gnu_debuglink as DIR/<directory of
+ *   the file>/NAME (and DIR/<that directory less leading components>/NAME,
+ *   as libdwfl does). Only absolute entries are used. Copied.
+ *
+ * Returns NULL only on out-of-memory. Does not log.
+ */
+struct symbolizer *symbolizer__new_with(bool debuginfod, const char *debug_path)
+{
+	struct symbolizer *s;
+
+	elf_version(EV_CURRENT);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->debuginfo_path = debuginfo_path_new(debug_path);
+	if (!s->debuginfo_path) {
+		free(s);
+		return NULL;
+	}
+	s->debuginfod = debuginfod;
+	s->callbacks = (Dwfl_Callbacks){
+	    .find_elf = debuginfod ? dwfl_build_id_find_elf : find_elf_none,
+	    .find_debuginfo = debuginfod ? dwfl_standard_find_debuginfo : find_debuginfo_local,
+	    .section_address = dwfl_offline_section_address,
+	    .debuginfo_path = &s->debuginfo_path,
+	};
+	return s;
+}
+
+/*
+ * symbolizer__new() - symbolizer__new_with(false, $PROFD_DEBUG_PATH): the
+ * symbolizer of the sampling path, which never asks debuginfod. NULL only
+ * on out-of-memory. Does not log.
+ */
+struct symbolizer *symbolizer__new(void)
+{
+	return symbolizer__new_with(false, getenv("PROFD_DEBUG_PATH"));
+}
+
+static void module_free(struct module *m)
+{
+	if (!m)
+		return;
+	if (m->dwfl)
+		dwfl_end(m->dwfl); /* closes the fd dwfl_report_elf() consumed */
+	free(m);
+}
+
+static void results_clear(struct symbolizer *s)
+{
+	for (size_t i = 0; i < s->results.cap; i++) {
+		struct result *r = s->results.vals[i];
+
+		if (r)
+			free(r->inlined);
+		free(r);
+	}
+	hashmap__clear(&s->results);
+}
+
+/* symbolizer__free() - release all modules, caches and strings. Accepts NULL. */
+void symbolizer__free(struct symbolizer *s)
+{
+	if (!s)
+		return;
+	results_clear(s);
+	hashmap__free(&s->results);
+	for (size_t i = 0; i < s->modules.cap; i++)
+		module_free(s->modules.vals[i]);
+	hashmap__free(&s->modules);
+	free(s->ksyms);
+	arena_done(&s->ksym_names);
+	strpool_done(&s->pool);
+	if (s->vdso_tried && s->vdso_fd >= 0)
+		close(s->vdso_fd);
+	if (s->debuginfod_dwfl)
+		dwfl_end(s->debuginfod_dwfl);
+	free(s->debuginfo_path);
+	free(s);
+}
+
+/* What identifies a module: interned strings compare by address. Hashed as bytes. */
+struct module_key {
+	const char *path, *build_id;
+	uint64_t dev_major, dev_minor, ino;
+	uint64_t vdso_bytes;
+	bool vdso_self;
+	bool file;
+};
+
+static bool module_eq(const void *entry, const void *key)
+{
+	const struct module *m = entry;
+	const struct module_key *k = key;
+
+	return m->path == k->path && m->build_id == k->build_id && m->ino == k->ino &&
+	       m->dev_major == k->dev_major && m->dev_minor == k->dev_minor &&
+	       m->vdso_bytes == k->vdso_bytes && m->vdso_self == k->vdso_self && m->file == k->file;
+}
+
+/*
+ * module_intern() - the module of @key, created (fields from the key, not
+ * opened, first try at @retry_ns) if new. NULL only on out-of-memory.
+ */
+static struct module *module_intern(struct symbolizer *s, const struct module_key *key,
+				    uint64_t retry_ns)
+{
+	uint64_t h = hash64(HASH64_INIT, key, sizeof(*key));
+	struct module *mod = hashmap__find(&s->modules, h, module_eq, key);
+
+	if (mod)
+		return mod;
+	mod = calloc(1, sizeof(*mod));
+	if (!mod)
+		return NULL;
+	*mod = (struct module){
+	    .path = key->path,
+	    .build_id = key->build_id,
+	    .dev_major = key->dev_major,
+	    .dev_minor = key->dev_minor,
+	    .ino = key->ino,
+	    .vdso_bytes = key->vdso_bytes,
+	    .vdso_self = key->vdso_self,
+	    .file = key->file,
+	    .retry_ns = retry_ns,
+	};
+	if (hashmap__insert(&s->modules, h, mod) < 0) {
+		free(mod);
+		return NULL;
+	}
+	return mod;
+}
+
+/*
+ * elf_fd_matches() - whether @fd is an ELF file with build ID @build_id
+ * ("" accepts any ELF: nothing to check against).
+ */
+static bool elf_fd_matches(int fd, const char *build_id)
+{
+	_cleanup_(elf_endp) Elf *e = elf_begin_fd(fd);
+	char id[2 * BUILD_ID_MAX_BYTES + 1];
+
+	if (!e)
+		return false;
+	if (!build_id[0])
+		return true;
+	elf_build_id_hex(e, id);
+	return strcmp(id, build_id) == 0;
+}
+
+/*
+ * addrspace__open_file() - open the ELF file behind mapping @m of @as, the
+ * way the symbolizer does: the first of /proc/PID/map_files/START-END,
+ * /proc/PID/root/PATH and PATH that is a regular ELF file whose GNU build ID
+ * is @m->build_id (any ELF file when @m has none), so a library replaced on
+ * disk since is never taken for the one mapped.
+ * @m: a mapping of @as (from addrspace__find() or addrspace__mappings()).
+ * @ret_path: receives, NUL-terminated, the name under which separate debug
+ *   files are looked for next to the file: /proc/PID/root/PATH when opened
+ *   that way, else PATH (the path in the maps); @size bytes, PATH_MAX + 64
+ *   is always enough.
+ *
+ * Returns a read-only O_CLOEXEC fd the caller owns, -ENOENT when no way
+ * opens a matching file ([vdso], a file gone with its process),
+ * -ENAMETOOLONG when @size is too small. Blocks on file I/O; does not log.
+ */
+int addrspace__open_file(const struct addrspace *as, const struct mapping *m, char *ret_path,
+			 size_t size)
+{
+	char buf[PATH_MAX + 64];
+
+	for (int how = 0; how < OPEN_N; how++) {
+		_cleanup_close_ int fd = -1;
+		int n;
+
+		if (open_path(as, m->start, m->end, m->path, how, buf, sizeof(buf)) < 0)
+			continue;
+		fd = open_regular(buf);
+		if (fd < 0 || !elf_fd_matches(fd, m->build_id))
+			continue;
+		n = snprintf(ret_path, size, "%s", how == OPEN_ROOT ? buf : m->path);
+		if (n < 0 || (size_t)n >= size)
+			return -ENAMETOOLONG;
+		return TAKE_FD(fd);
+	}
+	return -ENOENT;
+}
+
+/*
+ * module_report() - give @mod a Dwfl of its own, with @s's callbacks, with
+ * the ELF file @fd (consumed) named @file_name. Returns 0, -ENOMEM, or
+ * -EINVAL if libdwfl cannot use the file.
+ */
+static int module_report(struct symbolizer *s, struct module *mod, const char *file_name, int fd)
+{
+	Dwarf_Addr bias, dwarf_bias;
+	Dwfl_Module *dm;
+	Dwfl *dwfl;
+	void **userdata;
+
+	dwfl = dwfl_begin(&s->callbacks);
+	if (!dwfl) {
+		close(fd);
+		return -ENOMEM;
+	}
+	dwfl_report_begin(dwfl);
+	dm = dwfl_report_elf(dwfl, mod->path, file_name, fd, 0, false);
+	if (!dm)
+		close(fd); /* consumed only on success */
+	dwfl_report_end(dwfl, NULL, NULL);
+	if (!dm || !dwfl_module_getelf(dm, &bias)) {
+		dwfl_end(dwfl);
+		return -EINVAL;
+	}
+	/* find_debuginfo_local() reads the search path from the symbolizer */
+	if (dwfl_module_info(dm, &userdata, NULL, NULL, NULL, NULL, NULL, NULL))
+		*userdata = s;
+	/*
+	 * Look for DWARF (in the file or a separate debug file) now, while
+	 * /proc/PID/root still leads to it.
+	 */
+	(void)dwfl_module_getdwarf(dm, &dwarf_bias);
+	mod->dwfl = dwfl;
+	mod->mod = dm;
+	mod->bias = bias;
+	return 0;
+}
+
+/*
+ * module_open() - open @mod's file for the mapping @m of @as in a Dwfl of
+ * its own, trying the ways of open_path() in turn and refusing a file whose
+ * build ID differs from the one read when the maps were (a library replaced
+ * on disk: its symbols would be silently wrong). Leaves mod->dwfl NULL if no
+ * way works.
+ */
+static void module_open(struct symbolizer *s, struct module *mod, const struct addrspace *as,
+			const struct mapping *m)
+{
+	char buf[PATH_MAX + 64];
+
+	for (int how = 0; how < OPEN_N; how++) {
+		_cleanup_close_ int fd = -1;
+		int r;
+
+		if (open_path(as, m->start, m->end, mod->path, how, buf, sizeof(buf)) < 0)
+			continue;
+		fd = open_regular(buf);
+		if (fd < 0 || !elf_fd_matches(fd, mod->build_id))
+			continue;
+		/*
+		 * The file name is where .gnu_debuglink files are looked for
+		 * (next to it, in .debug/, under /usr/lib/debug): the path the
+		 * process sees, through its root while that exists.
+		 */
+		r = module_report(s, mod, how == OPEN_ROOT ? buf : mod->path, TAKE_FD(fd));
+		if (r == 0 || r == -ENOMEM)
+			return;
+	}
+}
+
+/*
+ * vdso_load() - copy our own vDSO into a memfd, once per symbolizer. Leaves
+ * vdso_fd -1 when we have none (or no memory for it).
+ */
+static void vdso_load(struct symbolizer *s)
+{
+	uint64_t start = 0, size = self_vdso(&start);
+	_cleanup_close_ int fd = -1;
+
+	s->vdso_tried = true;
+	s->vdso_fd = -1;
+	if (!size)
+		return;
+	fd = memfd_create("profd-vdso", MFD_CLOEXEC);
+	if (fd < 0)
+		return;
+	for (uint64_t done = 0; done < size;) {
+		ssize_t w = write(fd, (const char *)(uintptr_t)start + done, size - done);
+
+		if (w <= 0)
+			return;
+		done += (uint64_t)w;
+	}
+	s->vdso_bytes = size;
+	s->vdso_fd = TAKE_FD(fd);
+}
+
+/*
+ * module_open_vdso() - open the [vdso] module @mod from the copy of our own
+ * vDSO, when addrspace found the process's vDSO to be the same image
+ * (as_file_load_vdso()). Its symbols are in .dynsym; at one address the
+ * vDSO has both a weak (clock_gettime) and a global name
+ * (__vdso_clock_gettime), and libdwfl prefers the global one, as perf
+ * shows it. Leaves mod->dwfl NULL otherwise.
+ */
+static void module_open_vdso(struct symbolizer *s, struct module *mod)
+{
+	_cleanup_close_ int fd = -1;
+
+	if (!s->vdso_tried)
+		vdso_load(s);
+	if (!mod->vdso_self || s->vdso_fd < 0 || mod->vdso_bytes != s->vdso_bytes)
+		return;
+	/* libelf reads with pread, so the offset shared with vdso_fd does not matter */
+	fd = fcntl(s->vdso_fd, F_DUPFD_CLOEXEC, 3);
+	if (fd < 0 || !elf_fd_matches(fd, mod->build_id))
+		return;
+	(void)module_report(s, mod, mod->path, TAKE_FD(fd));
+}
+
+/*
+ * symbolizer_module() - the module for mapping @idx of @as, opened on first
+ * use (and again after MODULE_RETRY_NS while it cannot be). NULL on OOM.
+ */
+static struct module *symbolizer_module(struct symbolizer *s, const struct addrspace *as,
+					size_t idx)
+{
+	const struct mapping *m = &as->maps[idx];
+	const struct as_file *f = as->owners[idx];
+	struct module_key key;
+	struct module *mod;
+
+	memset(&key, 0, sizeof(key)); /* padding too: the key is hashed as bytes */
+	key.path = strpool_intern(&s->pool, m->path);
+	key.build_id = strpool_intern(&s->pool, m->build_id);
+	if (!key.path || !key.build_id)
+		return NULL;
+	if (!key.build_id[0]) {
+		/* without a build ID, two files at one path (two containers) differ by inode */
+		key.dev_major = f->dev_major;
+		key.dev_minor = f->dev_minor;
+		key.ino = f->ino;
+	}
+	if (is_vdso(m->path, strlen(m->path))) {
+		/* every [vdso] has inode 0: tell images apart by size and by being ours */
+		key.vdso_bytes = m->end - m->start;
+		key.vdso_self = f->vdso_self;
+	}
+	/* [vdso] is opened from our own copy, once; nothing else has a file */
+	mod = module_intern(s, &key, key.path[0] == '/' || key.vdso_self ? 0 : UINT64_MAX);
+	if (!mod)
+		return NULL;
+	if (!mod->dwfl && mod->retry_ns != UINT64_MAX) {
+		uint64_t now = now_ns(CLOCK_MONOTONIC);
+
+		if (now >= mod->retry_ns && mod->path[0] != '/') {
+			module_open_vdso(s, mod);
+			mod->retry_ns = UINT64_MAX; /* our vDSO does not change */
+		} else if (now >= mod->retry_ns) {
+			module_open(s, mod, as, m);
+			mod->retry_ns = now + MODULE_RETRY_NS;
+		}
+	}
+	return mod;
+}
+
+/*
+ * intern_symbol() - @name without a symbol version ("memcpy@@GLIBC_2.14",
+ * as a library's .symtab spells its versioned symbols: one function, one
+ * name), demangled if it is a C++ name, interned. NULL on OOM.
+ */
+static const char *intern_symbol(struct symbolizer *s, const char *name)
+{
+	_cleanup_free_ char *unversioned = NULL;
+	const char *at = strchr(name, '@');
+
+	if (at && at > name) {
+		unversioned = strndup(name, at - name);
+		if (!unversioned)
+			return NULL;
+		name = unversioned;
+	}
+	if (name[0] == '_' && name[1] == 'Z' &&
+	    strnlen(name, DEMANGLE_MAX_LEN + 1) <= DEMANGLE_MAX_LEN) {
+		int status = -1;
+		_cleanup_free_ char *d = __cxa_demangle(name, NULL, NULL, &status);
+
+		if (d && status == 0)
+			return strpool_intern(&s->pool, d);
+	}
+	return strpool_intern(&s->pool, name);
+}
+
+/*
+ * scope_chain() - the DW_TAG_subprogram and DW_TAG_inlined_subroutine DIEs
+ * of CU @cudie whose ranges hold @pc (a CU address, as dwarf_getscopes()
+ * takes), outermost first, into @ret (SCOPE_MAX_DEPTH entries); returns how
+ * many.
+ *
+ * Not dwarf_getscopes(): past the innermost inlined instance it returns the
+ * scopes around that function's abstract definition, not the concrete
+ * instances the instance sits in (elfutils 0.188 libdw/dwarf_getscopes.c),
+ * so a second level of inlining would be lost; eu-addr2line -i goes on with
+ * dwarf_getscopes_die(), which walks the whole CU. This descends once from
+ * the CU through the one child at each level whose ranges hold @pc, the
+ * first pass of dwarf_getscopes() (which likewise does not look into DIEs
+ * without ranges: GCC and clang put a namespace's function definitions at
+ * CU level). Each step moves forward in the CU, so a corrupt tree ends.
+ */
+static size_t scope_chain(Dwarf_Die *cudie, Dwarf_Addr pc, Dwarf_Die *ret)
+{
+	Dwarf_Die die = *cudie, child, next;
+	size_t n = 0;
+
+	for (size_t depth = 0; depth < SCOPE_MAX_DEPTH && dwarf_child(&die, &child) == 0; depth++) {
+		bool found;
+		int tag;
+
+		while (!(found = dwarf_haspc(&child, pc) > 0) &&
+		       dwarf_siblingof(&child, &next) == 0)
+			child = next;
+		if (!found)
+			break;
+		tag = dwarf_tag(&child);
+		if (tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine)
+			ret[n++] = child;
+		die = child;
+	}
+	return n;
+}
+
+/*
+ * call_site() - DW_AT_call_file (through CU @cudie's file table) and
+ * DW_AT_call_line of the inlined instance @die, in *@ret_file (libdw's
+ * string) and *@ret_line; false (both untouched) if either is missing or
+ * out of range.
+ */
+static bool call_site(Dwarf_Die *cudie, Dwarf_Die *die, const char **ret_file, int *ret_line)
+{
+	Dwarf_Attribute attr_mem;
+	Dwarf_Word call_file, call_line;
+	Dwarf_Files *files;
+	size_t n_files;
+	const char *src;
+
+	if (dwarf_formudata(dwarf_attr(die, DW_AT_call_file, &attr_mem), &call_file))
+		return false;
+	if (dwarf_formudata(dwarf_attr(die, DW_AT_call_line, &attr_mem), &call_line) ||
+	    call_line == 0 || call_line > INT_MAX)
+		return false;
+	if (dwarf_getsrcfiles(cudie, &files, &n_files) != 0 || call_file >= n_files)
+		return false;
+	src = dwarf_filesrc(files, call_file, NULL, NULL);
+	if (!src)
+		return false;
+	*ret_file = src;
+	*ret_line = (int)call_line;
+	return true;
+}
+
+/*
+ * intern_source() - @file made absolute with @comp_dir (DW_AT_comp_dir, may
+ * be NULL) as addr2line does, interned; NULL on OOM. Compilers write the
+ * name as given on their command line, relative for most build systems.
+ */
+static const char *intern_source(struct symbolizer *s, const char *comp_dir, const char *file)
+{
+	_cleanup_free_ char *full = NULL;
+
+	if (file[0] == '/' || !comp_dir || !comp_dir[0])
+		return strpool_intern(&s->pool, file);
+	if (asprintf(&full, "%s/%s", comp_dir, file) < 0) {
+		full = NULL; /* asprintf() leaves it undefined on failure */
+		return NULL;
+	}
+	return strpool_intern(&s->pool, full);
+}
+
+/*
+ * die_function() - the name of the function @die (an inlined instance) is
+ * of, from its abstract origin (dwarf_attr_integrate() follows
+ * DW_AT_abstract_origin and DW_AT_specification): the linkage name,
+ * demangled as intern_symbol() does, else DW_AT_name; interned into
+ * *@ret, NULL when it has neither. Returns 0 or -ENOMEM.
+ */
+static int die_function(struct symbolizer *s, Dwarf_Die *die, const char **ret)
+{
+	Dwarf_Attribute attr_mem;
+	const char *name;
+
+	name = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_linkage_name, &attr_mem));
+	if (!name)
+		name =
+		    dwarf_formstring(dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &attr_mem));
+	if (name && name[0]) {
+		*ret = intern_symbol(s, name);
+		return *ret ? 0 : -ENOMEM;
+	}
+	name = dwarf_diename(die);
+	if (!name || !name[0]) {
+		*ret = NULL;
+		return 0;
+	}
+	*ret = strpool_intern(&s->pool, name);
+	return *ret ? 0 : -ENOMEM;
+}
+
+/* intern_source_or_null() - intern_source() of @file, NULL for NULL; false on OOM. */
+static bool intern_source_or_null(struct symbolizer *s, const char *comp_dir, const char *file,
+				  const char **ret)
+{
+	*ret = file ? intern_source(s, comp_dir, file) : NULL;
+	return !file || *ret;
+}
+
+/*
+ * module_inline() - fill @ret's inline frames for Dwfl address @addr of
+ * @mod and, when it is in inlined code, set *@file, *@line and *@comp_dir
+ * (libdw's strings) to the call site of the outermost inlined call: the
+ * depth-0 frame's place. @line_file, @line_line and @line_comp_dir are what
+ * the line table says of @addr (NULL/0 if nothing): the innermost frame's
+ * place. Keeps the INLINE_MAX innermost inlined calls. Returns 0 or -ENOMEM
+ * (ret->inlined may then be set, for the caller to free).
+ */
+static int module_inline(struct symbolizer *s, const struct module *mod, Dwarf_Addr addr,
+			 const char *line_file, int line_line, const char *line_comp_dir,
+			 const char **file, int *line, const char **comp_dir, struct result *ret)
+{
+	Dwarf_Die chain[SCOPE_MAX_DEPTH], *cudie;
+	Dwarf_Attribute attr_mem;
+	Dwarf_Addr cu_bias;
+	const char *cu_comp_dir;
+	size_t n, first, k;
+
+	cudie = dwfl_module_addrdie(mod->mod, addr, &cu_bias);
+	if (!cudie)
+		return 0;
+	n = scope_chain(cudie, addr - cu_bias, chain);
+	/* the inlined instances inside the innermost out-of-line function */
+	for (first = n; first > 0 && dwarf_tag(&chain[first - 1]) == DW_TAG_inlined_subroutine;)
+		first--;
+	k = n - first;
+	if (k == 0)
+		return 0;
+	cu_comp_dir = dwarf_formstring(dwarf_attr(cudie, DW_AT_comp_dir, &attr_mem));
+	/* the depth-0 frame: where the function called the outermost inlined one */
+	if (call_site(cudie, &chain[first], file, line))
+		*comp_dir = cu_comp_dir;
+
+	ret->inlined = calloc(MIN(k, (size_t)INLINE_MAX), sizeof(*ret->inlined));
+	if (!ret->inlined)
+		return -ENOMEM;
+	for (size_t i = 0; i < k && i < INLINE_MAX; i++) {
+		/* innermost first: chain[n - 1] is the deepest */
+		struct inline_frame *f = &ret->inlined[i];
+		const char *src = NULL, *dir = cu_comp_dir;
+		int src_line = 0;
+
+		if (die_function(s, &chain[n - 1 - i], &f->function) < 0)
+			return -ENOMEM;
+		if (i == 0) {
+			/* the address itself: the line table */
+			src = line_file;
+			src_line = line_line;
+			dir = line_comp_dir;
+		} else {
+			/* where it was called from, in the next deeper one */
+			(void)call_site(cudie, &chain[n - i], &src, &src_line);
+		}
+		if (!intern_source_or_null(s, dir, src, &f->file))
+			return -ENOMEM;
+		f->line = src ? src_line : 0;
+		ret->n_inlined = i + 1;
+	}
+	return 0;
+}
+
+/*
+ * module_lookup() - what ELF virtual address @vaddr of @mod is: the function
+ * the symbol table names (demangled), the file and line in it (of the
+ * outermost inlined call when @vaddr is in inlined code), and the inlined
+ * calls, each string interned; NULL/0 where unknown. Returns 0 or -ENOMEM
+ * (nothing to free in @ret then).
+ */
+static int module_lookup(struct symbolizer *s, const struct module *mod, uint64_t vaddr,
+			 struct result *ret)
+{
+	Dwarf_Addr addr = vaddr + mod->bias;
+	const char *name, *src = NULL, *src_comp_dir = NULL, *file, *comp_dir;
+	Dwfl_Line *dl;
+	GElf_Off off;
+	GElf_Sym sym;
+	int src_line = 0, line, r;
+
+	ret->function = NULL;
+	ret->file = NULL;
+	ret->line = 0;
+	ret->inlined = NULL;
+	ret->n_inlined = 0;
+
+	name = dwfl_module_addrinfo(mod->mod, addr, &off, &sym, NULL, NULL, NULL);
+	if (name && name[0] && GELF_ST_TYPE(sym.st_info) != STT_SECTION &&
+	    GELF_ST_TYPE(sym.st_info) != STT_FILE && GELF_ST_TYPE(sym.st_info) != STT_TLS) {
+		ret->function = intern_symbol(s, name);
+		if (!ret->function)
+			return -ENOMEM;
+	}
+
+	dl = dwfl_module_getsrc(mod->mod, addr);
+	if (dl) {
+		src = dwfl_lineinfo(dl, NULL, &src_line, NULL, NULL, NULL);
+		if (src && src_line > 0) {
+			src_comp_dir = dwfl_line_comp_dir(dl);
+		} else {
+			src = NULL;
+			src_line = 0;
+		}
+	}
+	file = src;
+	line = src_line;
+	comp_dir = src_comp_dir;
+	r = module_inline(s, mod, addr, src, src_line, src_comp_dir, &file, &line, &comp_dir, ret);
+	if (r >= 0 && !intern_source_or_null(s, comp_dir, file, &ret->file))
+		r = -ENOMEM;
+	if (r < 0) {
+		free(ret->inlined);
+		ret->inlined = NULL;
+		ret->n_inlined = 0;
+		return r;
+	}
+	ret->line = file ? line : 0;
+	return 0;
+}
+
+static uint64_t result_hash(const struct module *mod, uint64_t vaddr)
+{
+	return hash64(hash64(HASH64_INIT, &mod, sizeof(mod)), &vaddr, sizeof(vaddr));
+}
+
+static bool result_eq(const void *entry, const void *key)
+{
+	const struct result *a = entry, *b = key;
+
+	return a->mod == b->mod && a->vaddr == b->vaddr;
+}
+
+/*
+ * results_add() - cache @r, taking its inline frames; failing to (OOM)
+ * frees them and only costs a later lookup.
+ */
+static void results_add(struct symbolizer *s, const struct result *r)
+{
+	struct result *copy;
+
+	if (s->results.len >= RESULT_CACHE_MAX)
+		results_clear(s); /* start over rather than grow without bound */
+	copy = malloc(sizeof(*copy));
+	if (!copy) {
+		free(r->inlined);
+		return;
+	}
+	*copy = *r;
+	if (hashmap__insert(&s->results, result_hash(r->mod, r->vaddr), copy) < 0) {
+		free(copy->inlined);
+		free(copy);
+	}
+}
+
+/*
+ * module_frames() - the frames of ELF virtual address @vaddr of @mod (whose
+ * Dwfl is open), looked up at @lookup (@vaddr or @vaddr - 1), into @ret as
+ * symbolizer__user_inline() documents, from the result cache or looked up
+ * and cached. Returns the number of frames (1..@max, @max >= 1) or -ENOMEM.
+ */
+static int module_frames(struct symbolizer *s, const struct module *mod, uint64_t vaddr,
+			 uint64_t lookup, struct frame_info *ret, size_t max)
+{
+	struct result r = {.mod = mod, .vaddr = lookup}, *cached;
+	size_t n_in;
+	int err;
+
+	cached = hashmap__find(&s->results, result_hash(mod, lookup), result_eq, &r);
+	if (cached) {
+		r = *cached;
+	} else {
+		err = module_lookup(s, mod, lookup, &r);
+		if (err < 0)
+			return err;
+	}
+	/* too many: the innermost, and the depth-0 frame last */
+	n_in = MIN(r.n_inlined, max - 1);
+	for (size_t i = 0; i < n_in; i++)
+		ret[i] = (struct frame_info){
+		    .module = mod->path,
+		    .build_id = mod->build_id,
+		    .rel_addr = vaddr,
+		    .function = r.inlined[i].function,
+		    .file = r.inlined[i].file,
+		    .line = r.inlined[i].line,
+		    .inline_depth = (int)(n_in - i),
+		};
+	ret[n_in] = (struct frame_info){
+	    .module = mod->path,
+	    .build_id = mod->build_id,
+	    .rel_addr = vaddr,
+	    .function = r.function,
+	    .file = r.file,
+	    .line = r.line,
+	};
+	if (!cached)
+		results_add(s, &r); /* after the copy: it may free r.inlined */
+	return (int)(n_in + 1);
+}
+
+/*
+ * symbolizer__user_inline() - symbolize user address @addr of a process
+ * whose mappings are @as, with inlined calls as frames of their own.
+ * @addr: a runtime address in that process.
+ * @return_addr: true for a return address from an unwound stack (every frame
+ *   but the leaf): the lookup uses the ELF address - 1, so that a call at the
+ *   very end of a function is attributed to that function and its line;
+ *   rel_addr is still that of @addr.
+ * @ret: @max >= 1 frames to fill, innermost first. When DWARF says @addr is
+ *   in code inlined into its function (DW_TAG_inlined_subroutine DIEs whose
+ *   ranges hold it), ret[0] is the innermost inlined function (named from
+ *   its abstract origin's linkage name, demangled, else its DW_AT_name)
+ *   with the file:line of the address from the line table; each next one
+ *   is the function that inlined the previous one, with the file:line of
+ *   that call (DW_AT_call_file/DW_AT_call_line); the last is the frame
+ *   symbolizer__user() gives: the function the symbol table names (names
+ *   stay those of the symbol table, as on every other path) with the place
+ *   where it called the outermost inlined function. inline_depth counts
+ *   down to 0 for the last. With more than @max frames the innermost
+ *   @max - 1 are kept and the last is still the depth-0 one, whose
+ *   inline_depth is 0; the kept ones are numbered @max - 1 .. 1 (the levels
+ *   cut away are not counted). At most INLINE_MAX levels are kept per
+ *   address. All frames share module, build_id and rel_addr; strings are
+ *   owned by @s and valid until symbolizer__free().
+ *
+ * Files are opened, searched for separate debug info and cached as for
+ * symbolizer__user(); lookups are cached per module and address.
+ *
+ * Returns the number of frames (1..@max): 1 without debug info or without
+ * inlining at @addr. Returns -ENOENT if no mapping holds @addr (ret[0] then
+ * has module "[unknown]", rel_addr = @addr), -ENOMEM, -EINVAL for @max 0.
+ * Blocks on file I/O (and on debuginfod for a symbolizer made with it);
+ * does not log.
+ */
+int symbolizer__user_inline(struct symbolizer *s, const struct addrspace *as, uint64_t addr,
+			    bool return_addr, struct frame_info *ret, size_t max)
+{
+	const struct mapping *m;
+	struct module *mod;
+	uint64_t rel;
+	ssize_t idx;
+
+	if (max < 1)
+		return -EINVAL;
+	ret[0] = (struct frame_info){.module = "[unknown]", .build_id = "", .rel_addr = addr};
+	idx = as ? as_index(as, addr) : -1;
+	if (idx < 0)
+		return -ENOENT;
+	m = &as->maps[idx];
+	mod = symbolizer_module(s, as, (size_t)idx);
+	if (!mod)
+		return -ENOMEM;
+	rel = addr - m->load_bias;
+	ret[0].module = mod->path;
+	ret[0].build_id = mod->build_id;
+	ret[0].rel_addr = rel;
+	if (!mod->dwfl)
+		return 1;
+	return module_frames(s, mod, rel, return_addr && rel > 0 ? rel - 1 : rel, ret, max);
+}
+
+/*
+ * symbolizer__user() - symbolize user address @addr of a process whose
+ * mappings are @as.
+ * @addr: a runtime address in that process.
+ * @return_addr: true for a return address from an unwound stack (every frame
+ *   but the leaf): the lookup uses the ELF address - 1, so that a call at the
+ *   very end of a function is attributed to that function and its line;
+ *   ret->rel_addr is still that of @addr.
+ * @ret: filled in; its strings are owned by @s and valid until
+ *   symbolizer__free().
+ *
+ * The file of each mapping is opened once per (path, build ID) and kept
+ * open; its symbol table (.symtab, else .dynsym), separate debug info found
+ * by build ID or .gnu_debuglink (see symbolizer__new_with()), and DWARF
+ * line table are used. When @addr is in inlined code, function is the
+ * out-of-line function that holds it and file:line the place in it where
+ * the outermost inlined code was called: the last frame of
+ * symbolizer__user_inline(). A [vdso] that is the same image as the
+ * daemon's own vDSO is symbolized from a copy of that (names from its
+ * .dynsym, the __vdso_ ones where it has two, build ID of the image);
+ * another [vdso] (a 32-bit process's) gets function NULL.
+ *
+ * Returns 0 when a mapping holds @addr: module/build_id/rel_addr are set,
+ * and function/file/line when the ELF or its debug info know them (function
+ * NULL for a stripped file, a file that cannot be opened or is corrupt, or a
+ * file replaced on disk by one with another build ID). Returns -ENOENT if no
+ * mapping holds @addr (module "[unknown]", rel_addr = @addr), -ENOMEM.
+ * Blocks on file I/O (and on debuginfod for a symbolizer made with it).
+ * Does not log.
+ */
+int symbolizer__user(struct symbolizer *s, const struct addrspace *as, uint64_t addr,
+		     bool return_addr, struct frame_info *ret)
+{
+	int r = symbolizer__user_inline(s, as, addr, return_addr, ret, 1);
+
+	return r < 0 ? r : 0;
+}
+
+/* build_id_bytes() - lowercase hex @hex as bytes into @buf; their count, 0 if not such hex. */
+static size_t build_id_bytes(const char *hex, unsigned char buf[static BUILD_ID_MAX_BYTES])
+{
+	size_t len = strnlen(hex, 2 * BUILD_ID_MAX_BYTES + 1);
+
+	if (len < 2 || len % 2 || len > 2 * BUILD_ID_MAX_BYTES)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		int d = hex[i] >= '0' && hex[i] <= '9'	 ? hex[i] - '0'
+			: hex[i] >= 'a' && hex[i] <= 'f' ? hex[i] - 'a' + 10
+							 : -1;
+
+		if (d < 0)
+			return 0;
+		if (i % 2)
+			buf[i / 2] |= (unsigned char)d;
+		else
+			buf[i / 2] = (unsigned char)(d << 4);
+	}
+	return len / 2;
+}
+
+/* The libdebuginfod call we make ourselves (elfutils debuginfod/debuginfod.h). */
+typedef int debuginfod_find_fn(debuginfod_client *client, const unsigned char *build_id,
+			       int build_id_len, char **path);
+
+/*
+ * debuginfod_fetch() - the debug file with build ID @id (@len bytes) from
+ * libdebuginfod, as an fd; -1 if there is no client (no DEBUGINFOD_URLS, no
+ * libdebuginfod) or it has nothing. libdwfl loads libdebuginfod with
+ * dlopen() for its own client (dwfl_get_debuginfod_client()); we borrow
+ * that client, from a Dwfl kept for it, and look the function up in the
+ * library already loaded. Blocks on the network.
+ */
+static int debuginfod_fetch(struct symbolizer *s, const unsigned char *id, size_t len)
+{
+	debuginfod_find_fn *find;
+	debuginfod_client *client;
+	char *path = NULL;
+	void *so;
+	int fd;
+
+	if (!s->debuginfod_dwfl) {
+		s->debuginfod_dwfl = dwfl_begin(&s->callbacks);
+		if (!s->debuginfod_dwfl)
+			return -1;
+	}
+	client = dwfl_get_debuginfod_client(s->debuginfod_dwfl);
+	if (!client)
+		return -1;
+	so = dlopen("libdebuginfod.so.1", RTLD_LAZY | RTLD_NOLOAD);
+	if (!so)
+		return -1;
+	find = (debuginfod_find_fn *)dlsym(so, "debuginfod_find_debuginfo");
+	fd = find ? find(client, id, (int)len, &path) : -1;
+	free(path);
+	dlclose(so);
+	return fd;
+}
+
+/*
+ * module_open_file() - open the file module @mod (symbolizer__file()): the
+ * file at its path if its build ID is the module's (any ELF when the module
+ * has none), its separate debug info found from there as for a mapping;
+ * else the debug file with the module's build ID, under each root's
+ * .build-id/ (@s's debug path, then /usr/lib/debug), then from debuginfod
+ * when @s may use it. The debug file alone has the symbol table and DWARF
+ * (objcopy --only-keep-debug keeps .symtab and the program headers). Leaves
+ * mod->dwfl NULL when nothing is found.
+ */
+static void module_open_file(struct symbolizer *s, struct module *mod)
+{
+	unsigned char id[BUILD_ID_MAX_BYTES];
+	const char *p = s->debuginfo_path, *root;
+	size_t id_len;
+	ssize_t len;
+	int fd;
+
+	fd = open_regular(mod->path);
+	if (fd >= 0 && elf_fd_matches(fd, mod->build_id)) {
+		int r = module_report(s, mod, mod->path, fd);
+
+		if (r == 0 || r == -ENOMEM)
+			return;
+	} else if (fd >= 0) {
+		close(fd);
+	}
+	id_len = build_id_bytes(mod->build_id, id);
+	if (id_len == 0)
+		return;
+	while ((len = path_next(&p, &root)) >= 0) {
+		char path[PATH_MAX];
+		int n;
+
+		if (len == 0 || root[0] != '/')
+			continue;
+		n = snprintf(path, sizeof(path), "%.*s/.build-id/%.2s/%s.debug", (int)len, root,
+			     mod->build_id, mod->build_id + 2);
+		if (n < 0 || (size_t)n >= sizeof(path))
+			continue;
+		fd = open_regular(path);
+		if (fd >= 0 && elf_fd_matches(fd, mod->build_id)) {
+			int r = module_report(s, mod, path, fd);
+
+			if (r == 0 || r == -ENOMEM)
+				return;
+		} else if (fd >= 0) {
+			close(fd);
+		}
+	}
+	if (!s->debuginfod)
+		return;
+	fd = debuginfod_fetch(s, id, id_len);
+	if (fd >= 0 && elf_fd_matches(fd, mod->build_id))
+		(void)module_report(s, mod, mod->path, fd);
+	else if (fd >= 0)
+		close(fd);
+}
+
+/*
+ * symbolizer_file_module() - the module of file @path with build ID
+ * @build_id for symbolizer__file(), opened on first use (and again after
+ * MODULE_RETRY_NS while it cannot be); NULL on OOM. Without a build ID the
+ * file's inode is part of the key, as for mappings. Kept apart from the
+ * modules of mappings, which are opened only from the file.
+ */
+static struct module *symbolizer_file_module(struct symbolizer *s, const char *path,
+					     const char *build_id)
+{
+	struct module_key key;
+	struct module *mod;
+
+	memset(&key, 0, sizeof(key)); /* padding too: the key is hashed as bytes */
+	key.path = strpool_intern(&s->pool, path);
+	key.build_id = strpool_intern(&s->pool, build_id);
+	key.file = true;
+	if (!key.path || !key.build_id)
+		return NULL;
+	if (!key.build_id[0]) {
+		struct stat st;
+
+		if (stat(path, &st) == 0) {
+			key.dev_major = major(st.st_dev);
+			key.dev_minor = minor(st.st_dev);
+			key.ino = st.st_ino;
+		}
+	}
+	mod = module_intern(s, &key, 0);
+	if (!mod)
+		return NULL;
+	if (!mod->dwfl) {
+		uint64_t now = now_ns(CLOCK_MONOTONIC);
+
+		if (now >= mod->retry_ns) {
+			module_open_file(s, mod);
+			mod->retry_ns = now + MODULE_RETRY_NS;
+		}
+	}
+	return mod;
+}
+
+/*
+ * symbolizer__file() - symbolize ELF virtual address @rel_addr of the file
+ * @path whose GNU build ID is @build_id, without a process: for frames
+ * stored earlier (profctl resymbolize).
+ * @path: absolute path of the file in our mount namespace.
+ * @build_id: lowercase hex, "" if unknown (then any ELF file at @path is
+ *   taken, and nothing else).
+ * @rel_addr: looked up as given: for a return address the caller passes the
+ *   stored rel_addr - 1 if it wants the call's line (there is no
+ *   return_addr here).
+ * @ret, @max: as symbolizer__user_inline(); module is @path, build_id
+ *   @build_id (interned), rel_addr @rel_addr.
+ *
+ * The file is used only if its build ID is @build_id (a file rebuilt or
+ * upgraded since would give silently wrong names); else, and for a file
+ * gone, the separate debug file with that build ID is used alone: under
+ * DIR/.build-id/ of the symbolizer's debug path and /usr/lib/debug, then
+ * fetched by libdebuginfod when the symbolizer was made with debuginfod.
+ * Opened files are cached by (path, build ID) like those of mappings; one
+ * not found is looked for again after MODULE_RETRY_NS.
+ *
+ * Returns the number of frames (1..@max; function NULL when the file has no
+ * symbol there), -ENOENT when neither a matching file nor its debug info
+ * was found (ret[0] has module, build_id, rel_addr and function NULL),
+ * -ENOMEM, -EINVAL for @max 0. Blocks on file I/O (and on the network with
+ * debuginfod); does not log.
+ */
+int symbolizer__file(struct symbolizer *s, const char *path, const char *build_id,
+		     uint64_t rel_addr, struct frame_info *ret, size_t max)
+{
+	struct module *mod;
+
+	if (max < 1)
+		return -EINVAL;
+	ret[0] = (struct frame_info){.module = "[unknown]", .build_id = "", .rel_addr = rel_addr};
+	if (!path || path[0] != '/' || strnlen(path, PATH_MAX) >= PATH_MAX)
+		return -ENOENT;
+	mod = symbolizer_file_module(s, path, build_id ? build_id : "");
+	if (!mod)
+		return -ENOMEM;
+	ret[0].module = mod->path;
+	ret[0].build_id = mod->build_id;
+	if (!mod->dwfl)
+		return -ENOENT;
+	return module_frames(s, mod, rel_addr, rel_addr, ret, max);
+}
+
+/* ---------------------------------------------------------------------- */
+/* /proc/kallsyms */
+
+/*
+ * kallsyms_parse_line() - parse "address type name[\t[module]]". Returns 0,
+ * or -EINVAL for a malformed line. @name and @module point into @line;
+ * *@module_len is 0 for the kernel image.
+ */
+static int kallsyms_parse_line(const char *line, size_t len, uint64_t *addr, char *type,
+			       const char **name, size_t *name_len, const char **module,
+			       size_t *module_len)
+{
+	const char *p = line, *end = line + len, *q;
+
+	if (len > 0 && end[-1] == '\n')
+		end--;
+	if (!parse_hex(&p, end, addr) || !parse_char(&p, end, ' ') || p >= end)
+		return -EINVAL;
+	*type = *p++;
+	if (!parse_char(&p, end, ' '))
+		return -EINVAL;
+	for (q = p; q < end && *q != '\t' && *q != ' ' && *q != '\0'; q++)
+		;
+	if (q == p || q - p > KSYM_NAME_MAX)
+		return -EINVAL;
+	*name = p;
+	*name_len = q - p;
+	*module = NULL;
+	*module_len = 0;
+	p = q;
+	skip_blanks(&p, end);
+	if (p < end) {
+		/* "[module]", possibly followed by more columns we do not use */
+		if (*p != '[')
+			return -EINVAL;
+		for (q = p; q < end && *q != ']' && *q != '\0'; q++)
+			;
+		if (q >= end || q - p > KSYM_NAME_MAX)
+			return -EINVAL;
+		*module = p;
+		*module_len = q - p + 1;
+	}
+	return 0;
+}
+
+static int ksym_cmp(const void *a, const void *b)
+{
+	const struct ksym *x = a, *y = b;
+
+	if (x->addr != y->addr)
+		return x->addr < y->addr ? -1 : 1;
+	if (x->global != y->global)
+		return x->global ? -1 : 1; /* at one address, prefer the global name */
+	return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/*
+ * ksyms_load_file() - read the text symbols (types t, T, w, W) of a
+ * kallsyms-format file @path into @s, sorted, one per address. Malformed
+ * lines are skipped; bytes past KALLSYMS_MAX_BYTES ignored. Returns 0 or
+ * -errno (open/read failure, -ENOMEM).
+ */
+static int ksyms_load_file(struct symbolizer *s, const char *path)
+{
+	_cleanup_fclose_ FILE *f = NULL;
+	_cleanup_free_ char *line = NULL;
+	_cleanup_free_ struct ksym *syms = NULL;
+	size_t line_cap = 0, n = 0, cap = 0, out;
+	uint64_t total = 0;
+	bool all_zero = true;
+	ssize_t len;
+
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while ((len = getline(&line, &line_cap, f)) > 0) {
+		const char *name, *module;
+		size_t name_len, module_len;
+		uint64_t addr;
+		char type, mod_name[KSYM_NAME_MAX + 2];
+		struct ksym k;
+
+		total += (uint64_t)len;
+		if (total > KALLSYMS_MAX_BYTES)
+			break;
+		if ((size_t)len > LINE_MAX_BYTES ||
+		    kallsyms_parse_line(line, (size_t)len, &addr, &type, &name, &name_len, &module,
+					&module_len) < 0)
+			continue;
+		if (type != 't' && type != 'T' && type != 'w' && type != 'W')
+			continue;
+		if (addr)
+			all_zero = false;
+		k = (struct ksym){
+		    .addr = addr,
+		    .order = (uint32_t)MIN(n, (size_t)UINT32_MAX),
+		    .global = type == 'T' || type == 'W',
+		};
+		k.name = arena_strndup(&s->ksym_names, name, name_len);
+		if (!k.name)
+			return -ENOMEM;
+		if (module_len) {
+			/* kallsyms_parse_line() bounds module_len by KSYM_NAME_MAX + 1 */
+			memcpy(mod_name, module, module_len);
+			mod_name[module_len] = '\0';
+			k.module = strpool_intern(&s->pool, mod_name);
+			if (!k.module)
+				return -ENOMEM;
+		}
+		if (n == cap) {
+			struct ksym *ns = reallocarray(syms, cap ? cap * 2 : 4096, sizeof(*syms));
+
+			if (!ns)
+				return -ENOMEM;
+			syms = ns;
+			cap = cap ? cap * 2 : 4096;
+		}
+		syms[n++] = k;
+	}
+	if (ferror(f))
+		return -EIO;
+
+	qsort(syms, n, sizeof(*syms), ksym_cmp);
+	for (size_t i = out = 0; i < n; i++)
+		if (out == 0 || syms[i].addr != syms[out - 1].addr)
+			syms[out++] = syms[i];
+	free(s->ksyms);
+	s->ksyms = TAKE_PTR(syms);
+	s->n_ksyms = out;
+	s->ksyms_hidden = n > 0 && all_zero;
+	return 0;
+}
+
+/*
+ * symbolizer__kernel() - symbolize kernel address @addr from /proc/kallsyms
+ * (read once, on first use; kernel modules or BPF programs loaded later are
+ * not seen).
+ * @return_addr: as for symbolizer__user(): look up @addr - 1.
+ *
+ * Returns 0 with function set (module "[kernel.kallsyms]" or "[modname]",
+ * rel_addr = @addr), or 0 with function NULL when kallsyms hides addresses
+ * (kptr_restrict), cannot be read, or has no symbol at most KSYM_MAX_DISTANCE
+ * below @addr. -ENOMEM if kallsyms could not be loaded for lack of memory
+ * (tried again next call). Reads a large /proc file on first use; does not
+ * log.
+ */
+int symbolizer__kernel(struct symbolizer *s, uint64_t addr, bool return_addr,
+		       struct frame_info *ret)
+{
+	uint64_t lookup = return_addr && addr > 0 ? addr - 1 : addr;
+	size_t lo = 0, hi;
+	const struct ksym *k;
+
+	*ret = (struct frame_info){
+	    .kernel = true,
+	    .module = "[kernel.kallsyms]",
+	    .build_id = "",
+	    .rel_addr = addr,
+	};
+	if (!s->ksyms_loaded) {
+		int r = ksyms_load_file(s, "/proc/kallsyms");
+
+		if (r == -ENOMEM)
+			return r;
+		s->ksyms_loaded = true; /* other failures: no kernel symbols, don't retry */
+	}
+	if (s->ksyms_hidden)
+		return 0;
+	hi = s->n_ksyms;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (s->ksyms[mid].addr <= lookup)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return 0;
+	k = &s->ksyms[lo - 1];
+	if (lookup - k->addr >= KSYM_MAX_DISTANCE)
+		return 0;
+	ret->function = k->name;
+	if (k->module)
+		ret->module = k->module;
+	return 0;
+}

@@ -1,0 +1,857 @@
+/*
+ * unwind.c - DWARF (CFI) unwinding of user stacks copied with a sample, with
+ * libdwfl, in the manner of perf's tools/perf/util/unwind-libdw.c: a Dwfl
+ * per address space whose modules are the process's ELF files at their load
+ * addresses, attached (dwfl_attach_state) to one pretend thread whose
+ * registers are the sample's and whose memory is the copied stack slice.
+ *
+ * Owns: the Dwfl cache (one per address space, rebuilt when the address
+ * space gains or loses mappings), a copy of our own vDSO for frames in the
+ * target's, and the mapping of libdwfl's outcome to enum unwind_status.
+ * Everything unwound is untrusted: registers and stack bytes from a sample,
+ * CFI from arbitrary binaries. Bad input gives a short stack and a status,
+ * never a crash or an unbounded walk. Not thread-safe.
+ */
+#include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
+#include <elfutils/libdwfl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <inttypes.h>
+#include <libelf.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "symbols/symbolize.h"
+#include "symbols/unwind.h"
+#include "util.h"
+
+/* The largest stack slice read; perf caps sample_stack_user just below 64 KiB. */
+#define STACK_MAX_BYTES 65536
+/*
+ * Address spaces whose Dwfl is kept. Each Dwfl holds one open fd per ELF
+ * file of its process (libdwfl keeps the fd for the life of the module), so
+ * this bounds the fds too: about CACHE_MAX times the number of libraries.
+ */
+#define CACHE_MAX 32
+/* The tid of the one thread each Dwfl pretends to have (any value > 0). */
+#define FAKE_TID 1
+/* A Dwfl missing a file that could not be opened is rebuilt after this long. */
+#define RETRY_NS (10 * NSEC_PER_SEC)
+/* Remembered answers to "does CFI cover this PC?", per address space (a power of two). */
+#define CFI_CACHE_SLOTS 2048
+
+/* One remembered answer: @key is the lookup PC + 1 (0: empty slot). */
+struct cfi_slot {
+	uint64_t key;
+	bool has_cfi;
+};
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(Elf *, elf_end)
+
+/* The Dwfl built for one address space, and the mappings it was built from. */
+struct as_entry {
+	const struct addrspace *as; /* NULL: free slot */
+	struct mapping *maps;	    /* copy of addrspace__mappings() at build time */
+	size_t n_maps;
+	Dwfl *dwfl;		    /* NULL: no module could be reported (nothing to unwind with) */
+	struct cfi_slot *cfi_cache; /* CFI_CACHE_SLOTS, allocated with @dwfl */
+	uint64_t retry_ns;	    /* CLOCK_MONOTONIC time to rebuild; 0: nothing is missing */
+	uint64_t last_use;	    /* for LRU eviction */
+};
+
+struct unwinder {
+	struct as_entry cache[CACHE_MAX];
+	uint64_t use_clock;
+
+	/* A copy of our own vDSO in a memfd (every 64-bit process maps the same image). */
+	int vdso_fd;	  /* -1: none */
+	size_t vdso_size; /* bytes */
+	bool vdso_tried;
+
+	/* The sample being unwound, read by the Dwfl callbacks. */
+	const uint64_t *regs;
+	const unsigned char *stack;
+	uint64_t stack_start; /* regs[UNWIND_REG_SP] */
+	size_t stack_len;
+	bool read_failed; /* a load fell outside the slice */
+
+	/* The walk's output and state. */
+	struct as_entry *entry;
+	uint64_t *pcs;
+	size_t max, n;
+	uint64_t last_sp;
+	Dwarf_Addr last_lookup_pc; /* the address the last frame's CFI is looked up at */
+	bool stopped;		   /* frame_cb stopped the walk, with status @stop */
+	enum unwind_status stop;
+};
+
+/* ---------------------------------------------------------------------- */
+/* Files: no debuginfod, separate debug files from local disk only */
+
+/*
+ * find_elf_none() - Dwfl_Callbacks.find_elf. Every module is reported with
+ * its fd, so libdwfl never needs to look for a main file; the standard
+ * dwfl_build_id_find_elf() would ask debuginfod, which must not happen in the
+ * middle of an unwind.
+ */
+static int find_elf_none(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
+			 char **file_name, Elf **elfp)
+{
+	*elfp = NULL;
+	return -1;
+}
+
+/* fd_has_build_id() - whether @fd is an ELF file whose GNU build ID is @id (@len bytes). */
+static bool fd_has_build_id(int fd, const unsigned char *id, int len)
+{
+	_cleanup_(elf_endp) Elf *e = elf_begin(fd, ELF_C_READ, NULL);
+	const void *file_id = NULL;
+
+	if (!e || elf_kind(e) != ELF_K_ELF)
+		return false;
+	return dwelf_elf_gnu_build_id(e, &file_id) == len && file_id &&
+	       memcmp(file_id, id, (size_t)len) == 0;
+}
+
+/*
+ * find_debuglink() - the .gnu_debuglink file @debuglink of @mod, looked for
+ * where dwfl_standard_find_debuginfo() looks: next to @file_name, in its
+ * .debug/ directory, and under /usr/lib/debug + the directory of @modname
+ * (the path as the process sees it; @file_name may be /proc/PID/root/...).
+ * Only a file with the module's build ID is taken: without one there is no
+ * cheap way to tell the right debug file from a stale one, and a wrong
+ * .debug_frame would give silently wrong stacks.
+ */
+static int find_debuglink(Dwfl_Module *mod, const char *modname, const char *file_name,
+			  const char *debuglink, char **ret_name)
+{
+	const unsigned char *id;
+	GElf_Addr id_vaddr;
+	int id_len = dwfl_module_build_id(mod, &id, &id_vaddr);
+	const char *dirs[3][2];
+	size_t n_dirs = 0;
+	const char *slash;
+
+	if (id_len <= 0 || !debuglink || !debuglink[0] || strchr(debuglink, '/') || !file_name)
+		return -1;
+	slash = strrchr(file_name, '/');
+	if (slash) {
+		dirs[n_dirs][0] = "";
+		dirs[n_dirs++][1] = "";
+		dirs[n_dirs][0] = "";
+		dirs[n_dirs++][1] = ".debug/";
+	}
+	if (modname && modname[0] == '/') {
+		dirs[n_dirs][0] = "/usr/lib/debug";
+		dirs[n_dirs++][1] = "";
+	}
+	for (size_t i = 0; i < n_dirs; i++) {
+		char path[PATH_MAX];
+		_cleanup_close_ int fd = -1;
+		const char *base = i < 2 && slash ? file_name : modname;
+		int dir_len = (int)(strrchr(base, '/') - base + 1);
+		int n;
+
+		n = snprintf(path, sizeof(path), "%s%.*s%s%s", dirs[i][0], dir_len, base,
+			     dirs[i][1], debuglink);
+		if (n < 0 || (size_t)n >= sizeof(path))
+			continue;
+		fd = open_regular(path);
+		if (fd < 0 || !fd_has_build_id(fd, id, id_len))
+			continue;
+		*ret_name = strdup(path);
+		if (!*ret_name)
+			return -1;
+		return TAKE_FD(fd);
+	}
+	return -1;
+}
+
+/*
+ * eh_frame_covers_code() - whether @mod's .eh_frame describes its code: at
+ * least one FDE per 2 KiB of executable sections (libc has one per 460
+ * bytes; code built with -fno-asynchronous-unwind-tables has none, or the C
+ * runtime's few). Counts FDEs with dwarf_next_cfi(), at most once per
+ * module and Dwfl (libdw asks for debug info once).
+ */
+static bool eh_frame_covers_code(Dwfl_Module *mod)
+{
+	GElf_Addr bias;
+	Elf *elf = dwfl_module_getelf(mod, &bias);
+	const unsigned char *ident;
+	Elf_Data *eh_frame = NULL;
+	uint64_t code_bytes = 0, fdes = 0;
+	Elf_Scn *scn = NULL;
+	size_t shstrndx;
+	Dwarf_Off off = 0, next;
+
+	if (!elf || elf_getshdrstrndx(elf, &shstrndx) < 0)
+		return false;
+	ident = (const unsigned char *)elf_getident(elf, NULL);
+	if (!ident)
+		return false;
+	while ((scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr shdr;
+		const char *name;
+
+		if (!gelf_getshdr(scn, &shdr))
+			continue;
+		if ((shdr.sh_flags & SHF_ALLOC) && (shdr.sh_flags & SHF_EXECINSTR))
+			code_bytes += shdr.sh_size;
+		name = elf_strptr(elf, shstrndx, shdr.sh_name);
+		if (name && strcmp(name, ".eh_frame") == 0 && shdr.sh_type == SHT_PROGBITS)
+			eh_frame = elf_getdata(scn, NULL);
+	}
+	if (!eh_frame || !eh_frame->d_buf)
+		return false;
+	for (;;) {
+		Dwarf_CFI_Entry entry;
+
+		if (dwarf_next_cfi(ident, eh_frame, true, off, &next, &entry) != 0 || next <= off)
+			break;
+		if (!dwarf_cfi_cie_p(&entry))
+			fdes++;
+		if (fdes * 2048 >= code_bytes)
+			return true;
+		off = next;
+	}
+	return false;
+}
+
+/*
+ * find_debuginfo_local() - Dwfl_Callbacks.find_debuginfo: the separate
+ * debug file of a module, for its .debug_frame, by build ID under
+ * /usr/lib/debug/.build-id, then by .gnu_debuglink.
+ *
+ * Unlike dwfl_standard_find_debuginfo() it never asks debuginfod (elfutils
+ * 0.188 does when libdebuginfod.so is installed and DEBUGINFOD_URLS is set):
+ * a download in the middle of an unwind would stall the daemon.
+ *
+ * And only for a module whose .eh_frame does not cover its code. libdw
+ * looks for .debug_frame whenever .eh_frame has no entry for a PC, which
+ * for a module built with unwind tables (the x86-64 default) means a
+ * garbage PC, since compilers emit the same CFI into both; yet opening the
+ * debug file costs dearly: libdw decompresses every debug section of it,
+ * about 80 ms and 14 MiB of RSS for Debian 12's libc6-dbg (measured), once
+ * per Dwfl, i.e. per address space.
+ */
+static int find_debuginfo_local(Dwfl_Module *mod, void **userdata, const char *modname,
+				GElf_Addr base, const char *file_name, const char *debuglink,
+				GElf_Word crc, char **ret_name)
+{
+	int fd;
+
+	if (eh_frame_covers_code(mod))
+		return -1;
+	fd = dwfl_build_id_find_debuginfo(mod, userdata, modname, base, file_name, debuglink, crc,
+					  ret_name);
+
+	if (fd >= 0)
+		return fd;
+	return find_debuglink(mod, modname, file_name, debuglink, ret_name);
+}
+
+static const Dwfl_Callbacks dwfl_callbacks = {
+    .find_elf = find_elf_none,
+    .find_debuginfo = find_debuginfo_local,
+    .section_address = dwfl_offline_section_address,
+};
+
+/* ---------------------------------------------------------------------- */
+/* The vDSO */
+
+/* self_vdso_size() - size of our [vdso] mapping starting at @start, 0 if not found. */
+static size_t self_vdso_size(uint64_t start)
+{
+	_cleanup_fclose_ FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long lo, hi;
+
+		if (!strstr(line, "[vdso]") || sscanf(line, "%llx-%llx", &lo, &hi) != 2)
+			continue;
+		return lo == start && hi > lo ? (size_t)(hi - lo) : 0;
+	}
+	return 0;
+}
+
+/*
+ * vdso_load() - copy our own vDSO into a memfd, once. The kernel maps one
+ * and the same 64-bit vDSO image into every x86-64 process (at a random
+ * address, position-independent), so ours has the CFI of the target's
+ * __vdso_clock_gettime & co; the target's own cannot be read without its
+ * pid. Leaves vdso_fd -1 when we have none.
+ */
+static void vdso_load(struct unwinder *u)
+{
+	uint64_t start = getauxval(AT_SYSINFO_EHDR);
+	_cleanup_close_ int fd = -1;
+	size_t size;
+
+	u->vdso_tried = true;
+	if (!start)
+		return;
+	size = self_vdso_size(start);
+	if (size < SELFMAG || memcmp((const void *)(uintptr_t)start, ELFMAG, SELFMAG) != 0)
+		return;
+	fd = memfd_create("profd-vdso", MFD_CLOEXEC);
+	if (fd < 0)
+		return;
+	for (size_t done = 0; done < size;) {
+		ssize_t w = write(fd, (const char *)(uintptr_t)start + done, size - done);
+
+		if (w <= 0)
+			return;
+		done += (size_t)w;
+	}
+	u->vdso_size = size;
+	u->vdso_fd = TAKE_FD(fd);
+}
+
+/* vdso_open() - a new fd on our vDSO copy for the target's [vdso] mapping @m, or -1. */
+static int vdso_open(struct unwinder *u, const struct mapping *m)
+{
+	if (!u->vdso_tried)
+		vdso_load(u);
+	/* a vDSO of another size is not the image we have (a 32-bit process) */
+	if (u->vdso_fd < 0 || m->end - m->start != u->vdso_size)
+		return -1;
+	/* libelf reads it with mmap/pread, so a shared file offset does not matter */
+	return fcntl(u->vdso_fd, F_DUPFD_CLOEXEC, 3);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The Dwfl state callbacks: one thread, registers and stack from the sample */
+
+static pid_t next_thread(Dwfl *dwfl, void *arg, void **thread_argp)
+{
+	return 0; /* no threads to enumerate: the walk asks for FAKE_TID by number */
+}
+
+static bool get_thread(Dwfl *dwfl, pid_t tid, void *arg, void **thread_argp)
+{
+	*thread_argp = arg;
+	return tid == FAKE_TID;
+}
+
+/*
+ * memory_read() - one 8-byte word at @addr. Only the copied stack slice is
+ * readable: x86-64 CFI loads saved registers and return addresses from the
+ * stack and nothing else (reading text from the ELF files, as perf can, is
+ * not needed for CFI). A load outside it is remembered: it is why a walk
+ * that stops early stopped (UNWIND_NO_STACK).
+ */
+static bool memory_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *result, void *arg)
+{
+	struct unwinder *u = arg;
+	uint64_t off = addr - u->stack_start;
+
+	if (addr < u->stack_start || off > u->stack_len || u->stack_len - off < sizeof(*result)) {
+		u->read_failed = true;
+		return false;
+	}
+	memcpy(result, u->stack + off, sizeof(*result));
+	return true;
+}
+
+static bool set_initial_registers(Dwfl_Thread *thread, void *arg)
+{
+	struct unwinder *u = arg;
+	Dwarf_Word regs[UNWIND_NREGS];
+
+	for (size_t i = 0; i < UNWIND_NREGS; i++)
+		regs[i] = u->regs[i];
+	/* DWARF 0..16 are the x86-64 ebl's frame registers, rip (16) included */
+	if (!dwfl_thread_state_registers(thread, 0, UNWIND_NREGS, regs))
+		return false;
+	dwfl_thread_state_register_pc(thread, regs[UNWIND_REG_IP]);
+	return true;
+}
+
+static const Dwfl_Thread_Callbacks thread_callbacks = {
+    .next_thread = next_thread,
+    .get_thread = get_thread,
+    .memory_read = memory_read,
+    .set_initial_registers = set_initial_registers,
+};
+
+/* ---------------------------------------------------------------------- */
+/* The cache of Dwfls */
+
+/*
+ * unwinder__new() - an unwinder with an empty cache: address spaces' files
+ * are opened on their first sample. Returns NULL only on out-of-memory. Does
+ * not log.
+ */
+struct unwinder *unwinder__new(void)
+{
+	struct unwinder *u;
+
+	elf_version(EV_CURRENT);
+	u = calloc(1, sizeof(*u));
+	if (!u)
+		return NULL;
+	u->vdso_fd = -1;
+	return u;
+}
+
+static void entry_clear(struct as_entry *e)
+{
+	if (e->dwfl)
+		dwfl_end(e->dwfl); /* closes the fds dwfl_report_elf() consumed */
+	free(e->cfi_cache);
+	free(e->maps);
+	*e = (struct as_entry){};
+}
+
+/* unwinder__free() - close every Dwfl and file of @u and free it. Accepts NULL. */
+void unwinder__free(struct unwinder *u)
+{
+	if (!u)
+		return;
+	for (size_t i = 0; i < CACHE_MAX; i++)
+		entry_clear(&u->cache[i]);
+	if (u->vdso_fd >= 0)
+		close(u->vdso_fd);
+	free(u);
+}
+
+/*
+ * unwinder__forget() - close the Dwfl and the files cached for @as, before
+ * @as is freed (a new address space may get its address). An address space
+ * the unwinder never saw is fine. Does not block on I/O; does not log.
+ */
+void unwinder__forget(struct unwinder *u, const struct addrspace *as)
+{
+	for (size_t i = 0; i < CACHE_MAX; i++)
+		if (u->cache[i].as == as)
+			entry_clear(&u->cache[i]);
+}
+
+static bool mapping_eq(const struct mapping *a, const struct mapping *b)
+{
+	return a->start == b->start && a->end == b->end && a->file_offset == b->file_offset &&
+	       a->load_bias == b->load_bias && a->path == b->path && a->build_id == b->build_id;
+}
+
+/* reported_before() - whether a mapping before @i maps the same file at the same bias. */
+static bool reported_before(const struct mapping *maps, size_t i)
+{
+	for (size_t j = 0; j < i; j++)
+		if (maps[j].path == maps[i].path && maps[j].load_bias == maps[i].load_bias)
+			return true;
+	return false;
+}
+
+/*
+ * entry_build() - a Dwfl for @as in the free slot @e: each file mapped
+ * executable is reported once, at its load bias (add_p_vaddr: module address
+ * = ELF address + bias, whatever the first PT_LOAD's address), opened by
+ * addrspace__open_file() (build ID checked). A file that cannot be opened
+ * is left out (its frames stop the walk with UNWIND_NO_CFI) and tried again
+ * after RETRY_NS (EMFILE, say, can pass). Returns 0 (e->dwfl NULL if no file
+ * could be reported) or -ENOMEM.
+ */
+static int entry_build(struct unwinder *u, struct as_entry *e, const struct addrspace *as)
+{
+	size_t n;
+	const struct mapping *maps = addrspace__mappings(as, &n);
+	size_t reported = 0;
+	bool missing = false;
+	Dwfl *dwfl;
+
+	e->maps = calloc(n ? n : 1, sizeof(*e->maps));
+	if (!e->maps)
+		return -ENOMEM;
+	memcpy(e->maps, maps, n * sizeof(*maps));
+	e->n_maps = n;
+	e->as = as;
+
+	e->cfi_cache = calloc(CFI_CACHE_SLOTS, sizeof(*e->cfi_cache));
+	dwfl = e->cfi_cache ? dwfl_begin(&dwfl_callbacks) : NULL;
+	if (!dwfl)
+		return -ENOMEM;
+	dwfl_report_begin(dwfl);
+	for (size_t i = 0; i < n; i++) {
+		const struct mapping *m = &maps[i];
+		char path[PATH_MAX + 64];
+		int fd = -1;
+
+		if (reported_before(maps, i))
+			continue;
+		if (m->path[0] == '/') {
+			fd = addrspace__open_file(as, m, path, sizeof(path));
+			missing |= fd < 0;
+		} else if (strcmp(m->path, "[vdso]") == 0) {
+			fd = vdso_open(u, m);
+			snprintf(path, sizeof(path), "%s", m->path);
+		}
+		if (fd < 0)
+			continue;
+		if (!dwfl_report_elf(dwfl, m->path, path, fd, m->load_bias, true)) {
+			close(fd); /* not consumed on failure (an overlap, a bad ELF) */
+			continue;
+		}
+		reported++;
+	}
+	dwfl_report_end(dwfl, NULL, NULL);
+	e->retry_ns = missing ? now_ns(CLOCK_MONOTONIC) + RETRY_NS : 0;
+	/* the pid is only a label here: memory and registers come from the sample */
+	if (reported == 0 || !dwfl_attach_state(dwfl, NULL, FAKE_TID, &thread_callbacks, u)) {
+		dwfl_end(dwfl);
+		return 0;
+	}
+	e->dwfl = dwfl;
+	return 0;
+}
+
+/*
+ * entry_get() - the cache entry for @as, built on first use and rebuilt when
+ * its mappings differ from those it was built from (addrspace__refresh()
+ * added some, or dropped some a new mapping overlapped; or @as is a new
+ * address space at a freed one's address), or when a missing file is due to
+ * be tried again. Returns NULL on OOM.
+ *
+ * The comparison is of every field, string pointers included: O(mappings)
+ * per sample, well under a microsecond for hundreds of mappings, and what
+ * keeps a Dwfl from outliving the address space it describes.
+ */
+static struct as_entry *entry_get(struct unwinder *u, const struct addrspace *as)
+{
+	size_t n;
+	const struct mapping *maps = addrspace__mappings(as, &n);
+	struct as_entry *e = NULL, *victim = NULL;
+
+	for (size_t i = 0; i < CACHE_MAX; i++) {
+		struct as_entry *c = &u->cache[i];
+
+		if (c->as == as) {
+			e = c;
+			break;
+		}
+		/* a free slot, else the least recently used */
+		if (!victim || (victim->as && (!c->as || c->last_use < victim->last_use)))
+			victim = c;
+	}
+	if (e) {
+		bool same = e->n_maps == n;
+
+		for (size_t i = 0; same && i < n; i++)
+			same = mapping_eq(&e->maps[i], &maps[i]);
+		if (!same || (e->retry_ns && now_ns(CLOCK_MONOTONIC) >= e->retry_ns))
+			entry_clear(e);
+	} else {
+		e = victim;
+		entry_clear(e);
+	}
+	if (!e->as && entry_build(u, e, as) < 0) {
+		entry_clear(e);
+		return NULL;
+	}
+	e->last_use = ++u->use_clock;
+	return e;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The walk */
+
+/*
+ * cfi_frame() - the CFI row for lookup address @pc: from .eh_frame, else
+ * from .debug_frame (in the file or its separate debug file). NULL when no
+ * module holds @pc or no CFI covers it. The caller frees the result.
+ */
+static Dwarf_Frame *cfi_frame(Dwfl *dwfl, Dwarf_Addr pc)
+{
+	Dwfl_Module *mod = dwfl_addrmodule(dwfl, pc);
+	Dwarf_Frame *frame;
+	Dwarf_Addr bias;
+	Dwarf_CFI *cfi;
+
+	if (!mod)
+		return NULL;
+	cfi = dwfl_module_eh_cfi(mod, &bias);
+	if (cfi && dwarf_cfi_addrframe(cfi, pc - bias, &frame) == 0)
+		return frame;
+	cfi = dwfl_module_dwarf_cfi(mod, &bias);
+	if (cfi && dwarf_cfi_addrframe(cfi, pc - bias, &frame) == 0)
+		return frame;
+	return NULL;
+}
+
+/* ra_undefined() - whether CFI row @frame says the caller's return address is undefined. */
+static bool ra_undefined(Dwarf_Frame *frame)
+{
+	Dwarf_Op ops_mem[3], *ops = NULL;
+	size_t nops = 0;
+	int ra = dwarf_frame_info(frame, NULL, NULL, NULL);
+
+	if (ra < 0 || dwarf_frame_register(frame, ra, ops_mem, &ops, &nops) != 0)
+		return false;
+	/* libdw: no ops, *ops == ops_mem is "undefined"; *ops == NULL is "same value" */
+	return nops == 0 && ops == ops_mem;
+}
+
+/*
+ * pc_has_cfi() - whether CFI covers lookup address @pc, remembered per
+ * address space: return addresses repeat from sample to sample, so this
+ * mostly costs a hash; a miss costs a CFI lookup libdw then repeats.
+ */
+static bool pc_has_cfi(struct as_entry *e, Dwarf_Addr pc)
+{
+	struct cfi_slot *slot = &e->cfi_cache[((pc + 1) * 0x9e3779b97f4a7c15ULL) >>
+					      (64 - __builtin_ctz(CFI_CACHE_SLOTS))];
+	Dwarf_Frame *frame;
+
+	if (slot->key == pc + 1)
+		return slot->has_cfi;
+	frame = cfi_frame(e->dwfl, pc);
+	free(frame);
+	*slot = (struct cfi_slot){.key = pc + 1, .has_cfi = frame != NULL};
+	return frame != NULL;
+}
+
+static void walk_stop(struct unwinder *u, enum unwind_status status)
+{
+	u->stopped = true;
+	u->stop = status;
+}
+
+/*
+ * frame_cb() - store one frame's PC. ret_pcs[0] is the sampled PC; a caller
+ * frame's PC is a return address (libdw: not an "activation"), stored as is
+ * since the symbolizer looks up return addresses at - 1. A caller frame that
+ * is an activation (the frame a signal interrupted, or the signal
+ * trampoline) holds the exact PC; it is stored + 1 so that the same - 1
+ * lands on it.
+ *
+ * Bounds the walk: at most @max frames, and each caller's SP (its CFA) must
+ * be above its callee's. A real call always pushes a return address, so an
+ * SP that does not grow is corrupt CFI or stack, and a PC that repeats with
+ * the same SP (a loop) can never pass this test.
+ *
+ * Stops at a PC no CFI covers, with UNWIND_NO_CFI: libdw would go on with
+ * its x86-64 fallback, a frame-pointer step, which in code built without
+ * frame pointers reads %rbp's garbage as a frame and invents callers. The
+ * stack stays right up to that PC; the caller may try frame pointers from
+ * there (JIT code) knowing it is a guess.
+ */
+static int frame_cb(Dwfl_Frame *state, void *arg)
+{
+	struct unwinder *u = arg;
+	bool activation = false;
+	Dwarf_Word sp;
+	Dwarf_Addr pc;
+
+	if (u->n == u->max) {
+		walk_stop(u, UNWIND_TRUNCATED);
+		return DWARF_CB_ABORT;
+	}
+	if (!dwfl_frame_pc(state, &pc, &activation) ||
+	    dwfl_frame_reg(state, UNWIND_REG_SP, &sp) != 0 || (u->n > 0 && sp <= u->last_sp)) {
+		walk_stop(u, UNWIND_ERROR);
+		return DWARF_CB_ABORT;
+	}
+	if (u->n == 0) {
+		u->pcs[0] = pc;
+		u->last_lookup_pc = pc;
+	} else {
+		u->pcs[u->n] = activation ? pc + 1 : pc;
+		u->last_lookup_pc = activation ? pc : pc - 1;
+	}
+	u->last_sp = sp;
+	u->n++;
+	if (!pc_has_cfi(u->entry, u->last_lookup_pc)) {
+		walk_stop(u, UNWIND_NO_CFI);
+		return DWARF_CB_ABORT;
+	}
+	return DWARF_CB_OK;
+}
+
+/*
+ * walk_status() - why a walk that libdw ended (@r: dwfl_getthread_frames()'s
+ * result, 0 or -1) stopped. libdw's own answer is not enough:
+ *  - it returns 0 ("no more frames") both when the CFI of the outermost frame
+ *    marks the return address undefined (_start, clone3: the real end) and
+ *    when the load of the return address failed or gave 0 (a stack copy too
+ *    short, or garbage), so END is only given when the CFI says so;
+ *  - it returns -1 with an error only libdwfl can decode, so the cause is
+ *    found again (frame_cb already stopped at PCs without CFI): a load
+ *    outside the copy → NO_STACK; anything else (bad CFI, a register the
+ *    CFI needs but lost) → ERROR.
+ */
+static enum unwind_status walk_status(struct unwinder *u, Dwfl *dwfl, int r)
+{
+	Dwarf_Frame *frame;
+	bool outermost;
+
+	frame = cfi_frame(dwfl, u->last_lookup_pc);
+	if (!frame)
+		return UNWIND_NO_CFI;
+	outermost = r == 0 && ra_undefined(frame);
+	free(frame);
+	if (outermost)
+		return UNWIND_END;
+	return u->read_failed ? UNWIND_NO_STACK : UNWIND_ERROR;
+}
+
+/*
+ * unwinder__unwind() - unwind one sample with CFI.
+ * @u: the unwinder; its cache keeps one Dwfl per address space (at most
+ *   CACHE_MAX, least recently used evicted), rebuilt when addrspace__mappings()
+ *   no longer equals what it was built from.
+ * @as: the sampled process's mappings; each executable ELF file is opened
+ *   once per Dwfl with addrspace__open_file() and reported at its load bias;
+ *   [vdso] is unwound with a copy of our own vDSO.
+ * @regs: UNWIND_NREGS user registers, DWARF numbering.
+ * @stack, @stack_len: the bytes copied from the user stack starting at
+ *   regs[UNWIND_REG_SP]; only the first 64 KiB are used. NULL with 0 is fine.
+ * @ret_pcs, @max: receives up to @max PCs, leaf first. ret_pcs[0] is
+ *   regs[UNWIND_REG_IP]; the others are return addresses, except that a
+ *   frame interrupted by a signal is stored as its PC + 1, so that every
+ *   entry after the first is looked up at - 1.
+ * @ret_status: why the walk stopped:
+ *   UNWIND_END        the outermost frame's CFI marks the return address
+ *                     undefined (glibc's _start and clone3);
+ *   UNWIND_TRUNCATED  there were more than @max frames;
+ *   UNWIND_NO_CFI     the last PC is in no reported file (JIT code, an
+ *                     anonymous mapping, a file that could not be opened) or
+ *                     no CFI covers it; also regs[IP] == 0 (0 PCs);
+ *   UNWIND_NO_STACK   a load the CFI needed fell outside the stack copy;
+ *   UNWIND_ERROR      anything else: a return address of 0 or garbage where
+ *                     CFI expects one, an SP that does not grow, corrupt CFI.
+ *
+ * Every frame comes from CFI: where a PC has none the walk stops there
+ * (libdw's frame-pointer fallback is never used), so a stack is right as
+ * far as it goes.
+ *
+ * Returns the number of PCs stored (>= 1 when regs[IP] != 0 and @max > 0), or
+ * -ENOMEM (nothing stored). Blocks on file I/O when it (re)builds a Dwfl;
+ * allocates; does not log; never asks debuginfod.
+ */
+int unwinder__unwind(struct unwinder *u, const struct addrspace *as, const uint64_t *regs,
+		     const void *stack, size_t stack_len, uint64_t *ret_pcs, size_t max,
+		     enum unwind_status *ret_status)
+{
+	struct as_entry *e;
+	int r;
+
+	if (regs[UNWIND_REG_IP] == 0) {
+		*ret_status = UNWIND_NO_CFI;
+		return 0;
+	}
+	if (max == 0) {
+		*ret_status = UNWIND_TRUNCATED;
+		return 0;
+	}
+	e = entry_get(u, as);
+	if (!e)
+		return -ENOMEM;
+	if (!e->dwfl) {
+		ret_pcs[0] = regs[UNWIND_REG_IP];
+		*ret_status = UNWIND_NO_CFI;
+		return 1;
+	}
+
+	u->entry = e;
+	u->regs = regs;
+	u->stack = stack;
+	u->stack_start = regs[UNWIND_REG_SP];
+	u->stack_len = stack ? MIN(stack_len, (size_t)STACK_MAX_BYTES) : 0;
+	u->read_failed = false;
+	u->pcs = ret_pcs;
+	u->max = max;
+	u->n = 0;
+	u->last_sp = 0;
+	u->stopped = false;
+
+	r = dwfl_getthread_frames(e->dwfl, FAKE_TID, frame_cb, u);
+	u->stack = NULL;
+	u->regs = NULL;
+	if (u->n == 0) {
+		/* libdw refused the registers: still give the sampled PC */
+		ret_pcs[0] = regs[UNWIND_REG_IP];
+		*ret_status = UNWIND_ERROR;
+		return 1;
+	}
+	*ret_status = u->stopped ? u->stop : walk_status(u, e->dwfl, r);
+	return (int)MIN(u->n, (size_t)INT_MAX);
+}
+
+/*
+ * unwinder__complete_walk() - a user stack, leaf first: the frame-pointer
+ * walk @walk (@nwalk addresses, leaf first, as bpf_get_stack() gives it)
+ * with the frames it skipped put back by CFI. A walk from a leaf built
+ * without frame pointers (libc's clock_nanosleep, malloc,
+ * __lll_lock_wait...) goes from the leaf to the return address in the
+ * caller's caller: the direct caller is missing, and nothing in the stack
+ * says so. @regs (UNWIND_NREGS, DWARF order; NULL: none were copied) and
+ * @stack (@stack_len bytes from regs[SP]) are unwound with @u; where the
+ * CFI unwind meets the walk's first return address, its frames up to there
+ * replace the walk's: result = cfi[0..j] + walk[2..], walk[1] == cfi[j]. If
+ * they never meet and the CFI unwind reached the outermost frame, the walk
+ * was wrong and the CFI stack is used; if the CFI unwind stopped short (no
+ * CFI, slice too short), the walk is returned as it is, marked
+ * UNWIND_WALK_UNCHECKED.
+ * @as: the mappings of the process. @ret_pcs: up to @max addresses.
+ * *@ret_flags: UNWIND_WALK_* (0: the walk was right).
+ *
+ * Returns the number of addresses (0..@max), or -ENOMEM. Allocates (the
+ * unwinder's caches), may block on file I/O, does not log; @u is not
+ * thread-safe.
+ */
+int unwinder__complete_walk(struct unwinder *u, const struct addrspace *as, const uint64_t *regs,
+			    const void *stack, size_t stack_len, const uint64_t *walk, size_t nwalk,
+			    uint64_t *ret_pcs, size_t max, uint32_t *ret_flags)
+{
+	uint64_t cfi[128];
+	size_t n = 0, j;
+	enum unwind_status st;
+	int ncfi;
+
+	*ret_flags = 0;
+	if (!regs || regs[UNWIND_REG_IP] == 0) {
+		*ret_flags = UNWIND_WALK_UNCHECKED;
+		goto walk;
+	}
+	ncfi = unwinder__unwind(u, as, regs, stack, stack_len, cfi, ARRAY_SIZE(cfi), &st);
+	if (ncfi < 0)
+		return ncfi;
+	/* The walk's first return address, among the CFI frames. */
+	for (j = 1; nwalk >= 2 && j < (size_t)ncfi; j++)
+		if (cfi[j] == walk[1])
+			break;
+	if (nwalk >= 2 && j < (size_t)ncfi) {
+		for (size_t i = 0; i <= j && n < max; i++)
+			ret_pcs[n++] = cfi[i];
+		for (size_t i = 2; i < nwalk && n < max; i++)
+			ret_pcs[n++] = walk[i];
+		if (j > 1)
+			*ret_flags = UNWIND_WALK_FIXED;
+		return (int)n;
+	}
+	/* They never meet: a complete CFI unwind wins over the walk. */
+	if (st == UNWIND_END && ncfi > 0) {
+		for (int i = 0; i < ncfi && n < max; i++)
+			ret_pcs[n++] = cfi[i];
+		*ret_flags = nwalk >= 2 ? UNWIND_WALK_CFI_ONLY
+			   : ncfi > (int)nwalk ? UNWIND_WALK_FIXED : 0;
+		return (int)n;
+	}
+	*ret_flags = UNWIND_WALK_UNCHECKED;
+walk:
+	for (size_t i = 0; i < nwalk && n < max; i++)
+		ret_pcs[n++] = walk[i];
+	return (int)n;
+}
