@@ -18,9 +18,8 @@
 #include "report/memory.h"
 #include "report/query.h"
 #include "util.h"
+#include "store/sqlite_util.h"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(sqlite3_stmt *, sqlite3_finalize);
-#define _cleanup_stmt_ _cleanup_(sqlite3_finalizep)
 
 /* A dominant function: this share of self samples or more. */
 #define HOT_PCT_MEDIUM 30.0

@@ -7,8 +7,8 @@
 
 #include "report/gpu.h"
 #include "util.h"
+#include "store/sqlite_util.h"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(sqlite3_stmt *, sqlite3_finalize);
 
 /* Nanoseconds as milliseconds with 3 decimals. */
 static double ms(int64_t ns)
@@ -19,7 +19,7 @@ static double ms(int64_t ns)
 /* The function names of stack @stack_id, leaf first (module+offset where unsymbolized). */
 static json_t *stack_names(sqlite3 *db, int64_t stack_id)
 {
-	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	json_t *arr = json_array();
 	int rc;
 
@@ -64,7 +64,7 @@ static json_t *stack_names(sqlite3 *db, int64_t stack_id)
  */
 static int rows(sqlite3 *db, const char *sql, int64_t session_id, int limit, json_t **ret)
 {
-	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	json_t *arr = json_array();
 	int rc;
 
@@ -146,7 +146,7 @@ static int prepare(sqlite3 *db, const char *sql, int64_t session_id, sqlite3_stm
 static int session_head(sqlite3 *db, int64_t session_id, json_t **ret, int64_t *ret_start_ns,
 			int64_t *ret_span_ns)
 {
-	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	int rc;
 
 	if (prepare(
@@ -178,7 +178,7 @@ static int session_head(sqlite3 *db, int64_t session_id, json_t **ret, int64_t *
 static int memory_summary(sqlite3 *db, int64_t session_id, int64_t start_ns, int limit,
 			  json_t **ret)
 {
-	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	json_t *o, *timeline, *by_stack = NULL;
 	int64_t live = 0, peak = 0, sec = -1;
 	int64_t allocs = 0, failed = 0, requested = 0, allocated = 0, freed = 0, frees = 0;

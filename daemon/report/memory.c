@@ -11,9 +11,9 @@
 #include "report/memory.h"
 #include "report/threads.h"
 #include "util.h"
+#include "store/sqlite_util.h"
 
 /* Live bytes per stack are evaluated at MEMORY_MAX_WINDOWS + 1 boundaries at most. */
-DEFINE_TRIVIAL_CLEANUP_FUNC(sqlite3_stmt *, sqlite3_finalize)
 
 #define MEMORY_MAX_WINDOWS 10
 #define MEMORY_MIN_WINDOWS 2
@@ -94,7 +94,7 @@ static json_t *bytes_json(double b)
 static int rss_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t interval_ns,
 		    json_t **ret)
 {
-	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	_cleanup_free_ double *x = NULL, *y = NULL;
 	size_t n = 0, cap = 0, cap_y = 0; /* x and y grow together: cap == cap_y */
 	double peak = 0, first = 0, last = 0, last_s = 0;
@@ -280,7 +280,7 @@ static json_t *alloc_stack_json(const struct alloc_stack *a, unsigned windows, s
 static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t end_ns,
 			    int limit, json_t *o)
 {
-	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL, *fr = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL, *fr = NULL;
 	_cleanup_free_ struct alloc_stack *stacks = NULL;
 	size_t nstacks = 0, cap = 0;
 	double dur_s = (double)(end_ns - start_ns) / 1e9, x[MEMORY_MAX_WINDOWS + 1], total_live = 0;
@@ -407,7 +407,7 @@ static json_t *col_int_or_null(sqlite3_stmt *st, int i)
 
 int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 {
-	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	int64_t start_ns, end_ns, interval_ns;
 	double dur_s;
 	json_t *o = NULL, *rss = NULL, *allocs;

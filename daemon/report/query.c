@@ -16,9 +16,8 @@
 #include "report/query.h"
 #include "service/request.h"
 #include "util.h"
+#include "store/sqlite_util.h"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(sqlite3_stmt *, sqlite3_finalize);
-#define _cleanup_stmt_ _cleanup_(sqlite3_finalizep)
 /* jansson.h (>= 2.9) brings json_decrefp() itself. */
 #define _cleanup_json_ _cleanup_(json_decrefp)
 

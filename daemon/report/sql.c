@@ -29,10 +29,8 @@
 
 #include "report/sql.h"
 #include "util.h"
+#include "store/sqlite_util.h"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(sqlite3_stmt *, sqlite3_finalize);
-DEFINE_TRIVIAL_CLEANUP_FUNC(sqlite3 *, sqlite3_close_v2);
-#define _cleanup_stmt_ _cleanup_(sqlite3_finalizep)
 
 /* Filtering views a non-admin's reads of main tables must come through. */
 #define MAX_FILTER_VIEWS 64
@@ -360,7 +358,7 @@ static json_t *value_json(sqlite3_stmt *st, int i, size_t *bytes)
 int sql__run(const char *db_path, const char *query, bool admin, uid_t uid, size_t max_rows,
 	     size_t max_bytes, uint64_t timeout_ns, json_t **ret, char *errbuf, size_t errlen)
 {
-	_cleanup_(sqlite3_close_v2p) sqlite3 *db = NULL;
+	_cleanup_sqlite_ sqlite3 *db = NULL;
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	_cleanup_(json_decrefp) json_t *o = NULL;
 	struct sql_ctx c = {.admin = admin};

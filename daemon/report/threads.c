@@ -7,8 +7,8 @@
 
 #include "report/threads.h"
 #include "util.h"
+#include "store/sqlite_util.h"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(sqlite3_stmt *, sqlite3_finalize)
 
 /* A thread whose load exceeds the mean by more than this is named a straggler. */
 #define STRAGGLER_OVER_MEAN 1.2
@@ -118,7 +118,7 @@ static json_t *thread_by_tid(json_t *threads, int64_t tid)
 static int add_times(sqlite3 *db, int64_t session_id, json_t *threads, double freq_hz,
 		     bool offcpu_on)
 {
-	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	size_t i;
 	json_t *t;
 	int rc, r;
@@ -322,7 +322,7 @@ static int window_emit(json_t *windows, int64_t w, double window_s, const int64_
 static int add_windows(sqlite3 *db, int64_t session_id, json_t *o, json_t *threads,
 		       int64_t started_ns, double window_s)
 {
-	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	size_t n = json_array_size(threads), i;
 	_cleanup_free_ int64_t *tids = calloc(n + 1, sizeof(int64_t));
 	_cleanup_free_ int64_t *samples = calloc(n + 1, sizeof(int64_t));
@@ -378,7 +378,7 @@ static int add_windows(sqlite3 *db, int64_t session_id, json_t *o, json_t *threa
 int threads_report__extend(sqlite3 *db, int64_t session_id, const struct threads_opts *opts,
 			   json_t *o)
 {
-	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	json_t *threads = json_object_get(o, "threads"), *imb;
 	int64_t started_ns, total = json_integer_value(json_object_get(o, "total_samples"));
 	double freq_hz;
@@ -496,7 +496,7 @@ json_t *report__stack_frames(sqlite3_stmt *fr, int64_t stack_id)
 
 int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 {
-	_cleanup_(sqlite3_finalizep) sqlite3_stmt *st = NULL, *fr = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL, *fr = NULL;
 	json_t *o, *stacks, *by_state;
 	int64_t total_ns = 0;
 	int rc, r;

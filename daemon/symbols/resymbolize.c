@@ -6,15 +6,15 @@
 #include "symbols/resymbolize.h"
 #include "symbols/symbolize.h"
 #include "util.h"
+#include "store/sqlite_util.h"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(sqlite3_stmt *, sqlite3_finalize)
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct symbolizer *, symbolizer__free)
 
 #define MAX_INLINE 8
 
 int resymbolize__session(struct store *st, int64_t session_id, bool debuginfod, json_t **ret)
 {
-	_cleanup_(sqlite3_finalizep) sqlite3_stmt *list = NULL, *update = NULL, *count = NULL;
+	_cleanup_stmt_ sqlite3_stmt *list = NULL, *update = NULL, *count = NULL;
 	_cleanup_(symbolizer__freep) struct symbolizer *sym = NULL;
 	sqlite3 *db = store__db(st);
 	int64_t checked = 0, named = 0, remaining = 0;
