@@ -64,7 +64,15 @@ def test():
             check(c is not None, 'counter %s missing' % name)
             check(c['status'] in ('ok', 'unsupported', 'denied'), '%s status %r' % (name, c['status']))
             check((c['status'] == 'ok') == (c['value'] is not None), '%s: %r' % (name, c))
-            check(c['value'] != 0 or c['status'] == 'ok', '%s reported as 0' % name)
+        # Counted or not, never a silent 0: worker-4 ran for seconds, so every counter that
+        # counts work (task-clock always, hardware ones on a PMU) is positive where it is ok.
+        for name in ('task-clock',) + HW:
+            c = w4['counters'].get(name, {})
+            if name == 'task-clock':
+                check(c.get('status') == 'ok', 'task-clock %r' % c)
+            if c.get('status') == 'ok':
+                check(isinstance(c['value'], int) and c['value'] > 0,
+                      '%s counted %r for a thread that spun for seconds' % (name, c['value']))
         print('hardware counters: %r' % {n: w4['counters'][n]['status'] for n in HW})
         if w4['counters']['cycles']['status'] != 'ok':
             check(w4['derived']['ipc'] is None, 'IPC %r without cycles' % w4['derived']['ipc'])
