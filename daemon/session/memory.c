@@ -402,3 +402,54 @@ void session__free_memory(struct session *s)
 	hashmap__for_each(&s->alloc_blocks, i, b) free(b);
 	hashmap__free(&s->alloc_blocks);
 }
+
+/*
+ * session__set_malloc_stats() - the allocation probes' counters of the
+ * session's slot (malloc_probes__stats(): running totals since the attach),
+ * kept for the next flush. When the probes were stopped stays as it was.
+ */
+void session__set_malloc_stats(struct session *s, const struct malloc_stats *st)
+{
+	uint64_t stopped_ns = s->malloc_totals.stopped_ns;
+
+	s->malloc_totals = (struct store_malloc){
+		.stopped_ns = stopped_ns,
+		.free_calls = st->calls[MALLOC_FUNC_FREE] + st->calls[MALLOC_FUNC_MUNMAP],
+		.malloc_bytes = st->alloc_bytes,
+		.sampled = st->sampled,
+		.lost = st->ringbuf_full,
+	};
+	for (unsigned f = 0; f < MALLOC_NR_FUNCS; f++)
+		if (f != MALLOC_FUNC_FREE && f != MALLOC_FUNC_MUNMAP)
+			s->malloc_totals.malloc_calls += st->calls[f];
+}
+
+/*
+ * session__malloc_stopped() - the allocation probes were detached at
+ * @real_ns (CLOCK_REALTIME) for their rate: stored with the session, and
+ * said by the memory report. What they recorded stays.
+ */
+void session__malloc_stopped(struct session *s, uint64_t real_ns)
+{
+	s->malloc_totals.stopped_ns = real_ns;
+}
+
+/* session__malloc_probing() - allocations are traced and the probes were not stopped. */
+bool session__malloc_probing(const struct session *s)
+{
+	return s->malloc_sample_bytes && !s->malloc_totals.stopped_ns;
+}
+
+/*
+ * session__store_memory_config() - store the session's memory settings:
+ * RSS period, mean bytes between allocation samples, the probe limit, and
+ * @probes (what the allocation probes were attached to, or NULL).
+ * Returns 0 or -EIO (store__errmsg() says why). Does not log.
+ */
+int session__store_memory_config(struct session *s, const struct session_env *env,
+				 const char *probes)
+{
+	return store__session_memory_config(env->store, s->id, s->memory_interval_ns,
+					    s->malloc_sample_bytes, probes,
+					    s->malloc_max_hits_per_s);
+}

@@ -309,7 +309,6 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	}
 	s->started_mono_ns = now_ns(CLOCK_MONOTONIC);
 	s->memory_next_ns = s->started_mono_ns;
-	s->malloc_hits_mono_ns = s->started_mono_ns; /* the probe rate is measured from here */
 	s->started_real_ns = now_ns(CLOCK_REALTIME);
 
 	struct store_session row = {
@@ -1316,4 +1315,75 @@ int session__discover_children(struct session *s, int targets_fd)
 		added++;
 	}
 	return added;
+}
+
+int64_t session__id(const struct session *s)
+{
+	return s->id;
+}
+
+pid_t session__pid(const struct session *s)
+{
+	return s->pid;
+}
+
+int session__pidfd(const struct session *s)
+{
+	return s->pidfd;
+}
+
+const char *session__comm(const struct session *s)
+{
+	return s->comm;
+}
+
+const char *session__event(const struct session *s)
+{
+	return s->event;
+}
+
+enum unwind_mode session__unwind(const struct session *s)
+{
+	return s->unwind;
+}
+
+unsigned session__events(const struct session *s)
+{
+	return s->events;
+}
+
+bool session__follows_children(const struct session *s)
+{
+	return s->follow_children;
+}
+
+uint64_t session__samples(const struct session *s)
+{
+	return s->samples;
+}
+
+uint64_t session__malloc_sample_bytes(const struct session *s)
+{
+	return s->malloc_sample_bytes;
+}
+
+struct gpu_acc *session__gpu(struct session *s)
+{
+	return s->gpu;
+}
+
+struct proc *session__main_proc(struct session *s)
+{
+	return s->main;
+}
+
+struct proc *session__next_proc(struct session *s, size_t *iter)
+{
+	while (*iter < s->procs.cap) {
+		struct proc *proc = s->procs.vals[(*iter)++];
+
+		if (proc)
+			return proc;
+	}
+	return NULL;
 }

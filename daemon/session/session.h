@@ -61,79 +61,12 @@ struct proc {
 	pthread_rwlock_t as_lock;
 	struct addrspace *as;
 	struct perfmap *jit; /* /tmp/perf-PID.map, for code outside any file mapping */
-	bool malloc_tried;   /* its allocator probes were attached (or failed to) */
-	bool gpu_tried;      /* a child: its CUDA/NVTX/generic probes were attached (or tried) */
+	unsigned probes_tried; /* a child: bit (1 << feature) once that probe feature was attached
+				* to it, or tried (daemon/service/features.c) */
 };
 
-struct session {
-	int64_t id;
-	unsigned slot;
-	pid_t pid;
-	uid_t uid;
-	char comm[16];
-	const char *event;         /* "cycles" | "cpu-clock" */
-	uint64_t duration_ns;
-	uint64_t started_mono_ns;  /* CLOCK_MONOTONIC, as the BPF sample times */
-	uint64_t started_real_ns;  /* CLOCK_REALTIME at the same instant */
-	int pidfd;                 /* polls readable when the target exits */
-	enum unwind_mode unwind;
-	bool follow_children;
-	unsigned events;                /* EVENT_* */
-
-	struct hashmap procs;           /* struct proc, by PID: the target and followed children */
-	struct proc *main;              /* the target's entry in @procs */
-	bool procs_added;               /* children whose mappings are not stored yet */
-	struct hashmap mappings_stored; /* struct mapping_key, mappings already in the store */
-	struct hashmap stacks;          /* struct raw_stack: stacks seen, by content */
-	struct hashmap frames;          /* struct frame_cache: address -> frame row */
-	struct hashmap pending;         /* struct pending_sample: samples since the last flush */
-	struct hashmap threads;         /* struct thread_acc: threads seen since the last flush */
-	struct hashmap windows;         /* struct window_acc: counters since the last flush */
-	uint64_t lost_seen;             /* sampler__lost() at the last committed flush */
-	uint64_t lost_flushing;         /* sampler__lost() of the flush in progress */
-	uint64_t unsymbolized_pending;  /* new unsymbolized frames since the last flush */
-	uint64_t frames_pending;        /* new frames since the last flush */
-	uint64_t unwind_dropped;        /* samples the unwinding thread had no room for, not yet flushed */
-	uint64_t unwind_dropped_flushing;
-	uint64_t samples;               /* total so far (flushed or not) */
-
-	struct hashmap offcpu;          /* struct offcpu_acc: off-CPU intervals since the last flush */
-	uint64_t offcpu_lost;           /* not yet flushed */
-	uint64_t offcpu_lost_kernel;    /* offcpu__lost() of the slot when last read */
-	uint64_t offcpu_lost_flushing;
-	struct hashmap counters;        /* struct counters_entry: per-thread counters, by tid */
-	struct hashmap counter_rows;    /* struct counter_row: values read, not yet committed */
-
-	/* Memory (memory.c). */
-	uint64_t memory_interval_ns;    /* RSS series period; 0: no series */
-	uint64_t memory_next_ns;        /* CLOCK_MONOTONIC of the next reading */
-	struct store_memory *memory_rows; /* readings not yet committed */
-	size_t memory_nrows, memory_cap;
-	uint64_t malloc_sample_bytes;   /* mean bytes between allocation samples; 0: not traced */
-	struct hashmap alloc_inflight;  /* struct alloc_block by tid: sampled call, no return yet */
-	struct hashmap alloc_blocks;    /* struct alloc_block by (pid, address): not yet stored, or live */
-	struct store_malloc malloc_totals; /* the allocation probes' counters, set before each flush */
-	uint64_t alloc_orphans;         /* samples lost in user space (RETURN without ALLOC...), total */
-	uint64_t malloc_max_hits_per_s; /* 0: no limit */
-	uint64_t malloc_hits_seen;      /* probe hits at the last rate check */
-	uint64_t malloc_hits_mono_ns;   /* ...and when it was */
-	/* Limits (bounded memory): samples past them are counted, not kept. */
-	unsigned max_threads, max_stacks;
-	struct hashmap tids;            /* tids sampled so far, as (void *)(tid + 1) */
-	uint64_t limit_dropped;         /* samples dropped at a limit, not yet flushed */
-	uint64_t limit_dropped_flushing;
-	struct python_reader *python;   /* NULL: no Python frames walked */
-	uint64_t python_samples;        /* samples with Python frames merged, not yet flushed */
-	uint64_t python_unmerged;       /* samples whose Python frames did not match, not yet flushed */
-	uint64_t python_samples_flushing, python_unmerged_flushing;
-	struct gpu_acc *gpu;            /* CUDA/NVTX/uprobe accounting (gpu_acc.h) */
-	uint64_t gpu_lost_kernel;       /* uprobes__lost() of the slot when last read */
-	uint64_t gpu_calls;             /* probed calls received (records), total */
-	uint64_t gpu_calls_seen;        /* gpu_calls at the last rate check */
-	uint64_t gpu_rate_mono_ns;      /* ...and when it was */
-	uint64_t gpu_max_calls_per_s;   /* probes detached above it; 0: no limit */
-	bool gpu_stopped;               /* the probes were detached for their rate */
-};
+/* struct session is private to daemon/session/ (session_internal.h): use the session__*() calls. */
+struct session;
 
 
 /*
@@ -235,3 +168,35 @@ bool session__expired(const struct session *s, uint64_t mono_ns);
 
 void session__free(struct session *s); /* accepts NULL */
 
+/*
+ * What the rest of the daemon may read of a session. Each is a plain read
+ * of a value fixed at session__new() (or a running total for
+ * session__samples()); none blocks, allocates or logs.
+ */
+int64_t session__id(const struct session *s);          /* its row in the store */
+pid_t session__pid(const struct session *s);           /* the target process */
+int session__pidfd(const struct session *s);           /* polls readable when the target exits */
+const char *session__comm(const struct session *s);    /* the target's name, <= 15 bytes */
+const char *session__event(const struct session *s);   /* "cycles" or "cpu-clock" */
+enum unwind_mode session__unwind(const struct session *s);
+unsigned session__events(const struct session *s);     /* EVENT_* bits of request.h */
+bool session__follows_children(const struct session *s);
+uint64_t session__samples(const struct session *s);    /* CPU samples so far, flushed or not */
+uint64_t session__malloc_sample_bytes(const struct session *s); /* 0: allocations not traced */
+struct gpu_acc *session__gpu(struct session *s);        /* its CUDA/NVTX/uprobe accounting */
+struct proc *session__main_proc(struct session *s);     /* the target's entry */
+
+/*
+ * session__next_proc() - the processes of the session, the target and the
+ * children it follows, one per call: start with *@iter = 0; NULL after the
+ * last. Adding processes (session__proc(), session__discover_children())
+ * between calls may skip or repeat some.
+ */
+struct proc *session__next_proc(struct session *s, size_t *iter);
+
+/* Documented in memory.c. */
+void session__set_malloc_stats(struct session *s, const struct malloc_stats *st);
+void session__malloc_stopped(struct session *s, uint64_t real_ns);
+bool session__malloc_probing(const struct session *s);
+int session__store_memory_config(struct session *s, const struct session_env *env,
+				 const char *probes);

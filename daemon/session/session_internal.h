@@ -11,6 +11,68 @@
 
 #include "session/session.h"
 
+/* One profiling session (session.h says what it is). */
+struct session {
+	int64_t id;
+	unsigned slot;
+	pid_t pid;
+	uid_t uid;
+	char comm[16];
+	const char *event;         /* "cycles" | "cpu-clock" */
+	uint64_t duration_ns;
+	uint64_t started_mono_ns;  /* CLOCK_MONOTONIC, as the BPF sample times */
+	uint64_t started_real_ns;  /* CLOCK_REALTIME at the same instant */
+	int pidfd;                 /* polls readable when the target exits */
+	enum unwind_mode unwind;
+	bool follow_children;
+	unsigned events;                /* EVENT_* */
+
+	struct hashmap procs;           /* struct proc, by PID: the target and followed children */
+	struct proc *main;              /* the target's entry in @procs */
+	bool procs_added;               /* children whose mappings are not stored yet */
+	struct hashmap mappings_stored; /* struct mapping_key, mappings already in the store */
+	struct hashmap stacks;          /* struct raw_stack: stacks seen, by content */
+	struct hashmap frames;          /* struct frame_cache: address -> frame row */
+	struct hashmap pending;         /* struct pending_sample: samples since the last flush */
+	struct hashmap threads;         /* struct thread_acc: threads seen since the last flush */
+	struct hashmap windows;         /* struct window_acc: counters since the last flush */
+	uint64_t lost_seen;             /* sampler__lost() at the last committed flush */
+	uint64_t lost_flushing;         /* sampler__lost() of the flush in progress */
+	uint64_t unsymbolized_pending;  /* new unsymbolized frames since the last flush */
+	uint64_t frames_pending;        /* new frames since the last flush */
+	uint64_t unwind_dropped;        /* samples the unwinding thread had no room for, not yet flushed */
+	uint64_t unwind_dropped_flushing;
+	uint64_t samples;               /* total so far (flushed or not) */
+
+	struct hashmap offcpu;          /* struct offcpu_acc: off-CPU intervals since the last flush */
+	uint64_t offcpu_lost;           /* not yet flushed */
+	uint64_t offcpu_lost_flushing;
+	struct hashmap counters;        /* struct counters_entry: per-thread counters, by tid */
+	struct hashmap counter_rows;    /* struct counter_row: values read, not yet committed */
+
+	/* Memory (memory.c). */
+	uint64_t memory_interval_ns;    /* RSS series period; 0: no series */
+	uint64_t memory_next_ns;        /* CLOCK_MONOTONIC of the next reading */
+	struct store_memory *memory_rows; /* readings not yet committed */
+	size_t memory_nrows, memory_cap;
+	uint64_t malloc_sample_bytes;   /* mean bytes between allocation samples; 0: not traced */
+	struct hashmap alloc_inflight;  /* struct alloc_block by tid: sampled call, no return yet */
+	struct hashmap alloc_blocks;    /* struct alloc_block by (pid, address): not yet stored, or live */
+	struct store_malloc malloc_totals; /* the allocation probes' counters, set before each flush */
+	uint64_t alloc_orphans;         /* samples lost in user space (RETURN without ALLOC...), total */
+	uint64_t malloc_max_hits_per_s; /* 0: no limit */
+	/* Limits (bounded memory): samples past them are counted, not kept. */
+	unsigned max_threads, max_stacks;
+	struct hashmap tids;            /* tids sampled so far, as (void *)(tid + 1) */
+	uint64_t limit_dropped;         /* samples dropped at a limit, not yet flushed */
+	uint64_t limit_dropped_flushing;
+	struct python_reader *python;   /* NULL: no Python frames walked */
+	uint64_t python_samples;        /* samples with Python frames merged, not yet flushed */
+	uint64_t python_unmerged;       /* samples whose Python frames did not match, not yet flushed */
+	uint64_t python_samples_flushing, python_unmerged_flushing;
+	struct gpu_acc *gpu;            /* CUDA/NVTX/uprobe accounting (gpu_acc.h) */
+};
+
 /* A call stack as the BPF program saw it: raw addresses, kernel frames first. */
 struct raw_stack {
 	uint64_t hash;

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "store/store.h"
+#include "store/sqlite_util.h"
 #include "util.h"
 
 extern const char *const store_migrations[];
@@ -616,6 +617,24 @@ int store__session_end(struct store *st, int64_t id, const char *reason, uint64_
 	sqlite3_bind_text(stmt, 2, reason, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(stmt, 3, (int64_t)ended_at_ns);
 	return step_done(stmt);
+}
+
+int store__session_uid(struct store *st, int64_t id, uid_t *ret_uid)
+{
+	_cleanup_stmt_ sqlite3_stmt *stmt = NULL;
+	int rc;
+
+	if (sqlite3_prepare_v2(st->db, "SELECT uid FROM sessions WHERE id = ?1", -1, &stmt,
+			       NULL) != SQLITE_OK)
+		return -EIO;
+	sqlite3_bind_int64(stmt, 1, id);
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_DONE)
+		return -ENOENT;
+	if (rc != SQLITE_ROW)
+		return -EIO;
+	*ret_uid = (uid_t)sqlite3_column_int64(stmt, 0);
+	return 0;
 }
 
 int store__window_add(struct store *st, int64_t session_id, uint64_t window_ns,

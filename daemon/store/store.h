@@ -121,6 +121,12 @@ int store__session_python(struct store *st, int64_t id, const char *status, cons
  * merged, and @unmerged whose Python frames did not match the native stack.
  */
 int store__session_add_python(struct store *st, int64_t id, uint64_t samples, uint64_t unmerged);
+/*
+ * store__session_uid() - the uid that started session @id (its owner, for
+ * authz__may_see()). Returns 0 and *@ret_uid, -ENOENT if there is no such
+ * session, -EIO. Does not log.
+ */
+int store__session_uid(struct store *st, int64_t id, uid_t *ret_uid);
 /* store__session_end() - state 'ended', with @reason and @ended_at_ns. */
 int store__session_end(struct store *st, int64_t id, const char *reason, uint64_t ended_at_ns);
 

@@ -1,0 +1,222 @@
+/*
+ * dispatch.c - one request line in, one response object out: parse, check
+ * that the requester may see the session it names, bring the store up to
+ * date, and call the command (attach.c, the reports of daemon/report/).
+ */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "protocol.h"
+#include "report/analyze.h"
+#include "report/gpu.h"
+#include "report/memory.h"
+#include "report/query.h"
+#include "report/sql.h"
+#include "report/threads.h"
+#include "service/authz.h"
+#include "service/daemon.h"
+#include "store/store.h"
+#include "symbols/resymbolize.h"
+#include "util.h"
+
+/* profctl sql: result size cap, and how long a statement may run. */
+#define SQL_MAX_RESULT_BYTES (16u << 20)
+#define SQL_TIMEOUT_NS (5 * NSEC_PER_SEC)
+
+/* dispatch__ok() - a success response with @fields (taken; may be NULL) merged in. */
+json_t *dispatch__ok(json_t *fields)
+{
+	json_t *resp = json_pack("{s:i, s:b}", "v", PROFD_PROTOCOL_VERSION, "ok", 1);
+
+	if (fields)
+		json_object_update(resp, fields);
+	json_decref(fields);
+	return resp;
+}
+
+/*
+ * dispatch__result() - the response to a report that returned @r with
+ * @fields (taken): success, "no session", or the error.
+ */
+json_t *dispatch__result(int r, json_t *fields, int64_t session_id)
+{
+	if (r == -ENOENT)
+		return json_error_response(r, "no session %lld", (long long)session_id);
+	if (r < 0)
+		return json_error_response(r, "query failed: %s", strerror(-r));
+	return dispatch__ok(fields);
+}
+
+/* A report of a sampled event: say why there is none. */
+static json_t *event_result(int r, json_t *fields, const struct request *req)
+{
+	if (r == -ENODATA)
+		return json_error_response(
+		    r, "session %lld did not sample %s (attach --events cpu,%s)",
+		    (long long)req->session, req->sampled_event, req->sampled_event);
+	if (r == -EOPNOTSUPP)
+		return json_error_response(r,
+					   "%s is unsupported on this machine (no hardware PMU): "
+					   "session %lld has no samples of it",
+					   req->sampled_event, (long long)req->session);
+	return dispatch__result(r, fields, req->session);
+}
+
+/*
+ * The one check every command naming a session goes through: sessions that
+ * are not the requester's are invisible to it, as if absent (authz.h).
+ */
+static bool may_see(struct profd *p, const struct ucred *peer, bool admin, int64_t id)
+{
+	uid_t uid;
+
+	if (admin)
+		return true;
+	return store__session_uid(p->env.store, id, &uid) == 0 && authz__may_see(peer, admin, uid);
+}
+
+/* Drop from a sessions list those the requester may not see. */
+static void filter_sessions(json_t *list, const struct ucred *peer, bool admin)
+{
+	json_t *item;
+	size_t i;
+
+	json_array_foreach(list, i, item)
+	{
+		if (!authz__may_see(peer, admin,
+				    (uid_t)json_integer_value(json_object_get(item, "uid")))) {
+			json_array_remove(list, i);
+			i--;
+		}
+	}
+}
+
+static json_t *run_request(struct profd *p, const struct ucred *peer, const char *line, size_t len)
+{
+	static struct request req; /* 16 KiB of SQL text: not on the stack */
+	sqlite3 *db = store__db(p->env.store);
+	const struct query_range *range;
+	struct query_range r_range;
+	char err[512];
+	json_t *fields = NULL;
+	bool admin;
+	int r;
+
+	r = request__parse(line, len, &req, err, sizeof(err));
+	if (r < 0)
+		return json_error_response(r, "%s", err);
+	r_range = (struct query_range){.from_ns = req.from_ns, .to_ns = req.to_ns};
+	range = req.has_range ? &r_range : NULL;
+
+	admin = authz__is_admin(peer);
+	if (req.session && !may_see(p, peer, admin, req.session))
+		return json_error_response(-ENOENT, "no session %lld", (long long)req.session);
+
+	/* Reports read the store: give them what was sampled up to now. */
+	if (req.cmd != CMD_PING && req.cmd != CMD_ATTACH) {
+		profd__collect(p, false);
+		profd__flush(p);
+	}
+
+	switch (req.cmd) {
+	case CMD_PING:
+		return dispatch__ok(json_pack("{s:s, s:i}", "version", PROFD_VERSION, "protocol",
+					      PROFD_PROTOCOL_VERSION));
+	case CMD_ATTACH:
+		return attach__run(p, peer, admin, &req);
+	case CMD_DETACH:
+		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+			if (p->slots[i] && session__id(p->slots[i]) == req.session)
+				profd__end_session(p, i, "detached");
+		/* answer with the session as it is now */
+		__attribute__((fallthrough));
+	case CMD_SESSION:
+		r = query__session(db, req.session, &fields);
+		if (r == 0 && req.cmd == CMD_SESSION)
+			fields = json_pack("{s:o}", "session", fields);
+		return dispatch__result(r, fields, req.session);
+	case CMD_SESSIONS:
+		r = query__sessions(db, &fields);
+		if (r == 0)
+			filter_sessions(json_object_get(fields, "sessions"), peer, admin);
+		return dispatch__result(r, fields, 0);
+	case CMD_TOP:
+		r = query__top(db, req.session, req.limit, req.sampled_event, range, &fields);
+		return event_result(r, fields, &req);
+	case CMD_HOTPATHS:
+		r = query__hotpaths(db, req.session, req.limit, req.sampled_event, range, &fields);
+		return event_result(r, fields, &req);
+	case CMD_PROFILE:
+		r = query__profile(db, req.session, req.sampled_event, range, req.per_window,
+				   &fields);
+		return event_result(r, fields, &req);
+	case CMD_ANALYZE:
+		r = analyze__session(db, req.session, &fields);
+		return dispatch__result(r, fields, req.session);
+	case CMD_SQL:
+		r = sql__run(p->cfg->db_path, req.sql, admin, peer->uid, (size_t)req.max_rows,
+			     SQL_MAX_RESULT_BYTES, SQL_TIMEOUT_NS, &fields, err, sizeof(err));
+		if (r < 0)
+			return json_error_response(r, "%s", err[0] ? err : strerror(-r));
+		return dispatch__ok(fields);
+	case CMD_THREADS: {
+		struct threads_opts topts = {.group_by_name = req.group_by_name,
+					     .window_s = req.window_s};
+
+		r = query__threads(db, req.session, &fields);
+		if (r == 0)
+			r = threads_report__extend(db, req.session, &topts, fields);
+		return dispatch__result(r, fields, req.session);
+	}
+	case CMD_OFFCPU:
+		r = query__offcpu(db, req.session, req.limit, &fields);
+		return dispatch__result(r, fields, req.session);
+	case CMD_MEMORY:
+		r = query__memory(db, req.session, req.limit, &fields);
+		return dispatch__result(r, fields, req.session);
+	case CMD_GPU:
+		r = query__gpu(db, req.session, req.limit, &fields);
+		return dispatch__result(r, fields, req.session);
+	case CMD_RANGES:
+		r = query__ranges(db, req.session, &fields);
+		return dispatch__result(r, fields, req.session);
+	case CMD_RESYMBOLIZE:
+		r = resymbolize__session(p->env.store, req.session, req.debuginfod, &fields);
+		if (r == -EIO)
+			return json_error_response(r, "resymbolize failed: %s",
+						   store__errmsg(p->env.store));
+		return dispatch__result(r, fields, req.session);
+	}
+	return json_error_response(-EINVAL, "unknown command");
+}
+
+/*
+ * dispatch__request() - answer one request line of @len bytes from @peer
+ * (server_fn; @ctx is the struct profd). While the database cannot be
+ * written (a full disk), queries still answer from what is stored, and
+ * every answer says that newer samples are waiting: the requester learns
+ * it, not only the log. Never NULL.
+ */
+json_t *dispatch__request(void *ctx, const struct ucred *peer, const char *line, size_t len)
+{
+	struct profd *p = ctx;
+	json_t *resp = run_request(p, peer, line, len);
+
+	if (p->flush_errors && json_is_true(json_object_get(resp, "ok"))) {
+		char msg[512];
+		time_t since = (time_t)(p->flush_failing_since_ns / NSEC_PER_SEC);
+		struct tm tm;
+		char when[32] = "";
+
+		if (gmtime_r(&since, &tm))
+			strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		snprintf(msg, sizeof(msg),
+			 "the database cannot be written since %s (%s): samples since then are "
+			 "held in memory and not in these results; profd retries every second",
+			 when, p->flush_error);
+		json_object_set_new(resp, "warning", json_string(msg));
+	}
+	return resp;
+}

@@ -1,0 +1,195 @@
+/* options.c - profd's command line: --help, the options, and the configuration file they override.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "log.h"
+#include "protocol.h"
+#include "service/config.h"
+#include "service/daemon.h"
+
+static void help(void)
+{
+	printf("Usage: profd [OPTIONS]\n"
+	       "\n"
+	       "Sampling profiler daemon: profiles processes on request from profctl(1),\n"
+	       "and stores call stacks and counters in an SQLite database.\n"
+	       "Settings come from the configuration file, then from these options.\n"
+	       "\n"
+	       "Options:\n"
+	       "  --config PATH          configuration file (default %s; a missing\n"
+	       "                         default file is not an error)\n"
+	       "  --check-config         check the configuration file and options, print\n"
+	       "                         the effective settings, and exit (0 if valid)\n"
+	       "  --db PATH              database file (default %s)\n"
+	       "  --socket PATH          Unix socket to listen on (default %s)\n"
+	       "  --log-level LEVEL      error, warning, info (default) or debug\n"
+	       "  --default-freq HZ      samples per second when attach gives none (default %d)\n"
+	       "  --retention-days DAYS  delete ended sessions older than DAYS (0: keep; default)\n"
+	       "  --max-db-bytes SIZE    delete the oldest ended sessions while the database is\n"
+	       "                         larger than SIZE (K, M, G suffixes; 0: no limit)\n"
+	       "  --max-sessions N       sessions running at once (default %d, at most %d)\n"
+	       "  --max-threads N        threads sampled per session (default %d)\n"
+	       "  --max-stacks N         distinct call stacks per session (default %d); samples\n"
+	       "                         past it are counted as limit_dropped_samples\n"
+	       "  --ring-buffer-bytes SIZE  BPF ring buffer for samples (default 8M, a power of\n"
+	       "                         2; off-CPU intervals get half): kernel memory, mapped\n"
+	       "                         twice into profd, so counted twice in its RSS\n"
+	       "  --foreground           stay in the foreground (profd never forks; accepted for\n"
+	       "                         compatibility with init scripts)\n"
+	       "  -h, --help             show this help\n"
+	       "  --version              show the version\n"
+	       "\n"
+	       "profd must run as root (it needs CAP_BPF and CAP_PERFMON). Under systemd it\n"
+	       "notifies readiness (Type=notify), pets the watchdog, takes its socket from\n"
+	       "profd.socket if activated so, and logs with journald priorities.\n"
+	       "Examples:\n"
+	       "  profd --db /tmp/p.db --socket /tmp/p.sock &\n"
+	       "  PROFD_SOCKET=/tmp/p.sock profctl attach $(pidof myjob) --duration 10 --wait\n"
+	       "  profd --config /etc/profd/profd.conf --retention-days 30 --check-config\n",
+	       PROFD_DEFAULT_CONFIG, PROFD_DEFAULT_DB, PROFD_DEFAULT_SOCKET, PROFD_DEFAULT_FREQ_HZ,
+	       PROFD_DEFAULT_MAX_SESSIONS, PROFILE_MAX_SLOTS, PROFD_DEFAULT_MAX_THREADS,
+	       PROFD_DEFAULT_MAX_STACKS);
+}
+
+enum {
+	OPT_DB = 256,
+	OPT_SOCKET,
+	OPT_FOREGROUND,
+	OPT_LOG_LEVEL,
+	OPT_VERSION,
+	OPT_CONFIG,
+	OPT_CHECK_CONFIG,
+	OPT_DEFAULT_FREQ,
+	OPT_RETENTION_DAYS,
+	OPT_MAX_DB_BYTES,
+	OPT_MAX_SESSIONS,
+	OPT_MAX_THREADS,
+	OPT_MAX_STACKS,
+	OPT_RING_BUFFER_BYTES,
+};
+
+static const struct option longopts[] = {
+    {"db", required_argument, NULL, OPT_DB},
+    {"socket", required_argument, NULL, OPT_SOCKET},
+    {"foreground", no_argument, NULL, OPT_FOREGROUND},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"check-config", no_argument, NULL, OPT_CHECK_CONFIG},
+    {"default-freq", required_argument, NULL, OPT_DEFAULT_FREQ},
+    {"retention-days", required_argument, NULL, OPT_RETENTION_DAYS},
+    {"max-db-bytes", required_argument, NULL, OPT_MAX_DB_BYTES},
+    {"max-sessions", required_argument, NULL, OPT_MAX_SESSIONS},
+    {"max-threads", required_argument, NULL, OPT_MAX_THREADS},
+    {"max-stacks", required_argument, NULL, OPT_MAX_STACKS},
+    {"ring-buffer-bytes", required_argument, NULL, OPT_RING_BUFFER_BYTES},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {},
+};
+
+/* The configuration key each option overrides. */
+static const char *option_key(int c)
+{
+	switch (c) {
+	case OPT_DB:
+		return "db";
+	case OPT_SOCKET:
+		return "socket";
+	case OPT_LOG_LEVEL:
+		return "log_level";
+	case OPT_DEFAULT_FREQ:
+		return "default_freq_hz";
+	case OPT_RETENTION_DAYS:
+		return "retention_days";
+	case OPT_MAX_DB_BYTES:
+		return "max_db_bytes";
+	case OPT_MAX_SESSIONS:
+		return "max_sessions";
+	case OPT_MAX_THREADS:
+		return "max_threads_per_session";
+	case OPT_MAX_STACKS:
+		return "max_stacks_per_session";
+	case OPT_RING_BUFFER_BYTES:
+		return "ring_buffer_bytes";
+	}
+	return NULL;
+}
+
+/*
+ * options__parse() - the effective settings in *@cfg: defaults, then the
+ * configuration file, then the command line. Two passes: the first finds
+ * --config (and --help, --version), the file is read, then the second
+ * applies the other options over it. Returns 1 to run, 0 to exit with
+ * success (--help, --version, --check-config), -EINVAL or -ENOMEM (logged).
+ * *@cfg is to be released with config__done() in every case.
+ */
+int options__parse(int argc, char **argv, struct profd_config *cfg)
+{
+	const char *config_path = NULL;
+	bool check_config = false;
+	char err[512];
+	int c, r;
+
+	r = config__init(cfg);
+	if (r < 0)
+		return log_error_errno(r, "Out of memory");
+	opterr = 1;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) >= 0) {
+		switch (c) {
+		case OPT_CONFIG:
+			config_path = optarg;
+			break;
+		case OPT_CHECK_CONFIG:
+			check_config = true;
+			break;
+		case 'h':
+			help();
+			return 0;
+		case OPT_VERSION:
+			printf("profd %s\n", PROFD_VERSION);
+			return 0;
+		case '?':
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		log_error("unexpected argument '%s' (see profd --help)", argv[optind]);
+		return -EINVAL;
+	}
+	r = config__load(cfg, config_path ? config_path : PROFD_DEFAULT_CONFIG, !config_path, err,
+			 sizeof(err));
+	if (r < 0) {
+		log_error("invalid configuration: %s", err);
+		return -EINVAL;
+	}
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) >= 0) {
+		const char *key = option_key(c);
+
+		if (!key)
+			continue;
+		r = config__set(cfg, key, optarg, err, sizeof(err));
+		if (r == -ENOMEM)
+			return log_error_errno(r, "Out of memory");
+		if (r < 0) {
+			/* The message names the key; say which option it came from. */
+			const char *name = "";
+
+			for (const struct option *o = longopts; o->name; o++)
+				if (o->val == c)
+					name = o->name;
+			log_error("invalid --%s: %s", name, err);
+			return -EINVAL;
+		}
+	}
+	log_set_level(cfg->log_level);
+	if (check_config) {
+		config__print(cfg, stdout);
+		return 0;
+	}
+	return 1;
+}

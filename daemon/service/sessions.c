@@ -1,0 +1,318 @@
+/*
+ * sessions.c - the running sessions of the daemon: records from the
+ * collectors routed to their session, the flush of every session in one
+ * transaction, the end of a session, and retention.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "collect/malloc_probes.h"
+#include "collect/offcpu.h"
+#include "collect/sampler.h"
+#include "collect/unwind_worker.h"
+#include "log.h"
+#include "service/daemon.h"
+#include "service/notify.h"
+#include "store/store.h"
+#include "symbols/unwind.h"
+#include "util.h"
+
+/*
+ * Off-CPU intervals, in the same blocking stack: the blocked part, then the
+ * part spent runnable (woken, waiting for a CPU).
+ */
+static const char *const offcpu_state_names[OFFCPU_NR_STATES] = {
+    [OFFCPU_STATE_RUNNABLE] = "runnable",
+    [OFFCPU_STATE_SLEEPING] = "sleeping",
+    [OFFCPU_STATE_IO] = "io",
+    [OFFCPU_STATE_OTHER] = "other",
+};
+
+/*
+ * profd__on_sample() - a CPU sample from the ring buffer, or back from the
+ * unwinding thread (sampler_fn, unwind_worker__drain()). A sample with
+ * registers and a stack copy goes to the unwinding thread first.
+ */
+void profd__on_sample(void *ctx, const struct sample_event *e, size_t size)
+{
+	struct profd *p = ctx;
+	struct session *s = p->slots[e->slot];
+	struct proc *proc;
+
+	/* A sample of a session that already ended (or never started) is dropped. */
+	if (!s)
+		return;
+	if (e->event == PROFILE_EVENT_THREAD_EXIT) {
+		session__on_thread_exit(s, e);
+		return;
+	}
+	proc = session__proc(s, (pid_t)e->pid);
+	if (!proc) {
+		/* Not the session's process, or a child gone before its mappings were read. */
+		if ((pid_t)e->pid != session__pid(s) && session__follows_children(s))
+			session__count_dropped(s, e);
+		return;
+	}
+	if (e->flags & SAMPLE_HAS_REGS) {
+		if (unwind_worker__submit(p->worker, e, size, proc->as, &proc->as_lock,
+					  session__unwind(s)) < 0)
+			session__count_dropped(s, e);
+		return;
+	}
+	session__on_sample(s, e);
+}
+
+/* profd__on_offcpu() - an off-CPU interval (offcpu_fn): split into its blocked and runnable part.
+ */
+void profd__on_offcpu(void *ctx, const struct offcpu_event *e, size_t size)
+{
+	struct profd *p = ctx;
+	struct session *s = e->slot < PROFILE_MAX_SLOTS ? p->slots[e->slot] : NULL;
+	uint64_t ips[2 * OFFCPU_MAX_FRAMES];
+	uint32_t flags = 0;
+	struct proc *proc;
+	int ulen;
+
+	if (!s || !(session__events(s) & EVENT_OFFCPU))
+		return;
+	proc = session__proc(s, (pid_t)e->pid);
+	if (!proc) {
+		session__count_offcpu_lost(s, 1);
+		return;
+	}
+	memcpy(ips, e->ips, e->kstack_len * sizeof(uint64_t));
+	pthread_rwlock_rdlock(&proc->as_lock);
+	ulen = offcpu__user_stack(p->unwinder, proc->as, e, ips + e->kstack_len, OFFCPU_MAX_FRAMES,
+				  &flags);
+	pthread_rwlock_unlock(&proc->as_lock);
+	if (ulen < 0)
+		ulen = 0;
+	if (e->state < OFFCPU_NR_STATES && e->duration_ns > e->runq_ns)
+		session__on_offcpu(s, (pid_t)e->pid, (pid_t)e->tid, e->comm,
+				   e->time_ns + e->duration_ns, offcpu_state_names[e->state],
+				   e->duration_ns - e->runq_ns, ips, e->kstack_len, (unsigned)ulen);
+	if (e->runq_ns && e->state != OFFCPU_STATE_RUNNABLE)
+		session__on_offcpu(s, (pid_t)e->pid, (pid_t)e->tid, e->comm,
+				   e->time_ns + e->duration_ns, "runnable", e->runq_ns, ips,
+				   e->kstack_len, (unsigned)ulen);
+}
+
+/*
+ * profd__on_malloc() - a record of the allocation probes (malloc_probes_fn);
+ * an allocation's user stack is completed with CFI here.
+ */
+void profd__on_malloc(void *ctx, const struct malloc_event *e, size_t size)
+{
+	struct profd *p = ctx;
+	struct session *s = p->slots[e->slot];
+	const struct malloc_alloc_event *a = (const void *)e;
+	uint64_t ips[MALLOC_MAX_FRAMES];
+	uint32_t flags;
+	struct proc *proc;
+	int n;
+
+	if (!s)
+		return;
+	if (e->kind != MALLOC_EV_ALLOC) {
+		session__on_malloc(s, e, NULL, 0);
+		return;
+	}
+	proc = session__proc(s, (pid_t)e->pid);
+	if (!proc)
+		return;
+	pthread_rwlock_rdlock(&proc->as_lock);
+	n = unwinder__complete_walk(
+	    p->unwinder, proc->as, e->flags & MALLOC_HAS_REGS ? (const uint64_t *)a->regs : NULL,
+	    malloc_alloc_event_stack(a), e->stack_size, (const uint64_t *)a->ips, e->ustack_len,
+	    ips, ARRAY_SIZE(ips), &flags);
+	pthread_rwlock_unlock(&proc->as_lock);
+	session__on_malloc(s, e, ips, n > 0 ? (unsigned)n : 0);
+}
+
+/*
+ * profd__collect() - take everything the collectors and the unwinding
+ * thread have for the sessions. @wait_for_unwinder: first wait until the
+ * unwinding thread has no sample left (a session's end, not the loop's
+ * ticks: it may take milliseconds).
+ */
+void profd__collect(struct profd *p, bool wait_for_unwinder)
+{
+	if (p->offcpu)
+		offcpu__poll(p->offcpu);
+	if (p->malloc_probes)
+		malloc_probes__poll(p->malloc_probes);
+	if (p->uprobes)
+		uprobes__poll(p->uprobes);
+	features__charge_lost(p);
+	sampler__poll(p->env.sampler);
+	if (wait_for_unwinder)
+		unwind_worker__wait_idle(p->worker);
+	unwind_worker__drain(p->worker, profd__on_sample, p);
+}
+
+/* profd__running() - the number of running sessions. */
+unsigned profd__running(const struct profd *p)
+{
+	unsigned running = 0;
+
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+		running += p->slots[i] != NULL;
+	return running;
+}
+
+/* profd__notify_status() - STATUS= for systemctl status: what profd is doing. */
+void profd__notify_status(struct profd *p)
+{
+	notify__send("STATUS=%u session(s) running%s", profd__running(p),
+		     p->flush_errors ? "; database writes failing" : "");
+}
+
+/*
+ * profd__flush() - write every running session's pending samples in one
+ * transaction. On failure everything is rolled back and kept for the next
+ * flush, the first failure of a burst is logged, and answers carry a
+ * warning until a flush works again (dispatch.c). Returns 0 or -errno.
+ */
+int profd__flush(struct profd *p)
+{
+	int r;
+
+	/* Every flush, the timer's and the one before each report alike. */
+	features__before_flush(p);
+	r = store__begin(p->env.store);
+	if (r < 0)
+		goto fail;
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++) {
+		if (!p->slots[i])
+			continue;
+		r = session__flush(p->slots[i], &p->env);
+		if (r < 0)
+			goto fail;
+	}
+	r = store__commit(p->env.store);
+	if (r < 0)
+		goto fail;
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+		if (p->slots[i])
+			session__flush_done(p->slots[i]);
+	p->last_flush_ns = now_ns(CLOCK_MONOTONIC);
+	if (p->flush_errors)
+		log_info("Database writes work again, after %llu failed flush(es)",
+			 (unsigned long long)p->flush_errors);
+	p->flush_errors = 0;
+	return 0;
+fail:
+	store__rollback(p->env.store);
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+		if (p->slots[i])
+			session__flush_failed(p->slots[i]);
+	/* Report once per burst of failures (a full disk fails every second). */
+	snprintf(p->flush_error, sizeof(p->flush_error), "%s", store__errmsg(p->env.store));
+	if (p->flush_errors++ == 0) {
+		p->flush_failing_since_ns = now_ns(CLOCK_REALTIME);
+		log_error_errno(r, "Failed to write samples to the database: %s (will retry)",
+				p->flush_error);
+	}
+	p->last_flush_ns = now_ns(CLOCK_MONOTONIC);
+	return r;
+}
+
+/*
+ * profd__end_session() - end the session in @slot: stop sampling, take the
+ * samples still in the ring buffer, write them and the end state. The
+ * session is freed even if the write fails (its row then stays 'running'
+ * and is marked 'interrupted' at the next start). Returns 0, -ENOENT if
+ * the slot is empty, or the flush's -errno (logged).
+ */
+int profd__end_session(struct profd *p, unsigned slot, const char *reason)
+{
+	struct session *s = p->slots[slot];
+	uint64_t ended_ns =
+	    now_ns(CLOCK_REALTIME); /* when sampling stops, not when the flush ends */
+	struct proc *proc;
+	size_t iter = 0;
+	int r;
+
+	if (!s)
+		return -ENOENT;
+	/* The last counter values, before the events stop. */
+	session__read_counters(s, &p->env);
+	/* Before the sampler drops the slot's targets from the map they share. */
+	features__stop(p, slot);
+	session__stop(s, &p->env);
+	profd__collect(p, true);
+	r = profd__flush(p);
+	if (r == 0) {
+		r = store__session_end(p->env.store, session__id(s), reason, ended_ns);
+		if (r < 0)
+			log_error_errno(r, "Failed to mark session %lld ended: %s",
+					(long long)session__id(s), store__errmsg(p->env.store));
+	}
+	log_info("session %lld ended (%s): %llu samples", (long long)session__id(s), reason,
+		 (unsigned long long)session__samples(s));
+	p->slots[slot] = NULL;
+	while ((proc = session__next_proc(s, &iter)))
+		unwind_worker__forget(p->worker, proc->as);
+	session__free(s);
+	profd__notify_status(p);
+	return r;
+}
+
+static void on_pid_exit(struct watch *w, uint32_t events)
+{
+	struct pid_watch *pw = (struct pid_watch *)w;
+
+	profd__end_session(pw->profd, pw->slot, "target_exited");
+}
+
+/* profd__watch_exit() - end the session in @slot when its target exits. Returns 0 or -errno. */
+int profd__watch_exit(struct profd *p, unsigned slot)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &p->pid_watches[slot].watch};
+
+	p->pid_watches[slot] = (struct pid_watch){{on_pid_exit}, p, slot};
+	if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, session__pidfd(p->slots[slot]), &ev) < 0)
+		return -errno;
+	return 0;
+}
+
+/*
+ * profd__run_retention() - delete what retention_days and max_db_bytes say
+ * is too old or too much (never a running session), and log what was done.
+ */
+void profd__run_retention(struct profd *p)
+{
+	struct store_retention res;
+	int r;
+
+	p->last_retention_ns = now_ns(CLOCK_MONOTONIC);
+	if (!p->cfg->retention_ns && !p->cfg->max_db_bytes)
+		return;
+	/* Pending samples first, so that the deletes run in a quiet store
+	 * (at start, before the sampler exists, there are none). */
+	if (p->env.sampler) {
+		profd__collect(p, false);
+		profd__flush(p);
+	}
+	r = store__retention(p->env.store, now_ns(CLOCK_REALTIME), p->cfg->retention_ns,
+			     p->cfg->max_db_bytes, &res);
+	if (r < 0) {
+		log_error_errno(r, "Retention failed: %s", store__errmsg(p->env.store));
+		return;
+	}
+	if (res.sessions_deleted) {
+		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+			if (p->slots[i])
+				session__forget_row_ids(p->slots[i]);
+		log_info("retention: deleted %u ended session(s); database %llu -> %llu bytes",
+			 res.sessions_deleted, (unsigned long long)res.bytes_before,
+			 (unsigned long long)res.bytes_after);
+	}
+	if (res.over_limit)
+		log_warning("database is larger than max_db_bytes (%llu) with only running "
+			    "sessions left to delete",
+			    (unsigned long long)p->cfg->max_db_bytes);
+}
