@@ -237,7 +237,7 @@ static void on_uprobe(void *ctx, const struct gpu_probe *probe, const struct upr
 	proc = session__proc(s, (pid_t)e->pid);
 	if (proc)
 		pthread_rwlock_rdlock(&proc->as_lock);
-	gpu_acc__on_event(session__gpu(s), s, p->env.sym, proc ? proc->as : NULL, probe, e);
+	gpu_acc__on_event(session__gpu(s), p->env.sym, proc ? proc->as : NULL, probe, e);
 	if (proc)
 		pthread_rwlock_unlock(&proc->as_lock);
 }

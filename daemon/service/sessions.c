@@ -205,12 +205,13 @@ int profd__flush(struct profd *p)
 	p->flush_errors = 0;
 	return 0;
 fail:
+	/* SQLite's message before the ROLLBACK replaces it. */
+	snprintf(p->flush_error, sizeof(p->flush_error), "%s", store__errmsg(p->env.store));
 	store__rollback(p->env.store);
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		if (p->slots[i])
 			session__flush_failed(p->slots[i]);
 	/* Report once per burst of failures (a full disk fails every second). */
-	snprintf(p->flush_error, sizeof(p->flush_error), "%s", store__errmsg(p->env.store));
 	if (p->flush_errors++ == 0) {
 		p->flush_failing_since_ns = now_ns(CLOCK_REALTIME);
 		log_error_errno(r, "Failed to write samples to the database: %s (will retry)",

@@ -1,15 +1,15 @@
 /* gpu_acc.c - one session's accounting of CUDA/NVTX/uprobe calls, and its rows in the store. */
 #include <errno.h>
 #include <search.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "session/gpu_acc.h"
 #include "protocol.h"
-#include "session/session.h"
-#include "session/session_internal.h"
+#include "bpf/profile.h"
+#include "hashmap.h"
+#include "store/store.h"
 #include "util.h"
 
 extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
@@ -30,7 +30,15 @@ struct agg {
 	uint64_t calls, errors, total_ns, min_ns, max_ns, bytes;
 };
 
-enum { AGG_API, AGG_KERNEL, AGG_COPY, AGG_SYNC, AGG_NVTX, AGG_UPROBE };
+/* The aggregate tables, as the store names them. */
+enum {
+	AGG_API = STORE_GPU_API,
+	AGG_KERNEL = STORE_GPU_KERNEL,
+	AGG_COPY = STORE_GPU_COPY,
+	AGG_SYNC = STORE_GPU_SYNC,
+	AGG_NVTX = STORE_GPU_NVTX,
+	AGG_UPROBE = STORE_GPU_UPROBE,
+};
 
 struct mem_row {
 	uint64_t time_ns; /* CLOCK_MONOTONIC */
@@ -91,12 +99,33 @@ struct gpu_acc {
 		uint64_t lost, unmatched, unnamed, truncated, no_stack;
 	} c, flushing;
 	size_t nr_notes_flushing;
+	struct gpu_acc_owner owner;
 };
 
-/* gpu_acc__new() - an empty accounting; NULL only on out-of-memory. */
-struct gpu_acc *gpu_acc__new(void)
+/*
+ * gpu_acc__new() - an empty accounting for the session @owner describes
+ * (copied; its ctx is borrowed for the accounting's life). NULL only on
+ * out-of-memory.
+ */
+struct gpu_acc *gpu_acc__new(const struct gpu_acc_owner *owner)
 {
-	return calloc(1, sizeof(struct gpu_acc));
+	struct gpu_acc *a = calloc(1, sizeof(struct gpu_acc));
+
+	if (a)
+		a->owner = *owner;
+	return a;
+}
+
+/*
+ * gpu_acc__set_session() - the owning session's row @id, and its start on
+ * both clocks (@real_ns CLOCK_REALTIME, @mono_ns CLOCK_MONOTONIC, the same
+ * instant), once the row exists.
+ */
+void gpu_acc__set_session(struct gpu_acc *a, int64_t id, uint64_t real_ns, uint64_t mono_ns)
+{
+	a->owner.session_id = id;
+	a->owner.started_real_ns = real_ns;
+	a->owner.started_mono_ns = mono_ns;
 }
 
 static void free_pending(struct gpu_acc *a)
@@ -529,11 +558,11 @@ static void on_memory(struct gpu_acc *a, const struct gpu_probe *p, const struct
 }
 
 /*
- * gpu_acc__on_event() - account call record @e of probe @p for session @s.
+ * gpu_acc__on_event() - account call record @e of probe @p for the owning session.
  * @sym, @as: to name kernels (@as may be NULL: launches then go unnamed).
  * Allocates; on out-of-memory the call is counted as lost. Does not log.
  */
-void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *sym,
+void gpu_acc__on_event(struct gpu_acc *a, struct symbolizer *sym,
 		       const struct addrspace *as, const struct gpu_probe *p,
 		       const struct uprobe_event *e)
 {
@@ -578,8 +607,8 @@ void gpu_acc__on_event(struct gpu_acc *a, struct session *s, struct symbolizer *
 	}
 	a->c.truncated += !!(e->flags & UPROBE_EV_TRUNCATED);
 	a->c.no_stack += !!(e->flags & UPROBE_EV_NO_STACK);
-	st = session__stack_intern(s, (pid_t)e->pid, ips, 0, n,
-				   (e->flags & UPROBE_EV_TRUNCATED) ? SAMPLE_USER_TRUNCATED : 0, NULL);
+	st = a->owner.intern(a->owner.ctx, (pid_t)e->pid, ips, n,
+			     (e->flags & UPROBE_EV_TRUNCATED) ? SAMPLE_USER_TRUNCATED : 0);
 	if (!st) {
 		a->c.lost++;
 		return;
@@ -657,148 +686,73 @@ void gpu_acc__count_lost(struct gpu_acc *a, uint64_t n)
 	a->c.lost += n;
 }
 
-static int exec_row(sqlite3 *db, sqlite3_stmt **stmt, const char *sql)
-{
-	if (!*stmt && sqlite3_prepare_v2(db, sql, -1, stmt, NULL) != SQLITE_OK)
-		return -EIO;
-	return 0;
-}
-
-static int step(sqlite3_stmt *stmt)
-{
-	int rc = sqlite3_step(stmt);
-
-	sqlite3_reset(stmt);
-	sqlite3_clear_bindings(stmt);
-	return rc == SQLITE_DONE ? 0 : -EIO;
-}
-
-static const char *const agg_sql[] = {
-    [AGG_API] = "INSERT INTO gpu_api_calls (session_id, window_ns, api, calls, errors, total_ns,"
-		" min_ns, max_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    [AGG_KERNEL] = "INSERT INTO gpu_kernels (session_id, window_ns, name, api, grid, block,"
-		   " stack_id, launches, errors) VALUES (?1, ?2, ?3, ?9, ?10, ?11, ?12, ?4, ?5)",
-    [AGG_COPY] = "INSERT INTO gpu_copies (session_id, window_ns, api, direction, calls, bytes,"
-		 " errors) VALUES (?1, ?2, ?3, ?9, ?4, ?13, ?5)",
-    [AGG_SYNC] = "INSERT INTO gpu_syncs (session_id, window_ns, api, stack_id, calls, total_ns)"
-		 " VALUES (?1, ?2, ?3, ?12, ?4, ?6)",
-    [AGG_NVTX] = "INSERT INTO nvtx_ranges (session_id, window_ns, kind, path, name, depth, calls,"
-		 " total_ns, min_ns, max_ns) VALUES (?1, ?2, ?9, ?3, ?14, ?15, ?4, ?6, ?7, ?8)",
-    [AGG_UPROBE] = "INSERT INTO uprobe_calls (session_id, window_ns, probe, calls, total_ns,"
-		   " min_ns, max_ns) VALUES (?1, ?2, ?3, ?4, ?6, ?7, ?8)",
-};
-
-static void finalize_all(sqlite3_stmt **v, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		sqlite3_finalize(v[i]);
-}
-
 /*
  * gpu_acc__flush() - write the rows kept since the last flush, inside the
- * store transaction session__flush() opened. @refreshed: as for
- * session__resolve_stack() (in/out). Rows stay kept until
- * gpu_acc__flush_done(): after a rollback the next flush writes them again.
- * Returns 0, -EIO (SQLite error) or -ENOMEM. Does not log.
+ * store transaction the session's flush opened; @env is passed on to the
+ * owner's resolve() for the stacks. @refreshed: as for the owner's
+ * resolve() (in/out). Rows stay kept until gpu_acc__flush_done(): after a
+ * rollback the next flush writes them again. Returns 0, -EIO (SQLite
+ * error) or -ENOMEM. Does not log.
  */
-int gpu_acc__flush(struct gpu_acc *a, struct session *s, const struct session_env *env,
+int gpu_acc__flush(struct gpu_acc *a, struct store *store, const struct session_env *env,
 		   bool *refreshed)
 {
-	sqlite3 *db = store__db(env->store);
-	sqlite3_stmt *st[ARRAY_SIZE(agg_sql) + 3] = {0};
+	const struct gpu_acc_owner *o = &a->owner;
 	uint64_t now_real = now_ns(CLOCK_REALTIME);
 	int r = 0;
 
 	for (size_t i = 0; i < a->nr_aggs && r == 0; i++) {
 		struct agg *g = a->aggs[i];
-		sqlite3_stmt *q;
-		int64_t stack_id = 0;
+		struct store_gpu_agg row = {
+			.table = (enum store_gpu_table)g->table,
+			.key1 = g->key1,
+			.key2 = g->key2,
+			.grid = g->grid,
+			.block = g->block,
+			.name = g->name,
+			.depth = g->depth,
+			.calls = g->calls,
+			.errors = g->errors,
+			.total_ns = g->total_ns,
+			.min_ns = g->min_ns,
+			.max_ns = g->max_ns,
+			.bytes = g->bytes,
+		};
 
-		if (g->stack) {
-			r = session__resolve_stack(s, env, g->stack, refreshed);
-			if (r < 0)
-				break;
-			stack_id = g->stack->stack_id;
-		}
-		if ((r = exec_row(db, &st[g->table], agg_sql[g->table])) < 0)
+		if (g->stack && (r = o->resolve(o->ctx, env, g->stack, refreshed, &row.stack_id)) < 0)
 			break;
-		q = st[g->table];
-		sqlite3_bind_int64(q, 1, s->id);
-		sqlite3_bind_int64(q, 2, (int64_t)now_real);
-		sqlite3_bind_text(q, 3, g->key1, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(q, 4, (int64_t)g->calls);
-		sqlite3_bind_int64(q, 5, (int64_t)g->errors);
-		sqlite3_bind_int64(q, 6, (int64_t)g->total_ns);
-		sqlite3_bind_int64(q, 7, (int64_t)(g->calls ? g->min_ns : 0));
-		sqlite3_bind_int64(q, 8, (int64_t)g->max_ns);
-		sqlite3_bind_text(q, 9, g->key2, -1, SQLITE_STATIC);
-		sqlite3_bind_text(q, 10, g->grid, -1, SQLITE_STATIC);
-		sqlite3_bind_text(q, 11, g->block, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(q, 12, stack_id);
-		sqlite3_bind_int64(q, 13, (int64_t)g->bytes);
-		sqlite3_bind_text(q, 14, g->name, -1, SQLITE_STATIC);
-		sqlite3_bind_int(q, 15, g->depth);
-		r = step(q);
+		r = store__gpu_agg_add(store, o->session_id, now_real, &row);
 	}
 	for (size_t i = 0; i < a->nr_mem && r == 0; i++) {
 		struct mem_row *m = &a->mem[i];
-		sqlite3_stmt **q = &st[ARRAY_SIZE(agg_sql)];
-		int64_t stack_id;
+		struct store_gpu_mem_event row = {
+			.time_ns = o->started_real_ns + (m->time_ns - o->started_mono_ns),
+			.api = m->api,
+			.space = m->space,
+			.requested_bytes = m->requested_bytes,
+			.address = m->address,
+			.live_delta_bytes = m->live_delta_bytes,
+			.ok = m->ok,
+		};
 
-		if ((r = session__resolve_stack(s, env, m->stack, refreshed)) < 0)
+		if ((r = o->resolve(o->ctx, env, m->stack, refreshed, &row.stack_id)) < 0)
 			break;
-		stack_id = m->stack->stack_id;
-		if ((r = exec_row(db, q,
-				  "INSERT INTO gpu_mem_events (session_id, time_ns, api, space,"
-				  " requested_bytes, live_delta_bytes, ok, address, stack_id)"
-				  " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")) < 0)
-			break;
-		sqlite3_bind_int64(*q, 1, s->id);
-		sqlite3_bind_int64(
-		    *q, 2, (int64_t)(s->started_real_ns + (m->time_ns - s->started_mono_ns)));
-		sqlite3_bind_text(*q, 3, m->api, -1, SQLITE_STATIC);
-		sqlite3_bind_text(*q, 4, m->space, -1, SQLITE_STATIC);
-		sqlite3_bind_int64(*q, 5, (int64_t)m->requested_bytes);
-		sqlite3_bind_int64(*q, 6, m->live_delta_bytes);
-		sqlite3_bind_int(*q, 7, m->ok);
-		sqlite3_bind_int64(*q, 8, (int64_t)m->address);
-		sqlite3_bind_int64(*q, 9, stack_id);
-		r = step(*q);
+		r = store__gpu_mem_event_add(store, o->session_id, &row);
 	}
-	for (size_t i = 0; i < a->nr_notes && r == 0; i++) {
-		sqlite3_stmt **q = &st[ARRAY_SIZE(agg_sql) + 1];
-
-		if ((r = exec_row(db, q,
-				  "INSERT INTO gpu_probes (session_id, pid, what, file, status)"
-				  " VALUES (?, ?, ?, ?, ?)")) < 0)
-			break;
-		sqlite3_bind_int64(*q, 1, s->id);
-		sqlite3_bind_int(*q, 2, a->notes[i].pid);
-		sqlite3_bind_text(*q, 3, a->notes[i].what, -1, SQLITE_STATIC);
-		sqlite3_bind_text(*q, 4, a->notes[i].file, -1, SQLITE_STATIC);
-		sqlite3_bind_text(*q, 5, a->notes[i].status, -1, SQLITE_STATIC);
-		r = step(*q);
-	}
+	for (size_t i = 0; i < a->nr_notes && r == 0; i++)
+		r = store__gpu_probe_add(store, o->session_id, a->notes[i].pid, a->notes[i].what,
+					 a->notes[i].file, a->notes[i].status);
 	if (r == 0 && memcmp(&a->c, &(struct gpu_counts){ 0 }, sizeof(a->c)) != 0) {
-		sqlite3_stmt **q = &st[ARRAY_SIZE(agg_sql) + 2];
+		struct store_gpu_counts c = {
+			.lost_calls = a->c.lost,
+			.nvtx_unmatched = a->c.unmatched,
+			.unnamed_launches = a->c.unnamed,
+			.truncated_stacks = a->c.truncated,
+			.missing_stacks = a->c.no_stack,
+		};
 
-		r = exec_row(db, q,
-			     "UPDATE sessions SET gpu_lost_calls = gpu_lost_calls + ?1,"
-			     " nvtx_unmatched = nvtx_unmatched + ?2,"
-			     " gpu_unnamed_launches = gpu_unnamed_launches + ?3,"
-			     " gpu_truncated_stacks = gpu_truncated_stacks + ?4,"
-			     " gpu_missing_stacks = gpu_missing_stacks + ?5 WHERE id = ?6");
-		if (r == 0) {
-			sqlite3_bind_int64(*q, 1, (int64_t)a->c.lost);
-			sqlite3_bind_int64(*q, 2, (int64_t)a->c.unmatched);
-			sqlite3_bind_int64(*q, 3, (int64_t)a->c.unnamed);
-			sqlite3_bind_int64(*q, 4, (int64_t)a->c.truncated);
-			sqlite3_bind_int64(*q, 5, (int64_t)a->c.no_stack);
-			sqlite3_bind_int64(*q, 6, s->id);
-			r = step(*q);
-		}
+		r = store__session_gpu_counts_add(store, o->session_id, &c);
 	}
-	finalize_all(st, ARRAY_SIZE(st));
 	a->flushing = a->c;
 	a->nr_notes_flushing = a->nr_notes;
 	return r;

@@ -200,6 +200,24 @@ struct proc *session__proc(struct session *s, pid_t pid)
 	return proc;
 }
 
+/* The session's stack table, as its CUDA/NVTX/uprobe accounting sees it (struct gpu_acc_owner). */
+static struct raw_stack *gpu_stack_intern(void *ctx, pid_t pid, const uint64_t *ips, unsigned n,
+					  uint32_t flags)
+{
+	return session__stack_intern(ctx, pid, ips, 0, n, flags, NULL);
+}
+
+static int gpu_stack_resolve(void *ctx, const struct session_env *env, struct raw_stack *stack,
+			     bool *refreshed, int64_t *ret_id)
+{
+	int r = session__resolve_stack(ctx, env, stack, refreshed);
+
+	if (r < 0)
+		return r;
+	*ret_id = stack->stack_id;
+	return 0;
+}
+
 int session__new(const struct session_env *env, unsigned slot, const struct session_params *p,
 		 struct session **ret)
 {
@@ -228,7 +246,9 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->memory_interval_ns = (s->events & EVENT_RSS) ? p->memory_interval_ns : 0;
 	s->malloc_sample_bytes = (s->events & EVENT_MALLOC) ? p->malloc_sample_bytes : 0;
 	s->malloc_max_hits_per_s = p->malloc_max_hits_per_s;
-	s->gpu = gpu_acc__new();
+	s->gpu = gpu_acc__new(&(struct gpu_acc_owner){ .ctx = s,
+							.intern = gpu_stack_intern,
+							.resolve = gpu_stack_resolve });
 	if (!s->gpu)
 		return -ENOMEM; /* @s is freed on return */
 
@@ -333,6 +353,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	if (r < 0)
 		goto fail_sampling;
 	r = store__session_insert(env->store, &row, &s->id);
+	gpu_acc__set_session(s->gpu, s->id, s->started_real_ns, s->started_mono_ns);
 	if (r == 0)
 		r = store_new_mappings(s, s->main, env->store);
 	if (r == 0)
@@ -1127,7 +1148,7 @@ int session__flush(struct session *s, const struct session_env *env)
 	if (r < 0)
 		return r;
 	if (s->gpu) {
-		r = gpu_acc__flush(s->gpu, s, env, &refreshed);
+		r = gpu_acc__flush(s->gpu, env->store, env, &refreshed);
 		if (r < 0)
 			return r;
 	}

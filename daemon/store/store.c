@@ -7,39 +7,13 @@
 #include <sys/stat.h>
 
 #include "store/store.h"
+#include "store/store_internal.h"
 #include "store/sqlite_util.h"
 #include "util.h"
 
 extern const char *const store_migrations[];
 extern const size_t store_migrations_count;
 
-enum stmt_id {
-	STMT_SESSION_INSERT,
-	STMT_SESSION_COUNTS,
-	STMT_SESSION_END,
-	STMT_WINDOW_ADD,
-	STMT_THREAD_UPSERT,
-	STMT_MAPPING_INSERT,
-	STMT_FRAME_FIND,
-	STMT_FRAME_INSERT,
-	STMT_STACK_FIND,
-	STMT_STACK_INSERT,
-	STMT_STACK_FRAME_INSERT,
-	STMT_SAMPLE_ADD,
-	STMT_EVENT_SAMPLE_ADD,
-	STMT_OFFCPU_ADD,
-	STMT_COUNTER_ADD,
-	STMT_SESSION_COUNTER,
-	STMT_SESSION_OFFCPU_LOST,
-	STMT_MEMORY_ADD,
-	STMT_ALLOCATION_ADD,
-	STMT_ALLOCATION_FREED,
-	STMT_SESSION_MALLOC,
-	STMT_SESSION_MEMORY_CONFIG,
-	STMT_SESSION_PYTHON,
-	STMT_SESSION_PYTHON_COUNTS,
-	_STMT_MAX,
-};
 
 static const char *const stmt_sql[_STMT_MAX] = {
 	[STMT_SESSION_INSERT] =
@@ -127,10 +101,6 @@ static const char *const stmt_sql[_STMT_MAX] = {
 				       "malloc_max_hits_per_s = ?5 WHERE id = ?1",
 };
 
-struct store {
-	sqlite3 *db;
-	sqlite3_stmt *stmt[_STMT_MAX];
-};
 
 sqlite3 *store__db(struct store *st)
 {
@@ -283,6 +253,8 @@ void store__close(struct store *st)
 		return;
 	for (int i = 0; i < _STMT_MAX; i++)
 		sqlite3_finalize(st->stmt[i]);
+	for (int i = 0; i < STORE_LAZY_MAX; i++)
+		sqlite3_finalize(st->lazy[i]);
 	sqlite3_close(st->db);
 	free(st);
 }
@@ -304,7 +276,11 @@ void store__rollback(struct store *st)
 }
 
 /* Run a prepared statement to completion (no rows expected) and reset it. */
-static int step_done(sqlite3_stmt *stmt)
+/*
+ * store__step_done() - run @stmt, a statement that returns no row, and make
+ * it ready for the next bindings. Returns 0 or -EIO.
+ */
+int store__step_done(sqlite3_stmt *stmt)
 {
 	int rc = sqlite3_step(stmt);
 
@@ -566,7 +542,7 @@ int store__session_insert(struct store *st, const struct store_session *s, int64
 	bind_text_or_null(stmt, 14, s->sampled_event);
 	bind_text_or_null(stmt, 15, s->sampled_event_status);
 	bind_text_or_null(stmt, 16, s->label && *s->label ? s->label : NULL);
-	r = step_done(stmt);
+	r = store__step_done(stmt);
 	if (r < 0)
 		return r;
 	*ret_id = sqlite3_last_insert_rowid(st->db);
@@ -586,7 +562,7 @@ int store__session_add_counts(struct store *st, int64_t id, const struct store_c
 	sqlite3_bind_int64(stmt, 7, (int64_t)c->unwind_dropped);
 	sqlite3_bind_int64(stmt, 8, (int64_t)c->frames);
 	sqlite3_bind_int64(stmt, 9, (int64_t)c->limit_dropped);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }
 
 int store__session_python(struct store *st, int64_t id, const char *status, const char *version)
@@ -596,7 +572,7 @@ int store__session_python(struct store *st, int64_t id, const char *status, cons
 	sqlite3_bind_int64(stmt, 1, id);
 	bind_text_or_null(stmt, 2, status);
 	bind_text_or_null(stmt, 3, version);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }
 
 int store__session_add_python(struct store *st, int64_t id, uint64_t samples, uint64_t unmerged)
@@ -606,7 +582,7 @@ int store__session_add_python(struct store *st, int64_t id, uint64_t samples, ui
 	sqlite3_bind_int64(stmt, 1, id);
 	sqlite3_bind_int64(stmt, 2, (int64_t)samples);
 	sqlite3_bind_int64(stmt, 3, (int64_t)unmerged);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }
 
 int store__session_end(struct store *st, int64_t id, const char *reason, uint64_t ended_at_ns)
@@ -616,7 +592,17 @@ int store__session_end(struct store *st, int64_t id, const char *reason, uint64_
 	sqlite3_bind_int64(stmt, 1, id);
 	sqlite3_bind_text(stmt, 2, reason, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(stmt, 3, (int64_t)ended_at_ns);
-	return step_done(stmt);
+	return store__step_done(stmt);
+}
+
+sqlite3_stmt *store__lazy(struct store *st, unsigned i, const char *sql)
+{
+	if (i >= STORE_LAZY_MAX)
+		return NULL;
+	if (!st->lazy[i] && sqlite3_prepare_v3(st->db, sql, -1, SQLITE_PREPARE_PERSISTENT,
+					       &st->lazy[i], NULL) != SQLITE_OK)
+		return NULL;
+	return st->lazy[i];
 }
 
 int store__session_uid(struct store *st, int64_t id, uid_t *ret_uid)
@@ -648,7 +634,7 @@ int store__window_add(struct store *st, int64_t session_id, uint64_t window_ns,
 	sqlite3_bind_int64(stmt, 4, (int64_t)c->lost_samples);
 	sqlite3_bind_int64(stmt, 5, (int64_t)c->truncated_stacks);
 	sqlite3_bind_int64(stmt, 6, (int64_t)c->missing_user_stacks);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }
 
 int store__thread_upsert(struct store *st, int64_t session_id, int pid, int tid, const char *name,
@@ -664,7 +650,7 @@ int store__thread_upsert(struct store *st, int64_t session_id, int pid, int tid,
 	sqlite3_bind_int(stmt, 6, pid);
 	if (exited_ns)
 		sqlite3_bind_int64(stmt, 7, (int64_t)exited_ns);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }
 
 int store__mapping_insert(struct store *st, int64_t session_id, int pid, const struct mapping *m)
@@ -678,7 +664,7 @@ int store__mapping_insert(struct store *st, int64_t session_id, int pid, const s
 	sqlite3_bind_text(stmt, 5, m->path, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(stmt, 6, m->build_id ? m->build_id : "", -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int(stmt, 7, pid);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }
 
 static void bind_frame_key(sqlite3_stmt *stmt, const struct frame_info *f)
@@ -706,7 +692,7 @@ int store__frame_id(struct store *st, const struct frame_info *f, int64_t *ret_i
 	bind_text_or_null(stmt, 6, f->file);
 	if (f->line > 0)
 		sqlite3_bind_int(stmt, 7, f->line);
-	r = step_done(stmt);
+	r = store__step_done(stmt);
 	if (r < 0)
 		return r;
 	*ret_id = sqlite3_last_insert_rowid(st->db);
@@ -739,7 +725,7 @@ int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool t
 	sqlite3_bind_int64(stmt, 2, (int64_t)n);
 	sqlite3_bind_int(stmt, 3, truncated);
 	sqlite3_bind_int(stmt, 4, reached_root);
-	r = step_done(stmt);
+	r = store__step_done(stmt);
 	if (r < 0)
 		return r;
 	id = sqlite3_last_insert_rowid(st->db);
@@ -749,7 +735,7 @@ int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool t
 		sqlite3_bind_int64(stmt, 1, id);
 		sqlite3_bind_int64(stmt, 2, (int64_t)i);
 		sqlite3_bind_int64(stmt, 3, frame_ids[i]);
-		r = step_done(stmt);
+		r = store__step_done(stmt);
 		if (r < 0)
 			return r;
 	}
@@ -767,7 +753,7 @@ int store__sample_add(struct store *st, int64_t session_id, uint64_t window_ns, 
 	sqlite3_bind_int(stmt, 3, tid);
 	sqlite3_bind_int64(stmt, 4, stack_id);
 	sqlite3_bind_int64(stmt, 5, (int64_t)count);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }
 
 int store__offcpu_add(struct store *st, int64_t session_id, uint64_t window_ns, int pid, int tid,
@@ -783,7 +769,7 @@ int store__offcpu_add(struct store *st, int64_t session_id, uint64_t window_ns, 
 	sqlite3_bind_text(stmt, 6, state, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(stmt, 7, (int64_t)count);
 	sqlite3_bind_int64(stmt, 8, (int64_t)total_ns);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }
 
 int store__counter_add(struct store *st, int64_t session_id, uint64_t window_ns, int tid,
@@ -798,7 +784,7 @@ int store__counter_add(struct store *st, int64_t session_id, uint64_t window_ns,
 	if (strcmp(status, "ok") == 0)
 		sqlite3_bind_int64(stmt, 5, (int64_t)value);
 	sqlite3_bind_text(stmt, 6, status, -1, SQLITE_STATIC);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }
 
 int store__session_counter(struct store *st, int64_t session_id, const char *name,
@@ -809,7 +795,7 @@ int store__session_counter(struct store *st, int64_t session_id, const char *nam
 	sqlite3_bind_int64(stmt, 1, session_id);
 	sqlite3_bind_text(stmt, 2, name, -1, SQLITE_STATIC);
 	sqlite3_bind_text(stmt, 3, status, -1, SQLITE_STATIC);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }
 
 int store__session_add_offcpu_lost(struct store *st, int64_t session_id, uint64_t lost)
@@ -818,7 +804,7 @@ int store__session_add_offcpu_lost(struct store *st, int64_t session_id, uint64_
 
 	sqlite3_bind_int64(stmt, 1, session_id);
 	sqlite3_bind_int64(stmt, 2, (int64_t)lost);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }
 
 /* Bind @v at @i, or NULL unless @set. */
@@ -843,7 +829,7 @@ int store__memory_add(struct store *st, int64_t session_id, const struct store_m
 	sqlite3_bind_int64(stmt, 7, (int64_t)m->file_bytes);
 	sqlite3_bind_int64(stmt, 8, (int64_t)m->shmem_bytes);
 	sqlite3_bind_int64(stmt, 9, (int64_t)m->swap_bytes);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }
 
 int store__allocation_add(struct store *st, int64_t session_id, const struct store_allocation *a,
@@ -863,7 +849,7 @@ int store__allocation_add(struct store *st, int64_t session_id, const struct sto
 	sqlite3_bind_int64(stmt, 9, (int64_t)a->alloc_ns);
 	bind_int64_if(stmt, 10, a->free_ns != 0, a->free_ns);
 	sqlite3_bind_int(stmt, 11, a->untracked);
-	r = step_done(stmt);
+	r = store__step_done(stmt);
 	if (r < 0)
 		return r;
 	*ret_id = sqlite3_last_insert_rowid(st->db);
@@ -876,7 +862,7 @@ int store__allocation_freed(struct store *st, int64_t id, uint64_t free_ns)
 
 	sqlite3_bind_int64(stmt, 1, id);
 	sqlite3_bind_int64(stmt, 2, (int64_t)free_ns);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }
 
 int store__session_malloc(struct store *st, int64_t session_id, const struct store_malloc *m)
@@ -890,7 +876,7 @@ int store__session_malloc(struct store *st, int64_t session_id, const struct sto
 	sqlite3_bind_int64(stmt, 5, (int64_t)m->sampled);
 	sqlite3_bind_int64(stmt, 6, (int64_t)m->lost);
 	bind_int64_if(stmt, 7, m->stopped_ns != 0, m->stopped_ns);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }
 
 int store__session_memory_config(struct store *st, int64_t session_id, uint64_t interval_ns,
@@ -903,5 +889,5 @@ int store__session_memory_config(struct store *st, int64_t session_id, uint64_t 
 	bind_int64_if(stmt, 3, sample_bytes != 0, sample_bytes);
 	bind_text_or_null(stmt, 4, probes);
 	bind_int64_if(stmt, 5, sample_bytes != 0, max_hits_per_s);
-	return step_done(stmt);
+	return store__step_done(stmt);
 }

@@ -214,3 +214,52 @@ int store__session_memory_config(struct store *st, int64_t session_id, uint64_t 
  */
 int store__sample_add(struct store *st, int64_t session_id, uint64_t window_ns, int tid,
 		      int64_t stack_id, uint64_t count, int event);
+
+/* CUDA, NVTX and uprobe accounting (store/gpu.c; schema 0009). */
+enum store_gpu_table {
+	STORE_GPU_API,    /* gpu_api_calls: calls, errors, times per API */
+	STORE_GPU_KERNEL, /* gpu_kernels: launches per kernel, API, grid, block, stack */
+	STORE_GPU_COPY,   /* gpu_copies: calls and bytes per API and direction */
+	STORE_GPU_SYNC,   /* gpu_syncs: calls and time per API and stack */
+	STORE_GPU_NVTX,   /* nvtx_ranges: per range path and kind */
+	STORE_GPU_UPROBE, /* uprobe_calls: calls and times per --uprobe probe */
+	STORE_GPU_NR_TABLES,
+};
+
+/* One aggregate row; which fields a table keeps: see agg_sql in store/gpu.c. */
+struct store_gpu_agg {
+	enum store_gpu_table table;
+	const char *key1;       /* API, kernel name, NVTX path or probe label */
+	const char *key2;       /* kernel API, copy direction or NVTX kind */
+	const char *grid, *block; /* kernel launch dimensions, "x,y,z" */
+	const char *name;       /* NVTX range's innermost name */
+	int depth;              /* NVTX nesting depth */
+	int64_t stack_id;       /* kernels, syncs: the stack row; 0 for none */
+	uint64_t calls, errors;
+	uint64_t total_ns, min_ns, max_ns; /* time inside the calls */
+	uint64_t bytes;         /* copies */
+};
+
+struct store_gpu_mem_event {
+	uint64_t time_ns;        /* CLOCK_REALTIME */
+	const char *api, *space; /* "cudaMalloc", "device" */
+	uint64_t requested_bytes, address;
+	int64_t live_delta_bytes; /* + allocated, - freed, 0 if the call failed */
+	bool ok;
+	int64_t stack_id;
+};
+
+/* Losses and gaps since the last flush, added to the session's totals. */
+struct store_gpu_counts {
+	uint64_t lost_calls, nvtx_unmatched, unnamed_launches, truncated_stacks, missing_stacks;
+};
+
+/* Documented where they are defined, in store/gpu.c. */
+int store__gpu_agg_add(struct store *st, int64_t session_id, uint64_t window_ns,
+		       const struct store_gpu_agg *g);
+int store__gpu_mem_event_add(struct store *st, int64_t session_id,
+			     const struct store_gpu_mem_event *m);
+int store__gpu_probe_add(struct store *st, int64_t session_id, pid_t pid, const char *what,
+			 const char *file, const char *status);
+int store__session_gpu_counts_add(struct store *st, int64_t session_id,
+				  const struct store_gpu_counts *c);

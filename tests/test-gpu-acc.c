@@ -1,0 +1,329 @@
+/*
+ * test-gpu-acc.c - CUDA/NVTX/uprobe call records through the session's
+ * accounting (daemon/session/gpu_acc.c), the store's writes
+ * (daemon/store/gpu.c) and back out of the gpu and ranges reports
+ * (daemon/report/gpu.c): the numbers a user reads are those of the calls
+ * fed in, across two flushes and a flush that failed and was retried.
+ * Needs neither root nor a GPU.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "check.h"
+#include "report/gpu.h"
+#include "session/gpu_acc.h"
+#include "store/store.h"
+
+/* The test's own stack table: a stack is its leaf address; frames are named by address. */
+struct raw_stack {
+	uint64_t ips[4];
+	unsigned n;
+	int64_t id;
+};
+
+static struct raw_stack stacks[16];
+static unsigned nstacks;
+static struct store *st;
+
+static const char *frame_name(uint64_t ip)
+{
+	switch (ip) {
+	case 0x1000:
+		return "train_step";
+	case 0x2000:
+		return "alloc_weights";
+	case 0x3000:
+		return "copy_batch";
+	case 0x4000:
+		return "main";
+	default:
+		return "other";
+	}
+}
+
+static struct raw_stack *intern(void *ctx, pid_t pid, const uint64_t *ips, unsigned n,
+				uint32_t flags)
+{
+	for (unsigned i = 0; i < nstacks; i++)
+		if (stacks[i].n == n && memcmp(stacks[i].ips, ips, n * sizeof(*ips)) == 0)
+			return &stacks[i];
+	if (nstacks == 16 || n > 4)
+		return NULL;
+	memcpy(stacks[nstacks].ips, ips, n * sizeof(*ips));
+	stacks[nstacks].n = n;
+	return &stacks[nstacks++];
+}
+
+/* Frames and the stack row written the way a session's flush writes them. */
+static int resolve(void *ctx, const struct session_env *env, struct raw_stack *s, bool *refreshed,
+		   int64_t *ret_id)
+{
+	int64_t ids[4];
+
+	for (unsigned i = 0; i < s->n; i++) {
+		struct frame_info fi = {.module = "/app/train",
+					.build_id = "",
+					.rel_addr = s->ips[i],
+					.function = frame_name(s->ips[i])};
+
+		if (store__frame_id(st, &fi, &ids[i]) < 0)
+			return -EIO;
+	}
+	if (store__stack_id(st, ids, s->n, false, true, &s->id) < 0)
+		return -EIO;
+	*ret_id = s->id;
+	return 0;
+}
+
+/* Catalogue entries as collect/uprobes.c describes these functions. */
+static const struct gpu_api api_malloc = {
+    "cudaMalloc", GPU_KIND_ALLOC, UPROBE_F_OUT0, false, GPU_DIMS_NONE, -1, 1, -1,
+    -1,		  NULL,		  "device",	 true};
+static const struct gpu_api api_free = {
+    "cudaFree", GPU_KIND_FREE, 0, false, GPU_DIMS_NONE, -1, -1, 0, -1, NULL, "device", true};
+static const struct gpu_api api_memcpy = {
+    "cudaMemcpy", GPU_KIND_COPY, 0, false, GPU_DIMS_NONE, -1, 2, -1, 3, NULL, NULL, true};
+static const struct gpu_api api_sync = {"cudaDeviceSynchronize",
+					GPU_KIND_SYNC,
+					0,
+					false,
+					GPU_DIMS_NONE,
+					-1,
+					-1,
+					-1,
+					-1,
+					NULL,
+					NULL,
+					true};
+static const struct gpu_api api_launch = {"cuLaunchKernel",
+					  GPU_KIND_LAUNCH,
+					  0,
+					  false,
+					  GPU_DIMS_SCALARS,
+					  -1,
+					  -1,
+					  -1,
+					  -1,
+					  NULL,
+					  NULL,
+					  true};
+static const struct gpu_api api_push = {"nvtxRangePushA",
+					GPU_KIND_NVTX_PUSH,
+					UPROBE_F_STR0,
+					true,
+					GPU_DIMS_NONE,
+					-1,
+					-1,
+					-1,
+					-1,
+					NULL,
+					NULL,
+					false};
+static const struct gpu_api api_pop = {
+    "nvtxRangePop", GPU_KIND_NVTX_POP, 0, true, GPU_DIMS_NONE, -1, -1, -1, -1, NULL, NULL, false};
+static const struct gpu_api api_uprobe = {
+    "libtrain:step", GPU_KIND_UPROBE, 0, false, GPU_DIMS_NONE, -1, -1, -1, -1, NULL, NULL, false};
+
+static const uint64_t mono0 = 5000000000ULL;	      /* the session's start, CLOCK_MONOTONIC */
+static const uint64_t real0 = 1700000000000000000ULL; /* the same instant, CLOCK_REALTIME */
+static const uint64_t mib = 1 << 20;
+
+/* One call of @api at @t_ms after the start, lasting @dur_us, from the stack leaf, caller. */
+static void call(struct gpu_acc *a, const struct gpu_api *api, uint64_t t_ms, uint64_t dur_us,
+		 uint64_t leaf, const uint64_t *args, uint64_t ret, uint64_t out, const char *str)
+{
+	struct gpu_probe p = {.api = api, .slot = 0, .owner = 1};
+	struct uprobe_event e = {0};
+
+	snprintf(p.label, sizeof(p.label), "%s", api->symbol);
+	e.entry_ns = mono0 + t_ms * 1000000;
+	e.exit_ns = e.entry_ns + dur_us * 1000;
+	e.pid = 77;
+	e.tid = 78;
+	e.ret = ret;
+	if (args)
+		memcpy(e.args, args, sizeof(e.args));
+	if (api->flags & UPROBE_F_OUT0) {
+		e.out = out;
+		e.flags |= UPROBE_EV_OUT_OK;
+	}
+	if (str)
+		snprintf(e.str, sizeof(e.str), "%s", str);
+	/* The leaf is the probed function's own address; its caller, then main. */
+	e.ips[0] = 0x9000;
+	e.ips[1] = leaf;
+	e.ips[2] = 0x4000;
+	e.ustack_len = 3;
+	gpu_acc__on_event(a, NULL, NULL, &p, &e);
+}
+
+/* One flush in its own transaction, as the session's flush runs it. */
+static int flush(struct gpu_acc *a, bool fail_commit)
+{
+	bool refreshed = false;
+	int r;
+
+	CHECK_INT_EQ(store__begin(st), 0);
+	r = gpu_acc__flush(a, st, NULL, &refreshed);
+	if (r == 0 && !fail_commit && store__commit(st) == 0) {
+		gpu_acc__flush_done(a);
+		return 0;
+	}
+	store__rollback(st);
+	for (unsigned i = 0; i < nstacks; i++)
+		stacks[i].id = 0; /* their rows were rolled back too */
+	return r < 0 ? r : -EIO;
+}
+
+static long long gi(const json_t *o, const char *key)
+{
+	const json_t *v = json_object_get(o, key);
+
+	return json_is_integer(v) ? (long long)json_integer_value(v) : -999999;
+}
+
+static double gr(const json_t *o, const char *key)
+{
+	return json_number_value(json_object_get(o, key));
+}
+
+static const char *gs(const json_t *o, const char *key)
+{
+	return json_string_value(json_object_get(o, key));
+}
+
+/* The entry of @list whose @key is @value, or NULL. */
+static const json_t *find(const json_t *list, const char *key, const char *value)
+{
+	const json_t *x;
+	size_t i;
+
+	json_array_foreach(list, i, x) if (gs(x, key) && strcmp(gs(x, key), value) == 0) return x;
+	return NULL;
+}
+
+int main(void)
+{
+	char dir[] = "/tmp/test-gpu-acc-XXXXXX", path[64];
+	struct store_session row = {.pid = 77,
+				    .pid_start_ticks = 1,
+				    .comm = "train",
+				    .uid = 0,
+				    .event = "cpu-clock",
+				    .events = "cpu,cuda,nvtx",
+				    .freq_hz = 99,
+				    .unwind = "fp",
+				    .started_at_ns = real0};
+	struct gpu_acc_owner owner = {.intern = intern, .resolve = resolve};
+	json_t *g = NULL, *r = NULL;
+	const json_t *mem, *x;
+	struct gpu_acc *a;
+	int64_t sid;
+
+	if (!mkdtemp(dir))
+		return 99;
+	snprintf(path, sizeof(path), "%s/profd.db", dir);
+	if (store__open(path, &st) < 0)
+		return 99;
+	CHECK_INT_EQ(store__begin(st), 0);
+	CHECK_INT_EQ(store__session_insert(st, &row, &sid), 0);
+	CHECK_INT_EQ(store__commit(st), 0);
+	a = gpu_acc__new(&owner);
+	if (!a)
+		return 99;
+	gpu_acc__set_session(a, sid, real0, mono0);
+
+	/* First window: weights allocated (4 MiB, 1 MiB), a failed 64 GiB one, a copy in,
+	 * a kernel launched twice, a sync, NVTX step > forward, a generic probe. */
+	call(a, &api_malloc, 100, 50, 0x2000, (uint64_t[8]){0, 4 * mib}, 0, 0xa000, NULL);
+	call(a, &api_malloc, 110, 30, 0x2000, (uint64_t[8]){0, mib}, 0, 0xb000, NULL);
+	call(a, &api_malloc, 120, 20, 0x2000, (uint64_t[8]){0, 64ULL << 30}, 2, 0, NULL);
+	call(a, &api_memcpy, 200, 400, 0x3000, (uint64_t[8]){0, 0, 8192, 1}, 0, 0, NULL);
+	call(a, &api_push, 300, 1, 0x1000, NULL, 0, 0, "step");
+	call(a, &api_push, 310, 1, 0x1000, NULL, 0, 0, "forward");
+	for (int i = 0; i < 2; i++)
+		call(a, &api_launch, 320 + i, 5, 0x1000, (uint64_t[8]){0, 4, 1, 1, 128, 1, 1}, 0, 0,
+		     NULL);
+	call(a, &api_pop, 510, 1, 0x1000, NULL, 0, 0, NULL); /* forward: 200 ms */
+	call(a, &api_sync, 520, 9000, 0x1000, NULL, 0, 0, NULL);
+	call(a, &api_pop, 800, 1, 0x1000, NULL, 0, 0, NULL); /* step: 500 ms */
+	call(a, &api_uprobe, 900, 250, 0x1000, NULL, 0, 0, NULL);
+	gpu_acc__note_probe(a, 77, "cudaMalloc", "/usr/lib/libcudart.so.13", "attached");
+	gpu_acc__count_lost(a, 3);
+	CHECK_INT_EQ(flush(a, false), 0);
+
+	/* Second window, written by a flush that fails (its COMMIT is refused) and
+	 * is retried: nothing twice. The 4 MiB block is freed; a copy back; one launch. */
+	call(a, &api_free, 1100, 10, 0x2000, (uint64_t[8]){0xa000}, 0, 0, NULL);
+	call(a, &api_memcpy, 1200, 100, 0x3000, (uint64_t[8]){0, 0, 100, 2}, 0, 0, NULL);
+	call(a, &api_launch, 1300, 5, 0x1000, (uint64_t[8]){0, 4, 1, 1, 128, 1, 1}, 0, 0, NULL);
+	call(a, &api_pop, 1400, 1, 0x1000, NULL, 0, 0, NULL); /* nothing open: unmatched */
+	call(a, &api_uprobe, 1500, 50, 0x1000, NULL, 0, 0, NULL);
+	CHECK(flush(a, true) < 0);
+	CHECK_INT_EQ(flush(a, false), 0);
+	CHECK_INT_EQ(store__session_end(st, sid, "detached", real0 + 2000000000ULL), 0);
+
+	CHECK_INT_EQ(query__gpu(store__db(st), sid, 10, &g), 0);
+	if (!g)
+		return 1;
+	CHECK_INT_EQ(gi(g, "lost_calls"), 3);
+	CHECK_INT_EQ(gi(g, "unnamed_launches"), 3); /* no address space: names unknown */
+	x = find(json_object_get(g, "api"), "api", "cudaMalloc");
+	CHECK(x != NULL);
+	CHECK_INT_EQ(gi(x, "calls"), 3);
+	CHECK_INT_EQ(gi(x, "errors"), 1);
+	CHECK(gr(x, "total_ms") == 0.1 && gr(x, "min_ms") == 0.02 && gr(x, "max_ms") == 0.05);
+	x = find(json_object_get(g, "api"), "api", "cudaDeviceSynchronize");
+	CHECK(x != NULL && gi(x, "calls") == 1 && gr(x, "total_ms") == 9.0);
+	x = find(json_object_get(g, "kernels"), "api", "cuLaunchKernel");
+	CHECK(x != NULL);
+	CHECK_INT_EQ(gi(x, "launches"), 3);
+	CHECK_STR_EQ(gs(x, "grid"), "4,1,1");
+	CHECK_STR_EQ(gs(x, "block"), "128,1,1");
+	CHECK_STR_EQ(json_string_value(json_array_get(json_object_get(x, "stack"), 1)),
+		     "train_step");
+	x = find(json_object_get(g, "copies"), "direction", "HtoD");
+	CHECK(x != NULL && gi(x, "calls") == 1 && gi(x, "bytes") == 8192);
+	x = find(json_object_get(g, "copies"), "direction", "DtoH");
+	CHECK(x != NULL && gi(x, "calls") == 1 && gi(x, "bytes") == 100);
+	x = find(json_object_get(g, "probes"), "what", "cudaMalloc");
+	CHECK(x != NULL && strcmp(gs(x, "status"), "attached") == 0);
+	CHECK_INT_EQ(json_array_size(json_object_get(g, "probes")), 1);
+
+	mem = json_object_get(g, "memory");
+	CHECK_INT_EQ(gi(mem, "allocations"), 3); /* attempts, the failed one too */
+	CHECK_INT_EQ(gi(mem, "failed_allocations"), 1);
+	CHECK_INT_EQ(gi(mem, "allocated_bytes"), 5 * mib);
+	CHECK_INT_EQ(gi(mem, "frees"), 1);
+	CHECK_INT_EQ(gi(mem, "freed_bytes"), 4 * mib);
+	CHECK_INT_EQ(gi(mem, "live_bytes"), mib);
+	CHECK_INT_EQ(gi(mem, "peak_live_bytes"), 5 * mib);
+	x = json_array_get(json_object_get(mem, "by_stack"), 0);
+	CHECK_STR_EQ(json_string_value(json_array_get(json_object_get(x, "stack"), 1)),
+		     "alloc_weights");
+	CHECK_INT_EQ(gi(x, "live_bytes"), mib);
+
+	CHECK_INT_EQ(query__ranges(store__db(st), sid, &r), 0);
+	if (!r)
+		return 1;
+	CHECK_INT_EQ(gi(r, "nvtx_unmatched"), 1);
+	x = find(json_object_get(r, "ranges"), "path", "step");
+	CHECK(x != NULL && gi(x, "calls") == 1 && gr(x, "total_ms") == 500.0);
+	x = find(json_object_get(r, "ranges"), "path", "step > forward");
+	CHECK(x != NULL && gi(x, "calls") == 1 && gr(x, "total_ms") == 200.0 &&
+	      gi(x, "depth") == 1);
+	x = find(json_object_get(g, "uprobes"), "probe", "libtrain:step");
+	CHECK(x != NULL && gi(x, "calls") == 2 && gr(x, "total_ms") == 0.3);
+
+	json_decref(g);
+	json_decref(r);
+	gpu_acc__free(a);
+	store__close(st);
+	unlink(path);
+	rmdir(dir);
+	return check_exit("gpu-acc");
+}
