@@ -313,10 +313,14 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 		if (r < 0)
 			goto fail;
 	}
-	r = sampler__start(env->sampler, slot, p->pid, p->freq_hz, &cfg, &s->event);
+	/* Without a sampler (tests, replays) the caller feeds the records itself. */
+	if (env->sampler)
+		r = sampler__start(env->sampler, slot, p->pid, p->freq_hz, &cfg, &s->event);
+	else
+		s->event = "cpu-clock", r = 0;
 	if (r < 0)
 		goto fail;
-	if (p->sampled_event) {
+	if (p->sampled_event && env->sampler) {
 		uint64_t config, period;
 		uint32_t type;
 
@@ -371,7 +375,8 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	return 0;
 
 fail_sampling:
-	sampler__stop(env->sampler, slot);
+	if (env->sampler)
+		sampler__stop(env->sampler, slot);
 	/* Samples may already be in the ring buffer: the caller's dispatch drops
 	 * them because the slot is free again. */
 fail:
@@ -1088,7 +1093,7 @@ int session__flush(struct session *s, const struct session_env *env)
 	/* Ring-buffer drops are known only as a running total: charge the growth
 	 * since the last committed flush to the newest window (a copy of its
 	 * counts, so that a retried flush does not charge it twice). */
-	lost = sampler__lost(env->sampler, s->slot);
+	lost = env->sampler ? sampler__lost(env->sampler, s->slot) : s->lost_seen;
 	hashmap__for_each(&s->windows, i, w)
 	{
 		if (!last || w->window > last->window)
@@ -1215,7 +1220,8 @@ void session__flush_failed(struct session *s)
 
 void session__stop(struct session *s, const struct session_env *env)
 {
-	sampler__stop(env->sampler, s->slot);
+	if (env->sampler)
+		sampler__stop(env->sampler, s->slot);
 	if (s->pidfd >= 0) {
 		close(s->pidfd);
 		s->pidfd = -1;

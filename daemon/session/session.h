@@ -26,7 +26,7 @@
 /* What a session needs from the daemon (all borrowed). */
 struct session_env {
 	struct store *store;
-	struct sampler *sampler;
+	struct sampler *sampler; /* NULL: nothing is sampled; the caller feeds the records (tests) */
 	struct symbolizer *sym;
 	const struct counters_support *counters; /* what this machine can count */
 };

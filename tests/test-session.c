@@ -1,0 +1,211 @@
+/*
+ * test-session.c - a session's flush, its failure and its retry
+ * (daemon/session/session.c), on samples of this very process written
+ * into a real database: what `profctl top` shows after each step is what
+ * was fed, each sample once. A flush that fails part-way (the store
+ * refuses a row, or the COMMIT) is rolled back and written whole by the
+ * next one. Needs neither root nor BPF: the session runs without a
+ * sampler and the test feeds it the records the BPF program would.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "check.h"
+#include "report/query.h"
+#include "service/request.h"
+#include "session/session.h"
+#include "store/store.h"
+#include "util.h"
+
+/* Three functions whose addresses stand in the fed stacks; never called. */
+static volatile int sink;
+
+__attribute__((noinline)) void session_test_hot(void)
+{
+	for (int i = 0; i < 100; i++)
+		sink += i;
+}
+
+__attribute__((noinline)) void session_test_cold(void)
+{
+	for (int i = 0; i < 100; i++)
+		sink -= i;
+}
+
+__attribute__((noinline)) void session_test_caller(void)
+{
+	session_test_hot();
+	session_test_cold();
+}
+
+static struct session_env env;
+static struct session *s;
+static int64_t sid;
+
+/* @n samples of thread @tid: @leaf called from session_test_caller. */
+static void feed(void (*leaf)(void), unsigned n, pid_t tid)
+{
+	struct sample_event *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		exit(99);
+	e->pid = (uint32_t)getpid();
+	e->tid = (uint32_t)tid;
+	snprintf(e->comm, sizeof(e->comm), "worker-%d", tid == getpid() ? 0 : 1);
+	e->ustack_len = 2;
+	e->ips[0] = (uint64_t)(uintptr_t)leaf + 4;
+	e->ips[1] = (uint64_t)(uintptr_t)session_test_caller + 5; /* a return address */
+	for (unsigned i = 0; i < n; i++) {
+		e->time_ns = now_ns(CLOCK_MONOTONIC);
+		session__on_sample(s, e);
+	}
+	free(e);
+}
+
+static int flush(void)
+{
+	int r = store__begin(env.store);
+
+	if (r == 0)
+		r = session__flush(s, &env);
+	if (r == 0)
+		r = store__commit(env.store);
+	if (r == 0) {
+		session__flush_done(s);
+		return 0;
+	}
+	store__rollback(env.store);
+	session__flush_failed(s);
+	return r;
+}
+
+static void exec(const char *sql)
+{
+	char *err = NULL;
+
+	if (sqlite3_exec(store__db(env.store), sql, NULL, NULL, &err) != SQLITE_OK) {
+		fprintf(stderr, "SQL failed: %s\n%s\n", err, sql);
+		check_failures++;
+	}
+	sqlite3_free(err);
+}
+
+/* Self samples of @function in the top report; -1 if it is not listed. */
+static long long self_samples(const char *function)
+{
+	json_t *top = NULL, *f;
+	long long n = -1;
+	size_t i;
+
+	if (query__top(store__db(env.store), sid, 20, NULL, NULL, &top) < 0)
+		return -2;
+	json_array_foreach(json_object_get(top, "functions"), i, f)
+	{
+		const char *name = json_string_value(json_object_get(f, "function"));
+
+		if (name && strcmp(name, function) == 0)
+			n = (long long)json_integer_value(json_object_get(f, "self_samples"));
+	}
+	json_decref(top);
+	return n;
+}
+
+static long long scalar(const char *sql)
+{
+	sqlite3_stmt *st;
+	long long v = -1;
+
+	if (sqlite3_prepare_v2(store__db(env.store), sql, -1, &st, NULL) != SQLITE_OK)
+		return -2;
+	sqlite3_bind_int64(st, 1, sid);
+	if (sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	return v;
+}
+
+int main(void)
+{
+	char dir[] = "/tmp/test-session-XXXXXX", path[64];
+	struct session_params params = {
+	    .pid = getpid(),
+	    .uid = getuid(),
+	    .gid = getgid(),
+	    .admin = true,
+	    .freq_hz = 99,
+	    .events = "cpu",
+	    .event_bits = EVENT_CPU,
+	    .unwind = UNWIND_MODE_FP,
+	};
+	pid_t other_tid = getpid() + 1; /* a second thread, as the kernel would name it */
+
+	if (!mkdtemp(dir))
+		return 99;
+	snprintf(path, sizeof(path), "%s/profd.db", dir);
+	if (store__open(path, &env.store) < 0)
+		return 99;
+	env.sym = symbolizer__new();
+	if (!env.sym)
+		return 99;
+	CHECK_INT_EQ(session__new(&env, 0, &params, &s), 0);
+	if (!s)
+		return 1;
+	sid = session__id(s);
+
+	/* A flush that works. */
+	feed(session_test_hot, 30, getpid());
+	feed(session_test_cold, 10, other_tid);
+	CHECK_INT_EQ(flush(), 0);
+	CHECK_INT_EQ(self_samples("session_test_hot"), 30);
+	CHECK_INT_EQ(self_samples("session_test_cold"), 10);
+	CHECK_INT_EQ(scalar("SELECT samples FROM sessions WHERE id = ?1"), 40);
+
+	/* The store refuses the samples rows (as a full disk would): nothing of the
+	 * flush is kept, and the samples wait in the session. */
+	feed(session_test_hot, 20, getpid());
+	exec("CREATE TEMP TRIGGER refuse_samples BEFORE INSERT ON samples "
+	     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+	CHECK(flush() < 0);
+	CHECK_INT_EQ(self_samples("session_test_hot"), 30);
+	CHECK_INT_EQ(scalar("SELECT samples FROM sessions WHERE id = ?1"), 40);
+
+	/* Fails later in the same flush (the thread rows, after the samples were
+	 * written): the rollback takes the samples back too. */
+	exec("DROP TRIGGER refuse_samples");
+	exec("CREATE TEMP TRIGGER refuse_threads BEFORE UPDATE ON threads "
+	     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+	exec("CREATE TEMP TRIGGER refuse_threads_insert BEFORE INSERT ON threads "
+	     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+	feed(session_test_cold, 5, other_tid);
+	CHECK(flush() < 0);
+	CHECK_INT_EQ(self_samples("session_test_hot"), 30);
+	CHECK_INT_EQ(self_samples("session_test_cold"), 10);
+
+	/* The store works again: the next flush writes every waiting sample, once. */
+	exec("DROP TRIGGER refuse_threads");
+	exec("DROP TRIGGER refuse_threads_insert");
+	feed(session_test_hot, 1, getpid());
+	CHECK_INT_EQ(flush(), 0);
+	CHECK_INT_EQ(self_samples("session_test_hot"), 51);
+	CHECK_INT_EQ(self_samples("session_test_cold"), 15);
+	CHECK_INT_EQ(scalar("SELECT samples FROM sessions WHERE id = ?1"), 66);
+	CHECK_INT_EQ(scalar("SELECT sum(samples) FROM threads WHERE session_id = ?1"), 66);
+	/* And a flush with nothing new adds nothing. */
+	CHECK_INT_EQ(flush(), 0);
+	CHECK_INT_EQ(self_samples("session_test_hot"), 51);
+	CHECK_INT_EQ(scalar("SELECT samples FROM sessions WHERE id = ?1"), 66);
+
+	session__stop(s, &env);
+	session__free(s);
+	symbolizer__free(env.sym);
+	store__close(env.store);
+	unlink(path);
+	rmdir(dir);
+	return check_exit("session");
+}
