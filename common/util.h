@@ -80,21 +80,29 @@ static inline uint64_t now_ns(clockid_t clk)
 }
 
 /*
- * grow_array() - make room for one more element in the array *@v of *@cap
- * elements of @size bytes, @n of them in use (doubling, from 16). Returns 0
- * or -ENOMEM (*@v and *@cap unchanged).
+ * grow_array_to() - make room for @need elements in the array *@v of *@cap
+ * elements of @size bytes (doubling, from 16). Returns 0 or -ENOMEM (*@v
+ * and *@cap unchanged), -ENOMEM too if the size would overflow.
  */
-static inline int grow_array(void **v, size_t *cap, size_t n, size_t size)
+static inline int grow_array_to(void **v, size_t *cap, size_t need, size_t size)
 {
-	size_t ncap = *cap ? 2 * *cap : 16;
+	size_t ncap = *cap ? *cap : 16;
 	void *nv;
 
-	if (n < *cap)
+	if (need <= *cap)
 		return 0;
-	nv = realloc(*v, ncap * size);
+	while (ncap < need)
+		ncap *= 2;
+	nv = reallocarray(*v, ncap, size);
 	if (!nv)
 		return -ENOMEM;
 	*v = nv;
 	*cap = ncap;
 	return 0;
+}
+
+/* grow_array() - make room for one more element beside the @n in use (grow_array_to()). */
+static inline int grow_array(void **v, size_t *cap, size_t n, size_t size)
+{
+	return grow_array_to(v, cap, n + 1, size);
 }

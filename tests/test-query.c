@@ -356,7 +356,7 @@ static void test_threads(sqlite3 *db)
 	json_t *o = NULL, *imb;
 	int r;
 
-	r = query__threads(db, 1, &o);
+	r = query__threads(db, 1, NULL, &o);
 	CHECK_INT(r, 0);
 	if (r < 0)
 		return;
@@ -397,7 +397,7 @@ static void test_empty(sqlite3 *db)
 	exec(db, "INSERT INTO sessions (id, pid, pid_start_ticks, comm, uid, event, events,"
 		 " freq_hz, started_at_ns, state) VALUES"
 		 " (3, 1, 1, 'init', 0, 'cpu-clock', 'cpu', 99, 1700000200000000000, 'running')");
-	CHECK_INT(query__threads(db, 3, &o), 0);
+	CHECK_INT(query__threads(db, 3, NULL, &o), 0);
 	CHECK_INT(gi(o, "total_samples"), 0);
 	CHECK_INT(json_array_size(get(o, "threads")), 0);
 	imb = get(o, "imbalance");
@@ -478,7 +478,7 @@ static void test_enoent(sqlite3 *db)
 	CHECK_INT(query__session(db, 99, &o), -ENOENT);
 	CHECK_INT(query__top(db, 99, 20, NULL, NULL, &o), -ENOENT);
 	CHECK_INT(query__hotpaths(db, 99, 10, NULL, NULL, &o), -ENOENT);
-	CHECK_INT(query__threads(db, 99, &o), -ENOENT);
+	CHECK_INT(query__threads(db, 99, NULL, &o), -ENOENT);
 	CHECK(o == NULL);
 	CHECK_INT(query__top(db, 1, 0, NULL, NULL, &o), -EINVAL);
 }

@@ -155,7 +155,7 @@ static int rule_imbalance(struct analysis *a)
 	json_int_t busy;
 	int r;
 
-	r = query__threads(a->db, a->session, &th);
+	r = query__threads(a->db, a->session, NULL, &th);
 	if (r < 0)
 		return r;
 	imb = json_object_get(th, "imbalance");

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "report/memory.h"
-#include "report/threads.h"
+#include "report/report.h"
 #include "util.h"
 #include "store/sqlite_util.h"
 

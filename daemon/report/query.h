@@ -1,7 +1,7 @@
 /*
- * query.h - read-side analyses over the store: session listings, hottest
- * functions, hottest call stacks and per-thread samples, as the JSON objects
- * docs/protocol.md defines.
+ * query.h - the reports over the store (daemon/report/): session listings,
+ * hottest functions, hottest call stacks, threads, off-CPU stacks and the
+ * raw profile, as the JSON objects docs/protocol.md defines.
  */
 #pragma once
 
@@ -26,8 +26,8 @@ struct query_range {
  * fields, without "v"/"ok"; caller owns it), -ENOENT if @session_id does not
  * exist, -EIO on an SQLite error, -ENOMEM. They do not log and do not write.
  */
-int query__session(sqlite3 *db, int64_t session_id, json_t **ret);   /* the SESSION object */
-int query__sessions(sqlite3 *db, json_t **ret);                      /* {"sessions":[...]} */
+int query__session(sqlite3 *db, int64_t session_id, json_t **ret); /* the SESSION object */
+int query__sessions(sqlite3 *db, json_t **ret);			   /* {"sessions":[...]} */
 /*
  * top and hotpaths read the CPU samples with @event NULL, else the samples
  * of the session's second sampled event named @event: -ENODATA if the
@@ -37,7 +37,17 @@ int query__top(sqlite3 *db, int64_t session_id, int limit, const char *event,
 	       const struct query_range *range, json_t **ret);
 int query__hotpaths(sqlite3 *db, int64_t session_id, int limit, const char *event,
 		    const struct query_range *range, json_t **ret);
-int query__threads(sqlite3 *db, int64_t session_id, json_t **ret);
+
+/* What the threads report adds on request. */
+struct threads_opts {
+	bool group_by_name; /* group threads whose names differ only in digits ("worker-1",
+			       "worker-2") */
+	double window_s;    /* > 0: imbalance per window of this many seconds */
+};
+/* Documented in threads.c; @opts may be NULL. */
+int query__threads(sqlite3 *db, int64_t session_id, const struct threads_opts *opts, json_t **ret);
+/* Documented in offcpu.c. */
+int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret);
 /*
  * The raw profile (frames, stacks, samples per window and thread, threads,
  * mappings, period) for exporters; @event and @range as for top.

@@ -1,25 +1,130 @@
-/* threads.c - on/off-CPU time, counters, stragglers, groups and windows for `threads`. */
+/*
+ * threads.c - the threads report: samples, on-CPU and off-CPU time and
+ * counters per thread, the imbalance between threads (stragglers), and the
+ * same per group of like-named threads and per time window.
+ */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "report/threads.h"
-#include "util.h"
-#include "store/sqlite_util.h"
+#include <jansson.h>
+#include <sqlite3.h>
 
+#include "report/query.h"
+#include "report/report.h"
+#include "store/sqlite_util.h"
+#include "util.h"
 
 /* A thread whose load exceeds the mean by more than this is named a straggler. */
 #define STRAGGLER_OVER_MEAN 1.2
 
-static double round2(double x)
+struct thread_row {
+	int64_t tid;
+	int64_t samples;
+};
+
+/*
+ * Samples per thread of @session_id, as the "threads" list of the report:
+ * from the samples table (so they add up to top's total_samples); threads
+ * of the threads table without samples are listed with 0, a tid with
+ * samples but no threads row with name null; sorted by samples descending,
+ * then tid. Returns 0, -ENOENT, -EIO, -ENOMEM.
+ */
+static int thread_rows(sqlite3 *db, int64_t session_id, json_t **ret)
 {
-	return round(x * 100.0) / 100.0;
+	_cleanup_(report__snapshot_endp) sqlite3 *snap = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	_cleanup_json_ json_t *o = NULL;
+	_cleanup_free_ struct thread_row *rows = NULL;
+	size_t n_rows = 0, cap_rows = 0;
+	json_t *arr;
+	int64_t total = 0;
+	int fail = 0, r;
+
+	r = report__snapshot_begin(db);
+	if (r < 0)
+		return r;
+	snap = db;
+	r = report__prepare(db, "SELECT 1 FROM sessions WHERE id = ?1", &st);
+	if (r < 0)
+		return r;
+	r = report__bind_int64(st, 1, session_id);
+	if (r < 0)
+		return r;
+	r = report__step(st);
+	if (r < 0)
+		return r;
+	if (r == 0)
+		return -ENOENT;
+	sqlite3_finalize(TAKE_PTR(st));
+
+	r = report__prepare(
+	    db,
+	    "WITH s(tid, n) AS ("
+	    "  SELECT tid, sum(count) FROM samples WHERE session_id = ?1 GROUP BY tid)"
+	    " SELECT t.tid, t.name, coalesce(s.n, 0) AS n, t.pid, t.exited_at_ns"
+	    "  FROM threads t LEFT JOIN s ON s.tid = t.tid WHERE t.session_id = ?1"
+	    " UNION ALL"
+	    " SELECT s.tid, NULL, s.n, NULL, NULL FROM s"
+	    "  WHERE NOT EXISTS (SELECT 1 FROM threads t"
+	    "                    WHERE t.session_id = ?1 AND t.tid = s.tid)"
+	    " ORDER BY n DESC, 1",
+	    &st);
+	if (r < 0)
+		return r;
+	r = report__bind_int64(st, 1, session_id);
+	if (r < 0)
+		return r;
+
+	o = json_object();
+	if (!o)
+		return -ENOMEM;
+	fail |= json_object_set_new(o, "session", json_integer(session_id));
+	fail |= json_object_set_new(o, "total_samples", json_integer(0)); /* set below */
+	fail |= json_object_set_new(o, "threads", json_array());
+	if (fail)
+		return -ENOMEM;
+	arr = json_object_get(o, "threads");
+
+	/* Rows go to JSON as they come; share_pct needs the total, so it is filled after. */
+	while ((r = report__step(st)) > 0) {
+		int64_t n = sqlite3_column_int64(st, 2);
+		json_t *t = json_object();
+
+		if (json_array_append_new(arr, t) < 0)
+			return -ENOMEM;
+		fail |= json_object_set_new(t, "tid", report__col_int(st, 0));
+		fail |= json_object_set_new(t, "name", report__col_text(st, 1));
+		fail |= json_object_set_new(t, "pid", report__col_int(st, 3));
+		fail |= json_object_set_new(t, "exited_at_ns", report__col_int(st, 4));
+		fail |= json_object_set_new(t, "samples", json_integer(n));
+		if (fail)
+			return -ENOMEM;
+		r = grow_array_to((void **)&rows, &cap_rows, n_rows + 1, sizeof(*rows));
+		if (r < 0)
+			return r;
+		rows[n_rows++] =
+		    (struct thread_row){.tid = sqlite3_column_int64(st, 0), .samples = n};
+		total += n;
+	}
+	if (r < 0)
+		return r;
+
+	for (size_t i = 0; i < n_rows; i++)
+		fail |= json_object_set_new(json_array_get(arr, i), "share_pct",
+					    json_real(report__pct1(rows[i].samples, total)));
+	fail |= json_object_set_new(o, "total_samples", json_integer(total));
+
+	if (fail)
+		return -ENOMEM;
+	*ret = TAKE_PTR(o);
+	return 0;
 }
 
-json_t *imbalance_json(const int64_t *samples, const int64_t *tids, const char *const *names,
-		       size_t n)
+static json_t *imbalance_json(const int64_t *samples, const int64_t *tids, const char *const *names,
+			      size_t n)
 {
 	json_t *o = json_object(), *list = json_array();
 	int64_t total = 0, max = 0;
@@ -64,10 +169,11 @@ json_t *imbalance_json(const int64_t *samples, const int64_t *tids, const char *
 							      "samples", (json_int_t)samples[i]));
 	json_object_set_new(o, "mean_samples", json_real(round(mean * 10.0) / 10.0));
 	json_object_set_new(o, "max_samples", json_integer(max));
-	json_object_set_new(o, "max_over_mean", json_real(round2((double)max / mean)));
-	json_object_set_new(o, "cv", json_real(round2(sqrt(var) / mean)));
+	json_object_set_new(o, "max_over_mean", json_real(report__round2((double)max / mean)));
+	json_object_set_new(o, "cv", json_real(report__round2(sqrt(var) / mean)));
 	json_object_set_new(o, "straggler_tid", json_integer(tids[imax]));
-	json_object_set_new(o, "straggler_name", names[imax] ? json_string(names[imax]) : json_null());
+	json_object_set_new(o, "straggler_name",
+			    names[imax] ? json_string(names[imax]) : json_null());
 	json_object_set_new(o, "stragglers", list);
 	return o;
 }
@@ -91,14 +197,6 @@ static char *name_pattern(const char *name)
 	}
 	*q = '\0';
 	return p;
-}
-
-static int prepare(sqlite3 *db, const char *sql, int64_t session_id, sqlite3_stmt **ret)
-{
-	if (sqlite3_prepare_v2(db, sql, -1, ret, NULL) != SQLITE_OK)
-		return -EIO;
-	sqlite3_bind_int64(*ret, 1, session_id);
-	return 0;
 }
 
 /* The thread object with "tid" @tid in @threads, or NULL. */
@@ -138,10 +236,10 @@ static int add_times(sqlite3 *db, int64_t session_id, json_t *threads, double fr
 		json_object_set_new(t, "counters", json_object());
 	}
 
-	r = prepare(db,
-		    "SELECT tid, counter, status, sum(value) FROM thread_counters "
-		    "WHERE session_id = ?1 GROUP BY tid, counter, status",
-		    session_id, &st);
+	r = report__prepare_id(db,
+			       "SELECT tid, counter, status, sum(value) FROM thread_counters "
+			       "WHERE session_id = ?1 GROUP BY tid, counter, status",
+			       session_id, &st);
 	if (r < 0)
 		return r;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -154,13 +252,13 @@ static int add_times(sqlite3 *db, int64_t session_id, json_t *threads, double fr
 		if (!t || !counter || !status)
 			continue;
 		c = json_pack("{s:o, s:s}", "value",
-			      ok ? json_integer(sqlite3_column_int64(st, 3)) : json_null(), "status",
-			      status);
+			      ok ? json_integer(sqlite3_column_int64(st, 3)) : json_null(),
+			      "status", status);
 		json_object_set_new(json_object_get(t, "counters"), counter, c);
 		if (ok && strcmp(counter, "task-clock") == 0) {
-			json_object_set_new(t, "on_cpu_s",
-					    json_real(round((double)sqlite3_column_int64(st, 3) /
-							    1e6) / 1000.0));
+			json_object_set_new(
+			    t, "on_cpu_s",
+			    json_real(round((double)sqlite3_column_int64(st, 3) / 1e6) / 1000.0));
 			json_object_set_new(t, "on_cpu_source", json_string("task-clock"));
 		}
 	}
@@ -170,10 +268,10 @@ static int add_times(sqlite3 *db, int64_t session_id, json_t *threads, double fr
 
 	if (!offcpu_on)
 		return 0;
-	r = prepare(db,
-		    "SELECT tid, state, sum(total_ns) FROM offcpu WHERE session_id = ?1 "
-		    "GROUP BY tid, state",
-		    session_id, &st);
+	r = report__prepare_id(db,
+			       "SELECT tid, state, sum(total_ns) FROM offcpu WHERE session_id = ?1 "
+			       "GROUP BY tid, state",
+			       session_id, &st);
 	if (r < 0)
 		return r;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -182,9 +280,9 @@ static int add_times(sqlite3 *db, int64_t session_id, json_t *threads, double fr
 		t = thread_by_tid(threads, sqlite3_column_int64(st, 0));
 		if (!t || !state)
 			continue;
-		json_object_set_new(json_object_get(t, "off_cpu_s"), state,
-				    json_real(round((double)sqlite3_column_int64(st, 2) / 1e6) /
-					      1000.0));
+		json_object_set_new(
+		    json_object_get(t, "off_cpu_s"), state,
+		    json_real(round((double)sqlite3_column_int64(st, 2) / 1e6) / 1000.0));
 	}
 	return rc == SQLITE_DONE ? 0 : -EIO;
 }
@@ -196,10 +294,10 @@ static void add_derived(json_t *threads)
 		const char *name, *num, *den;
 		double scale;
 	} derived[] = {
-		{ "ipc", "instructions", "cycles", 1.0 },
-		{ "cache_miss_pct", "cache-misses", "cache-references", 100.0 },
-		/* No "branches" counter to divide by: misses per 1000 instructions, as counters.h. */
-		{ "branch_miss_pki", "branch-misses", "instructions", 1000.0 },
+	    {"ipc", "instructions", "cycles", 1.0},
+	    {"cache_miss_pct", "cache-misses", "cache-references", 100.0},
+	    /* No "branches" counter to divide by: misses per 1000 instructions, as counters.h. */
+	    {"branch_miss_pki", "branch-misses", "instructions", 1000.0},
 	};
 	size_t i;
 	json_t *t;
@@ -212,12 +310,13 @@ static void add_derived(json_t *threads)
 			json_t *num = json_object_get(json_object_get(c, derived[k].num), "value");
 			json_t *den = json_object_get(json_object_get(c, derived[k].den), "value");
 
-			if (json_is_integer(num) && json_is_integer(den) && json_integer_value(den) > 0)
+			if (json_is_integer(num) && json_is_integer(den) &&
+			    json_integer_value(den) > 0)
 				json_object_set_new(
 				    d, derived[k].name,
-				    json_real(round2(derived[k].scale *
-						     (double)json_integer_value(num) /
-						     (double)json_integer_value(den))));
+				    json_real(report__round2(derived[k].scale *
+							     (double)json_integer_value(num) /
+							     (double)json_integer_value(den))));
 			else
 				json_object_set_new(d, derived[k].name, json_null());
 		}
@@ -340,10 +439,10 @@ static int add_windows(sqlite3 *db, int64_t session_id, json_t *o, json_t *threa
 		tids[i] = json_integer_value(json_object_get(t, "tid"));
 		names[i] = json_string_value(json_object_get(t, "name"));
 	}
-	r = prepare(db,
-		    "SELECT (window_ns - ?2) / ?3 AS w, tid, sum(count) FROM samples "
-		    "WHERE session_id = ?1 GROUP BY w, tid ORDER BY w",
-		    session_id, &st);
+	r = report__prepare_id(db,
+			       "SELECT (window_ns - ?2) / ?3 AS w, tid, sum(count) FROM samples "
+			       "WHERE session_id = ?1 GROUP BY w, tid ORDER BY w",
+			       session_id, &st);
 	if (r < 0)
 		return r;
 	sqlite3_bind_int64(st, 2, started_ns);
@@ -375,8 +474,8 @@ static int add_windows(sqlite3 *db, int64_t session_id, json_t *o, json_t *threa
 	return json_object_set_new(o, "windows", windows) < 0 ? -ENOMEM : 0;
 }
 
-int threads_report__extend(sqlite3 *db, int64_t session_id, const struct threads_opts *opts,
-			   json_t *o)
+static int threads_extend(sqlite3 *db, int64_t session_id, const struct threads_opts *opts,
+			  json_t *o)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	json_t *threads = json_object_get(o, "threads"), *imb;
@@ -386,10 +485,11 @@ int threads_report__extend(sqlite3 *db, int64_t session_id, const struct threads
 	size_t n = json_array_size(threads), i;
 	int r;
 
-	r = prepare(db,
-		    "SELECT freq_hz, started_at_ns, (',' || events || ',') LIKE '%,offcpu,%' "
-		    "FROM sessions WHERE id = ?1",
-		    session_id, &st);
+	r = report__prepare_id(
+	    db,
+	    "SELECT freq_hz, started_at_ns, (',' || events || ',') LIKE '%,offcpu,%' "
+	    "FROM sessions WHERE id = ?1",
+	    session_id, &st);
 	if (r < 0)
 		return r;
 	if (sqlite3_step(st) != SQLITE_ROW)
@@ -436,141 +536,36 @@ int threads_report__extend(sqlite3 *db, int64_t session_id, const struct threads
 	return 0;
 }
 
-/* The frames of stack @stack_id, leaf first, as report frame objects. */
 /*
- * report__stack_frames() - the frames of @stack_id, leaf first, as JSON
- * objects {function, module, file, line, kind, inlined}; @fr is a statement
- * prepared from REPORT_STACK_FRAMES_SQL (reset and rebound here). The
- * frames of the BPF programs that took the stack, at its top, are left out.
- * NULL on out-of-memory or an SQLite error.
+ * query__threads() - the threads report of @session_id, as the "threads"
+ * response of docs/protocol.md: per thread its samples and share_pct,
+ * "on_cpu_s" (from the task-clock counter where the session has it, else
+ * samples / freq_hz: "on_cpu_source" says which), "off_cpu_s"
+ * ({"sleeping","io","runnable"} seconds, null when off-CPU tracing was not
+ * on), "counters" ({name: {"value", "status"}}; value null unless status is
+ * "ok") and "derived" ({"ipc", "cache_miss_pct", "branch_miss_pki"}, null
+ * where an input is missing); "imbalance" over the threads with samples:
+ * mean_samples (1 decimal), max_samples, max_over_mean and cv (population
+ * standard deviation / mean; 2 decimals), the straggler (busiest thread,
+ * lowest tid on a tie) and "stragglers" (over the mean by more than 20%),
+ * null figures without samples. With @opts (may be NULL): "groups" of
+ * like-named threads and "windows" of opts->window_s seconds, each with its
+ * own imbalance. @ret: a new object, untouched on failure. Returns 0,
+ * -ENOENT for an unknown session, -EIO on an SQLite error, -ENOMEM. Reads
+ * only; does not log.
  */
-json_t *report__stack_frames(sqlite3_stmt *fr, int64_t stack_id)
+int query__threads(sqlite3 *db, int64_t session_id, const struct threads_opts *opts, json_t **ret)
 {
-	json_t *arr = json_array();
-	int rc;
+	json_t *o = NULL;
+	int r = thread_rows(db, session_id, &o);
 
-	if (!arr)
-		return NULL;
-	sqlite3_reset(fr);
-	sqlite3_bind_int64(fr, 1, stack_id);
-	while ((rc = sqlite3_step(fr)) == SQLITE_ROW) {
-		const char *fn = (const char *)sqlite3_column_text(fr, 0);
-
-		/* The stack was taken inside the sched_switch BPF program: its own
-		 * frames and the tracepoint's (bpf_prog_*, bpf_trace_run*,
-		 * __traceiter_*) sit on top of __schedule. They are not where the
-		 * thread blocked. */
-		if (json_array_size(arr) == 0 && fn &&
-		    (strncmp(fn, "bpf_prog_", 9) == 0 || strncmp(fn, "bpf_trace_run", 13) == 0 ||
-		     strncmp(fn, "__bpf_trace_", 12) == 0 || strncmp(fn, "__traceiter_", 12) == 0))
-			continue;
-		const char *module = (const char *)sqlite3_column_text(fr, 1);
-		const char *base = module ? strrchr(module, '/') : NULL;
-		char name[512];
-		json_t *o;
-
-		if (!fn) {
-			/* Unsymbolized: module base name + offset, as top and hotpaths print it. */
-			snprintf(name, sizeof(name), "%s+0x%llx", base ? base + 1 : module ? module : "?",
-				 (unsigned long long)sqlite3_column_int64(fr, 5));
-			fn = name;
-		}
-		o = json_pack("{s:s, s:s?, s:s?, s:o, s:s, s:b}", "function", fn, "module", module,
-			      "file", (const char *)sqlite3_column_text(fr, 2), "line",
-			      sqlite3_column_type(fr, 3) == SQLITE_NULL
-				  ? json_null()
-				  : json_integer(sqlite3_column_int64(fr, 3)),
-			      "kind", (const char *)sqlite3_column_text(fr, 4), "inlined",
-			      sqlite3_column_int(fr, 6) > 0);
-		if (!o || json_array_append_new(arr, o) < 0) {
-			json_decref(arr);
-			return NULL;
-		}
-	}
-	if (rc != SQLITE_DONE) {
-		json_decref(arr);
-		return NULL;
-	}
-	return arr;
-}
-
-int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
-{
-	_cleanup_stmt_ sqlite3_stmt *st = NULL, *fr = NULL;
-	json_t *o, *stacks, *by_state;
-	int64_t total_ns = 0;
-	int rc, r;
-
-	r = prepare(db, "SELECT offcpu_lost FROM sessions WHERE id = ?1", session_id, &st);
 	if (r < 0)
 		return r;
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_DONE)
-		return -ENOENT;
-	if (rc != SQLITE_ROW)
-		return -EIO;
-	o = json_pack("{s:I, s:I, s:f, s:{}, s:[]}", "session", (json_int_t)session_id, "offcpu_lost",
-		      (json_int_t)sqlite3_column_int64(st, 0), "total_off_cpu_s", 0.0, "by_state",
-		      "stacks");
-	if (!o)
-		return -ENOMEM;
-	by_state = json_object_get(o, "by_state");
-	stacks = json_object_get(o, "stacks");
-	sqlite3_finalize(TAKE_PTR(st));
-
-	r = prepare(db,
-		    "SELECT state, sum(total_ns) FROM offcpu WHERE session_id = ?1 GROUP BY state",
-		    session_id, &st);
-	if (r < 0)
-		goto fail;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		total_ns += sqlite3_column_int64(st, 1);
-		json_object_set_new(by_state, (const char *)sqlite3_column_text(st, 0),
-				    json_real(round((double)sqlite3_column_int64(st, 1) / 1e6) / 1e3));
-	}
-	if (rc != SQLITE_DONE) {
-		r = -EIO;
-		goto fail;
-	}
-	json_object_set_new(o, "total_off_cpu_s", json_real(round((double)total_ns / 1e6) / 1e3));
-	sqlite3_finalize(TAKE_PTR(st));
-
-	r = prepare(db,
-		    "SELECT stack_id, state, sum(total_ns) AS ns, sum(count), count(DISTINCT tid) "
-		    "FROM offcpu WHERE session_id = ?1 GROUP BY stack_id, state "
-		    "ORDER BY ns DESC, stack_id LIMIT ?2",
-		    session_id, &st);
-	if (r < 0)
-		goto fail;
-	sqlite3_bind_int(st, 2, limit);
-	if (sqlite3_prepare_v2(db, REPORT_STACK_FRAMES_SQL, -1, &fr, NULL) != SQLITE_OK) {
-		r = -EIO;
-		goto fail;
-	}
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		int64_t ns = sqlite3_column_int64(st, 2);
-		json_t *frames = report__stack_frames(fr, sqlite3_column_int64(st, 0)), *x;
-
-		x = frames ? json_pack("{s:s, s:f, s:f, s:I, s:I, s:o}", "state",
-				       (const char *)sqlite3_column_text(st, 1), "total_s",
-				       round((double)ns / 1e6) / 1e3, "pct",
-				       total_ns > 0 ? round(1000.0 * (double)ns / (double)total_ns) / 10.0
-						    : 0.0,
-				       "count", (json_int_t)sqlite3_column_int64(st, 3), "threads",
-				       (json_int_t)sqlite3_column_int64(st, 4), "frames", frames)
-			   : NULL;
-		if (!x || json_array_append_new(stacks, x) < 0) {
-			r = -ENOMEM;
-			goto fail;
-		}
-	}
-	if (rc != SQLITE_DONE) {
-		r = -EIO;
-		goto fail;
+	r = threads_extend(db, session_id, opts, o);
+	if (r < 0) {
+		json_decref(o);
+		return r;
 	}
 	*ret = o;
 	return 0;
-fail:
-	json_decref(o);
-	return r;
 }

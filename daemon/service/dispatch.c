@@ -14,7 +14,6 @@
 #include "report/memory.h"
 #include "report/query.h"
 #include "report/sql.h"
-#include "report/threads.h"
 #include "service/authz.h"
 #include "service/daemon.h"
 #include "store/store.h"
@@ -165,9 +164,7 @@ static json_t *run_request(struct profd *p, const struct ucred *peer, const char
 		struct threads_opts topts = {.group_by_name = req.group_by_name,
 					     .window_s = req.window_s};
 
-		r = query__threads(db, req.session, &fields);
-		if (r == 0)
-			r = threads_report__extend(db, req.session, &topts, fields);
+		r = query__threads(db, req.session, &topts, &fields);
 		return dispatch__result(r, fields, req.session);
 	}
 	case CMD_OFFCPU:

@@ -1,0 +1,352 @@
+/*
+ * callgraph.c - a session's samples as the top and hotpaths reports read
+ * them: every stack with its sample count, its frames leaf first, and the
+ * frames grouped into functions with self and total samples.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <sqlite3.h>
+
+#include "hashmap.h"
+#include "report/callgraph.h"
+#include "report/report.h"
+#include "store/sqlite_util.h"
+#include "util.h"
+
+/* profile__free() - free what @p holds; @p is left empty. */
+void profile__free(struct profile *p)
+{
+	for (size_t i = 0; i < p->n_frames; i++) {
+		free(p->frames[i].function);
+		free(p->frames[i].module);
+		free(p->frames[i].file);
+		free(p->frames[i].name);
+	}
+	free(p->frames);
+	free(p->groups);
+	free(p->stacks);
+	free(p->fidx);
+	hashmap__free(&p->index);
+	*p = (struct profile){};
+}
+
+/* A frame id looked up in profile.index: the profile its entries index. */
+struct frame_key {
+	const struct profile *p;
+	int64_t id;
+};
+
+static bool frame_index_eq(const void *entry, const void *key)
+{
+	const struct frame_key *k = key;
+
+	return k->p->frames[(uintptr_t)entry - 1].id == k->id;
+}
+
+/* Index into p->frames of frame @id, adding an empty entry if new. Returns >= 0 or -ENOMEM. */
+static int64_t profile__frame_index(struct profile *p, int64_t id)
+{
+	struct frame_key key = {p, id};
+	uint64_t h = hash64(HASH64_INIT, &id, sizeof(id));
+	void *found = hashmap__find(&p->index, h, frame_index_eq, &key);
+	int r;
+
+	if (found)
+		return (int64_t)(uintptr_t)found - 1;
+	r = grow_array_to((void **)&p->frames, &p->cap_frames, p->n_frames + 1, sizeof(*p->frames));
+	if (r < 0)
+		return r;
+	p->frames[p->n_frames] = (struct qframe){.id = id};
+	r = hashmap__insert(&p->index, h, (void *)(uintptr_t)(p->n_frames + 1));
+	if (r < 0)
+		return r;
+	return (int64_t)p->n_frames++;
+}
+
+/* strdup() of column @i, NULL for SQL NULL. Returns 0 or -ENOMEM. */
+static int col_strdup(sqlite3_stmt *st, int i, char **ret)
+{
+	const char *s;
+
+	*ret = NULL;
+	if (sqlite3_column_type(st, i) == SQLITE_NULL)
+		return 0;
+	s = (const char *)sqlite3_column_text(st, i);
+	if (!s)
+		return -ENOMEM;
+	*ret = strdup(s);
+	return *ret ? 0 : -ENOMEM;
+}
+
+/* Fills @f (its id set) from the frames table; -EIO if the row is missing. */
+static int qframe_load(sqlite3_stmt *st, struct qframe *f)
+{
+	const char *base;
+	int r;
+
+	sqlite3_reset(st);
+	r = report__bind_int64(st, 1, f->id);
+	if (r < 0)
+		return r;
+	r = report__step(st);
+	if (r < 0)
+		return r;
+	if (r == 0)
+		return -EIO; /* stack_frames/frame_ids name a frame that does not exist */
+	f->kernel = sqlite3_column_bytes(st, 0) == 6 &&
+		    memcmp(sqlite3_column_text(st, 0), "kernel", 6) == 0;
+	f->rel_addr = sqlite3_column_int64(st, 2);
+	f->inlined = sqlite3_column_int64(st, 6) > 0;
+	r = col_strdup(st, 1, &f->module);
+	if (r >= 0)
+		r = col_strdup(st, 3, &f->function);
+	if (r < 0)
+		return r;
+	if (!f->module) {
+		f->module = strdup(""); /* NOT NULL in the schema; be safe anyway */
+		if (!f->module)
+			return -ENOMEM;
+	}
+	if (f->function) {
+		r = col_strdup(st, 4, &f->file);
+		if (r < 0)
+			return r;
+		f->has_line = sqlite3_column_type(st, 5) != SQLITE_NULL;
+		f->line = sqlite3_column_int64(st, 5);
+		f->name = strdup(f->function);
+		return f->name ? 0 : -ENOMEM;
+	}
+	base = strrchr(f->module, '/');
+	base = base ? base + 1 : f->module;
+	/* Kernel addresses are stored as int64 and print as the unsigned address. */
+	if (asprintf(&f->name, "%s+0x%" PRIx64, base, (uint64_t)f->rel_addr) < 0) {
+		f->name = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Grouping order: symbolized frames by (function, module), unsymbolized by (module, rel_addr). */
+static int qframe_cmp_group(const void *a, const void *b, void *arg)
+{
+	const struct qframe *frames = arg;
+	const struct qframe *x = &frames[*(const size_t *)a], *y = &frames[*(const size_t *)b];
+	int c;
+
+	if (!x->function != !y->function)
+		return x->function ? -1 : 1;
+	if (x->function) {
+		c = strcmp(x->function, y->function);
+		if (c)
+			return c;
+	}
+	c = strcmp(x->module, y->module);
+	if (c || x->function)
+		return c;
+	return (x->rel_addr > y->rel_addr) - (x->rel_addr < y->rel_addr);
+}
+
+/* Whether frame @a should be a group's representative rather than @b. */
+static bool qframe_better_rep(const struct qframe *a, const struct qframe *b)
+{
+	if (a->self != b->self)
+		return a->self > b->self;
+	if (!a->file != !b->file)
+		return a->file != NULL;
+	return a->id < b->id;
+}
+
+/*
+ * Loads the stacks of @session_id that have samples, their frames, and the
+ * functions (groups) with self and total samples. -EIO on an SQLite error or
+ * an inconsistent store (a sample of a missing stack, a frame_ids blob whose
+ * length is not a multiple of 8, a missing frame).
+ */
+static int profile__load(struct profile *p, sqlite3 *db, int64_t session_id, const char *table,
+			 const struct window_bounds *wb)
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	_cleanup_free_ size_t *order = NULL;
+	_cleanup_free_ char *sql = NULL;
+	int r;
+
+	/* The samples primary key starts with session_id; each stack once, with its sum. */
+	if (asprintf(&sql,
+		     "SELECT st.stack_id, st.n, s.frame_ids IS NULL, s.frame_ids"
+		     " FROM (SELECT stack_id, sum(count) AS n FROM %s"
+		     "       WHERE session_id = ?1 AND window_ns BETWEEN ?2 AND ?3"
+		     "       GROUP BY stack_id) st"
+		     " LEFT JOIN stacks s ON s.id = st.stack_id",
+		     table) < 0) {
+		sql = NULL;
+		return -ENOMEM;
+	}
+	r = report__prepare(db, sql, &st);
+	if (r < 0)
+		return r;
+	r = report__bind_int64(st, 1, session_id);
+	if (r >= 0)
+		r = window_bounds__bind(wb, st, 2);
+	if (r < 0)
+		return r;
+	while ((r = report__step(st)) > 0) {
+		const unsigned char *blob;
+		size_t len, depth;
+		struct qstack *s;
+
+		if (sqlite3_column_int(st, 2))
+			return -EIO;
+		blob = sqlite3_column_blob(st, 3);
+		len = (size_t)sqlite3_column_bytes(st, 3);
+		if (len % 8 != 0 || (len > 0 && !blob))
+			return len % 8 ? -EIO : -ENOMEM;
+		depth = len / 8;
+		r = grow_array_to((void **)&p->stacks, &p->cap_stacks, p->n_stacks + 1,
+				  sizeof(*p->stacks));
+		if (r < 0)
+			return r;
+		r = grow_array_to((void **)&p->fidx, &p->cap_fidx, p->n_fidx + depth,
+				  sizeof(*p->fidx));
+		if (r < 0)
+			return r;
+		s = &p->stacks[p->n_stacks++];
+		*s = (struct qstack){
+		    .id = sqlite3_column_int64(st, 0),
+		    .n = sqlite3_column_int64(st, 1),
+		    .off = p->n_fidx,
+		    .len = depth,
+		};
+		for (size_t i = 0; i < depth; i++) {
+			uint64_t v = 0;
+
+			/* Little-endian int64s, whatever the host's byte order. */
+			for (int b = 7; b >= 0; b--)
+				v = (v << 8) | blob[i * 8 + (size_t)b];
+			p->fidx[p->n_fidx++] = (int64_t)v;
+		}
+	}
+	if (r < 0)
+		return r;
+	sqlite3_finalize(TAKE_PTR(st));
+
+	/* Frame ids to frame indexes, and each frame's self samples. */
+	for (size_t i = 0; i < p->n_stacks; i++) {
+		const struct qstack *s = &p->stacks[i];
+
+		for (size_t j = 0; j < s->len; j++) {
+			int64_t k = profile__frame_index(p, p->fidx[s->off + j]);
+
+			if (k < 0)
+				return (int)k;
+			p->fidx[s->off + j] = k;
+		}
+		if (s->len > 0)
+			p->frames[p->fidx[s->off]].self += s->n;
+	}
+
+	r = report__prepare(db,
+			    "SELECT kind, module, rel_addr, function, file, line, inline_depth "
+			    "FROM frames WHERE id = ?1",
+			    &st);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < p->n_frames; i++) {
+		r = qframe_load(st, &p->frames[i]);
+		if (r < 0)
+			return r;
+	}
+
+	/* Groups: sort frame indexes by the grouping key; runs of equal keys are one group. */
+	if (p->n_frames == 0)
+		return 0;
+	order = reallocarray(NULL, p->n_frames, sizeof(*order));
+	p->groups = reallocarray(NULL, p->n_frames, sizeof(*p->groups));
+	if (!order || !p->groups)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->n_frames; i++)
+		order[i] = i;
+	qsort_r(order, p->n_frames, sizeof(*order), qframe_cmp_group, p->frames);
+	for (size_t i = 0; i < p->n_frames; i++) {
+		struct qframe *f = &p->frames[order[i]];
+		struct qgroup *g;
+
+		if (i == 0 || qframe_cmp_group(&order[i - 1], &order[i], p->frames) != 0)
+			p->groups[p->n_groups++] = (struct qgroup){.rep = order[i]};
+		g = &p->groups[p->n_groups - 1];
+		f->group = p->n_groups - 1;
+		g->self += f->self;
+		if (qframe_better_rep(f, &p->frames[g->rep]))
+			g->rep = order[i];
+	}
+
+	/* Totals: each stack counts once per group it holds, however often (recursion). */
+	for (size_t i = 0; i < p->n_stacks; i++) {
+		const struct qstack *s = &p->stacks[i];
+
+		for (size_t j = 0; j < s->len; j++) {
+			struct qgroup *g = &p->groups[p->frames[p->fidx[s->off + j]].group];
+
+			if (g->stamp != i + 1) {
+				g->stamp = i + 1;
+				g->total += s->n;
+			}
+		}
+	}
+	return 0;
+}
+
+/* A frame as JSON: function (display name), module, file, line, and kind if @with_kind. */
+json_t *qframe_json(const struct qframe *f, bool with_kind)
+{
+	_cleanup_json_ json_t *o = json_object();
+	int fail = 0;
+
+	if (!o)
+		return NULL;
+	fail |= json_object_set_new(o, "function", report__json_text(f->name, strlen(f->name)));
+	fail |= json_object_set_new(o, "module", report__json_text(f->module, strlen(f->module)));
+	fail |= json_object_set_new(
+	    o, "file", f->file ? report__json_text(f->file, strlen(f->file)) : json_null());
+	fail |= json_object_set_new(o, "line", f->has_line ? json_integer(f->line) : json_null());
+	if (with_kind) {
+		fail |= json_object_set_new(o, "kind", json_string(f->kernel ? "kernel" : "user"));
+		fail |= json_object_set_new(o, "inlined", json_boolean(f->inlined));
+	}
+	return fail ? NULL : TAKE_PTR(o);
+}
+
+/*
+ * report_load() - what top and hotpaths both start with: the report head of
+ * @event's samples (report__head()) with an empty array @list in it
+ * (*@ret_arr, owned by *@ret_o), and the session's stacks loaded into @p.
+ * Returns 0, or the -errno of report__samples_table(), report__head() or
+ * profile__load(); *@ret_o is then set only if the head was built.
+ */
+int callgraph__load(sqlite3 *db, int64_t session_id, const char *event,
+		    const struct query_range *range, const char *list, json_t **ret_o,
+		    json_t **ret_arr, int64_t *ret_total, struct profile *p)
+{
+	struct window_bounds wb;
+	const char *table;
+	int r;
+
+	r = window_bounds__get(db, session_id, range, &wb);
+	if (r < 0)
+		return r;
+	r = report__samples_table(db, session_id, event, &table);
+	if (r < 0)
+		return r;
+	r = report__head(db, session_id, table, &wb, ret_o, ret_total);
+	if (r < 0)
+		return r;
+	if (json_object_set_new(*ret_o, list, json_array()) < 0)
+		return -ENOMEM;
+	*ret_arr = json_object_get(*ret_o, list);
+	return profile__load(p, db, session_id, table, &wb);
+}

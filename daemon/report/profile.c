@@ -1,0 +1,343 @@
+/* profile.c - the profile report: frames, stacks and samples per window and thread, for exporters.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+#include <sqlite3.h>
+
+#include "report/query.h"
+#include "report/report.h"
+#include "service/request.h"
+#include "store/sqlite_util.h"
+#include "util.h"
+
+/* Sorted distinct int64s, for id -> index lookups by binary search. */
+struct idset {
+	int64_t *v;
+	size_t n, cap;
+};
+
+static int idset__add(struct idset *s, int64_t id)
+{
+	int r = grow_array_to((void **)&s->v, &s->cap, s->n + 1, sizeof(*s->v));
+
+	if (r < 0)
+		return r;
+	s->v[s->n++] = id;
+	return 0;
+}
+
+static int int64_cmp(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void idset__seal(struct idset *s)
+{
+	size_t k = 0;
+
+	if (s->n == 0)
+		return;
+	qsort(s->v, s->n, sizeof(*s->v), int64_cmp);
+	for (size_t i = 0; i < s->n; i++)
+		if (k == 0 || s->v[k - 1] != s->v[i])
+			s->v[k++] = s->v[i];
+	s->n = k;
+}
+
+/* Index of @id in the sealed @s; -1 if absent. */
+static ssize_t idset__index(const struct idset *s, int64_t id)
+{
+	const int64_t *p = s->n ? bsearch(&id, s->v, s->n, sizeof(*s->v), int64_cmp) : NULL;
+
+	return p ? p - s->v : -1;
+}
+
+static void idset__free(struct idset *s)
+{
+	free(s->v);
+	*s = (struct idset){};
+}
+
+/* Decodes a stacks.frame_ids blob (little-endian int64s) into @ids. -EIO if malformed. */
+static int frame_ids_decode(const unsigned char *blob, size_t len, struct idset *ids)
+{
+	if (len % 8 != 0 || (len > 0 && !blob))
+		return -EIO;
+	for (size_t i = 0; i < len / 8; i++) {
+		uint64_t v = 0;
+		int r;
+
+		for (int b = 7; b >= 0; b--)
+			v = (v << 8) | blob[i * 8 + (size_t)b];
+		r = idset__add(ids, (int64_t)v);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* Steps @st (one parameter, ?1) to the row of @id: 0, -EIO if there is none, -errno. */
+static int stmt_lookup(sqlite3_stmt *st, int64_t id)
+{
+	int r;
+
+	sqlite3_reset(st);
+	r = report__bind_int64(st, 1, id);
+	if (r >= 0)
+		r = report__step(st);
+	return r < 0 ? r : r == 0 ? -EIO : 0;
+}
+
+/* Runs @sql (?1 = @session_id) and appends one object per row to @arr, keyed by @keys. */
+static int rows_json(sqlite3 *db, const char *sql, int64_t session_id, const char *const *keys,
+		     json_t *arr)
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	int r;
+
+	r = report__prepare(db, sql, &st);
+	if (r < 0)
+		return r;
+	r = report__bind_int64(st, 1, session_id);
+	if (r < 0)
+		return r;
+	while ((r = report__step(st)) > 0) {
+		json_t *o = json_object();
+
+		if (json_array_append_new(arr, o) < 0)
+			return -ENOMEM;
+		for (int i = 0; keys[i]; i++) {
+			json_t *v = sqlite3_column_type(st, i) == SQLITE_TEXT
+					? report__col_text(st, i)
+					: report__col_int(st, i);
+
+			if (json_object_set_new(o, keys[i], v) < 0)
+				return -ENOMEM;
+		}
+	}
+	return r;
+}
+
+/*
+ * query__profile() - the raw profile of @session_id for exporters: the
+ * "profile" response of docs/protocol.md. Its frames (each once, with
+ * module, build ID, ELF address, inline flag, function, file, line), its
+ * call stacks as lists of frame indexes (leaf first), and the samples as
+ * [stack index, tid, window start in ns from the session start, count]
+ * rows, with the threads, the mappings, the sample period and the report
+ * head of top (loss counters, total_samples). @per_window false sums each
+ * stack's samples per thread over the windows (the window is then the
+ * first one it was seen in).
+ * @event: NULL for the CPU samples, else the second sampled event's name.
+ * @range: NULL for the whole session, else the windows it overlaps.
+ * @ret: on success a new object, owned by the caller; untouched on failure.
+ *
+ * Returns 0, -ENOENT for an unknown session, -ENODATA/-EOPNOTSUPP as
+ * query__top() for @event, -EIO on an SQLite error or an inconsistent store,
+ * -ENOMEM. Allocates memory linear in the session's rows; does not log.
+ */
+int query__profile(sqlite3 *db, int64_t session_id, const char *event,
+		   const struct query_range *range, bool per_window, json_t **ret)
+{
+	static const char *const thread_keys[] = {"tid", "pid", "name", NULL};
+	static const char *const mapping_keys[] = {"pid",  "start",    "end", "file_offset",
+						   "path", "build_id", NULL};
+	_cleanup_(report__snapshot_endp) sqlite3 *snap = NULL;
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	_cleanup_json_ json_t *o = NULL;
+	_cleanup_(idset__free) struct idset stack_ids = {}, frame_ids = {};
+	_cleanup_free_ char *sql = NULL;
+	struct window_bounds wb;
+	json_t *samples, *stacks, *frames, *arr;
+	const char *table;
+	int64_t total, start = 0;
+	uint64_t period = 0;
+	int fail = 0, r;
+
+	r = report__snapshot_begin(db);
+	if (r < 0)
+		return r;
+	snap = db;
+	r = window_bounds__get(db, session_id, range, &wb);
+	if (r >= 0)
+		r = report__samples_table(db, session_id, event, &table);
+	if (r >= 0)
+		r = report__head(db, session_id, table, &wb, &o, &total);
+	if (r < 0)
+		return r;
+
+	/* The period of one sample: ns of CPU time for cpu-clock, events for the others. */
+	r = report__row(db, "SELECT started_at_ns, freq_hz FROM sessions WHERE id = ?1", session_id,
+			&st);
+	if (r < 0)
+		return r;
+	start = sqlite3_column_int64(st, 0);
+	if (!event && sqlite3_column_int64(st, 1) > 0)
+		period = NSEC_PER_SEC / (uint64_t)sqlite3_column_int64(st, 1);
+	else if (event)
+		sampled_event_lookup(event, NULL, NULL, &period);
+	fail |= json_object_set_new(o, "period", json_integer((json_int_t)period));
+	fail |=
+	    json_object_set_new(o, "period_unit", json_string(event ? "events" : "nanoseconds"));
+	fail |= json_object_set_new(o, "started_at_ns", json_integer(start));
+	fail |= json_object_set_new(o, "samples", samples = json_array());
+	fail |= json_object_set_new(o, "stacks", stacks = json_array());
+	fail |= json_object_set_new(o, "frames", frames = json_array());
+	fail |= json_object_set_new(o, "threads", json_array());
+	fail |= json_object_set_new(o, "mappings", json_array());
+	if (fail)
+		return -ENOMEM;
+	sqlite3_finalize(TAKE_PTR(st));
+
+	/* @table is one of two constant names (report__samples_table()), never user input. */
+	if (asprintf(&sql,
+		     per_window ? "SELECT stack_id, tid, window_ns - ?4, count FROM %s"
+				  " WHERE session_id = ?1 AND window_ns BETWEEN ?2 AND ?3"
+				  " ORDER BY window_ns, tid, stack_id"
+				/* Summed over the windows: far fewer rows for a long session. */
+				: "SELECT stack_id, tid, min(window_ns) - ?4, sum(count) FROM %s"
+				  " WHERE session_id = ?1 AND window_ns BETWEEN ?2 AND ?3"
+				  " GROUP BY tid, stack_id ORDER BY 3, tid, stack_id",
+		     table) < 0) {
+		sql = NULL;
+		return -ENOMEM;
+	}
+	r = report__prepare(db, sql, &st);
+	if (r >= 0)
+		r = report__bind_int64(st, 1, session_id);
+	if (r >= 0)
+		r = window_bounds__bind(&wb, st, 2);
+	if (r >= 0)
+		r = report__bind_int64(st, 4, start);
+	if (r < 0)
+		return r;
+	/* Rows first with the stack id in place of its index, rewritten below. */
+	while ((r = report__step(st)) > 0) {
+		json_t *row = json_pack("[I,I,I,I]", (json_int_t)sqlite3_column_int64(st, 0),
+					(json_int_t)sqlite3_column_int64(st, 1),
+					(json_int_t)sqlite3_column_int64(st, 2),
+					(json_int_t)sqlite3_column_int64(st, 3));
+
+		if (json_array_append_new(samples, row) < 0)
+			return -ENOMEM;
+		r = idset__add(&stack_ids, sqlite3_column_int64(st, 0));
+		if (r < 0)
+			return r;
+	}
+	if (r < 0)
+		return r;
+	sqlite3_finalize(TAKE_PTR(st));
+	idset__seal(&stack_ids);
+	{
+		size_t i;
+		json_t *row;
+
+		json_array_foreach(samples, i, row)
+		{
+			ssize_t k =
+			    idset__index(&stack_ids, json_integer_value(json_array_get(row, 0)));
+
+			if (json_array_set_new(row, 0, json_integer(k)) < 0)
+				return -ENOMEM;
+		}
+	}
+
+	/* Each stack's frame ids, kept in "stacks" until the frames are numbered. */
+	r = report__prepare(db, "SELECT frame_ids FROM stacks WHERE id = ?1", &st);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < stack_ids.n; i++) {
+		_cleanup_(idset__free) struct idset ids = {};
+		json_t *list = json_array();
+
+		if (json_array_append_new(stacks, list) < 0)
+			return -ENOMEM;
+		r = stmt_lookup(st, stack_ids.v[i]); /* -EIO: a sample of a missing stack */
+		if (r < 0)
+			return r;
+		r = frame_ids_decode(sqlite3_column_blob(st, 0),
+				     (size_t)sqlite3_column_bytes(st, 0), &ids);
+		if (r < 0)
+			return r;
+		for (size_t j = 0; j < ids.n; j++) {
+			if (json_array_append_new(list, json_integer(ids.v[j])) < 0)
+				return -ENOMEM;
+			r = idset__add(&frame_ids, ids.v[j]);
+			if (r < 0)
+				return r;
+		}
+	}
+	sqlite3_finalize(TAKE_PTR(st));
+	idset__seal(&frame_ids);
+	{
+		size_t i, j;
+		json_t *list, *id;
+
+		json_array_foreach(stacks, i, list)
+		{
+			json_array_foreach(list, j, id)
+			{
+				ssize_t k = idset__index(&frame_ids, json_integer_value(id));
+
+				if (json_integer_set(id, k) < 0)
+					return -EIO;
+			}
+		}
+	}
+
+	r = report__prepare(db,
+			    "SELECT kind, module, build_id, rel_addr, inline_depth, function, file,"
+			    " line FROM frames WHERE id = ?1",
+			    &st);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < frame_ids.n; i++) {
+		json_t *f = json_object();
+		char addr[32];
+
+		if (json_array_append_new(frames, f) < 0)
+			return -ENOMEM;
+		r = stmt_lookup(st, frame_ids.v[i]); /* -EIO: a stack names a missing frame */
+		if (r < 0)
+			return r;
+		/* A hex string: kernel addresses do not fit a signed JSON integer. */
+		snprintf(addr, sizeof(addr), "0x%" PRIx64, (uint64_t)sqlite3_column_int64(st, 3));
+		fail |= json_object_set_new(f, "function", report__col_text(st, 5));
+		fail |= json_object_set_new(f, "module", report__col_text(st, 1));
+		fail |= json_object_set_new(f, "build_id", report__col_text(st, 2));
+		fail |= json_object_set_new(f, "address", json_string(addr));
+		fail |= json_object_set_new(f, "file", report__col_text(st, 6));
+		fail |= json_object_set_new(f, "line", report__col_int(st, 7));
+		fail |= json_object_set_new(f, "kind", report__col_text(st, 0));
+		fail |= json_object_set_new(f, "inlined",
+					    json_boolean(sqlite3_column_int64(st, 4) > 0));
+		if (fail)
+			return -ENOMEM;
+	}
+	sqlite3_finalize(TAKE_PTR(st));
+
+	arr = json_object_get(o, "threads");
+	r = rows_json(db, "SELECT tid, pid, name FROM threads WHERE session_id = ?1 ORDER BY tid",
+		      session_id, thread_keys, arr);
+	if (r < 0)
+		return r;
+	arr = json_object_get(o, "mappings");
+	r = rows_json(db,
+		      "SELECT pid, start_addr, end_addr, file_offset, path, build_id FROM mappings"
+		      " WHERE session_id = ?1 ORDER BY pid, start_addr",
+		      session_id, mapping_keys, arr);
+	if (r < 0)
+		return r;
+	*ret = TAKE_PTR(o);
+	return 0;
+}

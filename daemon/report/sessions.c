@@ -1,0 +1,149 @@
+/* sessions.c - the session and sessions reports: one SESSION object per stored session. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+#include <sqlite3.h>
+
+#include "report/query.h"
+#include "report/report.h"
+#include "store/sqlite_util.h"
+#include "util.h"
+
+/* The SESSION object of docs/protocol.md from a row of SESSION_SELECT; @now: CLOCK_REALTIME ns. */
+static int session_from_row(sqlite3_stmt *st, int64_t now, json_t **ret)
+{
+	_cleanup_json_ json_t *o = json_object();
+	int64_t started = sqlite3_column_int64(st, SC_STARTED_AT_NS);
+	bool ended = sqlite3_column_type(st, SC_ENDED_AT_NS) != SQLITE_NULL;
+	int64_t elapsed_ns = (ended ? sqlite3_column_int64(st, SC_ENDED_AT_NS) : now) - started;
+	int fail = 0;
+
+	if (!o)
+		return -ENOMEM;
+	fail |= json_object_set_new(o, "id", report__col_int(st, SC_ID));
+	fail |= json_object_set_new(o, "pid", report__col_int(st, SC_PID));
+	fail |= json_object_set_new(o, "comm", report__col_text(st, SC_COMM));
+	fail |= json_object_set_new(o, "exe", report__col_text(st, SC_EXE));
+	fail |= json_object_set_new(o, "uid", report__col_int(st, SC_UID));
+	fail |= json_object_set_new(o, "state", report__col_text(st, SC_STATE));
+	fail |= json_object_set_new(o, "end_reason", report__col_text(st, SC_END_REASON));
+	fail |= json_object_set_new(o, "event", report__col_text(st, SC_EVENT));
+	fail |= json_object_set_new(
+	    o, "events", report__split_events((const char *)sqlite3_column_text(st, SC_EVENTS)));
+	fail |= json_object_set_new(o, "freq_hz", report__col_int(st, SC_FREQ_HZ));
+	fail |= json_object_set_new(o, "unwind", report__col_text(st, SC_UNWIND));
+	fail |=
+	    json_object_set_new(o, "duration_s",
+				sqlite3_column_type(st, SC_DURATION_NS) == SQLITE_NULL
+				    ? json_null()
+				    : report__seconds(sqlite3_column_int64(st, SC_DURATION_NS)));
+	fail |= json_object_set_new(o, "started_at", report__iso8601(started));
+	fail |= json_object_set_new(o, "started_at_ns", json_integer(started));
+	fail |= json_object_set_new(
+	    o, "ended_at",
+	    ended ? report__iso8601(sqlite3_column_int64(st, SC_ENDED_AT_NS)) : json_null());
+	fail |= json_object_set_new(o, "ended_at_ns", report__col_int(st, SC_ENDED_AT_NS));
+	/* Milliseconds are plenty, and keep the printed number short. */
+	fail |= json_object_set_new(o, "elapsed_s",
+				    json_real(round((double)MAX(elapsed_ns, 0) / 1e6) / 1e3));
+	fail |= json_object_set_new(o, "samples", report__col_int(st, SC_SAMPLES));
+	fail |= json_object_set_new(o, "lost_samples", report__col_int(st, SC_LOST_SAMPLES));
+	fail |=
+	    json_object_set_new(o, "truncated_stacks", report__col_int(st, SC_TRUNCATED_STACKS));
+	fail |= json_object_set_new(o, "missing_user_stacks",
+				    report__col_int(st, SC_MISSING_USER_STACKS));
+	fail |= json_object_set_new(o, "unsymbolized_frames",
+				    report__col_int(st, SC_UNSYMBOLIZED_FRAMES));
+	fail |= json_object_set_new(o, "threads", report__col_int(st, SC_THREADS));
+	fail |= json_object_set_new(o, "stack_bytes", report__col_int(st, SC_STACK_BYTES));
+	fail |= json_object_set_new(o, "unwind_dropped", report__col_int(st, SC_UNWIND_DROPPED));
+	fail |= json_object_set_new(o, "frames", report__col_int(st, SC_FRAMES));
+	fail |= json_object_set_new(o, "children",
+				    json_boolean(sqlite3_column_int(st, SC_FOLLOW_CHILDREN)));
+	fail |= json_object_set_new(o, "sampled_event", report__col_text(st, SC_SAMPLED_EVENT));
+	fail |= json_object_set_new(o, "sampled_event_status",
+				    report__col_text(st, SC_SAMPLED_EVENT_STATUS));
+	fail |= json_object_set_new(o, "label", report__col_text(st, SC_LABEL));
+	fail |= json_object_set_new(o, "pid_start_ticks", report__col_int(st, SC_PID_START_TICKS));
+	fail |= json_object_set_new(o, "limit_dropped_samples",
+				    report__col_int(st, SC_LIMIT_DROPPED_SAMPLES));
+	fail |= json_object_set_new(o, "python", report__python(st, SC_PYTHON));
+	fail |=
+	    json_object_set_new(o, "unsymbolized_pct",
+				report__json_pct(sqlite3_column_int64(st, SC_UNSYMBOLIZED_FRAMES),
+						 sqlite3_column_int64(st, SC_FRAMES)));
+	if (fail)
+		return -ENOMEM;
+	*ret = TAKE_PTR(o);
+	return 0;
+}
+
+/*
+ * query__session() - the SESSION object of docs/protocol.md for @session_id.
+ * @db: open connection at the current schema; only read.
+ * @session_id: sessions.id.
+ * @ret: on success a new object, owned by the caller; untouched on failure.
+ *
+ * elapsed_s runs to now (CLOCK_REALTIME) while the session has no ended_at.
+ * Returns 0, -ENOENT for an unknown session, -EIO on an SQLite error,
+ * -ENOMEM. Allocates; does not log; blocks only on SQLite's file I/O.
+ */
+int query__session(sqlite3 *db, int64_t session_id, json_t **ret)
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	int r;
+
+	r = report__row(db, SESSION_SELECT " WHERE s.id = ?1", session_id, &st);
+	if (r < 0)
+		return r;
+	return session_from_row(st, (int64_t)now_ns(CLOCK_REALTIME), ret);
+}
+
+/*
+ * query__sessions() - {"sessions":[SESSION, ...]}, newest (highest id) first.
+ * @ret: on success a new object, owned by the caller; untouched on failure.
+ *
+ * Returns 0 (also with no sessions: an empty array), -EIO on an SQLite error,
+ * -ENOMEM. Allocates; does not log.
+ */
+int query__sessions(sqlite3 *db, json_t **ret)
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	_cleanup_json_ json_t *o = json_object();
+	int64_t now = (int64_t)now_ns(CLOCK_REALTIME);
+	json_t *arr;
+	int r;
+
+	if (!o || json_object_set_new(o, "sessions", json_array()) < 0)
+		return -ENOMEM;
+	arr = json_object_get(o, "sessions");
+	r = report__prepare(db, SESSION_SELECT " ORDER BY s.id DESC", &st);
+	if (r < 0)
+		return r;
+	while ((r = report__step(st)) > 0) {
+		json_t *s;
+
+		r = session_from_row(st, now, &s);
+		if (r < 0)
+			return r;
+		if (json_array_append_new(arr, s) < 0)
+			return -ENOMEM;
+	}
+	if (r < 0)
+		return r;
+	*ret = TAKE_PTR(o);
+	return 0;
+}
+
+/*
+ * The windows a time range selects, as bounds on samples.window_ns: a window
+ * [w, w + PROFD_WINDOW_NS) is in if it overlaps the range (times from the
+ * session's start).
+ */
