@@ -23,10 +23,10 @@
  * a part was skipped (the reason is printed), 99 setup error.
  */
 #define RESULT_CACHE_MAX 64	      /* so that the cache fills and empties */
-#define TEST_SELF_VDSO test_self_vdso /* valgrind gives us no vDSO: a child's stands in */
 #include <stdint.h>
 static uint64_t test_self_vdso(uint64_t *ret_start);
-#include "../daemon/symbols/symbolize.c" /* the static parsers are tested too */
+#include "../daemon/symbols/debuginfo.c" /* the static parsers are tested too */
+#include "../daemon/symbols/symbolize.c"
 #include "check.h"
 
 #include <arpa/inet.h>
@@ -1584,7 +1584,7 @@ static int symbolize_child(struct symbolizer *s, const char *path, struct frame_
 	return n;
 }
 
-/* fd_crc_matches(), debuginfo_path_new(): known answers */
+/* fd_crc_matches(), search_path_new(): known answers */
 static void test_debug_path_helpers(const char *dir)
 {
 	char path[PATH_MAX];
@@ -1601,10 +1601,10 @@ static void test_debug_path_helpers(const char *dir)
 	close(fd);
 	unlink(path);
 
-	p = debuginfo_path_new(NULL);
+	p = search_path_new(NULL);
 	CHECK_STR_EQ(p, ":.debug:/usr/lib/debug");
 	free(p);
-	p = debuginfo_path_new("/a:rel::/b/c/:+x");
+	p = search_path_new("/a:rel::/b/c/:+x");
 	CHECK_STR_EQ(p, ":.debug:/a:/b/c/:/usr/lib/debug");
 	free(p);
 }
@@ -2094,6 +2094,8 @@ int main(void)
 	/* a child that never prints would hang the test; fail instead */
 	alarm(600);
 	setvbuf(stdout, NULL, _IOLBF, 0); /* progress survives a crash */
+	/* valgrind gives us no vDSO: a child's stands in (stand_in_vdso) */
+	debuginfo__self_vdso_override = test_self_vdso;
 	signal(SIGPIPE, SIG_IGN);
 	elf_version(EV_CURRENT);
 	/*

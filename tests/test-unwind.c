@@ -40,6 +40,7 @@
 #include <sys/auxv.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -425,6 +426,127 @@ __attribute__((noipa)) static void test_debug_frame(struct unwinder *u, struct s
 	if (check_failures > failures)
 		stack_print(stderr, &bare);
 	unlink(copy);
+	rmdir(dir);
+}
+
+/* copy_file_flipped() - copy @from to @to with the byte at the middle of the file flipped. */
+static void copy_file_flipped(const char *from, const char *to)
+{
+	struct stat st;
+	unsigned char b;
+	int fd;
+
+	copy_file(from, to);
+	fd = open(to, O_RDWR | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0 || pread(fd, &b, 1, st.st_size / 2) != 1)
+		SETUP_FAIL("open %s: %m", to);
+	b ^= 0xff;
+	if (pwrite(fd, &b, 1, st.st_size / 2) != 1)
+		SETUP_FAIL("write %s: %m", to);
+	close(fd);
+}
+
+/* The unwind through a copy of the fixture at @lib_copy, with a fresh unwinder. */
+static void unwind_copy(struct symbolizer *s, struct addrspace *as, const char *lib_copy,
+			struct stack *st)
+{
+	struct unwinder *u = unwinder__new(); /* reads PROFD_DEBUG_PATH */
+
+	if (!u)
+		SETUP_FAIL("out of memory");
+	run_nocfi(u, s, as, lib_copy, st);
+	unwinder__free(u);
+}
+
+/*
+ * test_debug_lookup() - the unwinder finds separate debug files where the
+ * symbolizer does (symbols/debuginfo.c): under a root of PROFD_DEBUG_PATH
+ * (ROOT/<directory of the library>/NAME), and for a library without a
+ * build ID, by .gnu_debuglink checked by its CRC: a debug file whose bytes
+ * changed is refused, and the stack stops visibly (UNWIND_NO_CFI) instead
+ * of going on with the wrong CFI.
+ */
+__attribute__((noipa)) static void test_debug_lookup(struct symbolizer *s, struct addrspace *as)
+{
+	const char *lib = getenv("UNWIND_NOCFI_LIB"), *noid = getenv("UNWIND_NOCFI_NOID_LIB");
+	char dir[] = "/tmp/test-unwind-dbg-XXXXXX", libdir[64], root[64], rootdir[160],
+	     path[256], debug[PATH_MAX];
+	struct stack st = {};
+
+	if (!lib || !lib[0] || !noid || !noid[0]) {
+		skip("debug_lookup", "UNWIND_NOCFI_LIB/UNWIND_NOCFI_NOID_LIB not set");
+		return;
+	}
+	if (!mkdtemp(dir))
+		SETUP_FAIL("mkdtemp: %m");
+	snprintf(libdir, sizeof(libdir), "%s/lib", dir);
+	snprintf(root, sizeof(root), "%s/root", dir);
+	snprintf(rootdir, sizeof(rootdir), "%s%s", root, libdir);
+	if (mkdir(libdir, 0755) < 0 || mkdir(root, 0755) < 0)
+		SETUP_FAIL("mkdir: %m");
+	for (char *q = rootdir + strlen(root) + 1; (q = strchr(q, '/')); q++) {
+		*q = '\0';
+		mkdir(rootdir, 0755);
+		*q = '/';
+	}
+	if (mkdir(rootdir, 0755) < 0)
+		SETUP_FAIL("mkdir %s: %m", rootdir);
+
+	/* Found only through PROFD_DEBUG_PATH: nothing next to the copy. */
+	snprintf(path, sizeof(path), "%s/by-root.so", libdir);
+	copy_file(lib, path);
+	snprintf(debug, sizeof(debug), "%s/unwind-nocfi.debug", rootdir);
+	{
+		char src[PATH_MAX];
+
+		snprintf(src, sizeof(src), "%.*s/unwind-nocfi.debug",
+			 (int)(strrchr(lib, '/') - lib), lib);
+		copy_file(src, debug);
+	}
+	setenv("PROFD_DEBUG_PATH", root, 1);
+	unwind_copy(s, as, path, &st);
+	CHECK_INT_EQ(st.status, UNWIND_END);
+	CHECK(fn_is(&st, 2, "nocfi_inner") && fn_is(&st, 3, "nocfi_call"));
+	printf("debug_lookup: %d frames with the debug file under PROFD_DEBUG_PATH, status %s\n",
+	       st.n, status_name(st.status));
+	unsetenv("PROFD_DEBUG_PATH");
+	unlink(debug);
+	unlink(path);
+
+	/* No build ID: the debuglink's CRC says which file is the one. */
+	{
+		char src[PATH_MAX];
+
+		snprintf(src, sizeof(src), "%.*s/unwind-nocfi-noid.debug",
+			 (int)(strrchr(noid, '/') - noid), noid);
+		snprintf(path, sizeof(path), "%s/noid.so", libdir);
+		snprintf(debug, sizeof(debug), "%s/unwind-nocfi-noid.debug", libdir);
+		copy_file(noid, path);
+		copy_file(src, debug);
+		st = (struct stack){};
+		unwind_copy(s, as, path, &st);
+		CHECK_INT_EQ(st.status, UNWIND_END);
+		CHECK(fn_is(&st, 2, "nocfi_inner") && fn_is(&st, 3, "nocfi_call"));
+		unlink(debug);
+		snprintf(path, sizeof(path), "%s/noid2.so", libdir);
+		copy_file(noid, path);
+		copy_file_flipped(src, debug);
+		st = (struct stack){};
+		unwind_copy(s, as, path, &st);
+		CHECK_INT_EQ(st.status, UNWIND_NO_CFI);
+		CHECK(st.n == 3 && fn_is(&st, st.n - 1, "nocfi_inner"));
+		printf("debug_lookup: a debug file with the wrong CRC refused: %d frames, status %s\n",
+		       st.n, status_name(st.status));
+		unlink(debug);
+		unlink(path);
+		snprintf(path, sizeof(path), "%s/noid.so", libdir);
+		unlink(path);
+	}
+	for (char *q; strlen(rootdir) > strlen(dir); *q = '\0') {
+		rmdir(rootdir);
+		q = strrchr(rootdir, '/');
+	}
+	rmdir(libdir);
 	rmdir(dir);
 }
 
@@ -1228,6 +1350,7 @@ int main(int argc, char **argv)
 	test_signal(u, s, self);
 	test_refresh(u, self);
 	test_debug_frame(u, s, self);
+	test_debug_lookup(s, self);
 	test_self(u, s, self); /* after the rebuild */
 	unwinder__free(u);
 	unwinder__free(NULL);

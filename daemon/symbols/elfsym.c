@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "symbols/elf_util.h"
 #include "symbols/elfsym.h"
 #include "util.h"
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(Elf *, elf_end)
 
 /* The file offset of virtual address @addr, through the PT_LOAD headers; 0 if none holds it. */
 static uint64_t vaddr_to_offset(Elf *elf, uint64_t addr)

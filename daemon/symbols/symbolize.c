@@ -32,7 +32,9 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "symbols/elf_util.h"
 #include "hashmap.h"
+#include "symbols/debuginfo.h"
 #include "symbols/symbolize.h"
 #include "util.h"
 
@@ -80,7 +82,6 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 /* A file that could not be opened is tried again after this long. */
 #define MODULE_RETRY_NS (10 * NSEC_PER_SEC)
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(Elf *, elf_end)
 
 /* ---------------------------------------------------------------------- */
 /* String storage: an arena of chunks that never move, and an intern set. */
@@ -457,49 +458,6 @@ static bool as_file_read_elf(struct as_file *f, Elf *e)
 	return true;
 }
 
-/*
- * self_vdso() - the daemon's own vDSO: its address (AT_SYSINFO_EHDR) in
- * *@ret_start, its mapping's size in bytes from /proc/self/maps returned;
- * 0 when there is none (booted with vdso=0, or run by valgrind, which maps
- * none for the program it runs), maps cannot be read, or it is not an ELF
- * image of at most VDSO_MAX_BYTES. Reads a small /proc file.
- */
-static uint64_t self_vdso(uint64_t *ret_start)
-{
-	uint64_t start = getauxval(AT_SYSINFO_EHDR);
-	_cleanup_fclose_ FILE *f = NULL;
-	_cleanup_free_ char *line = NULL;
-	size_t line_cap = 0;
-	ssize_t len;
-
-#ifdef TEST_SELF_VDSO
-	/* the unit test, under valgrind, stands another process's vDSO in for ours */
-	uint64_t test_size = TEST_SELF_VDSO(ret_start);
-
-	if (test_size)
-		return test_size;
-#endif
-	if (!start)
-		return 0;
-	f = fopen("/proc/self/maps", "re");
-	if (!f)
-		return 0;
-	while ((len = getline(&line, &line_cap, f)) > 0) {
-		struct maps_line ml;
-
-		if ((size_t)len > LINE_MAX_BYTES || maps_parse_line(line, (size_t)len, &ml) < 0 ||
-		    ml.start != start)
-			continue;
-		if (!is_vdso(ml.path, ml.path_len) || ml.end - ml.start > VDSO_MAX_BYTES ||
-		    ml.end - ml.start < SELFMAG ||
-		    memcmp((const void *)(uintptr_t)start, ELFMAG, SELFMAG) != 0)
-			return 0;
-		*ret_start = start;
-		return ml.end - ml.start;
-	}
-	return 0;
-}
-
 /* elf_image_read() - fill @f from the ELF image in @image (@size bytes); false if unreadable. */
 static bool elf_image_read(struct as_file *f, char *image, size_t size)
 {
@@ -559,7 +517,7 @@ static void as_file_load_vdso(const struct addrspace *as, struct as_file *f)
 	image = malloc(size);
 	if (!image)
 		return;
-	self_size = self_vdso(&self_start);
+	self_size = debuginfo__self_vdso(&self_start);
 	theirs = vdso_read_target(as->pid, f->vdso_start, image, size);
 	if (!theirs) {
 		if (size != self_size)
@@ -996,250 +954,16 @@ struct symbolizer {
 	struct ksym *ksyms;
 	size_t n_ksyms;
 
-	/* a memfd with a copy of our own vDSO, made on first use (vdso_load()) */
-	bool vdso_tried;     /* false: vdso_fd and vdso_bytes are not set yet */
-	int vdso_fd;	     /* -1: we have no vDSO */
-	uint64_t vdso_bytes; /* its size */
-
 	/*
-	 * Where separate debug files are looked for, in libdwfl's format
-	 * (libdwfl.h, "Standard callbacks"): ":.debug:ROOT...:/usr/lib/debug".
-	 * The Dwfls point at @callbacks, which points at @debuginfo_path.
+	 * Where separate debug files are looked for (debuginfo.h); with
+	 * @debuginfod, libdwfl's standard callbacks replace its own. The Dwfls
+	 * point at debuginfo.callbacks.
 	 */
-	char *debuginfo_path;
-	Dwfl_Callbacks callbacks;
+	struct debuginfo debuginfo;
 	bool debuginfod;
 	/* symbolizer__file() with debuginfod: a Dwfl kept only for its debuginfod client */
 	Dwfl *debuginfod_dwfl;
 };
-
-/*
- * Caps on the debug files looked for by name: a file without a build ID is
- * checked by the CRC of its contents, read whole.
- */
-#define DEBUGLINK_CRC_MAX_BYTES (4ULL << 30)
-
-/* find_elf_none() - Dwfl_Callbacks.find_elf: every module comes with its file already open. */
-static int find_elf_none(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
-			 char **file_name, Elf **elfp)
-{
-	(void)mod, (void)userdata, (void)modname, (void)base, (void)file_name, (void)elfp;
-	return -1;
-}
-
-/* path_next() - next colon-separated entry of *@p in *@ret; its length, -1 at the end. */
-static ssize_t path_next(const char **p, const char **ret)
-{
-	const char *end;
-
-	if (!*p)
-		return -1;
-	end = strchrnul(*p, ':');
-	*ret = *p;
-	*p = *end ? end + 1 : NULL;
-	return end - *ret;
-}
-
-/* fd_same_file() - whether @fd is the file @path names. */
-static bool fd_same_file(int fd, const char *path)
-{
-	struct stat a, b;
-
-	return path && fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
-	       a.st_ino == b.st_ino;
-}
-
-/* fd_has_build_id() - whether @fd is an ELF file whose GNU build ID is the @len bytes at @id. */
-static bool fd_has_build_id(int fd, const unsigned char *id, int len)
-{
-	_cleanup_(elf_endp) Elf *e = elf_begin_fd(fd);
-	const void *fid = NULL;
-
-	return e && len > 0 && dwelf_elf_gnu_build_id(e, &fid) == len && fid &&
-	       memcmp(fid, id, (size_t)len) == 0;
-}
-
-/*
- * fd_crc_matches() - whether the CRC-32 (as .gnu_debuglink has it: the
- * zlib/IEEE one) of all of @fd is @crc. Reads the file, at most
- * DEBUGLINK_CRC_MAX_BYTES of it (a bigger one does not match).
- */
-static bool fd_crc_matches(int fd, uint32_t crc)
-{
-	uint32_t table[256], c = 0xffffffffU;
-	unsigned char buf[16384];
-	uint64_t total = 0;
-	ssize_t n;
-
-	for (uint32_t i = 0; i < 256; i++) {
-		uint32_t v = i;
-
-		for (int k = 0; k < 8; k++)
-			v = v & 1 ? 0xedb88320U ^ (v >> 1) : v >> 1;
-		table[i] = v;
-	}
-	while ((n = pread(fd, buf, sizeof(buf), (off_t)total)) > 0) {
-		total += (uint64_t)n;
-		if (total > DEBUGLINK_CRC_MAX_BYTES)
-			return false;
-		for (ssize_t i = 0; i < n; i++)
-			c = table[(c ^ buf[i]) & 0xff] ^ (c >> 8);
-	}
-	return n == 0 && (c ^ 0xffffffffU) == crc;
-}
-
-/*
- * debuglink_try() - open @path as the debug file of @dm (main file
- * @file_name): not the main file itself, and with the module's build ID, or
- * for a module without one the debuglink's CRC @crc (0: nothing to check it
- * by, refused). Returns the fd and *@ret_name (malloc'd), or -1.
- */
-static int debuglink_try(Dwfl_Module *dm, const char *path, const char *file_name, uint32_t crc,
-			 char **ret_name)
-{
-	_cleanup_close_ int fd = -1;
-	const unsigned char *id;
-	GElf_Addr id_vaddr;
-	int id_len = dwfl_module_build_id(dm, &id, &id_vaddr);
-
-	fd = open_regular(path);
-	if (fd < 0 || fd_same_file(fd, file_name))
-		return -1;
-	if (id_len > 0 ? !fd_has_build_id(fd, id, id_len) : !crc || !fd_crc_matches(fd, crc))
-		return -1;
-	*ret_name = strdup(path);
-	if (!*ret_name)
-		return -1;
-	return TAKE_FD(fd);
-}
-
-/*
- * debuglink_find() - the debug file named @debuglink (from .gnu_debuglink)
- * of module @dm whose main file is @file_name, looked for along
- * @debuginfo_path where libdwfl's find_debuginfo_in_path() looks: an empty
- * entry is the file's directory, a relative one a subdirectory of it, an
- * absolute ROOT is ROOT/<file's directory>/ and then, as libdwfl does (for
- * a file opened through /proc/PID/root/...), the same with the leading
- * directories dropped one at a time. Returns an fd and *@ret_name, or -1.
- */
-static int debuglink_find(Dwfl_Module *dm, const char *debuginfo_path, const char *file_name,
-			  const char *debuglink, uint32_t crc, char **ret_name)
-{
-	const char *slash = strrchr(file_name, '/'), *p = debuginfo_path, *entry;
-	int dir_len = slash ? (int)(slash - file_name) : 0;
-	ssize_t len;
-
-	if (!slash || dir_len >= PATH_MAX)
-		return -1;
-	while ((len = path_next(&p, &entry)) >= 0) {
-		char path[PATH_MAX];
-		int n, fd;
-
-		if (len >= PATH_MAX)
-			continue;
-		if (len == 0 || entry[0] != '/') {
-			/* the file's directory, or a subdirectory of it */
-			n = snprintf(path, sizeof(path), "%.*s/%.*s%s%s", dir_len, file_name,
-				     (int)len, entry, len ? "/" : "", debuglink);
-			if (n < 0 || (size_t)n >= sizeof(path))
-				continue;
-			fd = debuglink_try(dm, path, file_name, crc, ret_name);
-			if (fd >= 0)
-				return fd;
-			continue;
-		}
-		if (file_name[0] != '/')
-			continue;
-		/* ROOT/usr/lib/x/, ROOT/lib/x/, ROOT/x/ for a file in /usr/lib/x/ */
-		for (const char *sub = file_name + 1; sub && sub <= slash;) {
-			n = snprintf(path, sizeof(path), "%.*s/%.*s%s", (int)len, entry,
-				     (int)(slash + 1 - sub), sub, debuglink);
-			if (n >= 0 && (size_t)n < sizeof(path)) {
-				fd = debuglink_try(dm, path, file_name, crc, ret_name);
-				if (fd >= 0)
-					return fd;
-			}
-			sub = sub < slash ? strchr(sub, '/') : NULL;
-			if (sub)
-				sub++;
-		}
-	}
-	return -1;
-}
-
-/*
- * find_debuginfo_local() - Dwfl_Callbacks.find_debuginfo of a symbolizer
- * made without debuginfod: dwfl_standard_find_debuginfo() less its last
- * resort. libdwfl's standard callback (elfutils 0.188, find-debuginfo.c)
- * asks libdebuginfod (dlopen()ed on first use) whenever DEBUGINFOD_URLS is
- * set and the local search failed, which may block on the network for
- * minutes; the environment of a multithreaded daemon cannot be changed
- * around the call, so the local search is done here instead: by build ID
- * under the absolute entries of the path (dwfl_build_id_find_debuginfo(),
- * which never asks debuginfod), then by .gnu_debuglink as in
- * debuglink_find(), for the file name and for its realpath(). An alternate
- * (dwz) file named by a path is left to libdw, which opens it itself
- * (dwarf_getalt()). The module's userdata is its symbolizer.
- */
-static int find_debuginfo_local(Dwfl_Module *dm, void **userdata, const char *modname,
-				GElf_Addr base, const char *file_name, const char *debuglink,
-				GElf_Word crc, char **ret_name)
-{
-	const struct symbolizer *s = *userdata;
-	_cleanup_free_ char *canon = NULL, *invented = NULL;
-	int fd;
-
-	fd = dwfl_build_id_find_debuginfo(dm, userdata, modname, base, file_name, debuglink, crc,
-					  ret_name);
-	if (fd >= 0 || !s || !file_name)
-		return fd;
-	if (!debuglink) {
-		/* libdwfl tries FILE.debug then (checked by build ID only) */
-		const char *base_name = strrchr(file_name, '/');
-
-		if (asprintf(&invented, "%s.debug", base_name ? base_name + 1 : file_name) < 0) {
-			invented = NULL;
-			return -1;
-		}
-		debuglink = invented;
-		crc = 0;
-	}
-	if (!debuglink[0] || strchr(debuglink, '/'))
-		return -1;
-	fd = debuglink_find(dm, s->debuginfo_path, file_name, debuglink, crc, ret_name);
-	if (fd >= 0)
-		return fd;
-	canon = realpath(file_name, NULL);
-	if (!canon || strcmp(canon, file_name) == 0)
-		return -1;
-	return debuglink_find(dm, s->debuginfo_path, canon, debuglink, crc, ret_name);
-}
-
-/*
- * debuginfo_path_new() - libdwfl's search path for @debug_path (absolute
- * directories separated by colons; relative and empty entries are ignored,
- * as libdwfl would take them for subdirectories of the file's directory):
- * ":.debug:ROOT...:/usr/lib/debug", malloc'd; NULL on OOM.
- */
-static char *debuginfo_path_new(const char *debug_path)
-{
-	const char *p = debug_path, *entry;
-	size_t size = sizeof(":.debug::/usr/lib/debug") + (debug_path ? strlen(debug_path) : 0);
-	char *path = malloc(size), *w;
-	ssize_t len;
-
-	if (!path)
-		return NULL;
-	w = stpcpy(path, ":.debug");
-	while ((len = path_next(&p, &entry)) >= 0) {
-		if (len == 0 || entry[0] != '/')
-			continue;
-		*w++ = ':';
-		w = mempcpy(w, entry, (size_t)len);
-	}
-	strcpy(w, ":/usr/lib/debug");
-	return path;
-}
 
 /*
  * symbolizer__new_with() - an empty symbolizer: modules are opened and
@@ -1265,18 +989,15 @@ struct symbolizer *symbolizer__new_with(bool debuginfod, const char *debug_path)
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
-	s->debuginfo_path = debuginfo_path_new(debug_path);
-	if (!s->debuginfo_path) {
+	if (debuginfo__init(&s->debuginfo, debug_path, false) < 0) {
 		free(s);
 		return NULL;
 	}
 	s->debuginfod = debuginfod;
-	s->callbacks = (Dwfl_Callbacks){
-	    .find_elf = debuginfod ? dwfl_build_id_find_elf : find_elf_none,
-	    .find_debuginfo = debuginfod ? dwfl_standard_find_debuginfo : find_debuginfo_local,
-	    .section_address = dwfl_offline_section_address,
-	    .debuginfo_path = &s->debuginfo_path,
-	};
+	if (debuginfod) {
+		s->debuginfo.callbacks.find_elf = dwfl_build_id_find_elf;
+		s->debuginfo.callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
+	}
 	return s;
 }
 
@@ -1324,11 +1045,9 @@ void symbolizer__free(struct symbolizer *s)
 	free(s->ksyms);
 	arena_done(&s->ksym_names);
 	strpool_done(&s->pool);
-	if (s->vdso_tried && s->vdso_fd >= 0)
-		close(s->vdso_fd);
 	if (s->debuginfod_dwfl)
 		dwfl_end(s->debuginfod_dwfl);
-	free(s->debuginfo_path);
+	debuginfo__done(&s->debuginfo);
 	free(s);
 }
 
@@ -1449,9 +1168,8 @@ static int module_report(struct symbolizer *s, struct module *mod, const char *f
 	Dwarf_Addr bias, dwarf_bias;
 	Dwfl_Module *dm;
 	Dwfl *dwfl;
-	void **userdata;
 
-	dwfl = dwfl_begin(&s->callbacks);
+	dwfl = dwfl_begin(&s->debuginfo.callbacks);
 	if (!dwfl) {
 		close(fd);
 		return -ENOMEM;
@@ -1465,9 +1183,8 @@ static int module_report(struct symbolizer *s, struct module *mod, const char *f
 		dwfl_end(dwfl);
 		return -EINVAL;
 	}
-	/* find_debuginfo_local() reads the search path from the symbolizer */
-	if (dwfl_module_info(dm, &userdata, NULL, NULL, NULL, NULL, NULL, NULL))
-		*userdata = s;
+	/* the local search (debuginfo.c) reads its path from the module's userdata */
+	debuginfo__attach(dm, &s->debuginfo);
 	/*
 	 * Look for DWARF (in the file or a separate debug file) now, while
 	 * /proc/PID/root still leads to it.
@@ -1512,33 +1229,6 @@ static void module_open(struct symbolizer *s, struct module *mod, const struct a
 }
 
 /*
- * vdso_load() - copy our own vDSO into a memfd, once per symbolizer. Leaves
- * vdso_fd -1 when we have none (or no memory for it).
- */
-static void vdso_load(struct symbolizer *s)
-{
-	uint64_t start = 0, size = self_vdso(&start);
-	_cleanup_close_ int fd = -1;
-
-	s->vdso_tried = true;
-	s->vdso_fd = -1;
-	if (!size)
-		return;
-	fd = memfd_create("profd-vdso", MFD_CLOEXEC);
-	if (fd < 0)
-		return;
-	for (uint64_t done = 0; done < size;) {
-		ssize_t w = write(fd, (const char *)(uintptr_t)start + done, size - done);
-
-		if (w <= 0)
-			return;
-		done += (uint64_t)w;
-	}
-	s->vdso_bytes = size;
-	s->vdso_fd = TAKE_FD(fd);
-}
-
-/*
  * module_open_vdso() - open the [vdso] module @mod from the copy of our own
  * vDSO, when addrspace found the process's vDSO to be the same image
  * (as_file_load_vdso()). Its symbols are in .dynsym; at one address the
@@ -1549,14 +1239,12 @@ static void vdso_load(struct symbolizer *s)
 static void module_open_vdso(struct symbolizer *s, struct module *mod)
 {
 	_cleanup_close_ int fd = -1;
+	uint64_t bytes = 0;
 
-	if (!s->vdso_tried)
-		vdso_load(s);
-	if (!mod->vdso_self || s->vdso_fd < 0 || mod->vdso_bytes != s->vdso_bytes)
+	if (!mod->vdso_self)
 		return;
-	/* libelf reads with pread, so the offset shared with vdso_fd does not matter */
-	fd = fcntl(s->vdso_fd, F_DUPFD_CLOEXEC, 3);
-	if (fd < 0 || !elf_fd_matches(fd, mod->build_id))
+	fd = debuginfo__vdso_open(&bytes);
+	if (fd < 0 || mod->vdso_bytes != bytes || !elf_fd_matches(fd, mod->build_id))
 		return;
 	(void)module_report(s, mod, mod->path, TAKE_FD(fd));
 }
@@ -2097,7 +1785,7 @@ static int debuginfod_fetch(struct symbolizer *s, const unsigned char *id, size_
 	int fd;
 
 	if (!s->debuginfod_dwfl) {
-		s->debuginfod_dwfl = dwfl_begin(&s->callbacks);
+		s->debuginfod_dwfl = dwfl_begin(&s->debuginfo.callbacks);
 		if (!s->debuginfod_dwfl)
 			return -1;
 	}
@@ -2127,7 +1815,7 @@ static int debuginfod_fetch(struct symbolizer *s, const unsigned char *id, size_
 static void module_open_file(struct symbolizer *s, struct module *mod)
 {
 	unsigned char id[BUILD_ID_MAX_BYTES];
-	const char *p = s->debuginfo_path, *root;
+	const char *p = s->debuginfo.path, *root;
 	size_t id_len;
 	ssize_t len;
 	int fd;
@@ -2144,7 +1832,7 @@ static void module_open_file(struct symbolizer *s, struct module *mod)
 	id_len = build_id_bytes(mod->build_id, id);
 	if (id_len == 0)
 		return;
-	while ((len = path_next(&p, &root)) >= 0) {
+	while ((len = debuginfo__path_next(&p, &root)) >= 0) {
 		char path[PATH_MAX];
 		int n;
 

@@ -30,6 +30,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "symbols/elf_util.h"
+#include "symbols/debuginfo.h"
 #include "symbols/symbolize.h"
 #include "symbols/unwind.h"
 #include "util.h"
@@ -55,7 +57,6 @@ struct cfi_slot {
 	bool has_cfi;
 };
 
-DEFINE_TRIVIAL_CLEANUP_FUNC(Elf *, elf_end)
 
 /* The Dwfl built for one address space, and the mappings it was built from. */
 struct as_entry {
@@ -72,10 +73,8 @@ struct unwinder {
 	struct as_entry cache[CACHE_MAX];
 	uint64_t use_clock;
 
-	/* A copy of our own vDSO in a memfd (every 64-bit process maps the same image). */
-	int vdso_fd;	  /* -1: none */
-	size_t vdso_size; /* bytes */
-	bool vdso_tried;
+	/* Where the separate debug files with .debug_frame are (debuginfo.h). */
+	struct debuginfo debuginfo;
 
 	/* The sample being unwound, read by the Dwfl callbacks. */
 	const uint64_t *regs;
@@ -93,244 +92,6 @@ struct unwinder {
 	bool stopped;		   /* frame_cb stopped the walk, with status @stop */
 	enum unwind_status stop;
 };
-
-/* ---------------------------------------------------------------------- */
-/* Files: no debuginfod, separate debug files from local disk only */
-
-/*
- * find_elf_none() - Dwfl_Callbacks.find_elf. Every module is reported with
- * its fd, so libdwfl never needs to look for a main file; the standard
- * dwfl_build_id_find_elf() would ask debuginfod, which must not happen in the
- * middle of an unwind.
- */
-static int find_elf_none(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_Addr base,
-			 char **file_name, Elf **elfp)
-{
-	*elfp = NULL;
-	return -1;
-}
-
-/* fd_has_build_id() - whether @fd is an ELF file whose GNU build ID is @id (@len bytes). */
-static bool fd_has_build_id(int fd, const unsigned char *id, int len)
-{
-	_cleanup_(elf_endp) Elf *e = elf_begin(fd, ELF_C_READ, NULL);
-	const void *file_id = NULL;
-
-	if (!e || elf_kind(e) != ELF_K_ELF)
-		return false;
-	return dwelf_elf_gnu_build_id(e, &file_id) == len && file_id &&
-	       memcmp(file_id, id, (size_t)len) == 0;
-}
-
-/*
- * find_debuglink() - the .gnu_debuglink file @debuglink of @mod, looked for
- * where dwfl_standard_find_debuginfo() looks: next to @file_name, in its
- * .debug/ directory, and under /usr/lib/debug + the directory of @modname
- * (the path as the process sees it; @file_name may be /proc/PID/root/...).
- * Only a file with the module's build ID is taken: without one there is no
- * cheap way to tell the right debug file from a stale one, and a wrong
- * .debug_frame would give silently wrong stacks.
- */
-static int find_debuglink(Dwfl_Module *mod, const char *modname, const char *file_name,
-			  const char *debuglink, char **ret_name)
-{
-	const unsigned char *id;
-	GElf_Addr id_vaddr;
-	int id_len = dwfl_module_build_id(mod, &id, &id_vaddr);
-	const char *dirs[3][2];
-	size_t n_dirs = 0;
-	const char *slash;
-
-	if (id_len <= 0 || !debuglink || !debuglink[0] || strchr(debuglink, '/') || !file_name)
-		return -1;
-	slash = strrchr(file_name, '/');
-	if (slash) {
-		dirs[n_dirs][0] = "";
-		dirs[n_dirs++][1] = "";
-		dirs[n_dirs][0] = "";
-		dirs[n_dirs++][1] = ".debug/";
-	}
-	if (modname && modname[0] == '/') {
-		dirs[n_dirs][0] = "/usr/lib/debug";
-		dirs[n_dirs++][1] = "";
-	}
-	for (size_t i = 0; i < n_dirs; i++) {
-		char path[PATH_MAX];
-		_cleanup_close_ int fd = -1;
-		const char *base = i < 2 && slash ? file_name : modname;
-		int dir_len = (int)(strrchr(base, '/') - base + 1);
-		int n;
-
-		n = snprintf(path, sizeof(path), "%s%.*s%s%s", dirs[i][0], dir_len, base,
-			     dirs[i][1], debuglink);
-		if (n < 0 || (size_t)n >= sizeof(path))
-			continue;
-		fd = open_regular(path);
-		if (fd < 0 || !fd_has_build_id(fd, id, id_len))
-			continue;
-		*ret_name = strdup(path);
-		if (!*ret_name)
-			return -1;
-		return TAKE_FD(fd);
-	}
-	return -1;
-}
-
-/*
- * eh_frame_covers_code() - whether @mod's .eh_frame describes its code: at
- * least one FDE per 2 KiB of executable sections (libc has one per 460
- * bytes; code built with -fno-asynchronous-unwind-tables has none, or the C
- * runtime's few). Counts FDEs with dwarf_next_cfi(), at most once per
- * module and Dwfl (libdw asks for debug info once).
- */
-static bool eh_frame_covers_code(Dwfl_Module *mod)
-{
-	GElf_Addr bias;
-	Elf *elf = dwfl_module_getelf(mod, &bias);
-	const unsigned char *ident;
-	Elf_Data *eh_frame = NULL;
-	uint64_t code_bytes = 0, fdes = 0;
-	Elf_Scn *scn = NULL;
-	size_t shstrndx;
-	Dwarf_Off off = 0, next;
-
-	if (!elf || elf_getshdrstrndx(elf, &shstrndx) < 0)
-		return false;
-	ident = (const unsigned char *)elf_getident(elf, NULL);
-	if (!ident)
-		return false;
-	while ((scn = elf_nextscn(elf, scn))) {
-		GElf_Shdr shdr;
-		const char *name;
-
-		if (!gelf_getshdr(scn, &shdr))
-			continue;
-		if ((shdr.sh_flags & SHF_ALLOC) && (shdr.sh_flags & SHF_EXECINSTR))
-			code_bytes += shdr.sh_size;
-		name = elf_strptr(elf, shstrndx, shdr.sh_name);
-		if (name && strcmp(name, ".eh_frame") == 0 && shdr.sh_type == SHT_PROGBITS)
-			eh_frame = elf_getdata(scn, NULL);
-	}
-	if (!eh_frame || !eh_frame->d_buf)
-		return false;
-	for (;;) {
-		Dwarf_CFI_Entry entry;
-
-		if (dwarf_next_cfi(ident, eh_frame, true, off, &next, &entry) != 0 || next <= off)
-			break;
-		if (!dwarf_cfi_cie_p(&entry))
-			fdes++;
-		if (fdes * 2048 >= code_bytes)
-			return true;
-		off = next;
-	}
-	return false;
-}
-
-/*
- * find_debuginfo_local() - Dwfl_Callbacks.find_debuginfo: the separate
- * debug file of a module, for its .debug_frame, by build ID under
- * /usr/lib/debug/.build-id, then by .gnu_debuglink.
- *
- * Unlike dwfl_standard_find_debuginfo() it never asks debuginfod (elfutils
- * 0.188 does when libdebuginfod.so is installed and DEBUGINFOD_URLS is set):
- * a download in the middle of an unwind would stall the daemon.
- *
- * And only for a module whose .eh_frame does not cover its code. libdw
- * looks for .debug_frame whenever .eh_frame has no entry for a PC, which
- * for a module built with unwind tables (the x86-64 default) means a
- * garbage PC, since compilers emit the same CFI into both; yet opening the
- * debug file costs dearly: libdw decompresses every debug section of it,
- * about 80 ms and 14 MiB of RSS for Debian 12's libc6-dbg (measured), once
- * per Dwfl, i.e. per address space.
- */
-static int find_debuginfo_local(Dwfl_Module *mod, void **userdata, const char *modname,
-				GElf_Addr base, const char *file_name, const char *debuglink,
-				GElf_Word crc, char **ret_name)
-{
-	int fd;
-
-	if (eh_frame_covers_code(mod))
-		return -1;
-	fd = dwfl_build_id_find_debuginfo(mod, userdata, modname, base, file_name, debuglink, crc,
-					  ret_name);
-
-	if (fd >= 0)
-		return fd;
-	return find_debuglink(mod, modname, file_name, debuglink, ret_name);
-}
-
-static const Dwfl_Callbacks dwfl_callbacks = {
-    .find_elf = find_elf_none,
-    .find_debuginfo = find_debuginfo_local,
-    .section_address = dwfl_offline_section_address,
-};
-
-/* ---------------------------------------------------------------------- */
-/* The vDSO */
-
-/* self_vdso_size() - size of our [vdso] mapping starting at @start, 0 if not found. */
-static size_t self_vdso_size(uint64_t start)
-{
-	_cleanup_fclose_ FILE *f = fopen("/proc/self/maps", "re");
-	char line[512];
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long long lo, hi;
-
-		if (!strstr(line, "[vdso]") || sscanf(line, "%llx-%llx", &lo, &hi) != 2)
-			continue;
-		return lo == start && hi > lo ? (size_t)(hi - lo) : 0;
-	}
-	return 0;
-}
-
-/*
- * vdso_load() - copy our own vDSO into a memfd, once. The kernel maps one
- * and the same 64-bit vDSO image into every x86-64 process (at a random
- * address, position-independent), so ours has the CFI of the target's
- * __vdso_clock_gettime & co; the target's own cannot be read without its
- * pid. Leaves vdso_fd -1 when we have none.
- */
-static void vdso_load(struct unwinder *u)
-{
-	uint64_t start = getauxval(AT_SYSINFO_EHDR);
-	_cleanup_close_ int fd = -1;
-	size_t size;
-
-	u->vdso_tried = true;
-	if (!start)
-		return;
-	size = self_vdso_size(start);
-	if (size < SELFMAG || memcmp((const void *)(uintptr_t)start, ELFMAG, SELFMAG) != 0)
-		return;
-	fd = memfd_create("profd-vdso", MFD_CLOEXEC);
-	if (fd < 0)
-		return;
-	for (size_t done = 0; done < size;) {
-		ssize_t w = write(fd, (const char *)(uintptr_t)start + done, size - done);
-
-		if (w <= 0)
-			return;
-		done += (size_t)w;
-	}
-	u->vdso_size = size;
-	u->vdso_fd = TAKE_FD(fd);
-}
-
-/* vdso_open() - a new fd on our vDSO copy for the target's [vdso] mapping @m, or -1. */
-static int vdso_open(struct unwinder *u, const struct mapping *m)
-{
-	if (!u->vdso_tried)
-		vdso_load(u);
-	/* a vDSO of another size is not the image we have (a 32-bit process) */
-	if (u->vdso_fd < 0 || m->end - m->start != u->vdso_size)
-		return -1;
-	/* libelf reads it with mmap/pread, so a shared file offset does not matter */
-	return fcntl(u->vdso_fd, F_DUPFD_CLOEXEC, 3);
-}
 
 /* ---------------------------------------------------------------------- */
 /* The Dwfl state callbacks: one thread, registers and stack from the sample */
@@ -403,7 +164,11 @@ struct unwinder *unwinder__new(void)
 	u = calloc(1, sizeof(*u));
 	if (!u)
 		return NULL;
-	u->vdso_fd = -1;
+	/* The same places as the symbolizer's (symbolizer__new()), with $PROFD_DEBUG_PATH. */
+	if (debuginfo__init(&u->debuginfo, getenv("PROFD_DEBUG_PATH"), true) < 0) {
+		free(u);
+		return NULL;
+	}
 	return u;
 }
 
@@ -423,8 +188,7 @@ void unwinder__free(struct unwinder *u)
 		return;
 	for (size_t i = 0; i < CACHE_MAX; i++)
 		entry_clear(&u->cache[i]);
-	if (u->vdso_fd >= 0)
-		close(u->vdso_fd);
+	debuginfo__done(&u->debuginfo);
 	free(u);
 }
 
@@ -470,6 +234,7 @@ static int entry_build(struct unwinder *u, struct as_entry *e, const struct addr
 	const struct mapping *maps = addrspace__mappings(as, &n);
 	size_t reported = 0;
 	bool missing = false;
+	Dwfl_Module *dm;
 	Dwfl *dwfl;
 
 	e->maps = calloc(n ? n : 1, sizeof(*e->maps));
@@ -480,7 +245,7 @@ static int entry_build(struct unwinder *u, struct as_entry *e, const struct addr
 	e->as = as;
 
 	e->cfi_cache = calloc(CFI_CACHE_SLOTS, sizeof(*e->cfi_cache));
-	dwfl = e->cfi_cache ? dwfl_begin(&dwfl_callbacks) : NULL;
+	dwfl = e->cfi_cache ? dwfl_begin(&u->debuginfo.callbacks) : NULL;
 	if (!dwfl)
 		return -ENOMEM;
 	dwfl_report_begin(dwfl);
@@ -495,15 +260,24 @@ static int entry_build(struct unwinder *u, struct as_entry *e, const struct addr
 			fd = addrspace__open_file(as, m, path, sizeof(path));
 			missing |= fd < 0;
 		} else if (strcmp(m->path, "[vdso]") == 0) {
-			fd = vdso_open(u, m);
+			uint64_t bytes = 0;
+
+			fd = debuginfo__vdso_open(&bytes);
+			/* a vDSO of another size is not the image we have (a 32-bit process) */
+			if (fd >= 0 && bytes != m->end - m->start) {
+				close(fd);
+				fd = -1;
+			}
 			snprintf(path, sizeof(path), "%s", m->path);
 		}
 		if (fd < 0)
 			continue;
-		if (!dwfl_report_elf(dwfl, m->path, path, fd, m->load_bias, true)) {
+		dm = dwfl_report_elf(dwfl, m->path, path, fd, m->load_bias, true);
+		if (!dm) {
 			close(fd); /* not consumed on failure (an overlap, a bad ELF) */
 			continue;
 		}
+		debuginfo__attach(dm, &u->debuginfo);
 		reported++;
 	}
 	dwfl_report_end(dwfl, NULL, NULL);
