@@ -22,6 +22,7 @@
 #include "protocol.h"
 #include "procfs.h"
 #include "targets.h"
+#include "profctl-help.h"
 #include "util.h"
 
 #define EXIT_USAGE 2
@@ -121,7 +122,6 @@ struct command {
 	enum operand operand;
 	const char *synopsis;  /* after "profctl NAME" */
 	const char *summary;   /* one line, for the command list */
-	const char *details;   /* the command's help: what it does and its options */
 	const char *shortopts; /* the command's own options (the common ones are added) */
 	const struct option *longopts;
 	int (*run)(struct conn *c, const struct args *a);
@@ -1367,13 +1367,6 @@ static const struct option sql_options[] = {
     {},
 };
 
-/* --from/--to, shared by the help of every command that takes them. */
-#define RANGE_HELP                                                                                 \
-	"      --from SECONDS  only samples from SECONDS after the session's start\n"              \
-	"      --to SECONDS    only samples up to SECONDS after the session's start\n"             \
-	"                      (samples are stored per 1-second window: a window\n"                \
-	"                      that overlaps the range is counted whole)\n"
-
 static const struct command commands[] = {
     {
 	.name = "attach",
@@ -1381,78 +1374,6 @@ static const struct command commands[] = {
 	.synopsis = "PID [--duration SECONDS] [--freq HZ] [--events LIST] [--unwind MODE]\n"
 		    "        [--children] [--python auto|off] [--uprobe LIB:SYMBOL[,...]] [--wait]",
 	.summary = "start sampling a process; prints the new session's ID",
-	.details = "Start a session that samples process PID (all its threads) and stores\n"
-		   "the call stacks; prints the session ID the other commands take.\n"
-		   "\n"
-		   "Options:\n"
-		   "  -d, --duration SECONDS  stop after SECONDS (a number > 0: 10, 0.5);\n"
-		   "                          default: run until 'profctl detach' or the\n"
-		   "                          process exits\n"
-		   "  -f, --freq HZ           samples per second of CPU time, 1..10000\n"
-		   "                          (default 99, or default_freq_hz in profd.conf)\n"
-		   "  -e, --events LIST       comma-separated: cpu (CPU samples with call\n"
-		   "                          stacks), offcpu (time blocked, per blocking\n"
-		   "                          stack and state), counters (per-thread perf\n"
-		   "                          counters; opt-in: they perturb the CPU\n"
-		   "                          sampling, see profctl(1)), rss (each\n"
-		   "                          process's RSS, PSS, anon, file, shmem and\n"
-		   "                          swap every --memory-interval), malloc\n"
-		   "                          (allocations sampled by bytes, with their\n"
-		   "                          stacks, matched with their frees: uprobes on\n"
-		   "                          malloc/free... of libc, jemalloc or tcmalloc;\n"
-		   "                          each call of the target then traps, ~1-3 us);\n"
-		   "                          cuda (uprobes on the CUDA runtime and driver:\n"
-		   "                          kernel launches, GPU memory, copies, waits;\n"
-		   "                          see profctl gpu), nvtx (NVTX ranges; see\n"
-		   "                          profctl ranges); default: cpu,offcpu,rss\n"
-		   "      --unwind MODE       how user call stacks are unwound:\n"
-		   "                          fp     frame pointers only (cheapest; stacks stop\n"
-		   "                                 at code built without them)\n"
-		   "                          dwarf  CFI (.eh_frame/.debug_frame) on a copy of\n"
-		   "                                 the user stack, as perf --call-graph dwarf\n"
-		   "                          auto   both; per sample DWARF, unless the frame-\n"
-		   "                                 pointer walk got further (default)\n"
-		   "      --children          also sample the processes PID forks after the\n"
-		   "                          attach (data-loader workers), in this session\n"
-		   "      --uprobe LIB:SYMBOL[,LIB:SYMBOL]\n"
-		   "                          count calls and time each call of SYMBOL in\n"
-		   "                          the mapped file LIB (a path, a file name, or\n"
-		   "                          its start: libc, libc.so.6, myprog); up to 16;\n"
-		   "                          see profctl gpu\n"
-		   "      --uprobe-max-rate N detach the cuda, nvtx and --uprobe probes if\n"
-		   "                          the process makes more than N probed calls a\n"
-		   "                          second (each costs it microseconds); 0: never;\n"
-		   "                          default 20000\n"
-		   "      --stack-bytes N     user stack copied per sample for dwarf/auto,\n"
-		   "                          512..32768 (default 16384)\n"
-		   "      --memory-interval SECONDS\n"
-		   "                          how often rss reads memory, 0.1..3600\n"
-		   "                          (default 1)\n"
-		   "      --malloc-sample-bytes N\n"
-		   "                          mean bytes allocated between two malloc\n"
-		   "                          samples (default 524288, as tcmalloc)\n"
-		   "      --malloc-max-rate N detach the malloc probes if they trap more\n"
-		   "                          than N times a second (2 per malloc, 1 per\n"
-		   "                          free; default 100000; 0: never)\n"
-		   "      --python MODE       auto: where PID runs CPython 3.11+, put the\n"
-		   "                          Python functions (file:line) in the stacks in\n"
-		   "                          place of the interpreter's frames (default);\n"
-		   "                          off: native frames only\n"
-		   "  -w, --wait              wait for the session to end, with progress on\n"
-		   "                          stderr if it is a terminal, then print the\n"
-		   "                          session summary; Ctrl-C detaches the session\n"
-		   "                          and exits with status 130; with --json,\n"
-		   "                          prints the attach response with the ended\n"
-		   "                          session under \"final\"\n"
-		   "\n"
-		   "Examples:\n"
-		   "  profctl attach 1234\n"
-		   "  profctl attach 1234 --duration 10 --wait\n"
-		   "  profctl attach \"$(pidof myserver)\" --freq 999 --duration 30\n"
-		   "  profctl attach 1234 --events cpu,rss,malloc --duration 60 --wait\n"
-		   "  profctl attach \"$(pgrep -f train.py)\" --children --duration 20 --wait\n"
-		   "  profctl attach 1234 --events cpu,cuda,nvtx\n"
-		   "  profctl attach 1234 --uprobe libc:malloc,myprog:step\n",
 	.shortopts = "d:f:e:w",
 	.longopts = attach_options,
 	.run = run_attach,
@@ -1463,34 +1384,6 @@ static const struct command commands[] = {
 	.synopsis = "(PID | --comm NAME | --cgroup PATH) --duration SECONDS\n"
 		    "        [--label TEXT] [--freq HZ] [--events LIST] [--unwind MODE]",
 	.summary = "profile for a while and print the session ID(s); for cron",
-	.details = "Attach to the process(es), wait --duration SECONDS, let the sessions\n"
-		   "end, and print each session ID on a line of its own; exit 0. Made for\n"
-		   "cron jobs and systemd timers (profd-snapshot@.timer): each run is one\n"
-		   "session per process, to compare later. A NAME or cgroup matching several\n"
-		   "processes snapshots each of them at once; one that cannot be profiled\n"
-		   "(not yours, gone) is reported and the others are still taken (exit 1).\n"
-		   "A process found by name is named to profd by PID and start time, so a\n"
-		   "process that took a PID in between is not profiled by mistake.\n"
-		   "\n"
-		   "Options:\n"
-		   "  -d, --duration SECONDS  how long to profile (required)\n"
-		   "      --comm NAME         every process whose command name is NAME (as in\n"
-		   "                          'pgrep -x NAME'; the kernel keeps 15 bytes); your\n"
-		   "                          own only, unless you are root or in group profd\n"
-		   "      --cgroup PATH       every process in cgroup PATH (cgroup v2; absolute,\n"
-		   "                          or relative to /sys/fs/cgroup, e.g.\n"
-		   "                          system.slice/trainer.service)\n"
-		   "      --label TEXT        stored with each session (profctl session shows it)\n"
-		   "  -f, --freq HZ, -e, --events LIST, --unwind MODE, --stack-bytes N,\n"
-		   "  --children              as for attach\n"
-		   "  --json                  print {\"sessions\": [...]}, the ended sessions\n"
-		   "\n"
-		   "Examples:\n"
-		   "  profctl snapshot 1234 --duration 30\n"
-		   "  profctl snapshot --comm python3 --duration 10 --label nightly\n"
-		   "  profctl snapshot --cgroup system.slice/trainer.service --duration 60\n"
-		   "  # crontab: every hour, 30 s of the trainer\n"
-		   "  0 * * * * profctl snapshot --comm trainer --duration 30 --label hourly\n",
 	.shortopts = "d:f:e:",
 	.longopts = snapshot_options,
 	.run = run_snapshot,
@@ -1500,11 +1393,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION",
 	.summary = "stop a running session",
-	.details = "Stop session SESSION and print its summary (a session that has already\n"
-		   "ended is printed unchanged).\n"
-		   "\n"
-		   "Example:\n"
-		   "  profctl detach 7\n",
 	.shortopts = "",
 	.run = run_detach,
     },
@@ -1513,12 +1401,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_NONE,
 	.synopsis = "",
 	.summary = "list all sessions, newest first",
-	.details = "List all sessions, newest first: ID, PID, command name, state, why it\n"
-		   "ended, sampling event, start (local time), run time, samples stored and\n"
-		   "samples lost.\n"
-		   "\n"
-		   "Example:\n"
-		   "  profctl sessions\n",
 	.shortopts = "",
 	.run = run_sessions,
     },
@@ -1527,12 +1409,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION",
 	.summary = "show one session's settings and counters",
-	.details = "Show session SESSION as 'key: value' lines: target, state, event and\n"
-		   "frequency, times, samples, and the lost-sample, truncated-stack,\n"
-		   "missing-user-stack and unsymbolized-frame counters.\n"
-		   "\n"
-		   "Example:\n"
-		   "  profctl session 7\n",
 	.shortopts = "",
 	.run = run_session,
     },
@@ -1541,21 +1417,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--limit N] [--event NAME] [--from SECONDS] [--to SECONDS]",
 	.summary = "hottest functions, by samples in the function itself",
-	.details = "Print the hottest functions of session SESSION, by self samples (the\n"
-		   "function was running), with total samples (the function was on the\n"
-		   "stack), module and source line.\n"
-		   "\n"
-		   "Options:\n"
-		   "  -n, --limit N  print at most N functions, 1..10000 (default 20)\n"
-		   "      --event NAME  the samples of the session's second sampled event\n"
-		   "                 (attach --events cpu,NAME: page-faults, cache-misses,\n"
-		   "                 ...) instead of the CPU samples\n"
-		   RANGE_HELP
-		   "\n"
-		   "Examples:\n"
-		   "  profctl top 7\n"
-		   "  profctl top 7 --limit 5 --json\n"
-		   "  profctl top 7 --from 10 --to 20   # the 10th to the 20th second\n",
 	.shortopts = "n:",
 	.longopts = top_options,
 	.run = run_top,
@@ -1565,22 +1426,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--limit N] [--ascii] [--event NAME] [--from S] [--to S]",
 	.summary = "hottest call paths, merged into a call tree",
-	.details = "Print the hottest call stacks of session SESSION merged into one call\n"
-		   "tree, outermost caller first. Each line shows the samples whose stack\n"
-		   "passed through that call chain and their share of all samples. A\n"
-		   "callee that holds all of its caller's samples is printed straight\n"
-		   "below it, at the same indentation; indentation grows only where\n"
-		   "paths diverge (drawn with tree branches).\n"
-		   "\n"
-		   "Options:\n"
-		   "  -n, --limit N  merge the N hottest stacks, 1..10000 (default 10)\n"
-		   "      --ascii    draw the tree with |- and `- (the default where the\n"
-		   "                 locale is not UTF-8)\n"
-		   RANGE_HELP
-		   "\n"
-		   "Examples:\n"
-		   "  profctl hotpaths 7\n"
-		   "  profctl hotpaths 7 --limit 50 --ascii\n",
 	.shortopts = "n:",
 	.longopts = hotpaths_options,
 	.run = run_hotpaths,
@@ -1590,23 +1435,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--group-by name] [--window SECONDS]",
 	.summary = "samples per thread and load imbalance",
-	.details = "Print the samples of each thread of session SESSION and its share,\n"
-		   "busiest first, and how uneven the load is: the busiest thread over the\n"
-		   "mean (1.00 = even), the coefficient of variation, and the stragglers\n"
-		   "(threads over 1.2x the mean). Then each thread's time on the CPU, off\n"
-		   "it by state (sleeping, waiting for I/O, runnable but not running),\n"
-		   "context switches, page faults and, where the CPU has a PMU, IPC and\n"
-		   "cache-miss rate (\"unsupported\" where it has none).\n"
-		   "\n"
-		   "Options:\n"
-		   "      --group-by name     also per group of threads whose names differ\n"
-		   "                          only in digits (worker-1, worker-2: worker-*)\n"
-		   "      --window SECONDS    also the imbalance per window of SECONDS, to\n"
-		   "                          see it appear and disappear\n"
-		   "\n"
-		   "Examples:\n"
-		   "  profctl threads 7\n"
-		   "  profctl threads 7 --group-by name --window 5\n",
 	.shortopts = "",
 	.longopts = threads_options,
 	.run = run_threads,
@@ -1616,17 +1444,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--limit N]",
 	.summary = "where threads wait: the top blocking stacks by off-CPU time",
-	.details = "Print the call stacks in which the threads of session SESSION spent\n"
-		   "the most time off the CPU, and in which state: sleeping (futex waits,\n"
-		   "sleeps, poll), io (uninterruptible: disk I/O), runnable (ready but\n"
-		   "waiting for a CPU). Needs the offcpu event (on by default). Blocks\n"
-		   "shorter than 10 us are not recorded.\n"
-		   "\n"
-		   "Options:\n"
-		   "  -n, --limit N           stacks to print, 1..10000 (default 10)\n"
-		   "\n"
-		   "Example:\n"
-		   "  profctl offcpu 7 --limit 5\n",
 	.shortopts = "n:",
 	.longopts = limit_options,
 	.run = run_offcpu,
@@ -1636,24 +1453,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--limit N] [--ascii]",
 	.summary = "memory growth: RSS over time, live bytes per stack, leak suspects",
-	.details = "Print how the memory of session SESSION's processes changed: RSS at\n"
-		   "the start, the end and its peak, its growth rate (least-squares slope,\n"
-		   "bytes per second) and a chart of it (events rss, on by default). With\n"
-		   "the malloc event, also the allocation rate, and the allocating call\n"
-		   "stacks by live bytes (estimated from the samples: each sampled block\n"
-		   "weighs size / (1 - exp(-size / sample bytes))) and by growth, and the\n"
-		   "leak suspects: stacks whose live bytes rise in at least half of the\n"
-		   "session's windows (2 to 10) and fall in at most a fifth, end at least\n"
-		   "twice as high as after the first window, follow a straight rise (R^2\n"
-		   ">= 0.7), with 3 or more sampled blocks live at the end.\n"
-		   "\n"
-		   "Options:\n"
-		   "  -n, --limit N           stacks per list, 1..10000 (default 10)\n"
-		   "      --ascii             chart in ASCII, not block characters\n"
-		   "\n"
-		   "Example:\n"
-		   "  profctl attach 1234 --events cpu,rss,malloc --duration 60 --wait\n"
-		   "  profctl memory 7\n",
 	.shortopts = "n:",
 	.longopts = memory_options,
 	.run = run_memory,
@@ -1663,32 +1462,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION --format FORMAT [-o FILE] [--from S] [--to S] [--thread TID]",
 	.summary = "the profile for other tools: pprof, folded, chrome-trace",
-	.details = "Write the call stacks of session SESSION in a format other tools read.\n"
-		   "The lost-sample, truncated-stack and unsymbolized-frame counts are\n"
-		   "printed on stderr, and kept in the file where the format has room.\n"
-		   "\n"
-		   "Formats:\n"
-		   "  pprof         profile.proto, gzip-compressed: go tool pprof, Pyroscope,\n"
-		   "                Parca; samples and CPU time, build IDs, a label per thread\n"
-		   "  folded        one line per call stack, 'main;f;g COUNT': FlameGraph's\n"
-		   "                flamegraph.pl, inferno, and for grep/awk\n"
-		   "  chrome-trace  Chrome trace event JSON, a track per thread:\n"
-		   "                ui.perfetto.dev, chrome://tracing (samples are stored per\n"
-		   "                1-second window; within one, stacks are laid end to end)\n"
-		   "  speedscope    speedscope.app JSON, a profile per thread\n"
-		   "\n"
-		   "Options:\n"
-		   "      --format FORMAT     pprof, folded, chrome-trace or speedscope\n"
-		   "  -o, --output FILE       write to FILE (replaced only once complete);\n"
-		   "                          default: standard output (not pprof on a terminal)\n"
-		   "      --thread TID        only the samples of thread TID\n"
-		   "      --event NAME        the samples of the session's second sampled event\n"
-		   RANGE_HELP
-		   "\n"
-		   "Examples:\n"
-		   "  profctl export 7 --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz\n"
-		   "  profctl export 7 --format folded | flamegraph.pl > cpu.svg\n"
-		   "  profctl export 7 --format chrome-trace -o trace.json --from 5 --to 10\n",
 	.shortopts = "o:",
 	.longopts = export_options,
 	.run = run_export,
@@ -1698,22 +1471,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [-o FILE.svg] [--thread TID] [--inverted] [--from S] [--to S]",
 	.summary = "an SVG flame graph of the call stacks, for a web browser",
-	.details = "Write a flame graph of session SESSION as one self-contained SVG file:\n"
-		   "each box is a function in a call path, as wide as its share of the\n"
-		   "samples, its callers below it. Hover over a box for its samples and\n"
-		   "share; click it to zoom in, 'Reset zoom' to go back.\n"
-		   "\n"
-		   "Options:\n"
-		   "  -o, --output FILE       write to FILE; default: standard output\n"
-		   "      --thread TID        only the samples of thread TID\n"
-		   "      --inverted          leaf functions at the top, their callers below:\n"
-		   "                          who calls the hot code\n"
-		   "      --event NAME        the samples of the session's second sampled event\n"
-		   RANGE_HELP
-		   "\n"
-		   "Examples:\n"
-		   "  profctl flamegraph 7 -o cpu.svg && xdg-open cpu.svg\n"
-		   "  profctl flamegraph 7 --thread 4242 --inverted -o worker.svg\n",
 	.shortopts = "o:",
 	.longopts = flamegraph_options,
 	.run = run_flamegraph,
@@ -1723,19 +1480,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_TWO_SESSIONS,
 	.synopsis = "SESSION_A SESSION_B [--limit N] [--from S] [--to S]",
 	.summary = "compare two sessions: which functions' shares changed most",
-	.details = "Compare the functions of two sessions (say, before and after a\n"
-		   "change): for each function its self and total share of each session's\n"
-		   "samples and the difference (B - A, in percentage points), sorted by the\n"
-		   "largest change. Shares, not sample counts: the sessions may differ in\n"
-		   "length.\n"
-		   "\n"
-		   "Options:\n"
-		   "  -n, --limit N     print the N largest changes (default: all)\n"
-		   RANGE_HELP
-		   "\n"
-		   "Examples:\n"
-		   "  profctl diff 7 8\n"
-		   "  profctl diff 7 8 --limit 10 --json\n",
 	.shortopts = "n:",
 	.longopts = diff_options,
 	.run = run_diff,
@@ -1745,15 +1489,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION",
 	.summary = "findings: bottlenecks with evidence and a suggestion",
-	.details = "Check session SESSION for common bottlenecks and print each finding\n"
-		   "with a severity, the figures behind it and a suggestion: a dominant hot\n"
-		   "function, thread imbalance, a main thread starved of CPU while workers\n"
-		   "run, a high cache-miss rate, time blocked in CUDA synchronization, many\n"
-		   "tiny kernel launches, memory growth. A check whose data the session\n"
-		   "did not record says so (\"no data\") instead of guessing.\n"
-		   "\n"
-		   "Example:\n"
-		   "  profctl analyze 7\n",
 	.shortopts = "",
 	.run = run_analyze,
     },
@@ -1762,23 +1497,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SQL,
 	.synopsis = "\"SELECT ...\" [--csv] [--max-rows N]",
 	.summary = "run a read-only SQL query over the stored profiles",
-	.details = "Run one SELECT statement over profd's database and print the result.\n"
-		   "The tables and the views (hot_functions, hot_paths, thread_imbalance,\n"
-		   "frame_names) are described in the schema reference, docs/schema.md.\n"
-		   "Nothing can be changed: writes, ATTACH, PRAGMAs that set something and\n"
-		   "load_extension() are refused. A user other than root sees only the\n"
-		   "sessions it started: every table and view shows their rows only.\n"
-		   "profd stops a query after 5 s.\n"
-		   "\n"
-		   "Options:\n"
-		   "      --csv           print CSV (RFC 4180) with a header row\n"
-		   "      --max-rows N    at most N rows, 1..1000000 (default 10000); the\n"
-		   "                      result is also cut at 16 MiB; a cut is reported\n"
-		   "\n"
-		   "Examples:\n"
-		   "  profctl sql \"SELECT * FROM hot_functions WHERE session_id = 7\n"
-		   "               ORDER BY self_samples DESC LIMIT 10\"\n"
-		   "  profctl sql \"SELECT tid, name, samples FROM threads WHERE session_id = 7\" --csv\n",
 	.shortopts = "",
 	.longopts = sql_options,
 	.run = run_sql,
@@ -1788,23 +1506,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--limit N]",
 	.summary = "kernel launches, CUDA API times, copies, GPU memory growth",
-	.details = "Print what the CUDA probes of session SESSION saw (attach --events\n"
-		   "cpu,cuda): kernels by launches with grid and block dimensions and the\n"
-		   "launching call stack; calls, errors and total/avg/min/max time per CUDA\n"
-		   "API function; bytes copied by direction; time threads waited in\n"
-		   "synchronization calls, per stack; GPU memory: live bytes now, at peak\n"
-		   "and over time, and per allocating stack (frees are matched to their\n"
-		   "allocation by pointer; failed allocations count as asked, not live);\n"
-		   "and the calls and latency of each --uprobe. Probes that failed, and\n"
-		   "NVTX v3 calls inlined where they cannot be probed, are listed first;\n"
-		   "--json also lists every probe attached or missing.\n"
-		   "\n"
-		   "Options:\n"
-		   "  -n, --limit N           rows per list, 1..10000 (default 10)\n"
-		   "\n"
-		   "Examples:\n"
-		   "  profctl gpu 7\n"
-		   "  profctl gpu 7 --json | jq '.kernels[] | {name, launches}'\n",
 	.shortopts = "n:",
 	.longopts = limit_options,
 	.run = run_gpu,
@@ -1814,16 +1515,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION",
 	.summary = "NVTX ranges as a tree: calls, total/avg/min/max time, % of session",
-	.details = "Print the NVTX ranges of session SESSION (attach --events cpu,nvtx):\n"
-		   "push/pop ranges as a tree, each nested range under its parent, with\n"
-		   "calls, total, average, minimum and maximum time, and the share of the\n"
-		   "session's wall time (summed over threads, so it can pass 100%); then\n"
-		   "start/end ranges and marks. Ranges closed before they were seen opened\n"
-		   "(opened before the attach) are counted, not timed.\n"
-		   "\n"
-		   "Examples:\n"
-		   "  profctl ranges 7\n"
-		   "  profctl ranges 7 --json\n",
 	.shortopts = "",
 	.run = run_ranges,
     },
@@ -1832,18 +1523,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--debuginfod]",
 	.summary = "name frames left unsymbolized, from debug info found since",
-	.details = "Look up again every frame of session SESSION that has no function\n"
-		   "name, by the build ID and address stored with it, and store what is\n"
-		   "found: after installing a -dbg/-dbgsym package, or putting debug files\n"
-		   "under a directory in profd's PROFD_DEBUG_PATH.\n"
-		   "\n"
-		   "Options:\n"
-		   "      --debuginfod        also fetch debug info with libdebuginfod, from\n"
-		   "                          the servers in profd's DEBUGINFOD_URLS; profd\n"
-		   "                          answers nothing else until the downloads end\n"
-		   "\n"
-		   "Example:\n"
-		   "  profctl resymbolize 7 && profctl top 7\n",
 	.shortopts = "",
 	.longopts = resymbolize_options,
 	.run = run_resymbolize,
@@ -1853,10 +1532,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_NONE,
 	.synopsis = "",
 	.summary = "check that profd answers; prints its version",
-	.details = "Check that profd answers on its socket; prints its version.\n"
-		   "\n"
-		   "Example:\n"
-		   "  profctl --socket /tmp/profd.sock ping\n",
 	.shortopts = "",
 	.run = run_ping,
     },
@@ -1866,10 +1541,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_TOPIC,
 	.synopsis = "[COMMAND]",
 	.summary = "show this help, or a command's",
-	.details = "Show the list of commands, or the options of COMMAND.\n"
-		   "\n"
-		   "Example:\n"
-		   "  profctl help attach\n",
 	.shortopts = "",
     },
 };
@@ -1924,9 +1595,19 @@ static void help_global(FILE *f)
 		common_options_help);
 }
 
+/*
+ * help_command() - a command's usage line, then its description and its
+ * options, which come from profctl(1)'s COMMANDS section (profctl-help.h,
+ * made at build time by client/man2help.py): one text for both.
+ */
 static void help_command(FILE *f, const struct command *cmd)
 {
-	fprintf(f, "Usage: profctl %s %s\n\n%s\n%s", cmd->name, cmd->synopsis, cmd->details,
+	const char *text = "See profctl(1).\n";
+
+	for (size_t i = 0; i < ARRAY_SIZE(command_helps); i++)
+		if (strcmp(command_helps[i].name, cmd->name) == 0)
+			text = command_helps[i].text;
+	fprintf(f, "Usage: profctl %s %s\n\n%s\n%s", cmd->name, cmd->synopsis, text,
 		common_options_help);
 }
 

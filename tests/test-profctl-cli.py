@@ -126,8 +126,8 @@ def run_checks(profctl, fake, tmp):
         check(a.stdout == b.stdout == c.stdout and needle in a.stdout,
               "'help %s' == '%s --help' == '%s -h', mentions %s" % (cmd, cmd, cmd, needle),
               a.stdout)
-    check("default 20" in run("help", "top").stdout, "top help gives the default limit")
-    check("default 99" in run("help", "attach").stdout, "attach help gives the default freq")
+    check("Default: 20" in run("help", "top").stdout, "top help gives the default limit")
+    check("Default: 99" in run("help", "attach").stdout, "attach help gives the default freq")
 
     # --- usage errors: exit 2, one line on stderr, nothing on stdout, no request sent ---
     usage_errors = [
