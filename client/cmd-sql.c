@@ -1,0 +1,63 @@
+/* cmd-sql.c - sql and ping: read-only SQL over the store, and a check that profd answers. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "output.h"
+#include "profctl.h"
+#include "protocol.h"
+#include "util.h"
+
+int run_sql(struct conn *c, const struct args *a)
+{
+	_cleanup_(json_decrefp) json_t *reply = NULL;
+	json_t *request = json_pack("{s:i, s:s, s:s}", "v", PROFD_PROTOCOL_VERSION, "cmd", "sql",
+				    "query", a->sql);
+	struct render out;
+	int r;
+
+	if (request && a->max_rows &&
+	    json_object_set_new(request, "max_rows", json_integer(a->max_rows)) < 0)
+		request = NULL;
+	r = call(c, request, &reply);
+	if (r < 0)
+		return r;
+	if (json_is_true(json_object_get(reply, "truncated")))
+		log_warning("result truncated after %lld rows (at most %s): narrow the query or "
+			    "raise --max-rows",
+			    (long long)json_integer_value(json_object_get(reply, "row_count")),
+			    strcmp(json_string_value(json_object_get(reply, "truncated_by")) ?: "",
+				   "rows") == 0
+				? "--max-rows rows"
+				: "16 MiB");
+	if (a->json)
+		return print_json(reply);
+	if ((r = render_begin(&out)) < 0)
+		return r;
+	return render_end(&out, a->csv ? output__sql_csv(out.f, reply) : output__sql(out.f, reply));
+}
+
+int run_ping(struct conn *c, const struct args *a)
+{
+	_cleanup_(json_decrefp) json_t *reply = NULL;
+	const char *version;
+	json_t *protocol;
+	int r;
+
+	r = call(c, request_new("ping"), &reply);
+	if (r < 0)
+		return r;
+	if (a->json)
+		return print_json(reply);
+	version = json_string_value(json_object_get(reply, "version"));
+	protocol = json_object_get(reply, "protocol");
+	if (!version || !json_is_integer(protocol)) {
+		log_error("malformed response from profd: no version or protocol");
+		return -EBADMSG;
+	}
+	printf("profd %s (protocol %lld) at %s\n", version, (long long)json_integer_value(protocol),
+	       a->socket_path);
+	return 0;
+}
