@@ -24,8 +24,8 @@ int output__progress(FILE *f, const json_t *session);
 int output__offcpu(FILE *f, const json_t *reply);
 /* output__memory() - the memory report (sparklines in block characters, or ASCII with @ascii). */
 int output__memory(FILE *f, const json_t *reply, bool ascii);
-int output__gpu(FILE *f, const json_t *reply);    /* in output_gpu.c */
-int output__ranges(FILE *f, const json_t *reply); /* in output_gpu.c */
+int output__gpu(FILE *f, const json_t *reply);    /* in output-gpu.c */
+int output__ranges(FILE *f, const json_t *reply); /* in output-gpu.c */
 const char *output__error(void);
 int output__sql(FILE *f, const json_t *reply);
 int output__sql_csv(FILE *f, const json_t *reply);

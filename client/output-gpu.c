@@ -1,4 +1,4 @@
-/* output_gpu.c - human renderings of the "gpu" and "ranges" responses (docs/protocol.md). */
+/* output-gpu.c - human renderings of the "gpu" and "ranges" responses (docs/protocol.md). */
 #include <errno.h>
 #include <string.h>
 
