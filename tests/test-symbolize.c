@@ -25,7 +25,8 @@
 #define RESULT_CACHE_MAX 64	      /* so that the cache fills and empties */
 #include <stdint.h>
 static uint64_t test_self_vdso(uint64_t *ret_start);
-#include "../daemon/symbols/debuginfo.c" /* the static parsers are tested too */
+#include "../daemon/symbols/addrspace.c" /* the static parsers are tested too */
+#include "../daemon/symbols/debuginfo.c"
 #include "../daemon/symbols/symbolize.c"
 #include "check.h"
 
