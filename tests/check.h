@@ -2,7 +2,9 @@
 #pragma once
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int check_failures;
@@ -33,6 +35,24 @@ static int check_failures;
 				__LINE__, #a, #b, _a ? _a : "(null)", _b ? _b : "(null)");         \
 			check_failures++;                                                          \
 		}                                                                                  \
+	} while (0)
+
+#define CHECK_REAL_EQ(a, b)                                                                        \
+	do {                                                                                       \
+		double _a = (a), _b = (b);                                                         \
+		if (!(fabs(_a - _b) < 1e-9)) {                                                     \
+			fprintf(stderr, "%s:%d: %s == %s failed: %.17g != %.17g\n", __FILE__,      \
+				__LINE__, #a, #b, _a, _b);                                         \
+			check_failures++;                                                          \
+		}                                                                                  \
+	} while (0)
+
+/* A test that cannot set itself up exits 99, as meson reads it. */
+#define SETUP_FAIL(...)                                                                            \
+	do {                                                                                       \
+		fprintf(stderr, "setup error: " __VA_ARGS__);                                      \
+		fputc('\n', stderr);                                                               \
+		exit(99);                                                                          \
 	} while (0)
 
 /* check_exit() - the test's exit status: 0 if every check passed, 1 otherwise. */

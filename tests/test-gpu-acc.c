@@ -13,7 +13,7 @@
 
 #include <jansson.h>
 
-#include "check.h"
+#include "check_json.h"
 #include "report/gpu.h"
 #include "session/gpu_acc.h"
 #include "store/store.h"
@@ -177,23 +177,6 @@ static int flush(struct gpu_acc *a, bool fail_commit)
 	for (unsigned i = 0; i < nstacks; i++)
 		stacks[i].id = 0; /* their rows were rolled back too */
 	return r < 0 ? r : -EIO;
-}
-
-static long long gi(const json_t *o, const char *key)
-{
-	const json_t *v = json_object_get(o, key);
-
-	return json_is_integer(v) ? (long long)json_integer_value(v) : -999999;
-}
-
-static double gr(const json_t *o, const char *key)
-{
-	return json_number_value(json_object_get(o, key));
-}
-
-static const char *gs(const json_t *o, const char *key)
-{
-	return json_string_value(json_object_get(o, key));
 }
 
 /* The entry of @list whose @key is @value, or NULL. */

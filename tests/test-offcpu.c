@@ -51,13 +51,6 @@
 #define MAX_STACKS 4096
 #define NR_ROLES 3
 
-#define SETUP_FAIL(...)                                                                            \
-	do {                                                                                       \
-		fprintf(stderr, "setup error: " __VA_ARGS__);                                      \
-		fputc('\n', stderr);                                                               \
-		exit(99);                                                                          \
-	} while (0)
-
 enum role { SLEEPER, HOLDER, WAITER };
 static const char *const role_names[NR_ROLES] = { "sleeper", "holder", "waiter" };
 static const char *const state_names[OFFCPU_NR_STATES] = { "RUNNABLE", "SLEEPING", "IO", "OTHER" };

@@ -12,37 +12,9 @@
 
 #include <jansson.h>
 
-#include "check.h"
+#include "check_json.h"
 #include "report/gpu.h"
 #include "store/store.h"
-
-static void exec(sqlite3 *db, const char *sql)
-{
-	char *err = NULL;
-
-	if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
-		fprintf(stderr, "SQL failed: %s\n%s\n", err, sql);
-		check_failures++;
-	}
-	sqlite3_free(err);
-}
-
-static long long gi(const json_t *o, const char *key)
-{
-	const json_t *v = json_object_get(o, key);
-
-	return json_is_integer(v) ? (long long)json_integer_value(v) : -999999;
-}
-
-static double gr(const json_t *o, const char *key)
-{
-	return json_number_value(json_object_get(o, key));
-}
-
-static const char *gs(const json_t *o, const char *key)
-{
-	return json_string_value(json_object_get(o, key));
-}
 
 int main(void)
 {
@@ -104,7 +76,7 @@ int main(void)
 		 " (%1$lld, 77, 'cudaFree', '', 'missing'),"
 		 " (%1$lld, 77, 'cudaFree', '/lib/libcuda2.so', 'attached');",
 		 (long long)sid, (long long)s_cache);
-	exec(db, sql);
+	exec_sql(db, sql);
 	/*
 	 * Memory: at 1 s alloc_cache 1 MiB, at 1.5 s alloc_temp 2 MiB, at 2 s the
 	 * temp block freed (matched: carries alloc_temp's stack), at 3 s a failed
@@ -122,7 +94,7 @@ int main(void)
 		 " (%1$lld, %3$lld + 3500000000, 'cudaMalloc', 'device', %4$lld, %4$lld, 1, 48, %2$lld),"
 		 " (%1$lld, %3$lld + 3600000000, 'cudaFree', 'device', 0, 0, 1, 99, %2$lld);",
 		 (long long)sid, (long long)s_cache, (long long)t0, (long long)mib, (long long)s_temp);
-	exec(db, sql);
+	exec_sql(db, sql);
 	/* NVTX: train (1 call, 8 s), train > step (2 flushes: 3 + 2 calls), a mark. */
 	snprintf(sql, sizeof(sql),
 		 "INSERT INTO nvtx_ranges VALUES"
@@ -132,7 +104,7 @@ int main(void)
 		 " (%1$lld, 2, 'mark', 'checkpoint', 'checkpoint', 0, 1, 0, 0, 0);"
 		 "UPDATE sessions SET gpu_lost_calls = 4, nvtx_unmatched = 1 WHERE id = %1$lld;",
 		 (long long)sid);
-	exec(db, sql);
+	exec_sql(db, sql);
 
 	CHECK_INT_EQ(query__gpu(db, sid, 10, &g), 0);
 	CHECK_INT_EQ(gi(g, "lost_calls"), 4);

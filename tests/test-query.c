@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <sqlite3.h>
 
+#include "check_json.h"
 #include "report/query.h"
 #include "util.h"
 
@@ -16,85 +17,13 @@
 #error "SCHEMA_DIR must name the source tree's schema/ directory"
 #endif
 
-static int failures;
+#define CHECK_INT CHECK_INT_EQ
+#define CHECK_STR CHECK_STR_EQ
+#define CHECK_REAL CHECK_REAL_EQ
 
-#define CHECK(cond)                                                                                \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);   \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
-
-#define CHECK_INT(a, b)                                                                            \
-	do {                                                                                       \
-		long long _a = (long long)(a), _b = (long long)(b);                                \
-		if (_a != _b) {                                                                    \
-			fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", __FILE__,      \
-				__LINE__, #a, _a, #b, _b);                                         \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
-
-#define CHECK_REAL(a, b)                                                                           \
-	do {                                                                                       \
-		double _a = (a), _b = (b);                                                         \
-		if (!(fabs(_a - _b) < 1e-9)) {                                                     \
-			fprintf(stderr, "%s:%d: %s == %.17g, expected %.17g\n", __FILE__,          \
-				__LINE__, #a, _a, _b);                                             \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
-
-#define CHECK_STR(a, b)                                                                            \
-	do {                                                                                       \
-		const char *_a = (a), *_b = (b);                                                   \
-		if (!_a || !_b || strcmp(_a, _b) != 0) {                                           \
-			fprintf(stderr, "%s:%d: %s == \"%s\", expected \"%s\"\n", __FILE__,        \
-				__LINE__, #a, _a ? _a : "(null)", _b ? _b : "(null)");             \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
-
-/* Field accessors that tolerate a missing field (the CHECK then fails, no crash). */
 static json_t *get(json_t *o, const char *key)
 {
 	return json_object_get(o, key);
-}
-
-static json_t *at(json_t *o, const char *key, size_t i)
-{
-	return json_array_get(json_object_get(o, key), i);
-}
-
-static long long gi(json_t *o, const char *key)
-{
-	json_t *v = json_object_get(o, key);
-
-	return json_is_integer(v) ? json_integer_value(v) : -999999;
-}
-
-static double gr(json_t *o, const char *key)
-{
-	json_t *v = json_object_get(o, key);
-
-	return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
-static const char *gs(json_t *o, const char *key)
-{
-	return json_string_value(json_object_get(o, key));
-}
-
-static void exec(sqlite3 *db, const char *sql)
-{
-	char *err = NULL;
-
-	if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
-		fprintf(stderr, "setup: %s\n  in: %.200s\n", err, sql);
-		sqlite3_free(err);
-		exit(99);
-	}
 }
 
 static int is_migration(const struct dirent *d)
@@ -128,7 +57,7 @@ static void load_schema(sqlite3 *db)
 			fprintf(stderr, "setup: cannot read %s\n", path);
 			exit(99);
 		}
-		exec(db, sql);
+		exec_sql(db, sql);
 		free(names[i]);
 	}
 	free(names);
@@ -157,7 +86,7 @@ static void insert_stack(sqlite3 *db, int64_t id, const int64_t *frames, int n)
 
 		snprintf(sql, sizeof(sql), "INSERT INTO stack_frames VALUES (%lld, %d, %lld)",
 			 (long long)id, i, (long long)frames[i]);
-		exec(db, sql);
+		exec_sql(db, sql);
 	}
 }
 
@@ -177,7 +106,7 @@ static void populate(sqlite3 *db)
 	static const int64_t s1[] = {3, 2, 1}, s2[] = {4, 10, 1}, s3[] = {5, 2, 1},
 			     s4[] = {7, 6, 2, 1}, s5[] = {8, 5, 2, 1}, s6[] = {9, 3, 2, 1};
 
-	exec(db, "INSERT INTO sessions (id, pid, pid_start_ticks, comm, exe, uid, event, events,"
+	exec_sql(db, "INSERT INTO sessions (id, pid, pid_start_ticks, comm, exe, uid, event, events,"
 		 " freq_hz, duration_ns, started_at_ns, ended_at_ns, state, end_reason, samples,"
 		 " lost_samples, truncated_stacks, missing_user_stacks, unsymbolized_frames) VALUES"
 		 " (1, 4242, 777, 'spin', '/usr/bin/spin', 0, 'cpu-clock', 'cpu,cycles', 99,"
@@ -185,13 +114,13 @@ static void populate(sqlite3 *db)
 		 "  60, 3, 1, 2, 1),"
 		 " (2, 4343, 888, 'other', NULL, 1000, 'cycles', 'cpu', 99, NULL,"
 		 "  1700000100000000000, NULL, 'running', NULL, 5, 0, 0, 0, 0)");
-	exec(db, "INSERT INTO threads (session_id, tid, name, first_seen_ns, last_seen_ns, samples) VALUES"
+	exec_sql(db, "INSERT INTO threads (session_id, tid, name, first_seen_ns, last_seen_ns, samples) VALUES"
 		 " (1, 101, 'worker-1', 1700000000200000000, 1700000009000000000, 10),"
 		 " (1, 102, 'worker-2', 1700000000200000000, 1700000009000000000, 20),"
 		 " (1, 103, 'worker-3', 1700000000200000000, 1700000009000000000, 30),"
 		 " (1, 104, 'idle', 1700000000200000000, 1700000000200000000, 0),"
 		 " (2, 201, 'other', 1700000100000000000, 1700000100000000000, 5)");
-	exec(db,
+	exec_sql(db,
 	     "INSERT INTO frames (id, kind, module, rel_addr, function, file, line) VALUES"
 	     " (1, 'user', '/usr/bin/spin', 4096, 'main', 'spin.c', 10),"
 	     " (2, 'user', '/usr/bin/spin', 4352, 'work', 'spin.c', 20),"
@@ -211,7 +140,7 @@ static void populate(sqlite3 *db)
 	insert_stack(db, 5, s5, ARRAY_SIZE(s5));
 	insert_stack(db, 6, s6, ARRAY_SIZE(s6));
 	/* (session, window, tid, stack, count): tid 101 = 10, 102 = 20, 103 = 30. */
-	exec(db, "INSERT INTO samples VALUES"
+	exec_sql(db, "INSERT INTO samples VALUES"
 		 " (1, 1700000000000000000, 101, 3, 8),"
 		 " (1, 1700000000000000000, 101, 5, 2),"
 		 " (1, 1700000000000000000, 102, 1, 10),"
@@ -222,7 +151,7 @@ static void populate(sqlite3 *db)
 		 " (1, 1700000002000000000, 103, 5, 2),"
 		 " (1, 1700000002000000000, 103, 6, 12),"
 		 " (2, 1700000100000000000, 201, 1, 5)");
-	exec(db, "INSERT INTO windows (session_id, window_ns, samples) VALUES"
+	exec_sql(db, "INSERT INTO windows (session_id, window_ns, samples) VALUES"
 		 " (1, 1700000000000000000, 26), (1, 1700000001000000000, 20),"
 		 " (1, 1700000002000000000, 14), (2, 1700000100000000000, 5)");
 }
@@ -394,7 +323,7 @@ static void test_empty(sqlite3 *db)
 {
 	json_t *o = NULL, *imb;
 
-	exec(db, "INSERT INTO sessions (id, pid, pid_start_ticks, comm, uid, event, events,"
+	exec_sql(db, "INSERT INTO sessions (id, pid, pid_start_ticks, comm, uid, event, events,"
 		 " freq_hz, started_at_ns, state) VALUES"
 		 " (3, 1, 1, 'init', 0, 'cpu-clock', 'cpu', 99, 1700000200000000000, 'running')");
 	CHECK_INT(query__threads(db, 3, NULL, &o), 0);
@@ -414,7 +343,7 @@ static void test_empty(sqlite3 *db)
 	CHECK_INT(query__hotpaths(db, 3, 10, NULL, NULL, &o), 0);
 	CHECK_INT(json_array_size(get(o, "paths")), 0);
 	json_decref(o);
-	exec(db, "DELETE FROM sessions WHERE id = 3");
+	exec_sql(db, "DELETE FROM sessions WHERE id = 3");
 }
 
 static void test_sessions(sqlite3 *db)
@@ -502,7 +431,7 @@ static void test_corrupt(sqlite3 *db)
 {
 	json_t *o = NULL;
 
-	exec(db, "INSERT INTO sessions (id, pid, pid_start_ticks, comm, uid, event, events,"
+	exec_sql(db, "INSERT INTO sessions (id, pid, pid_start_ticks, comm, uid, event, events,"
 		 " freq_hz, started_at_ns, state) VALUES"
 		 " (4, 1, 1, 'bad', 0, 'cpu-clock', 'cpu', 99, 1700000300000000000, 'running');"
 		 " INSERT INTO stacks (id, frame_ids, depth) VALUES (40, x'0100000000', 1);"
@@ -511,10 +440,10 @@ static void test_corrupt(sqlite3 *db)
 	CHECK_INT(query__hotpaths(db, 4, 10, NULL, NULL, &o), -EIO);
 	CHECK(o == NULL);
 	/* A frame id with no frames row. */
-	exec(db, "UPDATE stacks SET frame_ids = x'e703000000000000' WHERE id = 40");
+	exec_sql(db, "UPDATE stacks SET frame_ids = x'e703000000000000' WHERE id = 40");
 	CHECK_INT(query__top(db, 4, 20, NULL, NULL, &o), -EIO);
 	CHECK(o == NULL);
-	exec(db, "DELETE FROM samples WHERE session_id = 4; DELETE FROM stacks WHERE id = 40;"
+	exec_sql(db, "DELETE FROM samples WHERE session_id = 4; DELETE FROM stacks WHERE id = 40;"
 		 " DELETE FROM sessions WHERE id = 4");
 }
 
@@ -656,9 +585,5 @@ int main(void)
 	test_eio();
 
 	sqlite3_close(db);
-	if (failures) {
-		fprintf(stderr, "%d check(s) failed\n", failures);
-		return 1;
-	}
-	return 0;
+	return check_exit("query");
 }

@@ -85,7 +85,7 @@ static int flush(void)
 	return r;
 }
 
-static void exec(const char *sql)
+static void exec_trigger(const char *sql)
 {
 	char *err = NULL;
 
@@ -169,7 +169,7 @@ int main(void)
 	/* The store refuses the samples rows (as a full disk would): nothing of the
 	 * flush is kept, and the samples wait in the session. */
 	feed(session_test_hot, 20, getpid());
-	exec("CREATE TEMP TRIGGER refuse_samples BEFORE INSERT ON samples "
+	exec_trigger("CREATE TEMP TRIGGER refuse_samples BEFORE INSERT ON samples "
 	     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
 	CHECK(flush() < 0);
 	CHECK_INT_EQ(self_samples("session_test_hot"), 30);
@@ -177,10 +177,10 @@ int main(void)
 
 	/* Fails later in the same flush (the thread rows, after the samples were
 	 * written): the rollback takes the samples back too. */
-	exec("DROP TRIGGER refuse_samples");
-	exec("CREATE TEMP TRIGGER refuse_threads BEFORE UPDATE ON threads "
+	exec_trigger("DROP TRIGGER refuse_samples");
+	exec_trigger("CREATE TEMP TRIGGER refuse_threads BEFORE UPDATE ON threads "
 	     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
-	exec("CREATE TEMP TRIGGER refuse_threads_insert BEFORE INSERT ON threads "
+	exec_trigger("CREATE TEMP TRIGGER refuse_threads_insert BEFORE INSERT ON threads "
 	     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
 	feed(session_test_cold, 5, other_tid);
 	CHECK(flush() < 0);
@@ -188,8 +188,8 @@ int main(void)
 	CHECK_INT_EQ(self_samples("session_test_cold"), 10);
 
 	/* The store works again: the next flush writes every waiting sample, once. */
-	exec("DROP TRIGGER refuse_threads");
-	exec("DROP TRIGGER refuse_threads_insert");
+	exec_trigger("DROP TRIGGER refuse_threads");
+	exec_trigger("DROP TRIGGER refuse_threads_insert");
 	feed(session_test_hot, 1, getpid());
 	CHECK_INT_EQ(flush(), 0);
 	CHECK_INT_EQ(self_samples("session_test_hot"), 51);

@@ -65,13 +65,6 @@ static char debuginfod_cache[] = "/tmp/test-symbolize-debuginfod.XXXXXX";
 		}                                                                                  \
 	} while (0)
 
-#define SETUP_FAIL(...)                                                                            \
-	do {                                                                                       \
-		fprintf(stderr, "setup error: " __VA_ARGS__);                                      \
-		fputc('\n', stderr);                                                               \
-		exit(99);                                                                          \
-	} while (0)
-
 static void skip(const char *part, const char *reason)
 {
 	printf("SKIP %s: %s\n", part, reason);

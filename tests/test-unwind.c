@@ -62,13 +62,6 @@
 #define MAX_CPUS 256
 #define COLLECT_TIMEOUT_NS (20 * NSEC_PER_SEC)
 
-#define SETUP_FAIL(...)                                                                            \
-	do {                                                                                       \
-		fprintf(stderr, "setup error: " __VA_ARGS__);                                      \
-		fputc('\n', stderr);                                                               \
-		exit(99);                                                                          \
-	} while (0)
-
 static int skipped;
 static pid_t workload_pid; /* killed at exit, even after a setup error */
 
