@@ -20,7 +20,6 @@
 #include "util.h"
 #include "store/sqlite_util.h"
 
-
 /* A dominant function: this share of self samples or more. */
 #define HOT_PCT_MEDIUM 30.0
 #define HOT_PCT_HIGH 50.0
@@ -306,8 +305,9 @@ static int rule_memory(struct analysis *a)
 			return r;
 	}
 	if (!json_is_object(rss) && !json_is_object(al))
-		return checked(a, "memory-growth", "no data",
-			       "memory not recorded in this session (attach --events cpu,rss,malloc)");
+		return checked(
+		    a, "memory-growth", "no data",
+		    "memory not recorded in this session (attach --events cpu,rss,malloc)");
 	if (json_is_object(rss) && json_integer_value(json_object_get(rss, "readings")) >= 3) {
 		double start = json_number_value(json_object_get(rss, "start_bytes"));
 		double end = json_number_value(json_object_get(rss, "end_bytes"));
@@ -317,26 +317,29 @@ static int rule_memory(struct analysis *a)
 		if (slope > 0 && growth >= RSS_GROWTH_MIN_BYTES && start > 0 &&
 		    growth >= RSS_GROWTH_MEDIUM * start)
 			return finding(
-				a, "memory-growth", growth >= RSS_GROWTH_HIGH * start ? "high" : "medium",
-				json_pack("{s:f, s:f, s:f, s:f, s:f}", "start_bytes", start, "end_bytes",
-					  end, "peak_bytes",
-					  json_number_value(json_object_get(rss, "peak_bytes")),
-					  "growth_bytes_per_s", slope, "growth_pct",
-					  round(1000.0 * growth / start) / 10),
-				json_is_object(al)
-					? "See profctl memory for the call stacks that hold the growth "
-					  "(top stacks by growth, leak suspects)"
-					: "Attach again with --events cpu,rss,malloc to see which call "
-					  "stacks hold the growth",
-				"RSS grew %.0f%% in the session (%.1f -> %.1f MiB, %.0f KiB/s)",
-				100.0 * growth / start, start / 1048576, end / 1048576, slope / 1024);
+			    a, "memory-growth",
+			    growth >= RSS_GROWTH_HIGH * start ? "high" : "medium",
+			    json_pack("{s:f, s:f, s:f, s:f, s:f}", "start_bytes", start,
+				      "end_bytes", end, "peak_bytes",
+				      json_number_value(json_object_get(rss, "peak_bytes")),
+				      "growth_bytes_per_s", slope, "growth_pct",
+				      round(1000.0 * growth / start) / 10),
+			    json_is_object(al)
+				? "See profctl memory for the call stacks that hold the growth "
+				  "(top stacks by growth, leak suspects)"
+				: "Attach again with --events cpu,rss,malloc to see which call "
+				  "stacks hold the growth",
+			    "RSS grew %.0f%% in the session (%.1f -> %.1f MiB, %.0f KiB/s)",
+			    100.0 * growth / start, start / 1048576, end / 1048576, slope / 1024);
 		return checked(a, "memory-growth", "ok", "RSS %.1f -> %.1f MiB (%+.0f KiB/s)",
 			       start / 1048576, end / 1048576, slope / 1024);
 	}
 	if (json_array_size(suspects) == 0 && json_is_object(al))
-		return checked(a, "memory-growth", "ok", "no leak suspect among %lld allocating stacks",
+		return checked(a, "memory-growth", "ok",
+			       "no leak suspect among %lld allocating stacks",
 			       (long long)json_integer_value(json_object_get(al, "stacks")));
-	return json_array_size(suspects) ? 0
+	return json_array_size(suspects)
+		   ? 0
 		   : checked(a, "memory-growth", "no data", "fewer than 3 RSS readings");
 }
 
@@ -368,9 +371,11 @@ static int rule_cuda_sync(struct analysis *a)
 	if (r <= 0)
 		return r < 0 ? r
 			     : checked(a, rule, "no data",
-				       "CUDA calls not recorded in this session (attach --events cpu,cuda)");
+				       "CUDA calls not recorded in this session (attach --events "
+				       "cpu,cuda)");
 	if (attached == 0)
-		return checked(a, rule, "no data", "no CUDA function could be probed (see profctl gpu)");
+		return checked(a, rule, "no data",
+			       "no CUDA function could be probed (see profctl gpu)");
 	if ((r = scalar(a, "SELECT sum(total_ns) FROM gpu_syncs WHERE session_id = ?1", &ns)) < 0 ||
 	    (r = scalar(a, "SELECT sum(calls) FROM gpu_syncs WHERE session_id = ?1", &calls)) < 0)
 		return r;
@@ -378,7 +383,8 @@ static int rule_cuda_sync(struct analysis *a)
 		return checked(a, rule, "no data", "the session has no duration");
 	pct = 100.0 * ns / (double)a->elapsed_ns;
 	if (pct < SYNC_PCT_MEDIUM)
-		return checked(a, rule, "ok", "%.0f synchronization calls, %.3f s blocked (%.1f%% of the session)",
+		return checked(a, rule, "ok",
+			       "%.0f synchronization calls, %.3f s blocked (%.1f%% of the session)",
 			       calls, ns / 1e9, pct);
 	return finding(a, rule, pct >= SYNC_PCT_HIGH ? "high" : "medium",
 		       json_pack("{s:f, s:f, s:f}", "blocked_s", round(ns / 1e6) / 1e3, "calls",
@@ -400,9 +406,11 @@ static int rule_tiny_launches(struct analysis *a)
 	if (r <= 0)
 		return r < 0 ? r
 			     : checked(a, rule, "no data",
-				       "CUDA kernel launches not recorded in this session (attach --events cpu,cuda)");
+				       "CUDA kernel launches not recorded in this session (attach "
+				       "--events cpu,cuda)");
 	if (attached == 0)
-		return checked(a, rule, "no data", "no CUDA function could be probed (see profctl gpu)");
+		return checked(a, rule, "no data",
+			       "no CUDA function could be probed (see profctl gpu)");
 	if ((r = scalar(a, "SELECT sum(launches) FROM gpu_kernels WHERE session_id = ?1",
 			&launches)) < 0)
 		return r;
@@ -411,13 +419,13 @@ static int rule_tiny_launches(struct analysis *a)
 	per_s = launches * 1e9 / (double)a->elapsed_ns;
 	if (per_s < LAUNCHES_PER_S_MEDIUM || launches < LAUNCHES_MIN)
 		return checked(a, rule, "ok", "%.0f kernel launches (%.0f/s)", launches, per_s);
-	return finding(a, rule, per_s >= LAUNCHES_PER_S_HIGH ? "high" : "medium",
-		       json_pack("{s:f, s:f}", "launches", launches, "launches_per_s",
-				 round(per_s)),
-		       "Launch fewer, larger kernels: fuse small ones, batch the work, or capture "
-		       "the step in a CUDA graph (cudaGraphLaunch). profd sees launches, not kernel "
-		       "durations: check them with a GPU profiler before and after",
-		       "%.0f kernel launches a second", per_s);
+	return finding(
+	    a, rule, per_s >= LAUNCHES_PER_S_HIGH ? "high" : "medium",
+	    json_pack("{s:f, s:f}", "launches", launches, "launches_per_s", round(per_s)),
+	    "Launch fewer, larger kernels: fuse small ones, batch the work, or capture "
+	    "the step in a CUDA graph (cudaGraphLaunch). profd sees launches, not kernel "
+	    "durations: check them with a GPU profiler before and after",
+	    "%.0f kernel launches a second", per_s);
 }
 
 /*

@@ -9,7 +9,6 @@
 #include "util.h"
 #include "store/sqlite_util.h"
 
-
 /* Nanoseconds as milliseconds with 3 decimals. */
 static double ms(int64_t ns)
 {
@@ -163,9 +162,9 @@ static int session_head(sqlite3 *db, int64_t session_id, json_t **ret, int64_t *
 		return -EIO;
 	*ret_span_ns = sqlite3_column_int64(st, 4) > 0 ? sqlite3_column_int64(st, 4) : 0;
 	*ret_start_ns = sqlite3_column_int64(st, 5);
-	*ret = json_pack("{s:I, s:s, s:I, s:I, s:I, s:f, s:I, s:I}", "session", (json_int_t)session_id,
-			 "events", (const char *)sqlite3_column_text(st, 3), "lost_calls",
-			 (json_int_t)sqlite3_column_int64(st, 0), "nvtx_unmatched",
+	*ret = json_pack("{s:I, s:s, s:I, s:I, s:I, s:f, s:I, s:I}", "session",
+			 (json_int_t)session_id, "events", (const char *)sqlite3_column_text(st, 3),
+			 "lost_calls", (json_int_t)sqlite3_column_int64(st, 0), "nvtx_unmatched",
 			 (json_int_t)sqlite3_column_int64(st, 1), "unnamed_launches",
 			 (json_int_t)sqlite3_column_int64(st, 2), "session_s",
 			 round((double)*ret_span_ns / 1e6) / 1e3, "truncated_stacks",

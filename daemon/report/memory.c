@@ -131,11 +131,11 @@ static int rss_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t i
 		last_s = t;
 		peak = rss > peak ? rss : peak;
 		n++;
-		row = json_pack("{s:f, s:I, s:o, s:I, s:I, s:I, s:I, s:i}", "t_s", round(t * 1000) / 1000,
-				"rss_bytes", (json_int_t)rss, "pss_bytes",
+		row = json_pack("{s:f, s:I, s:o, s:I, s:I, s:I, s:I, s:i}", "t_s",
+				round(t * 1000) / 1000, "rss_bytes", (json_int_t)rss, "pss_bytes",
 				sqlite3_column_type(st, 2) == SQLITE_NULL
-					? json_null()
-					: json_integer(sqlite3_column_int64(st, 2)),
+				    ? json_null()
+				    : json_integer(sqlite3_column_int64(st, 2)),
 				"anon_bytes", (json_int_t)sqlite3_column_int64(st, 3), "file_bytes",
 				(json_int_t)sqlite3_column_int64(st, 4), "shmem_bytes",
 				(json_int_t)sqlite3_column_int64(st, 5), "swap_bytes",
@@ -152,8 +152,8 @@ static int rss_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t i
 	    json_object_set_new(o, "peak_bytes", n ? bytes_json(peak) : json_null()) < 0 ||
 	    json_object_set_new(o, "growth_bytes_per_s",
 				n >= 2 ? bytes_json(memory__slope(x, y, n)) : json_null()) < 0 ||
-	    json_object_set_new(o, "last_reading_s", n ? json_real(round(last_s * 1000) / 1000)
-						       : json_null()) < 0)
+	    json_object_set_new(o, "last_reading_s",
+				n ? json_real(round(last_s * 1000) / 1000) : json_null()) < 0)
 		goto fail_oom;
 
 	/* Per process: the same figures, from its own readings. */
@@ -172,11 +172,13 @@ static int rss_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t i
 		double pfirst = 0, plast = 0, ppeak = 0, t0 = 0, t1 = 0;
 		json_t *po;
 
-		for (; rc == SQLITE_ROW && sqlite3_column_int(st, 0) == pid; rc = sqlite3_step(st)) {
+		for (; rc == SQLITE_ROW && sqlite3_column_int(st, 0) == pid;
+		     rc = sqlite3_step(st)) {
 			double t = (double)(sqlite3_column_int64(st, 1) - start_ns) / 1e9;
 			double rss = (double)sqlite3_column_int64(st, 2);
 
-			if (m < cap) { /* cap >= the number of time points >= this process's readings */
+			if (m <
+			    cap) { /* cap >= the number of time points >= this process's readings */
 				x[m] = t;
 				y[m] = rss;
 			}
@@ -189,11 +191,12 @@ static int rss_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t i
 			ppeak = rss > ppeak ? rss : ppeak;
 			m++;
 		}
-		po = json_pack("{s:i, s:I, s:o, s:o, s:o, s:o, s:f, s:f}", "pid", pid, "readings",
-			       (json_int_t)m, "start_bytes", bytes_json(pfirst), "end_bytes",
-			       bytes_json(plast), "peak_bytes", bytes_json(ppeak), "growth_bytes_per_s",
-			       m >= 2 && m <= cap ? bytes_json(memory__slope(x, y, m)) : json_null(),
-			       "first_s", round(t0 * 1000) / 1000, "last_s", round(t1 * 1000) / 1000);
+		po = json_pack(
+		    "{s:i, s:I, s:o, s:o, s:o, s:o, s:f, s:f}", "pid", pid, "readings",
+		    (json_int_t)m, "start_bytes", bytes_json(pfirst), "end_bytes",
+		    bytes_json(plast), "peak_bytes", bytes_json(ppeak), "growth_bytes_per_s",
+		    m >= 2 && m <= cap ? bytes_json(memory__slope(x, y, m)) : json_null(),
+		    "first_s", round(t0 * 1000) / 1000, "last_s", round(t1 * 1000) / 1000);
 		if (!po || json_array_append_new(procs, po) < 0)
 			goto fail_oom;
 	}
@@ -215,7 +218,7 @@ struct alloc_stack {
 	uint64_t samples, live_samples;
 	double allocated_bytes;
 	double live[MEMORY_MAX_WINDOWS + 1]; /* live bytes at each window boundary */
-	double slope;                        /* bytes per second */
+	double slope;			     /* bytes per second */
 	bool suspect;
 };
 
@@ -230,15 +233,14 @@ static int cmp_live(const void *a, const void *b)
 /* Allocator functions, skipped to name a stack by the code that called them. */
 static bool is_allocator_function(const char *fn)
 {
-	static const char *const names[] = { "malloc",        "calloc",   "realloc",
-					     "posix_memalign", "aligned_alloc", "memalign",
-					     "mmap",          "__libc_malloc", "__libc_calloc",
-					     "__libc_realloc", "__mmap",  "operator new",
-					     "operator new[]" };
+	static const char *const names[] = {
+	    "malloc",	"calloc",	"realloc",	 "posix_memalign", "aligned_alloc",
+	    "memalign", "mmap",		"__libc_malloc", "__libc_calloc",  "__libc_realloc",
+	    "__mmap",	"operator new", "operator new[]"};
 
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
-		if (strcmp(fn, names[i]) == 0 || (strncmp(fn, names[i], strlen(names[i])) == 0 &&
-						  fn[strlen(names[i])] == '('))
+		if (strcmp(fn, names[i]) == 0 ||
+		    (strncmp(fn, names[i], strlen(names[i])) == 0 && fn[strlen(names[i])] == '('))
 			return true;
 	return false;
 }
@@ -263,7 +265,8 @@ static json_t *alloc_stack_json(const struct alloc_stack *a, unsigned windows, s
 	}
 	series = json_array();
 	for (unsigned k = 0; series && k <= windows; k++)
-		json_array_append_new(series, bytes_json(a->live[MEMORY_MAX_WINDOWS - windows + k]));
+		json_array_append_new(series,
+				      bytes_json(a->live[MEMORY_MAX_WINDOWS - windows + k]));
 	return json_pack("{s:s?, s:o, s:I, s:o, s:I, s:o, s:b, s:o*, s:o}", "function", caller,
 			 "live_bytes", bytes_json(a->live[MEMORY_MAX_WINDOWS]), "live_samples",
 			 (json_int_t)a->live_samples, "allocated_bytes",
@@ -337,7 +340,8 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 		const double *live = &a->live[MEMORY_MAX_WINDOWS - windows];
 
 		a->slope = memory__slope(x, live, windows + 1);
-		a->suspect = memory__is_leak_suspect(live, windows, a->live_samples, 3) && a->slope > 0;
+		a->suspect =
+		    memory__is_leak_suspect(live, windows, a->live_samples, 3) && a->slope > 0;
 		total_live += a->live[MEMORY_MAX_WINDOWS];
 	}
 	if (sqlite3_prepare_v2(db, REPORT_STACK_FRAMES_SQL, -1, &fr, NULL) != SQLITE_OK)
@@ -346,7 +350,8 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 	    json_object_set_new(o, "untracked", json_integer((json_int_t)untracked)) < 0 ||
 	    json_object_set_new(o, "stacks", json_integer((json_int_t)nstacks)) < 0 ||
 	    json_object_set_new(o, "windows", json_integer(windows)) < 0 ||
-	    json_object_set_new(o, "window_s", json_real(round(dur_s / windows * 1000) / 1000)) < 0 ||
+	    json_object_set_new(o, "window_s", json_real(round(dur_s / windows * 1000) / 1000)) <
+		0 ||
 	    json_object_set_new(o, "top_live", top_live = json_array()) < 0 ||
 	    json_object_set_new(o, "top_growth", top_growth = json_array()) < 0 ||
 	    json_object_set_new(o, "leak_suspects", suspects = json_array()) < 0)
@@ -363,8 +368,8 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 				order[n++] = i;
 		/* insertion sort by slope, descending: few stacks grow */
 		for (size_t i = 1; i < n; i++)
-			for (size_t j = i; j > 0 && stacks[order[j]].slope > stacks[order[j - 1]].slope;
-			     j--) {
+			for (size_t j = i;
+			     j > 0 && stacks[order[j]].slope > stacks[order[j - 1]].slope; j--) {
 				size_t t = order[j];
 
 				order[j] = order[j - 1];
@@ -379,8 +384,7 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 		for (size_t i = 0; i < n; i++) {
 			json_t *j;
 
-			if (!stacks[order[i]].suspect ||
-			    (int)json_array_size(suspects) >= limit)
+			if (!stacks[order[i]].suspect || (int)json_array_size(suspects) >= limit)
 				continue;
 			j = alloc_stack_json(&stacks[order[i]], windows, fr);
 			if (!j || json_array_append_new(suspects, j) < 0)
@@ -401,8 +405,9 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 /* A column as a JSON integer, or null. */
 static json_t *col_int_or_null(sqlite3_stmt *st, int i)
 {
-	return sqlite3_column_type(st, i) == SQLITE_NULL ? json_null()
-							 : json_integer(sqlite3_column_int64(st, i));
+	return sqlite3_column_type(st, i) == SQLITE_NULL
+		   ? json_null()
+		   : json_integer(sqlite3_column_int64(st, i));
 }
 
 int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
@@ -413,13 +418,14 @@ int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 	json_t *o = NULL, *rss = NULL, *allocs;
 	int r;
 
-	if (sqlite3_prepare_v2(db,
-			       "SELECT started_at_ns, COALESCE(ended_at_ns, ?2), memory_interval_ns, "
-			       "malloc_sample_bytes, malloc_calls, free_calls, malloc_bytes, "
-			       "malloc_sampled, malloc_lost, malloc_probes, state, "
-			       "malloc_max_hits_per_s, malloc_stopped_ns "
-			       "FROM sessions WHERE id = ?1",
-			       -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(
+		db,
+		"SELECT started_at_ns, COALESCE(ended_at_ns, ?2), memory_interval_ns, "
+		"malloc_sample_bytes, malloc_calls, free_calls, malloc_bytes, "
+		"malloc_sampled, malloc_lost, malloc_probes, state, "
+		"malloc_max_hits_per_s, malloc_stopped_ns "
+		"FROM sessions WHERE id = ?1",
+		-1, &st, NULL) != SQLITE_OK)
 		return -EIO;
 	sqlite3_bind_int64(st, 1, session_id);
 	sqlite3_bind_int64(st, 2, (int64_t)now_ns(CLOCK_REALTIME));
@@ -460,22 +466,21 @@ int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 		int64_t calls = sqlite3_column_int64(st, 4), bytes = sqlite3_column_int64(st, 6);
 		bool stopped = sqlite3_column_type(st, 12) != SQLITE_NULL;
 		/* Rates over the time the probes were attached. */
-		double traced_s = stopped ? (double)(sqlite3_column_int64(st, 12) - start_ns) / 1e9
-					  : dur_s;
+		double traced_s =
+		    stopped ? (double)(sqlite3_column_int64(st, 12) - start_ns) / 1e9 : dur_s;
 
 		if (traced_s <= 0)
 			traced_s = dur_s;
-		allocs = json_pack("{s:I, s:s?, s:o, s:o, s:o, s:o, s:o, s:f, s:f, s:o, s:o}",
-				   "sample_bytes",
-				   (json_int_t)sqlite3_column_int64(st, 3), "probes",
-				   (const char *)sqlite3_column_text(st, 9), "calls",
-				   col_int_or_null(st, 4), "free_calls", col_int_or_null(st, 5),
-				   "bytes", col_int_or_null(st, 6), "sampled", col_int_or_null(st, 7),
-				   "lost", col_int_or_null(st, 8), "calls_per_s",
-				   round((double)calls / traced_s * 10) / 10, "bytes_per_s",
-				   round((double)bytes / traced_s), "max_hits_per_s",
-				   col_int_or_null(st, 11), "stopped_at_s",
-				   stopped ? json_real(round(traced_s * 1000) / 1000) : json_null());
+		allocs = json_pack(
+		    "{s:I, s:s?, s:o, s:o, s:o, s:o, s:o, s:f, s:f, s:o, s:o}", "sample_bytes",
+		    (json_int_t)sqlite3_column_int64(st, 3), "probes",
+		    (const char *)sqlite3_column_text(st, 9), "calls", col_int_or_null(st, 4),
+		    "free_calls", col_int_or_null(st, 5), "bytes", col_int_or_null(st, 6),
+		    "sampled", col_int_or_null(st, 7), "lost", col_int_or_null(st, 8),
+		    "calls_per_s", round((double)calls / traced_s * 10) / 10, "bytes_per_s",
+		    round((double)bytes / traced_s), "max_hits_per_s", col_int_or_null(st, 11),
+		    "stopped_at_s",
+		    stopped ? json_real(round(traced_s * 1000) / 1000) : json_null());
 	}
 	if (!allocs || json_object_set_new(o, "allocations", allocs) < 0) {
 		r = -ENOMEM;

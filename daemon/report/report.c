@@ -285,18 +285,11 @@ int report__samples_table(sqlite3 *db, int64_t session_id, const char *event, co
 	*ret = "samples";
 	if (!event)
 		return 0;
-	r = report__prepare(
-	    db, "SELECT sampled_event, sampled_event_status FROM sessions WHERE id = ?1", &st);
+	r = report__row(db,
+			"SELECT sampled_event, sampled_event_status FROM sessions WHERE id = ?1",
+			session_id, &st);
 	if (r < 0)
 		return r;
-	r = report__bind_int64(st, 1, session_id);
-	if (r < 0)
-		return r;
-	r = report__step(st);
-	if (r < 0)
-		return r;
-	if (r == 0)
-		return -ENOENT;
 	name = (const char *)sqlite3_column_text(st, 0);
 	status = (const char *)sqlite3_column_text(st, 1);
 	if (!name || strcmp(name, event) != 0)

@@ -31,7 +31,6 @@
 #include "util.h"
 #include "store/sqlite_util.h"
 
-
 /* Filtering views a non-admin's reads of main tables must come through. */
 #define MAX_FILTER_VIEWS 64
 

@@ -47,17 +47,9 @@ static int thread_rows(sqlite3 *db, int64_t session_id, json_t **ret)
 	if (r < 0)
 		return r;
 	snap = db;
-	r = report__prepare(db, "SELECT 1 FROM sessions WHERE id = ?1", &st);
+	r = report__row(db, "SELECT 1 FROM sessions WHERE id = ?1", session_id, &st);
 	if (r < 0)
 		return r;
-	r = report__bind_int64(st, 1, session_id);
-	if (r < 0)
-		return r;
-	r = report__step(st);
-	if (r < 0)
-		return r;
-	if (r == 0)
-		return -ENOENT;
 	sqlite3_finalize(TAKE_PTR(st));
 
 	r = report__prepare(
