@@ -14,93 +14,89 @@
 extern const char *const store_migrations[];
 extern const size_t store_migrations_count;
 
-
 static const char *const stmt_sql[_STMT_MAX] = {
-	[STMT_SESSION_INSERT] =
-		"INSERT INTO sessions (pid, pid_start_ticks, comm, exe, uid, event, events, freq_hz, "
-		"unwind, duration_ns, started_at_ns, stack_bytes, follow_children, sampled_event, "
-		"sampled_event_status, label, state) "
-		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-		"'running')",
-	[STMT_SESSION_COUNTS] = "UPDATE sessions SET samples = samples + ?2, "
-				"lost_samples = lost_samples + ?3, "
-				"truncated_stacks = truncated_stacks + ?4, "
-				"missing_user_stacks = missing_user_stacks + ?5, "
-				"unsymbolized_frames = unsymbolized_frames + ?6, "
-				"unwind_dropped = unwind_dropped + ?7, "
-				"frames = frames + ?8, "
-				"limit_dropped_samples = limit_dropped_samples + ?9 WHERE id = ?1",
-	[STMT_SESSION_PYTHON] = "UPDATE sessions SET python = ?2, python_version = ?3 WHERE id = ?1",
-	[STMT_SESSION_PYTHON_COUNTS] = "UPDATE sessions SET python_samples = python_samples + ?2, "
-				       "python_unmerged = python_unmerged + ?3 WHERE id = ?1",
-	[STMT_SESSION_END] = "UPDATE sessions SET state = 'ended', end_reason = ?2, "
-			     "ended_at_ns = ?3 WHERE id = ?1",
-	[STMT_WINDOW_ADD] =
-		"INSERT INTO windows (session_id, window_ns, samples, lost_samples, "
-		"truncated_stacks, missing_user_stacks) VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
-		"ON CONFLICT (session_id, window_ns) DO UPDATE SET "
-		"samples = samples + excluded.samples, "
-		"lost_samples = lost_samples + excluded.lost_samples, "
-		"truncated_stacks = truncated_stacks + excluded.truncated_stacks, "
-		"missing_user_stacks = missing_user_stacks + excluded.missing_user_stacks",
-	[STMT_THREAD_UPSERT] =
-		"INSERT INTO threads (session_id, tid, name, first_seen_ns, last_seen_ns, samples, pid, "
-		"exited_at_ns) VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7) "
-		"ON CONFLICT (session_id, tid) DO UPDATE SET "
-		"name = excluded.name, last_seen_ns = MAX(last_seen_ns, excluded.last_seen_ns), "
-		"samples = samples + excluded.samples, "
-		"exited_at_ns = coalesce(excluded.exited_at_ns, exited_at_ns)",
-	[STMT_MAPPING_INSERT] = "INSERT INTO mappings (session_id, start_addr, end_addr, "
-				"file_offset, path, build_id, pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-	[STMT_FRAME_FIND] = "SELECT id FROM frames WHERE kind = ?1 AND module = ?2 AND "
-			    "build_id = ?3 AND rel_addr = ?4 AND inline_depth = ?8",
-	[STMT_FRAME_INSERT] = "INSERT INTO frames (kind, module, build_id, rel_addr, function, "
-			      "file, line, inline_depth) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-	[STMT_STACK_FIND] = "SELECT id FROM stacks WHERE frame_ids = ?1",
-	[STMT_STACK_INSERT] = "INSERT INTO stacks (frame_ids, depth, truncated, reached_root) "
-			      "VALUES (?1, ?2, ?3, ?4)",
-	[STMT_STACK_FRAME_INSERT] =
-		"INSERT INTO stack_frames (stack_id, pos, frame_id) VALUES (?1, ?2, ?3)",
-	[STMT_SAMPLE_ADD] = "INSERT INTO samples (session_id, window_ns, tid, stack_id, count) "
-			    "VALUES (?1, ?2, ?3, ?4, ?5) "
-			    "ON CONFLICT (session_id, window_ns, tid, stack_id) DO UPDATE SET "
-			    "count = count + excluded.count",
-	[STMT_EVENT_SAMPLE_ADD] =
-		"INSERT INTO event_samples (session_id, window_ns, tid, stack_id, count) "
-		"VALUES (?1, ?2, ?3, ?4, ?5) "
-		"ON CONFLICT (session_id, window_ns, tid, stack_id) DO UPDATE SET "
-		"count = count + excluded.count",
-	[STMT_OFFCPU_ADD] =
-		"INSERT INTO offcpu (session_id, window_ns, pid, tid, stack_id, state, count, "
-		"total_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
-		"ON CONFLICT (session_id, window_ns, tid, stack_id, state) DO UPDATE SET "
-		"count = count + excluded.count, total_ns = total_ns + excluded.total_ns",
-	[STMT_COUNTER_ADD] =
-		"INSERT INTO thread_counters (session_id, window_ns, tid, counter, value, status) "
-		"VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
-		"ON CONFLICT (session_id, window_ns, tid, counter) DO UPDATE SET "
-		"value = CASE WHEN excluded.status = 'ok' THEN coalesce(value, 0) + excluded.value "
-		"ELSE value END, status = excluded.status",
-	[STMT_SESSION_COUNTER] = "INSERT OR REPLACE INTO session_counters (session_id, counter, "
-				 "status) VALUES (?1, ?2, ?3)",
-	[STMT_SESSION_OFFCPU_LOST] =
-		"UPDATE sessions SET offcpu_lost = offcpu_lost + ?2 WHERE id = ?1",
-	[STMT_MEMORY_ADD] = "INSERT OR REPLACE INTO memory_samples (session_id, time_ns, pid, "
-			    "rss_bytes, pss_bytes, anon_bytes, file_bytes, shmem_bytes, swap_bytes) "
-			    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-	[STMT_ALLOCATION_ADD] =
-		"INSERT INTO allocations (session_id, pid, tid, stack_id, func, size_bytes, "
-		"weight_bytes, address, alloc_ns, free_ns, untracked) "
-		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-	[STMT_ALLOCATION_FREED] = "UPDATE allocations SET free_ns = ?2 WHERE id = ?1",
-	[STMT_SESSION_MALLOC] = "UPDATE sessions SET malloc_calls = ?2, free_calls = ?3, "
-				"malloc_bytes = ?4, malloc_sampled = ?5, malloc_lost = ?6, "
-				"malloc_stopped_ns = ?7 WHERE id = ?1",
-	[STMT_SESSION_MEMORY_CONFIG] = "UPDATE sessions SET memory_interval_ns = ?2, "
-				       "malloc_sample_bytes = ?3, malloc_probes = ?4, "
-				       "malloc_max_hits_per_s = ?5 WHERE id = ?1",
+    [STMT_SESSION_INSERT] =
+	"INSERT INTO sessions (pid, pid_start_ticks, comm, exe, uid, event, events, freq_hz, "
+	"unwind, duration_ns, started_at_ns, stack_bytes, follow_children, sampled_event, "
+	"sampled_event_status, label, state) "
+	"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+	"'running')",
+    [STMT_SESSION_COUNTS] = "UPDATE sessions SET samples = samples + ?2, "
+			    "lost_samples = lost_samples + ?3, "
+			    "truncated_stacks = truncated_stacks + ?4, "
+			    "missing_user_stacks = missing_user_stacks + ?5, "
+			    "unsymbolized_frames = unsymbolized_frames + ?6, "
+			    "unwind_dropped = unwind_dropped + ?7, "
+			    "frames = frames + ?8, "
+			    "limit_dropped_samples = limit_dropped_samples + ?9 WHERE id = ?1",
+    [STMT_SESSION_PYTHON] = "UPDATE sessions SET python = ?2, python_version = ?3 WHERE id = ?1",
+    [STMT_SESSION_PYTHON_COUNTS] = "UPDATE sessions SET python_samples = python_samples + ?2, "
+				   "python_unmerged = python_unmerged + ?3 WHERE id = ?1",
+    [STMT_SESSION_END] = "UPDATE sessions SET state = 'ended', end_reason = ?2, "
+			 "ended_at_ns = ?3 WHERE id = ?1",
+    [STMT_WINDOW_ADD] = "INSERT INTO windows (session_id, window_ns, samples, lost_samples, "
+			"truncated_stacks, missing_user_stacks) VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+			"ON CONFLICT (session_id, window_ns) DO UPDATE SET "
+			"samples = samples + excluded.samples, "
+			"lost_samples = lost_samples + excluded.lost_samples, "
+			"truncated_stacks = truncated_stacks + excluded.truncated_stacks, "
+			"missing_user_stacks = missing_user_stacks + excluded.missing_user_stacks",
+    [STMT_THREAD_UPSERT] =
+	"INSERT INTO threads (session_id, tid, name, first_seen_ns, last_seen_ns, samples, pid, "
+	"exited_at_ns) VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7) "
+	"ON CONFLICT (session_id, tid) DO UPDATE SET "
+	"name = excluded.name, last_seen_ns = MAX(last_seen_ns, excluded.last_seen_ns), "
+	"samples = samples + excluded.samples, "
+	"exited_at_ns = coalesce(excluded.exited_at_ns, exited_at_ns)",
+    [STMT_MAPPING_INSERT] = "INSERT INTO mappings (session_id, start_addr, end_addr, "
+			    "file_offset, path, build_id, pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [STMT_FRAME_FIND] = "SELECT id FROM frames WHERE kind = ?1 AND module = ?2 AND "
+			"build_id = ?3 AND rel_addr = ?4 AND inline_depth = ?8",
+    [STMT_FRAME_INSERT] = "INSERT INTO frames (kind, module, build_id, rel_addr, function, "
+			  "file, line, inline_depth) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    [STMT_STACK_FIND] = "SELECT id FROM stacks WHERE frame_ids = ?1",
+    [STMT_STACK_INSERT] = "INSERT INTO stacks (frame_ids, depth, truncated, reached_root) "
+			  "VALUES (?1, ?2, ?3, ?4)",
+    [STMT_STACK_FRAME_INSERT] =
+	"INSERT INTO stack_frames (stack_id, pos, frame_id) VALUES (?1, ?2, ?3)",
+    [STMT_SAMPLE_ADD] = "INSERT INTO samples (session_id, window_ns, tid, stack_id, count) "
+			"VALUES (?1, ?2, ?3, ?4, ?5) "
+			"ON CONFLICT (session_id, window_ns, tid, stack_id) DO UPDATE SET "
+			"count = count + excluded.count",
+    [STMT_EVENT_SAMPLE_ADD] =
+	"INSERT INTO event_samples (session_id, window_ns, tid, stack_id, count) "
+	"VALUES (?1, ?2, ?3, ?4, ?5) "
+	"ON CONFLICT (session_id, window_ns, tid, stack_id) DO UPDATE SET "
+	"count = count + excluded.count",
+    [STMT_OFFCPU_ADD] =
+	"INSERT INTO offcpu (session_id, window_ns, pid, tid, stack_id, state, count, "
+	"total_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+	"ON CONFLICT (session_id, window_ns, tid, stack_id, state) DO UPDATE SET "
+	"count = count + excluded.count, total_ns = total_ns + excluded.total_ns",
+    [STMT_COUNTER_ADD] =
+	"INSERT INTO thread_counters (session_id, window_ns, tid, counter, value, status) "
+	"VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+	"ON CONFLICT (session_id, window_ns, tid, counter) DO UPDATE SET "
+	"value = CASE WHEN excluded.status = 'ok' THEN coalesce(value, 0) + excluded.value "
+	"ELSE value END, status = excluded.status",
+    [STMT_SESSION_COUNTER] = "INSERT OR REPLACE INTO session_counters (session_id, counter, "
+			     "status) VALUES (?1, ?2, ?3)",
+    [STMT_SESSION_OFFCPU_LOST] = "UPDATE sessions SET offcpu_lost = offcpu_lost + ?2 WHERE id = ?1",
+    [STMT_MEMORY_ADD] = "INSERT OR REPLACE INTO memory_samples (session_id, time_ns, pid, "
+			"rss_bytes, pss_bytes, anon_bytes, file_bytes, shmem_bytes, swap_bytes) "
+			"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    [STMT_ALLOCATION_ADD] =
+	"INSERT INTO allocations (session_id, pid, tid, stack_id, func, size_bytes, "
+	"weight_bytes, address, alloc_ns, free_ns, untracked) "
+	"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    [STMT_ALLOCATION_FREED] = "UPDATE allocations SET free_ns = ?2 WHERE id = ?1",
+    [STMT_SESSION_MALLOC] = "UPDATE sessions SET malloc_calls = ?2, free_calls = ?3, "
+			    "malloc_bytes = ?4, malloc_sampled = ?5, malloc_lost = ?6, "
+			    "malloc_stopped_ns = ?7 WHERE id = ?1",
+    [STMT_SESSION_MEMORY_CONFIG] = "UPDATE sessions SET memory_interval_ns = ?2, "
+				   "malloc_sample_bytes = ?3, malloc_probes = ?4, "
+				   "malloc_max_hits_per_s = ?5 WHERE id = ?1",
 };
-
 
 sqlite3 *store__db(struct store *st)
 {
@@ -234,8 +230,8 @@ int store__open(const char *path, struct store **ret_store)
 	 * existing database, which store__enable_incremental_vacuum() converts. */
 	if (exec(st, "PRAGMA auto_vacuum = INCREMENTAL") < 0)
 		return -EIO;
-	if (exec(st, "PRAGMA journal_mode = WAL") < 0 || exec(st, "PRAGMA synchronous = NORMAL") < 0 ||
-	    exec(st, "PRAGMA foreign_keys = ON") < 0)
+	if (exec(st, "PRAGMA journal_mode = WAL") < 0 ||
+	    exec(st, "PRAGMA synchronous = NORMAL") < 0 || exec(st, "PRAGMA foreign_keys = ON") < 0)
 		return -EIO;
 	r = migrate(st);
 	if (r < 0)
@@ -316,9 +312,9 @@ static void bind_text_or_null(sqlite3_stmt *stmt, int i, const char *s)
 int store__mark_interrupted(struct store *st)
 {
 	const char *sql =
-		"UPDATE sessions SET state = 'ended', end_reason = 'interrupted', ended_at_ns = "
-		"COALESCE((SELECT MAX(window_ns) + 1000000000 FROM windows "
-		"WHERE session_id = sessions.id), started_at_ns) WHERE state = 'running'";
+	    "UPDATE sessions SET state = 'ended', end_reason = 'interrupted', ended_at_ns = "
+	    "COALESCE((SELECT MAX(window_ns) + 1000000000 FROM windows "
+	    "WHERE session_id = sessions.id), started_at_ns) WHERE state = 'running'";
 
 	if (exec(st, sql) < 0)
 		return -EIO;
@@ -478,7 +474,7 @@ int store__retention(struct store *st, uint64_t now_ns, uint64_t retention_ns,
 	unsigned n;
 	int r;
 
-	*ret = (struct store_retention){ .bytes_before = size > 0 ? (uint64_t)size : 0 };
+	*ret = (struct store_retention){.bytes_before = size > 0 ? (uint64_t)size : 0};
 	if (retention_ns && now_ns > retention_ns) {
 		r = delete_sessions(st, "coalesce(ended_at_ns, started_at_ns) < ?1",
 				    (int64_t)(now_ns - retention_ns), &n);
@@ -490,7 +486,8 @@ int store__retention(struct store *st, uint64_t now_ns, uint64_t retention_ns,
 	 * that the excess is of the live bytes (at least one), since how much a
 	 * session frees is only known once its shared stacks are gone too. */
 	while (max_db_bytes && (live = live_bytes(st)) > (int64_t)max_db_bytes) {
-		int64_t ended = query_int64(st, "SELECT count(*) FROM sessions WHERE state = 'ended'");
+		int64_t ended =
+		    query_int64(st, "SELECT count(*) FROM sessions WHERE state = 'ended'");
 		int64_t batch;
 
 		if (ended < 0)
@@ -500,7 +497,8 @@ int store__retention(struct store *st, uint64_t now_ns, uint64_t retention_ns,
 			break;
 		}
 		batch = (int64_t)((double)ended * (double)(live - (int64_t)max_db_bytes) /
-				  (double)live) + 1;
+				  (double)live) +
+			1;
 		r = delete_sessions(st,
 				    "id IN (SELECT id FROM sessions WHERE state = 'ended' "
 				    "ORDER BY coalesce(ended_at_ns, started_at_ns), id LIMIT ?1)",
@@ -610,8 +608,8 @@ int store__session_uid(struct store *st, int64_t id, uid_t *ret_uid)
 	_cleanup_stmt_ sqlite3_stmt *stmt = NULL;
 	int rc;
 
-	if (sqlite3_prepare_v2(st->db, "SELECT uid FROM sessions WHERE id = ?1", -1, &stmt,
-			       NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(st->db, "SELECT uid FROM sessions WHERE id = ?1", -1, &stmt, NULL) !=
+	    SQLITE_OK)
 		return -EIO;
 	sqlite3_bind_int64(stmt, 1, id);
 	rc = sqlite3_step(stmt);
@@ -621,6 +619,47 @@ int store__session_uid(struct store *st, int64_t id, uid_t *ret_uid)
 		return -EIO;
 	*ret_uid = (uid_t)sqlite3_column_int64(stmt, 0);
 	return 0;
+}
+
+/*
+ * store__frame_name() - name frame @frame_id after the fact (resymbolize):
+ * @function, and @file and @line (NULL and 0 when unknown). Returns 0 or
+ * -EIO. Does not log.
+ */
+int store__frame_name(struct store *st, int64_t frame_id, const char *function, const char *file,
+		      int line)
+{
+	sqlite3_stmt *q =
+	    store__lazy(st, STORE_LAZY_FRAME_NAME,
+			"UPDATE frames SET function = ?2, file = ?3, line = ?4 WHERE id = ?1");
+
+	if (!q)
+		return -EIO;
+	sqlite3_bind_int64(q, 1, frame_id);
+	sqlite3_bind_text(q, 2, function, -1, SQLITE_STATIC);
+	if (file)
+		sqlite3_bind_text(q, 3, file, -1, SQLITE_STATIC);
+	if (line > 0)
+		sqlite3_bind_int(q, 4, line);
+	return store__step_done(q);
+}
+
+/*
+ * store__session_frames_named() - @named frames of session @id that had no
+ * name got one (resymbolize): they leave its unsymbolized count. Returns 0
+ * or -EIO.
+ */
+int store__session_frames_named(struct store *st, int64_t id, uint64_t named)
+{
+	sqlite3_stmt *q = store__lazy(st, STORE_LAZY_SESSION_NAMED,
+				      "UPDATE sessions SET unsymbolized_frames = "
+				      "MAX(0, unsymbolized_frames - ?2) WHERE id = ?1");
+
+	if (!q)
+		return -EIO;
+	sqlite3_bind_int64(q, 1, id);
+	sqlite3_bind_int64(q, 2, (int64_t)named);
+	return store__step_done(q);
 }
 
 int store__window_add(struct store *st, int64_t session_id, uint64_t window_ns,

@@ -127,6 +127,10 @@ int store__session_add_python(struct store *st, int64_t id, uint64_t samples, ui
  * session, -EIO. Does not log.
  */
 int store__session_uid(struct store *st, int64_t id, uid_t *ret_uid);
+/* Documented where they are defined, in store.c: what resymbolize writes. */
+int store__frame_name(struct store *st, int64_t frame_id, const char *function, const char *file,
+		      int line);
+int store__session_frames_named(struct store *st, int64_t id, uint64_t named);
 /* store__session_end() - state 'ended', with @reason and @ended_at_ns. */
 int store__session_end(struct store *st, int64_t id, const char *reason, uint64_t ended_at_ns);
 

@@ -35,7 +35,7 @@ enum stmt_id {
 	_STMT_MAX,
 };
 
-/* Statements of the less common writes (store/gpu.c), prepared at their first use. */
+/* Statements of the less common writes (GPU rows, resymbolize), prepared at their first use. */
 enum {
 	STORE_LAZY_GPU_API,
 	STORE_LAZY_GPU_KERNEL,
@@ -46,6 +46,8 @@ enum {
 	STORE_LAZY_GPU_MEM_EVENT,
 	STORE_LAZY_GPU_PROBE,
 	STORE_LAZY_GPU_COUNTS,
+	STORE_LAZY_FRAME_NAME,
+	STORE_LAZY_SESSION_NAMED,
 	STORE_LAZY_MAX,
 };
 

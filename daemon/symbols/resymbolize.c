@@ -14,36 +14,28 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct symbolizer *, symbolizer__free)
 
 int resymbolize__session(struct store *st, int64_t session_id, bool debuginfod, json_t **ret)
 {
-	_cleanup_stmt_ sqlite3_stmt *list = NULL, *update = NULL, *count = NULL;
+	_cleanup_stmt_ sqlite3_stmt *list = NULL;
 	_cleanup_(symbolizer__freep) struct symbolizer *sym = NULL;
 	sqlite3 *db = store__db(st);
 	int64_t checked = 0, named = 0, remaining = 0;
+	uid_t owner;
 	int rc, r;
 
-	if (sqlite3_prepare_v2(db, "SELECT 1 FROM sessions WHERE id = ?1", -1, &count, NULL) !=
-	    SQLITE_OK)
-		return -EIO;
-	sqlite3_bind_int64(count, 1, session_id);
-	rc = sqlite3_step(count);
-	if (rc == SQLITE_DONE)
-		return -ENOENT;
-	if (rc != SQLITE_ROW)
-		return -EIO;
-	sqlite3_finalize(TAKE_PTR(count));
+	r = store__session_uid(st, session_id, &owner);
+	if (r < 0)
+		return r;
 
 	sym = symbolizer__new_with(debuginfod, getenv("PROFD_DEBUG_PATH"));
 	if (!sym)
 		return -ENOMEM;
-	if (sqlite3_prepare_v2(db,
-			       "SELECT DISTINCT f.id, f.module, f.build_id, f.rel_addr FROM samples sa "
-			       "JOIN stack_frames sf ON sf.stack_id = sa.stack_id "
-			       "JOIN frames f ON f.id = sf.frame_id "
-			       "WHERE sa.session_id = ?1 AND f.function IS NULL AND f.kind = 'user' "
-			       "AND f.inline_depth = 0",
-			       -1, &list, NULL) != SQLITE_OK ||
-	    sqlite3_prepare_v2(db,
-			       "UPDATE frames SET function = ?2, file = ?3, line = ?4 WHERE id = ?1",
-			       -1, &update, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(
+		db,
+		"SELECT DISTINCT f.id, f.module, f.build_id, f.rel_addr FROM samples sa "
+		"JOIN stack_frames sf ON sf.stack_id = sa.stack_id "
+		"JOIN frames f ON f.id = sf.frame_id "
+		"WHERE sa.session_id = ?1 AND f.function IS NULL AND f.kind = 'user' "
+		"AND f.inline_depth = 0",
+		-1, &list, NULL) != SQLITE_OK)
 		return -EIO;
 	sqlite3_bind_int64(list, 1, session_id);
 
@@ -68,21 +60,11 @@ int resymbolize__session(struct store *st, int64_t session_id, bool debuginfod, 
 		if (n <= 0 || !fi[n - 1].function)
 			continue;
 		/* The frame row is the depth-0 one: the function the symbol table names. */
-		sqlite3_bind_int64(update, 1, sqlite3_column_int64(list, 0));
-		sqlite3_bind_text(update, 2, fi[n - 1].function, -1, SQLITE_TRANSIENT);
-		if (fi[n - 1].file)
-			sqlite3_bind_text(update, 3, fi[n - 1].file, -1, SQLITE_TRANSIENT);
-		else
-			sqlite3_bind_null(update, 3);
-		if (fi[n - 1].line > 0)
-			sqlite3_bind_int(update, 4, fi[n - 1].line);
-		else
-			sqlite3_bind_null(update, 4);
-		rc = sqlite3_step(update);
-		sqlite3_reset(update);
-		sqlite3_clear_bindings(update);
-		if (rc != SQLITE_DONE)
+		if (store__frame_name(st, sqlite3_column_int64(list, 0), fi[n - 1].function,
+				      fi[n - 1].file, fi[n - 1].line) < 0) {
+			rc = SQLITE_ERROR;
 			break;
+		}
 		named++;
 	}
 	if (rc != SQLITE_DONE) {
@@ -90,21 +72,13 @@ int resymbolize__session(struct store *st, int64_t session_id, bool debuginfod, 
 		return -EIO;
 	}
 	remaining = checked - named;
-	if (sqlite3_prepare_v2(db,
-			       "UPDATE sessions SET unsymbolized_frames = MAX(0, unsymbolized_frames - ?2) "
-			       "WHERE id = ?1",
-			       -1, &count, NULL) != SQLITE_OK) {
+	if (store__session_frames_named(st, session_id, (uint64_t)named) < 0 ||
+	    store__commit(st) < 0) {
 		store__rollback(st);
 		return -EIO;
 	}
-	sqlite3_bind_int64(count, 1, session_id);
-	sqlite3_bind_int64(count, 2, named);
-	if (sqlite3_step(count) != SQLITE_DONE || store__commit(st) < 0) {
-		store__rollback(st);
-		return -EIO;
-	}
-	*ret = json_pack("{s:I, s:I, s:I, s:I}", "session", (json_int_t)session_id, "frames_checked",
-			 (json_int_t)checked, "frames_named", (json_int_t)named,
+	*ret = json_pack("{s:I, s:I, s:I, s:I}", "session", (json_int_t)session_id,
+			 "frames_checked", (json_int_t)checked, "frames_named", (json_int_t)named,
 			 "unsymbolized_frames", (json_int_t)remaining);
 	return *ret ? 0 : -ENOMEM;
 }
