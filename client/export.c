@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "export.h"
+#include "hashmap.h"
 #include "profile.pb-c.h"
 #include "util.h"
 
@@ -287,60 +288,44 @@ int export__folded(FILE *f, const struct xprofile *p, int64_t tid)
 struct strtab {
 	char **s;
 	size_t n, cap;
-	/* open addressing: 1 + index, 0 = empty */
-	size_t *slots;
-	size_t n_slots;
+	struct hashmap index; /* the strings, by content: 1 + index into s, as a pointer */
 };
 
-static uint64_t str_hash(const char *s)
-{
-	uint64_t h = 0xcbf29ce484222325ULL;
+/* A string looked up in strtab.index: the table its entries index. */
+struct strtab_key {
+	const struct strtab *t;
+	const char *s;
+};
 
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-	return h;
+static bool strtab_eq(const void *entry, const void *key)
+{
+	const struct strtab_key *k = key;
+
+	return strcmp(k->t->s[(uintptr_t)entry - 1], k->s) == 0;
 }
 
 /* Index of @s in @t, added if new; -ENOMEM. */
 static int64_t strtab__intern(struct strtab *t, const char *s)
 {
-	size_t i;
+	struct strtab_key key;
+	uint64_t h;
+	void *found;
 
 	if (!s)
 		s = "";
-	if (t->n * 2 >= t->n_slots) {
-		size_t n_slots = t->n_slots ? t->n_slots * 2 : 1024;
-		size_t *slots = calloc(n_slots, sizeof(*slots));
-
-		if (!slots)
-			return -ENOMEM;
-		for (size_t k = 0; k < t->n; k++) {
-			for (i = str_hash(t->s[k]) & (n_slots - 1); slots[i];
-			     i = (i + 1) & (n_slots - 1))
-				;
-			slots[i] = k + 1;
-		}
-		free(t->slots);
-		t->slots = slots;
-		t->n_slots = n_slots;
-	}
-	for (i = str_hash(s) & (t->n_slots - 1); t->slots[i]; i = (i + 1) & (t->n_slots - 1))
-		if (strcmp(t->s[t->slots[i] - 1], s) == 0)
-			return (int64_t)t->slots[i] - 1;
-	if (t->n == t->cap) {
-		size_t cap = t->cap ? t->cap * 2 : 256;
-		char **ns = reallocarray(t->s, cap, sizeof(*ns));
-
-		if (!ns)
-			return -ENOMEM;
-		t->s = ns;
-		t->cap = cap;
-	}
-	t->s[t->n] = strdup(s);
-	if (!t->s[t->n])
+	key = (struct strtab_key){ t, s };
+	h = hash64(HASH64_INIT, s, strlen(s));
+	found = hashmap__find(&t->index, h, strtab_eq, &key);
+	if (found)
+		return (int64_t)(uintptr_t)found - 1;
+	if (grow_array((void **)&t->s, &t->cap, t->n, sizeof(*t->s)) < 0)
 		return -ENOMEM;
-	t->slots[i] = ++t->n;
-	return (int64_t)t->n - 1;
+	t->s[t->n] = strdup(s);
+	if (!t->s[t->n] || hashmap__insert(&t->index, h, (void *)(uintptr_t)(t->n + 1)) < 0) {
+		free(t->s[t->n]);
+		return -ENOMEM;
+	}
+	return (int64_t)t->n++;
 }
 
 static void strtab__free(struct strtab *t)
@@ -348,7 +333,7 @@ static void strtab__free(struct strtab *t)
 	for (size_t i = 0; i < t->n; i++)
 		free(t->s[i]);
 	free(t->s);
-	free(t->slots);
+	hashmap__free(&t->index);
 }
 
 /* Writes @len bytes at @buf gzip-compressed to @f. Returns 0, -ENOMEM or -EIO. */
