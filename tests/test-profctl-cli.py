@@ -1,10 +1,20 @@
 #!/usr/bin/env python3
-"""test-profctl-cli.py - profctl against tests/fake-profd.py: arguments, exit codes, output, call tree.
+"""test-profctl-cli.py - profctl against the real profd, and against tests/fake-profd.py
+for what a real daemon cannot be made to answer on demand.
 
 Usage: test-profctl-cli.py PATH-TO-PROFCTL
 
-Starts fake-profd.py (next to this file) on a socket in a temporary directory
-and runs the given profctl against it. Checks the argument handling (options
+First, with root and BPF ($PROFD set, as meson test does): a real profd on a
+temporary socket and database profiles a real workload, and every command
+profctl has runs against it, human and --json: exit codes, the fields
+profctl reads from real responses, the errors a real profd gives (no such
+session, no such process). Without root this part is skipped and the test
+exits 77 once the rest has run.
+
+Then fake-profd.py (next to this file) on a socket in a temporary directory,
+for the answers a real profd cannot be made to give when a test wants them:
+exact call trees and tables to compare character by character, sessions in
+every end state, a daemon that answers garbage, errors, or nothing. Checks the argument handling (options
 before and after the command, numbers, help), the exit codes (0, 1 for
 errors from or reaching profd, 2 for usage errors, 130 for an interrupted
 attach --wait), the requests profctl sends, its human output (tables, the
@@ -86,6 +96,7 @@ def main():
         print("setup error: %s is not an executable" % profctl)
         return 99
 
+    real = run_real_checks(profctl)
     with tempfile.TemporaryDirectory(prefix="profctl-test-") as tmp:
         fake = Fake(tmp)
         try:
@@ -93,7 +104,100 @@ def main():
         finally:
             fake.stop()
     print("%d checks, %d failed" % (checks, failures))
-    return 1 if failures else 0
+    if failures:
+        return 1
+    if real is not None:
+        print("SKIP (real profd part): " + real)
+        return 77
+    return 0
+
+
+def run_real_checks(profctl):
+    """Every command against a real profd and a real workload. Returns None, or why it was skipped."""
+    if os.geteuid() != 0:
+        return "needs root (CAP_BPF and CAP_PERFMON) to run profd"
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        return "kernel has no BTF: profd's BPF programs cannot load"
+    if not os.environ.get("PROFD") or not os.environ.get("SPIN_THREADS"):
+        return "$PROFD and $SPIN_THREADS are not set (run through meson test)"
+    sys.path.insert(0, os.path.join(HERE, "integration"))
+    import profdtest
+
+    os.environ["PROFCTL"] = profctl
+    with profdtest.Profd() as d, tempfile.TemporaryDirectory(prefix="profctl-real-") as tmp:
+        env = dict(os.environ, PROFD_SOCKET=d.socket, TZ="UTC", LANG="C.UTF-8")
+
+        def ctl(*args, timeout=60):
+            return subprocess.run([profctl] + [str(a) for a in args], capture_output=True,
+                                  text=True, env=env, timeout=timeout)
+
+        w = d.spawn(os.environ["SPIN_THREADS"], "--seconds", "30", "--weights", "1,3")
+        profdtest.wait_for_threads(w.pid, 3)
+        # attach --wait, human: the session's summary at the end, exit 0
+        r = ctl("attach", w.pid, "--duration", "2", "--freq", "397", "--events",
+                "cpu,offcpu,rss", "--wait")
+        check(r.returncode == 0 and re.search(r"(?m)^state: +ended$", r.stdout),
+              "real: attach --wait ends with the session's summary", r)
+        sessions = json.loads(ctl("--json", "sessions").stdout)["sessions"]
+        check(len(sessions) == 1 and sessions[0]["pid"] == w.pid, "real: sessions --json",
+              sessions)
+        sid = str(sessions[0]["id"])
+        # a second, short session for diff; then the workload goes
+        r = ctl("--json", "attach", w.pid, "--duration", "1", "--freq", "397", "--wait")
+        sid2 = str(json.loads(r.stdout)["id"]) if r.returncode == 0 else sid
+        w.kill()
+
+        out = os.path.join(tmp, "cpu.svg")
+        commands = [
+            (("sessions",), "STATE", ("sessions",)),
+            (("session", sid), "samples", ("session",)),
+            (("top", sid), "hot_function", ("functions", "total_samples")),
+            (("hotpaths", sid), "hot_function", ("paths",)),
+            (("threads", sid), "worker-2", ("threads", "imbalance")),
+            (("offcpu", sid), "", ("stacks",)),
+            (("memory", sid), "RSS", ("rss",)),
+            (("analyze", sid), "", ("findings",)),
+            (("gpu", sid), "", ("session",)),
+            (("ranges", sid), "", ("ranges",)),
+            (("diff", sid, sid2), "hot_function", ("functions",)),
+            (("sql", "SELECT count(*) AS n FROM samples"), "n", ("columns", "rows")),
+            (("resymbolize", sid), "", ("frames_checked",)),
+            (("ping",), "profd", ("version", "protocol")),
+        ]
+        for args, needle, keys in commands:
+            r = ctl(*args)
+            check(r.returncode == 0 and needle in r.stdout and "malformed" not in r.stderr,
+                  "real: profctl %s" % " ".join(args), r)
+            r = ctl("--json", *args)
+            try:
+                doc = json.loads(r.stdout)
+            except ValueError:
+                doc = None
+            check(r.returncode == 0 and isinstance(doc, dict) and all(k in doc for k in keys) and
+                  "ok" not in doc, "real: profctl --json %s has %s" % (" ".join(args), keys), r)
+        # the hottest function is the workload's, in the first row of top
+        top = json.loads(ctl("--json", "top", sid).stdout)
+        check(top["functions"][0]["function"] == "hot_function", "real: top's first function",
+              top["functions"][:2])
+        # exports: files that the tools read
+        r = ctl("flamegraph", sid, "-o", out)
+        check(r.returncode == 0 and open(out).read().startswith("<?xml"), "real: flamegraph -o",
+              r)
+        r = ctl("export", sid, "--format", "folded")
+        check(r.returncode == 0 and re.search(r"(?m)hot_function \d+$", r.stdout),
+              "real: export --format folded", r.stderr)
+        r = ctl("export", sid, "--format", "pprof", "-o", os.path.join(tmp, "p.pb.gz"))
+        check(r.returncode == 0 and open(os.path.join(tmp, "p.pb.gz"), "rb").read(2) == b"\x1f\x8b",
+              "real: export --format pprof is gzip", r)
+        # the errors a real profd gives, with profctl's exit status 1
+        for args, needle in ((("top", "9999"), "no session 9999"),
+                             (("detach", "9999"), "no session 9999"),
+                             (("attach", "999999"), "no process with PID 999999"),
+                             (("sql", "DELETE FROM samples"), "only SELECT")):
+            r = ctl(*args)
+            check(r.returncode == 1 and needle in r.stderr and r.stdout == "",
+                  "real: profctl %s fails with '%s'" % (" ".join(args), needle), r)
+    return None
 
 
 def run_checks(profctl, fake, tmp):
