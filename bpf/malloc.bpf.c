@@ -47,6 +47,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
  */
 const volatile __u32 intervals_q16[MALLOC_INTERVALS] = {};
 
+#include "stack.bpf.h"
 #include "targets.bpf.h"
 
 struct {
@@ -157,6 +158,7 @@ static __always_inline int send_alloc(struct pt_regs *ctx, __u32 tgid, __u32 tid
 	struct malloc_event *e;
 	__u32 zero = 0;
 	long ulen, bytes;
+	bool full;
 
 	a = bpf_map_lookup_elem(&scratch, &zero);
 	if (!a)
@@ -174,14 +176,9 @@ static __always_inline int send_alloc(struct pt_regs *ctx, __u32 tgid, __u32 tid
 	e->pad = 0;
 	e->pad2 = 0;
 	bpf_get_current_comm(&e->comm, sizeof(e->comm));
-	ulen = bpf_get_stack(ctx, a->ips, MALLOC_MAX_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
-	if (ulen < 0)
-		ulen = 0;
-	ulen /= sizeof(__u64);
-	if (ulen >= MALLOC_MAX_FRAMES) {
-		ulen = MALLOC_MAX_FRAMES;
+	ulen = get_stack(ctx, a->ips, MALLOC_MAX_FRAMES, BPF_F_USER_STACK, &full);
+	if (full)
 		e->flags |= MALLOC_USER_TRUNCATED;
-	}
 	e->ustack_len = ulen;
 	copy_user_regs_stack(a, ulen);
 	bytes = offsetof(struct malloc_alloc_event, ips) + ulen * sizeof(__u64) + e->stack_size;

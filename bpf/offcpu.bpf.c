@@ -61,6 +61,7 @@ const volatile __u64 min_block_ns = 0;
  */
 const volatile __u64 wakeup_bytes = 0;
 
+#include "stack.bpf.h"
 #include "targets.bpf.h"
 
 struct {
@@ -105,7 +106,6 @@ struct {
 	__type(value, struct offcpu_start);
 } scratch SEC(".maps");
 
-#define STACK_BYTES (OFFCPU_MAX_FRAMES * sizeof(__u64))
 #define PAGE_BYTES 4096
 
 /*
@@ -198,6 +198,7 @@ static __always_inline void switch_out(__u64 *ctx, bool preempt, struct task_str
 	struct offcpu_start *s;
 	struct offcpu_event *e;
 	long klen, ulen, r;
+	bool full;
 
 	state = task_state(prev);
 	/* The last switch of an exiting thread (do_task_dead()): it never runs
@@ -241,27 +242,17 @@ static __always_inline void switch_out(__u64 *ctx, bool preempt, struct task_str
 		e->state = OFFCPU_STATE_OTHER;
 	bpf_get_current_comm(&e->comm, sizeof(e->comm));
 
-	klen = bpf_get_stack(ctx, e->ips, STACK_BYTES, 0);
-	if (klen < 0)
-		klen = 0;
-	klen /= sizeof(__u64);
-	if (klen >= OFFCPU_MAX_FRAMES) {
-		klen = OFFCPU_MAX_FRAMES;
+	klen = get_stack(ctx, e->ips, OFFCPU_MAX_FRAMES, 0, &full);
+	if (full)
 		e->flags |= OFFCPU_KERNEL_TRUNCATED;
-	}
 	/* The verifier needs the offset bounded to know the write stays in e->ips. */
 	if (klen < 0 || klen > OFFCPU_MAX_FRAMES)
 		return;
-	ulen = bpf_get_stack(ctx, &e->ips[klen], STACK_BYTES, BPF_F_USER_STACK);
-	if (ulen <= 0) {
-		ulen = 0;
+	ulen = get_stack(ctx, &e->ips[klen], OFFCPU_MAX_FRAMES, BPF_F_USER_STACK, &full);
+	if (ulen == 0)
 		e->flags |= OFFCPU_USER_MISSING;
-	}
-	ulen /= sizeof(__u64);
-	if (ulen >= OFFCPU_MAX_FRAMES) {
-		ulen = OFFCPU_MAX_FRAMES;
+	if (full)
 		e->flags |= OFFCPU_USER_TRUNCATED;
-	}
 	e->kstack_len = klen;
 	e->ustack_len = ulen;
 	copy_user_regs_stack(e, klen + ulen);

@@ -21,6 +21,7 @@
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
+#include "stack.bpf.h"
 #include "targets.bpf.h"
 
 struct {
@@ -56,7 +57,6 @@ struct {
 } scratch SEC(".maps");
 
 #define PAGE_BYTES 4096
-#define STACK_BYTES (PROFILE_MAX_FRAMES * sizeof(__u64))
 
 /*
  * Copy the user registers (DWARF order) and the user stack from the page
@@ -210,6 +210,7 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 	struct slot_config *cfg;
 	struct sample_event *e;
 	long klen, ulen, size;
+	bool full;
 
 	if (tgid == 0)
 		return 0;
@@ -244,14 +245,9 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 	 * only walks the kernel stack when !user_mode(regs)), so the kernel
 	 * stack's length also tells the mode, without reading pt_regs.cs,
 	 * whose layout changed with FRED (Linux 6.9). */
-	klen = bpf_get_stack(ctx, e->ips, STACK_BYTES, 0);
-	if (klen < 0)
-		klen = 0;
-	klen /= sizeof(__u64);
-	if (klen >= PROFILE_MAX_FRAMES) {
-		klen = PROFILE_MAX_FRAMES;
+	klen = get_stack(ctx, e->ips, PROFILE_MAX_FRAMES, 0, &full);
+	if (full)
 		e->flags |= SAMPLE_KERNEL_TRUNCATED;
-	}
 	if (klen > 0)
 		e->flags |= SAMPLE_KERNEL_MODE;
 	/* The verifier needs the offset bounded to know the write stays in e->ips. */
@@ -259,16 +255,11 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	ulen = 0;
 	if (cfg->fp_stack) {
-		ulen = bpf_get_stack(ctx, &e->ips[klen], STACK_BYTES, BPF_F_USER_STACK);
-		if (ulen <= 0) {
-			ulen = 0;
+		ulen = get_stack(ctx, &e->ips[klen], PROFILE_MAX_FRAMES, BPF_F_USER_STACK, &full);
+		if (ulen == 0)
 			e->flags |= SAMPLE_USER_MISSING;
-		}
-		ulen /= sizeof(__u64);
-		if (ulen >= PROFILE_MAX_FRAMES) {
-			ulen = PROFILE_MAX_FRAMES;
+		if (full)
 			e->flags |= SAMPLE_USER_TRUNCATED;
-		}
 	}
 	if (cfg->copy_stack_bytes)
 		copy_user_stack(e, cfg->copy_stack_bytes);
