@@ -19,9 +19,9 @@
 #include "util.h"
 
 struct pending_sample {
-	uint64_t window;  /* index of the window since the session start */
+	uint64_t window; /* index of the window since the session start */
 	int tid;
-	int event;        /* 0: CPU event; 1: the second sampled event */
+	int event; /* 0: CPU event; 1: the second sampled event */
 	struct raw_stack *stack;
 	uint64_t count;
 };
@@ -33,18 +33,18 @@ struct pending_sample {
 
 struct frame_cache {
 	uint64_t addr;
-	pid_t pid;        /* 0 for kernel frames */
+	pid_t pid; /* 0 for kernel frames */
 	bool kernel;
-	bool return_addr; /* looked up as a return address (at addr - 1) */
-	bool root;        /* the address's function is a thread root (is_thread_root()) */
-	unsigned n;       /* frames at this address: 1, or more with inlined calls */
+	bool return_addr;	 /* looked up as a return address (at addr - 1) */
+	bool root;		 /* the address's function is a thread root (is_thread_root()) */
+	unsigned n;		 /* frames at this address: 1, or more with inlined calls */
 	int64_t ids[MAX_INLINE]; /* frame rows, innermost first */
 };
 
 struct thread_acc {
 	int pid;
 	int tid;
-	uint64_t exited_ns;    /* CLOCK_MONOTONIC; 0 while it lives */
+	uint64_t exited_ns; /* CLOCK_MONOTONIC; 0 while it lives */
 	char name[16];
 	uint64_t last_seen_ns; /* CLOCK_MONOTONIC */
 	uint64_t samples;
@@ -53,12 +53,6 @@ struct thread_acc {
 struct window_acc {
 	uint64_t window;
 	struct store_counts counts;
-};
-
-struct mapping_key {
-	uint64_t start, end, file_offset;
-	const char *path;
-	pid_t pid;
 };
 
 static int read_small_file(const char *path, char *buf, size_t size)
@@ -91,113 +85,6 @@ static long count_threads(pid_t pid)
 		n += de->d_name[0] != '.';
 	closedir(d);
 	return n;
-}
-
-static bool mapping_key_eq(const void *entry, const void *key)
-{
-	const struct mapping_key *a = entry, *b = key;
-
-	return a->start == b->start && a->end == b->end && a->file_offset == b->file_offset &&
-	       a->pid == b->pid && strcmp(a->path, b->path) == 0;
-}
-
-static uint64_t mapping_key_hash(const struct mapping_key *k)
-{
-	uint64_t h = hash64(HASH64_INIT, &k->start, sizeof(k->start));
-
-	h = hash64(h, &k->end, sizeof(k->end));
-	h = hash64(h, &k->pid, sizeof(k->pid));
-	return hash64(h, k->path, strlen(k->path));
-}
-
-/* Store the mappings of @proc's address space that are not in the store yet. */
-static int store_new_mappings(struct session *s, struct proc *proc, struct store *store)
-{
-	const struct mapping *maps;
-	size_t n;
-	int r;
-
-	maps = addrspace__mappings(proc->as, &n);
-	for (size_t i = 0; i < n; i++) {
-		struct mapping_key key = { maps[i].start, maps[i].end, maps[i].file_offset,
-					   maps[i].path, proc->pid };
-		uint64_t h = mapping_key_hash(&key);
-		struct mapping_key *k;
-
-		if (hashmap__find(&s->mappings_stored, h, mapping_key_eq, &key))
-			continue;
-		r = store__mapping_insert(store, s->id, proc->pid, &maps[i]);
-		if (r < 0)
-			return r;
-		k = malloc(sizeof(*k));
-		if (!k)
-			return -ENOMEM;
-		/* The path string is owned by the address space, which outlives this map. */
-		*k = key;
-		r = hashmap__insert(&s->mappings_stored, h, k);
-		if (r < 0) {
-			free(k);
-			return r;
-		}
-	}
-	return 0;
-}
-
-static int store_counter_support(struct session *s, const struct session_env *env);
-static int counters_scan(struct session *s, const struct session_env *env, struct proc *proc);
-
-static bool proc_eq(const void *entry, const void *key)
-{
-	return ((const struct proc *)entry)->pid == *(const pid_t *)key;
-}
-
-static void proc_free(struct proc *proc)
-{
-	if (!proc)
-		return;
-	addrspace__free(proc->as);
-	perfmap__free(proc->jit);
-	pthread_rwlock_destroy(&proc->as_lock);
-	free(proc);
-}
-
-/* Read @pid's mappings into a new process entry of @s. */
-static int proc_add(struct session *s, pid_t pid, struct proc **ret)
-{
-	struct proc *proc = calloc(1, sizeof(*proc));
-	int r;
-
-	if (!proc)
-		return -ENOMEM;
-	proc->pid = pid;
-	pthread_rwlock_init(&proc->as_lock, NULL);
-	r = addrspace__new(pid, &proc->as);
-	if (r < 0)
-		goto fail;
-	proc->jit = perfmap__new(pid);
-	r = proc->jit ? hashmap__insert(&s->procs, hash64(HASH64_INIT, &pid, sizeof(pid)), proc)
-		      : -ENOMEM;
-	if (r < 0)
-		goto fail;
-	*ret = proc;
-	return 0;
-fail:
-	proc_free(proc);
-	return r;
-}
-
-struct proc *session__proc(struct session *s, pid_t pid)
-{
-	struct proc *proc = hashmap__find(&s->procs, hash64(HASH64_INIT, &pid, sizeof(pid)),
-					  proc_eq, &pid);
-
-	if (proc || (pid != s->pid && !s->follow_children))
-		return proc;
-	/* A child seen for the first time. Its mappings are stored at the next flush. */
-	if (proc_add(s, pid, &proc) < 0)
-		return NULL;
-	s->procs_added = true;
-	return proc;
 }
 
 /* The session's stack table, as its CUDA/NVTX/uprobe accounting sees it (struct gpu_acc_owner). */
@@ -246,9 +133,8 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->memory_interval_ns = (s->events & EVENT_RSS) ? p->memory_interval_ns : 0;
 	s->malloc_sample_bytes = (s->events & EVENT_MALLOC) ? p->malloc_sample_bytes : 0;
 	s->malloc_max_hits_per_s = p->malloc_max_hits_per_s;
-	s->gpu = gpu_acc__new(&(struct gpu_acc_owner){ .ctx = s,
-							.intern = gpu_stack_intern,
-							.resolve = gpu_stack_resolve });
+	s->gpu = gpu_acc__new(&(struct gpu_acc_owner){
+	    .ctx = s, .intern = gpu_stack_intern, .resolve = gpu_stack_resolve});
 	if (!s->gpu)
 		return -ENOMEM; /* @s is freed on return */
 
@@ -280,17 +166,17 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	n = readlink(path, exe, sizeof(exe) - 1);
 	exe[n > 0 ? n : 0] = '\0';
 
-	r = proc_add(s, p->pid, &s->main);
+	r = session__proc_add(s, p->pid, &s->main);
 	if (r < 0)
 		goto fail;
 
 	struct slot_config cfg = {
-		.copy_stack_bytes = p->unwind == UNWIND_MODE_FP ? 0 : p->stack_bytes,
-		.fp_stack = p->unwind != UNWIND_MODE_DWARF,
-		.follow_children = p->follow_children,
+	    .copy_stack_bytes = p->unwind == UNWIND_MODE_FP ? 0 : p->stack_bytes,
+	    .fp_stack = p->unwind != UNWIND_MODE_DWARF,
+	    .follow_children = p->follow_children,
 	};
 	const char *python_status = "off";
-	struct python_interp interp = { 0 };
+	struct python_interp interp = {0};
 
 	if (p->python) {
 		r = python__find(p->pid, s->main->as, &interp);
@@ -309,7 +195,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	}
 	/* Counters from the start, so that the first window is counted whole. */
 	if ((s->events & EVENT_COUNTERS) && env->counters) {
-		r = counters_scan(s, env, s->main);
+		r = session__counters_scan(s, env, s->main);
 		if (r < 0)
 			goto fail;
 	}
@@ -336,22 +222,22 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->started_real_ns = now_ns(CLOCK_REALTIME);
 
 	struct store_session row = {
-		.pid = p->pid,
-		.pid_start_ticks = ticks,
-		.label = p->label,
-		.comm = s->comm,
-		.exe = n > 0 ? exe : NULL,
-		.uid = p->uid,
-		.event = s->event,
-		.events = p->events,
-		.freq_hz = p->freq_hz,
-		.unwind = unwind_mode_name(p->unwind),
-		.stack_bytes = cfg.copy_stack_bytes,
-		.follow_children = p->follow_children,
-		.sampled_event = p->sampled_event,
-		.sampled_event_status = extra_status,
-		.duration_ns = p->duration_ns,
-		.started_at_ns = s->started_real_ns,
+	    .pid = p->pid,
+	    .pid_start_ticks = ticks,
+	    .label = p->label,
+	    .comm = s->comm,
+	    .exe = n > 0 ? exe : NULL,
+	    .uid = p->uid,
+	    .event = s->event,
+	    .events = p->events,
+	    .freq_hz = p->freq_hz,
+	    .unwind = unwind_mode_name(p->unwind),
+	    .stack_bytes = cfg.copy_stack_bytes,
+	    .follow_children = p->follow_children,
+	    .sampled_event = p->sampled_event,
+	    .sampled_event_status = extra_status,
+	    .duration_ns = p->duration_ns,
+	    .started_at_ns = s->started_real_ns,
 	};
 	r = store__begin(env->store);
 	if (r < 0)
@@ -359,9 +245,9 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	r = store__session_insert(env->store, &row, &s->id);
 	gpu_acc__set_session(s->gpu, s->id, s->started_real_ns, s->started_mono_ns);
 	if (r == 0)
-		r = store_new_mappings(s, s->main, env->store);
+		r = session__store_mappings(s, s->main, env->store);
 	if (r == 0)
-		r = store_counter_support(s, env);
+		r = session__store_counter_support(s, env);
 	if (r == 0)
 		r = store__session_python(env->store, s->id, python_status,
 					  interp.version[0] ? interp.version : NULL);
@@ -389,7 +275,8 @@ static bool raw_stack_eq(const void *entry, const void *key)
 	const struct raw_stack *a = entry, *b = key;
 
 	return a->klen == b->klen && a->ulen == b->ulen && a->flags == b->flags &&
-	       a->pid == b->pid && memcmp(a->ips, b->ips, sizeof(uint64_t) * (a->klen + a->ulen)) == 0;
+	       a->pid == b->pid &&
+	       memcmp(a->ips, b->ips, sizeof(uint64_t) * (a->klen + a->ulen)) == 0;
 }
 
 static bool pending_eq(const void *entry, const void *key)
@@ -528,8 +415,8 @@ static struct raw_stack *stack_get(struct session *s, const struct sample_event 
 					     e->kstack_len, e->ustack_len, flags, ret_limited);
 	/* Python frames in place of the interpreter's: kernel frames, then the merged user part. */
 	memcpy(ips, e->ips, e->kstack_len * sizeof(uint64_t));
-	r = python_reader__merge(s->python, e, ips + e->kstack_len,
-				 ARRAY_SIZE(ips) - e->kstack_len, &n, &cut);
+	r = python_reader__merge(s->python, e, ips + e->kstack_len, ARRAY_SIZE(ips) - e->kstack_len,
+				 &n, &cut);
 	if (r == -ENOMEM)
 		return NULL;
 	if (r == -EPROTO && !e->event)
@@ -577,13 +464,15 @@ static bool offcpu_eq(const void *entry, const void *key)
 	       a->state == b->state;
 }
 
-void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *comm,
-			uint64_t time_ns, const char *state, uint64_t total_ns, const uint64_t *ips,
-			unsigned klen, unsigned ulen)
+void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *comm, uint64_t time_ns,
+			const char *state, uint64_t total_ns, const uint64_t *ips, unsigned klen,
+			unsigned ulen)
 {
 	uint64_t t = time_ns > s->started_mono_ns ? time_ns - s->started_mono_ns : 0;
-	struct offcpu_acc key = { .window = t / PROFD_WINDOW_NS, .pid = pid, .tid = tid,
-				  .state = state },
+	struct offcpu_acc key = {.window = t / PROFD_WINDOW_NS,
+				 .pid = pid,
+				 .tid = tid,
+				 .state = state},
 			  *acc;
 	uint64_t h;
 
@@ -618,135 +507,6 @@ void session__count_offcpu_lost(struct session *s, uint64_t n)
 }
 
 /* One thread's counters. */
-struct counters_entry {
-	int pid, tid;
-	struct thread_counters *tc;
-	bool seen; /* found in /proc at the last scan */
-};
-
-/* Values read for one thread in one window, kept until the flush that commits them. */
-struct counter_row {
-	uint64_t window;
-	int tid;
-	struct counter_values v;
-};
-
-static bool counters_entry_eq(const void *entry, const void *key)
-{
-	return ((const struct counters_entry *)entry)->tid == *(const int *)key;
-}
-
-static const char *counter_status_db(enum counter_status st)
-{
-	switch (st) {
-	case COUNTER_OK:
-		return "ok";
-	case COUNTER_UNSUPPORTED:
-		return "unsupported";
-	case COUNTER_DENIED:
-		return "denied";
-	default:
-		return NULL; /* not counted this time: no row */
-	}
-}
-
-/* Open counters on every thread of @proc not yet counted. */
-static int counters_scan(struct session *s, const struct session_env *env, struct proc *proc)
-{
-	_cleanup_(closedirp) DIR *d = NULL;
-	char path[64];
-	struct dirent *de;
-
-	snprintf(path, sizeof(path), "/proc/%d/task", proc->pid);
-	d = opendir(path);
-	if (!d)
-		return 0; /* the process is gone */
-	while ((de = readdir(d))) {
-		int tid = atoi(de->d_name);
-		uint64_t h = hash64(HASH64_INIT, &tid, sizeof(tid));
-		struct counters_entry *ce;
-		int r;
-
-		if (tid <= 0 || hashmap__find(&s->counters, h, counters_entry_eq, &tid))
-			continue;
-		ce = calloc(1, sizeof(*ce));
-		if (!ce)
-			return -ENOMEM;
-		ce->pid = proc->pid;
-		ce->tid = tid;
-		r = thread_counters__open(proc->pid, tid, env->counters, &ce->tc);
-		if (r < 0 || hashmap__insert(&s->counters, h, ce) < 0) {
-			thread_counters__free(ce->tc);
-			free(ce);
-			if (r == -ENOMEM)
-				return r;
-			continue; /* the thread exited meanwhile */
-		}
-	}
-	return 0;
-}
-
-int session__read_counters(struct session *s, const struct session_env *env)
-{
-	uint64_t window = (now_ns(CLOCK_MONOTONIC) - s->started_mono_ns) / PROFD_WINDOW_NS;
-	struct counters_entry *ce;
-	struct proc *proc;
-	int r;
-
-	if (!(s->events & EVENT_COUNTERS) || !env->counters)
-		return 0;
-	hashmap__for_each(&s->procs, i, proc)
-	{
-		r = counters_scan(s, env, proc);
-		if (r < 0)
-			return r;
-	}
-	hashmap__for_each(&s->counters, i, ce)
-	{
-		struct counter_row *row;
-
-		if (!ce->tc)
-			continue;
-		row = calloc(1, sizeof(*row));
-		if (!row)
-			return -ENOMEM;
-		row->window = window;
-		row->tid = ce->tid;
-		r = thread_counters__read(ce->tc, &row->v);
-		if (r < 0) {
-			/* Exited: its fds go now; the entry stays, so the tid is not reopened. */
-			free(row);
-			thread_counters__free(ce->tc);
-			ce->tc = NULL;
-			continue;
-		}
-		r = hashmap__insert(&s->counter_rows, (uint64_t)(uintptr_t)row, row);
-		if (r < 0) {
-			free(row);
-			return r;
-		}
-	}
-	return 0;
-}
-
-/* Store the session's counter support, once, at the start. */
-static int store_counter_support(struct session *s, const struct session_env *env)
-{
-	if (!(s->events & EVENT_COUNTERS) || !env->counters)
-		return 0;
-	for (int k = 0; k < COUNTER_KIND_MAX; k++) {
-		const char *st = counter_status_db(env->counters->status[k]);
-		int r;
-
-		if (!st)
-			continue;
-		r = store__session_counter(env->store, s->id, counter_kind__name(k), st);
-		if (r < 0)
-			return r;
-	}
-	return 0;
-}
-
 void session__on_thread_exit(struct session *s, const struct sample_event *e)
 {
 	uint64_t h = hash64(HASH64_INIT, &e->tid, sizeof(int));
@@ -841,8 +601,10 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 static bool is_thread_root(const char *function)
 {
 	static const char *const roots[] = {
-		"_start", "__libc_start_main", "__libc_start_call_main", "main",
-		"start_thread", "clone", "clone3", "__clone", "__clone3", "thread_start",
+	    "_start",	    "__libc_start_main", "__libc_start_call_main",
+	    "main",	    "start_thread",	 "clone",
+	    "clone3",	    "__clone",		 "__clone3",
+	    "thread_start",
 	};
 
 	if (!function)
@@ -866,12 +628,14 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 	 * another (a function's entry, where an allocation probe stops, is also
 	 * the user IP of a CPU sample taken in the probe's kernel handler):
 	 * looked up at addr and at addr - 1, they may be different functions. */
-	struct frame_cache key = { .addr = addr, .kernel = kernel, .return_addr = return_addr,
-				   .pid = kernel ? 0 : proc->pid },
+	struct frame_cache key = {.addr = addr,
+				  .kernel = kernel,
+				  .return_addr = return_addr,
+				  .pid = kernel ? 0 : proc->pid},
 			   *fc;
 	uint64_t h = hash64(hash64(HASH64_INIT, &addr, sizeof(addr)), &key.pid, sizeof(key.pid)) ^
 		     kernel ^ ((uint64_t)return_addr << 1);
-	struct frame_info fi[MAX_INLINE] = { 0 };
+	struct frame_info fi[MAX_INLINE] = {0};
 	int r, n = 1;
 
 	fc = hashmap__find(&s->frames, h, frame_eq, &key);
@@ -885,7 +649,8 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 		r = python_reader__frame(s->python, addr, &fi[0]);
 	} else {
 		r = symbolizer__user_inline(env->sym, proc->as, addr, return_addr, fi, MAX_INLINE);
-		/* Code mapped after the last read of /proc/PID/maps (dlopen): read it again, once a flush. */
+		/* Code mapped after the last read of /proc/PID/maps (dlopen): read it again, once a
+		 * flush. */
 		if (r == -ENOENT && !*refreshed) {
 			int added;
 
@@ -894,11 +659,11 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 			added = addrspace__refresh(proc->as);
 			pthread_rwlock_unlock(&proc->as_lock);
 			if (added > 0) {
-				r = store_new_mappings(s, proc, env->store);
+				r = session__store_mappings(s, proc, env->store);
 				if (r < 0)
 					return r;
-				r = symbolizer__user_inline(env->sym, proc->as, addr, return_addr, fi,
-							    MAX_INLINE);
+				r = symbolizer__user_inline(env->sym, proc->as, addr, return_addr,
+							    fi, MAX_INLINE);
 			}
 		}
 		/* Outside every file mapping: JIT code, named by the JIT's perf map. */
@@ -958,9 +723,9 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 
 /* The placeholder frame of a sample that has no stack at all: visible, never dropped. */
 static const struct frame_info missing_frame = {
-	.module = "[missing]",
-	.build_id = "",
-	.function = "[missing stack]",
+    .module = "[missing]",
+    .build_id = "",
+    .function = "[missing stack]",
 };
 
 /*
@@ -1019,7 +784,7 @@ int session__flush(struct session *s, const struct session_env *env)
 	struct pending_sample *ps;
 	struct window_acc *w, *last = NULL;
 	struct thread_acc *th;
-	struct store_counts total = { 0 };
+	struct store_counts total = {0};
 	bool refreshed = false;
 	uint64_t lost;
 	int r;
@@ -1029,7 +794,7 @@ int session__flush(struct session *s, const struct session_env *env)
 
 		hashmap__for_each(&s->procs, i, proc)
 		{
-			r = store_new_mappings(s, proc, env->store);
+			r = session__store_mappings(s, proc, env->store);
 			if (r < 0)
 				return r;
 		}
@@ -1075,15 +840,14 @@ int session__flush(struct session *s, const struct session_env *env)
 		hashmap__for_each(&s->counter_rows, i, row)
 		{
 			for (int k = 0; k < COUNTER_KIND_MAX; k++) {
-				const char *st = counter_status_db(row->v.v[k].status);
+				const char *st = session__counter_status_db(row->v.v[k].status);
 
 				if (!st)
 					continue;
-				r = store__counter_add(env->store, s->id,
-						       s->started_real_ns +
-							   row->window * PROFD_WINDOW_NS,
-						       row->tid, counter_kind__name(k), st,
-						       row->v.v[k].delta);
+				r = store__counter_add(
+				    env->store, s->id,
+				    s->started_real_ns + row->window * PROFD_WINDOW_NS, row->tid,
+				    counter_kind__name(k), st, row->v.v[k].delta);
 				if (r < 0)
 					return r;
 			}
@@ -1100,7 +864,8 @@ int session__flush(struct session *s, const struct session_env *env)
 			last = w;
 	}
 	if (lost > s->lost_seen && !last) {
-		last = window_get(s, (now_ns(CLOCK_MONOTONIC) - s->started_mono_ns) / PROFD_WINDOW_NS);
+		last =
+		    window_get(s, (now_ns(CLOCK_MONOTONIC) - s->started_mono_ns) / PROFD_WINDOW_NS);
 		if (!last)
 			return -ENOMEM;
 	}
@@ -1139,9 +904,8 @@ int session__flush(struct session *s, const struct session_env *env)
 	hashmap__for_each(&s->threads, i, th)
 	{
 		uint64_t seen = s->started_real_ns + (th->last_seen_ns - s->started_mono_ns);
-		uint64_t exited = th->exited_ns ? s->started_real_ns +
-							(th->exited_ns - s->started_mono_ns)
-						: 0;
+		uint64_t exited =
+		    th->exited_ns ? s->started_real_ns + (th->exited_ns - s->started_mono_ns) : 0;
 
 		r = store__thread_upsert(env->store, s->id, th->pid, th->tid, th->name, seen,
 					 th->samples, exited);
@@ -1267,81 +1031,11 @@ void session__free(struct session *s)
 	{
 		struct proc *proc;
 
-		hashmap__for_each(&s->procs, i, proc) proc_free(proc);
+		hashmap__for_each(&s->procs, i, proc) session__proc_free(proc);
 		hashmap__free(&s->procs);
 	}
 	python_reader__free(s->python);
 	free(s);
-}
-
-/*
- * session__discover_children() - give a proc entry to the children the
- * session follows that profd has not seen yet: the BPF fork program put
- * them in the targets map (@targets_fd, tgid -> slot + 1) at their fork, but
- * an entry is otherwise made at a child's first CPU sample or off-CPU
- * interval, which a mostly idle child may not give for seconds; probes that
- * are per process (allocations, uprobes) wait for that entry. The children
- * are read from /proc/PID/task/TID/children of every process of the
- * session; those not in the map under its slot (forked before the attach)
- * are left alone. Returns how many entries were made, or -ENOMEM. Reads
- * /proc; does not log.
- */
-int session__discover_children(struct session *s, int targets_fd)
-{
-	pid_t found[64];
-	size_t n = 0;
-	struct proc *proc;
-	int added = 0;
-
-	if (!s->follow_children)
-		return 0;
-	hashmap__for_each(&s->procs, k, proc)
-	{
-		_cleanup_(closedirp) DIR *d = NULL;
-		struct dirent *de;
-		char path[64];
-
-		snprintf(path, sizeof(path), "/proc/%d/task", (int)proc->pid);
-		d = opendir(path);
-		while (d && (de = readdir(d)) && n < ARRAY_SIZE(found)) {
-			char file[PATH_MAX], buf[1024], *p, *end;
-			int fd;
-			ssize_t len;
-
-			if (de->d_name[0] < '0' || de->d_name[0] > '9')
-				continue;
-			snprintf(file, sizeof(file), "%s/%s/children", path, de->d_name);
-			fd = open(file, O_RDONLY | O_CLOEXEC);
-			if (fd < 0)
-				continue;
-			len = read(fd, buf, sizeof(buf) - 1);
-			close(fd);
-			if (len <= 0)
-				continue;
-			buf[len] = '\0';
-			for (p = buf; n < ARRAY_SIZE(found); p = end) {
-				long child = strtol(p, &end, 10);
-				__u32 key = (__u32)child, val;
-
-				if (end == p)
-					break;
-				if (child > 0 && bpf_map_lookup_elem(targets_fd, &key, &val) == 0 &&
-				    val == s->slot + 1)
-					found[n++] = (pid_t)child;
-			}
-		}
-	}
-	/* After the walk: session__proc() may grow the map being walked. */
-	for (size_t i = 0; i < n; i++) {
-		uint64_t h = hash64(HASH64_INIT, &found[i], sizeof(found[i]));
-
-		if (hashmap__find(&s->procs, h, proc_eq, &found[i]))
-			continue;
-		if (!session__proc(s, found[i]))
-			return -ENOMEM;
-		added++;
-	}
-	return added;
 }
 
 int64_t session__id(const struct session *s)

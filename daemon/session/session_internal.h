@@ -18,68 +18,84 @@ struct session {
 	pid_t pid;
 	uid_t uid;
 	char comm[16];
-	const char *event;         /* "cycles" | "cpu-clock" */
+	const char *event; /* "cycles" | "cpu-clock" */
 	uint64_t duration_ns;
-	uint64_t started_mono_ns;  /* CLOCK_MONOTONIC, as the BPF sample times */
-	uint64_t started_real_ns;  /* CLOCK_REALTIME at the same instant */
-	int pidfd;                 /* polls readable when the target exits */
+	uint64_t started_mono_ns; /* CLOCK_MONOTONIC, as the BPF sample times */
+	uint64_t started_real_ns; /* CLOCK_REALTIME at the same instant */
+	int pidfd;		  /* polls readable when the target exits */
 	enum unwind_mode unwind;
 	bool follow_children;
-	unsigned events;                /* EVENT_* */
+	unsigned events; /* EVENT_* */
 
-	struct hashmap procs;           /* struct proc, by PID: the target and followed children */
-	struct proc *main;              /* the target's entry in @procs */
-	bool procs_added;               /* children whose mappings are not stored yet */
+	struct hashmap procs;		/* struct proc, by PID: the target and followed children */
+	struct proc *main;		/* the target's entry in @procs */
+	bool procs_added;		/* children whose mappings are not stored yet */
 	struct hashmap mappings_stored; /* struct mapping_key, mappings already in the store */
-	struct hashmap stacks;          /* struct raw_stack: stacks seen, by content */
-	struct hashmap frames;          /* struct frame_cache: address -> frame row */
-	struct hashmap pending;         /* struct pending_sample: samples since the last flush */
-	struct hashmap threads;         /* struct thread_acc: threads seen since the last flush */
-	struct hashmap windows;         /* struct window_acc: counters since the last flush */
-	uint64_t lost_seen;             /* sampler__lost() at the last committed flush */
-	uint64_t lost_flushing;         /* sampler__lost() of the flush in progress */
-	uint64_t unsymbolized_pending;  /* new unsymbolized frames since the last flush */
-	uint64_t frames_pending;        /* new frames since the last flush */
-	uint64_t unwind_dropped;        /* samples the unwinding thread had no room for, not yet flushed */
+	struct hashmap stacks;		/* struct raw_stack: stacks seen, by content */
+	struct hashmap frames;		/* struct frame_cache: address -> frame row */
+	struct hashmap pending;		/* struct pending_sample: samples since the last flush */
+	struct hashmap threads;		/* struct thread_acc: threads seen since the last flush */
+	struct hashmap windows;		/* struct window_acc: counters since the last flush */
+	uint64_t lost_seen;		/* sampler__lost() at the last committed flush */
+	uint64_t lost_flushing;		/* sampler__lost() of the flush in progress */
+	uint64_t unsymbolized_pending;	/* new unsymbolized frames since the last flush */
+	uint64_t frames_pending;	/* new frames since the last flush */
+	uint64_t unwind_dropped; /* samples the unwinding thread had no room for, not yet flushed */
 	uint64_t unwind_dropped_flushing;
-	uint64_t samples;               /* total so far (flushed or not) */
+	uint64_t samples; /* total so far (flushed or not) */
 
-	struct hashmap offcpu;          /* struct offcpu_acc: off-CPU intervals since the last flush */
-	uint64_t offcpu_lost;           /* not yet flushed */
+	struct hashmap offcpu; /* struct offcpu_acc: off-CPU intervals since the last flush */
+	uint64_t offcpu_lost;  /* not yet flushed */
 	uint64_t offcpu_lost_flushing;
-	struct hashmap counters;        /* struct counters_entry: per-thread counters, by tid */
-	struct hashmap counter_rows;    /* struct counter_row: values read, not yet committed */
+	struct hashmap counters;     /* struct counters_entry: per-thread counters, by tid */
+	struct hashmap counter_rows; /* struct counter_row: values read, not yet committed */
 
 	/* Memory (memory.c). */
-	uint64_t memory_interval_ns;    /* RSS series period; 0: no series */
-	uint64_t memory_next_ns;        /* CLOCK_MONOTONIC of the next reading */
+	uint64_t memory_interval_ns;	  /* RSS series period; 0: no series */
+	uint64_t memory_next_ns;	  /* CLOCK_MONOTONIC of the next reading */
 	struct store_memory *memory_rows; /* readings not yet committed */
 	size_t memory_nrows, memory_cap;
-	uint64_t malloc_sample_bytes;   /* mean bytes between allocation samples; 0: not traced */
-	struct hashmap alloc_inflight;  /* struct alloc_block by tid: sampled call, no return yet */
-	struct hashmap alloc_blocks;    /* struct alloc_block by (pid, address): not yet stored, or live */
-	struct store_malloc malloc_totals; /* the allocation probes' counters, set before each flush */
-	uint64_t alloc_orphans;         /* samples lost in user space (RETURN without ALLOC...), total */
+	uint64_t malloc_sample_bytes;  /* mean bytes between allocation samples; 0: not traced */
+	struct hashmap alloc_inflight; /* struct alloc_block by tid: sampled call, no return yet */
+	struct hashmap
+	    alloc_blocks; /* struct alloc_block by (pid, address): not yet stored, or live */
+	struct store_malloc
+	    malloc_totals;	/* the allocation probes' counters, set before each flush */
+	uint64_t alloc_orphans; /* samples lost in user space (RETURN without ALLOC...), total */
 	uint64_t malloc_max_hits_per_s; /* 0: no limit */
 	/* Limits (bounded memory): samples past them are counted, not kept. */
 	unsigned max_threads, max_stacks;
-	struct hashmap tids;            /* tids sampled so far, as (void *)(tid + 1) */
-	uint64_t limit_dropped;         /* samples dropped at a limit, not yet flushed */
+	struct hashmap tids;	/* tids sampled so far, as (void *)(tid + 1) */
+	uint64_t limit_dropped; /* samples dropped at a limit, not yet flushed */
 	uint64_t limit_dropped_flushing;
-	struct python_reader *python;   /* NULL: no Python frames walked */
-	uint64_t python_samples;        /* samples with Python frames merged, not yet flushed */
-	uint64_t python_unmerged;       /* samples whose Python frames did not match, not yet flushed */
+	struct python_reader *python; /* NULL: no Python frames walked */
+	uint64_t python_samples;      /* samples with Python frames merged, not yet flushed */
+	uint64_t python_unmerged; /* samples whose Python frames did not match, not yet flushed */
 	uint64_t python_samples_flushing, python_unmerged_flushing;
-	struct gpu_acc *gpu;            /* CUDA/NVTX/uprobe accounting (gpu_acc.h) */
+	struct gpu_acc *gpu; /* CUDA/NVTX/uprobe accounting (gpu_acc.h) */
+};
+
+/* Per-thread counters (counters.c). */
+struct counters_entry {
+	int pid, tid;
+	struct thread_counters *tc;
+	bool seen; /* found in /proc at the last scan */
+};
+
+/* Values read for one thread in one window, kept until the flush that commits them. */
+struct counter_row {
+	uint64_t window;
+	int tid;
+	struct counter_values v;
 };
 
 /* A call stack as the BPF program saw it: raw addresses, kernel frames first. */
 struct raw_stack {
 	uint64_t hash;
-	pid_t pid;        /* user addresses are the process's */
+	pid_t pid;	  /* user addresses are the process's */
 	int64_t stack_id; /* row in the store, 0 until the first flush that needs it */
 	uint16_t klen, ulen;
-	uint32_t flags;   /* SAMPLE_* bits that matter for the stack's identity */
+	uint32_t flags; /* SAMPLE_* bits that matter for the stack's identity */
 	uint64_t ips[];
 };
 
@@ -95,3 +111,13 @@ int session__flush_memory(struct session *s, const struct session_env *env, bool
 void session__flush_memory_done(struct session *s);
 void session__flush_memory_failed(struct session *s);
 void session__free_memory(struct session *s);
+
+/* Documented where they are defined, in procs.c. */
+int session__proc_add(struct session *s, pid_t pid, struct proc **ret);
+void session__proc_free(struct proc *proc);
+int session__store_mappings(struct session *s, struct proc *proc, struct store *store);
+
+/* Documented where they are defined, in counters.c. */
+int session__counters_scan(struct session *s, const struct session_env *env, struct proc *proc);
+int session__store_counter_support(struct session *s, const struct session_env *env);
+const char *session__counter_status_db(enum counter_status st);
