@@ -22,11 +22,13 @@
  * Exit status: 0 all parts passed, 1 a check failed, 77 nothing failed but
  * a part was skipped (the reason is printed), 99 setup error.
  */
-#define RESULT_CACHE_MAX 64	      /* so that the cache fills and empties */
+#define RESULT_CACHE_MAX 64 /* so that the cache fills and empties */
 #include <stdint.h>
 static uint64_t test_self_vdso(uint64_t *ret_start);
 #include "../daemon/symbols/addrspace.c" /* the static parsers are tested too */
 #include "../daemon/symbols/debuginfo.c"
+#include "../daemon/symbols/strpool.c"
+#include "../daemon/symbols/kallsyms.c"
 #include "../daemon/symbols/symbolize.c"
 #include "check.h"
 
@@ -1944,9 +1946,9 @@ static void test_kallsyms_text(void)
 		SETUP_FAIL("mkstemp: %m");
 	close(fd);
 	write_file(path, text, sizeof(text) - 1);
-	CHECK_INT_EQ(ksyms_load_file(s, path), 0);
-	s->ksyms_loaded = true;
-	CHECK_INT_EQ(s->n_ksyms, 6);
+	CHECK_INT_EQ(kallsyms__load_file(&s->kallsyms, path), 0);
+	s->kallsyms.loaded = true;
+	CHECK_INT_EQ(s->kallsyms.n, 6);
 
 	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffff81000000, false, &fi), 0);
 	CHECK_STR_EQ(fi.function, "_stext"); /* the global name of two at one address */
@@ -1977,13 +1979,13 @@ static void test_kallsyms_text(void)
 	CHECK(fi.function == NULL); /* far past the last symbol */
 
 	write_file(path, hidden, sizeof(hidden) - 1);
-	CHECK_INT_EQ(ksyms_load_file(s, path), 0);
-	CHECK(s->ksyms_hidden);
+	CHECK_INT_EQ(kallsyms__load_file(&s->kallsyms, path), 0);
+	CHECK(s->kallsyms.hidden);
 	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffff81000150, false, &fi), 0);
 	CHECK(fi.function == NULL);
 	CHECK_STR_EQ(fi.module, "[kernel.kallsyms]");
 
-	CHECK_INT_EQ(ksyms_load_file(s, "/nonexistent/kallsyms"), -ENOENT);
+	CHECK_INT_EQ(kallsyms__load_file(&s->kallsyms, "/nonexistent/kallsyms"), -ENOENT);
 	unlink(path);
 	symbolizer__free(s);
 	printf("ok kallsyms text\n");

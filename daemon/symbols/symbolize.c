@@ -36,6 +36,8 @@
 #include "hashmap.h"
 #include "symbols/addrspace_internal.h"
 #include "symbols/debuginfo.h"
+#include "symbols/kallsyms.h"
+#include "symbols/strpool.h"
 #include "symbols/symbolize.h"
 #include "util.h"
 
@@ -48,8 +50,6 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
  * all modules. Beyond the caps the rest is ignored (those addresses are
  * then visibly unsymbolized), never an unbounded allocation.
  */
-#define KALLSYMS_MAX_BYTES (256ULL << 20)
-#define KSYM_NAME_MAX 1024    /* kernel KSYM_NAME_LEN is 512 since 6.1 */
 /* x86-64 vDSOs are 2 pages; a [vdso] this big is not one */
 /*
  * __cxa_demangle() recurses on nested template arguments; a crafted symbol
@@ -57,13 +57,6 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
  * this length.
  */
 #define DEMANGLE_MAX_LEN 8192
-/*
- * A kernel address further than this above the greatest symbol below it is
- * past the end of that symbol's text region (the end of a module, of the
- * kernel image, or a BPF program that came after kallsyms was read); naming
- * it after that symbol would be a silently wrong frame.
- */
-#define KSYM_MAX_DISTANCE (1ULL << 20)
 /* the test makes it small */
 #ifndef RESULT_CACHE_MAX
 #define RESULT_CACHE_MAX 200000 /* cached lookups, ~20 MiB (more with inlining) */
@@ -77,89 +70,6 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define INLINE_MAX 32
 /* A file that could not be opened is tried again after this long. */
 #define MODULE_RETRY_NS (10 * NSEC_PER_SEC)
-
-
-/* ---------------------------------------------------------------------- */
-/* String storage: an arena of chunks that never move, and an intern set. */
-
-struct arena_chunk {
-	struct arena_chunk *next;
-	size_t used, size;
-	char data[];
-};
-
-struct arena {
-	struct arena_chunk *head;
-};
-
-#define ARENA_CHUNK_BYTES (64 * 1024)
-
-static char *arena_strndup(struct arena *a, const char *s, size_t len)
-{
-	struct arena_chunk *c = a->head;
-	char *p;
-
-	if (len >= SIZE_MAX / 2)
-		return NULL;
-	if (!c || c->size - c->used < len + 1) {
-		size_t size = MAX((size_t)ARENA_CHUNK_BYTES, len + 1);
-
-		c = malloc(sizeof(*c) + size);
-		if (!c)
-			return NULL;
-		c->used = 0;
-		c->size = size;
-		c->next = a->head;
-		a->head = c;
-	}
-	p = c->data + c->used;
-	memcpy(p, s, len);
-	p[len] = '\0';
-	c->used += len + 1;
-	return p;
-}
-
-static void arena_done(struct arena *a)
-{
-	while (a->head) {
-		struct arena_chunk *next = a->head->next;
-
-		free(a->head);
-		a->head = next;
-	}
-}
-
-/* A set of strings; the strings live in @arena. */
-struct strpool {
-	struct arena arena;
-	struct hashmap set;
-};
-
-static bool str_eq(const void *entry, const void *key)
-{
-	return strcmp(entry, key) == 0;
-}
-
-/* strpool_intern() - the pooled copy of @s (valid until strpool_done()), NULL on OOM. */
-static const char *strpool_intern(struct strpool *p, const char *s)
-{
-	size_t len = strlen(s);
-	uint64_t h = hash64(HASH64_INIT, s, len);
-	char *copy = hashmap__find(&p->set, h, str_eq, s);
-
-	if (copy)
-		return copy;
-	copy = arena_strndup(&p->arena, s, len);
-	if (!copy || hashmap__insert(&p->set, h, copy) < 0)
-		return NULL; /* an orphan copy stays in the arena until strpool_done() */
-	return copy;
-}
-
-static void strpool_done(struct strpool *p)
-{
-	hashmap__free(&p->set);
-	arena_done(&p->arena);
-}
 
 /* ---------------------------------------------------------------------- */
 /* The symbolizer */
@@ -201,25 +111,13 @@ struct result {
 	size_t n_inlined;
 };
 
-struct ksym {
-	uint64_t addr;
-	const char *name;   /* in the symbolizer's arena */
-	const char *module; /* interned "[mod]", or NULL for the kernel image */
-	uint32_t order;	    /* line number in kallsyms, for a stable sort */
-	bool global;
-};
-
 struct symbolizer {
 	struct strpool pool;
-	struct arena ksym_names;
 
 	struct hashmap modules; /* struct module, by path + build ID (+ inode) */
 	struct hashmap results; /* struct result, by module + address; emptied when full */
 
-	bool ksyms_loaded;
-	bool ksyms_hidden; /* kptr_restrict: every address read as 0 */
-	struct ksym *ksyms;
-	size_t n_ksyms;
+	struct kallsyms kallsyms; /* loaded on first use */
 
 	/*
 	 * Where separate debug files are looked for (debuginfo.h); with
@@ -261,6 +159,7 @@ struct symbolizer *symbolizer__new_with(bool debuginfod, const char *debug_path)
 		return NULL;
 	}
 	s->debuginfod = debuginfod;
+	s->kallsyms.pool = &s->pool;
 	if (debuginfod) {
 		s->debuginfo.callbacks.find_elf = dwfl_build_id_find_elf;
 		s->debuginfo.callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
@@ -309,8 +208,7 @@ void symbolizer__free(struct symbolizer *s)
 	for (size_t i = 0; i < s->modules.cap; i++)
 		module_free(s->modules.vals[i]);
 	hashmap__free(&s->modules);
-	free(s->ksyms);
-	arena_done(&s->ksym_names);
+	kallsyms__done(&s->kallsyms);
 	strpool_done(&s->pool);
 	if (s->debuginfod_dwfl)
 		dwfl_end(s->debuginfod_dwfl);
@@ -1161,190 +1059,14 @@ int symbolizer__file(struct symbolizer *s, const char *path, const char *build_i
 		return -ENOENT;
 	return module_frames(s, mod, rel_addr, rel_addr, ret, max);
 }
-/* ---------------------------------------------------------------------- */
-/* /proc/kallsyms */
-
-/*
- * kallsyms_parse_line() - parse "address type name[\t[module]]". Returns 0,
- * or -EINVAL for a malformed line. @name and @module point into @line;
- * *@module_len is 0 for the kernel image.
- */
-static int kallsyms_parse_line(const char *line, size_t len, uint64_t *addr, char *type,
-			       const char **name, size_t *name_len, const char **module,
-			       size_t *module_len)
-{
-	const char *p = line, *end = line + len, *q;
-
-	if (len > 0 && end[-1] == '\n')
-		end--;
-	if (!parse_hex(&p, end, addr) || !parse_char(&p, end, ' ') || p >= end)
-		return -EINVAL;
-	*type = *p++;
-	if (!parse_char(&p, end, ' '))
-		return -EINVAL;
-	for (q = p; q < end && *q != '\t' && *q != ' ' && *q != '\0'; q++)
-		;
-	if (q == p || q - p > KSYM_NAME_MAX)
-		return -EINVAL;
-	*name = p;
-	*name_len = q - p;
-	*module = NULL;
-	*module_len = 0;
-	p = q;
-	skip_blanks(&p, end);
-	if (p < end) {
-		/* "[module]", possibly followed by more columns we do not use */
-		if (*p != '[')
-			return -EINVAL;
-		for (q = p; q < end && *q != ']' && *q != '\0'; q++)
-			;
-		if (q >= end || q - p > KSYM_NAME_MAX)
-			return -EINVAL;
-		*module = p;
-		*module_len = q - p + 1;
-	}
-	return 0;
-}
-
-static int ksym_cmp(const void *a, const void *b)
-{
-	const struct ksym *x = a, *y = b;
-
-	if (x->addr != y->addr)
-		return x->addr < y->addr ? -1 : 1;
-	if (x->global != y->global)
-		return x->global ? -1 : 1; /* at one address, prefer the global name */
-	return x->order < y->order ? -1 : x->order > y->order;
-}
-
-/*
- * ksyms_load_file() - read the text symbols (types t, T, w, W) of a
- * kallsyms-format file @path into @s, sorted, one per address. Malformed
- * lines are skipped; bytes past KALLSYMS_MAX_BYTES ignored. Returns 0 or
- * -errno (open/read failure, -ENOMEM).
- */
-static int ksyms_load_file(struct symbolizer *s, const char *path)
-{
-	_cleanup_fclose_ FILE *f = NULL;
-	_cleanup_free_ char *line = NULL;
-	_cleanup_free_ struct ksym *syms = NULL;
-	size_t line_cap = 0, n = 0, cap = 0, out;
-	uint64_t total = 0;
-	bool all_zero = true;
-	ssize_t len;
-
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	while ((len = getline(&line, &line_cap, f)) > 0) {
-		const char *name, *module;
-		size_t name_len, module_len;
-		uint64_t addr;
-		char type, mod_name[KSYM_NAME_MAX + 2];
-		struct ksym k;
-
-		total += (uint64_t)len;
-		if (total > KALLSYMS_MAX_BYTES)
-			break;
-		if ((size_t)len > LINE_MAX_BYTES ||
-		    kallsyms_parse_line(line, (size_t)len, &addr, &type, &name, &name_len, &module,
-					&module_len) < 0)
-			continue;
-		if (type != 't' && type != 'T' && type != 'w' && type != 'W')
-			continue;
-		if (addr)
-			all_zero = false;
-		k = (struct ksym){
-		    .addr = addr,
-		    .order = (uint32_t)MIN(n, (size_t)UINT32_MAX),
-		    .global = type == 'T' || type == 'W',
-		};
-		k.name = arena_strndup(&s->ksym_names, name, name_len);
-		if (!k.name)
-			return -ENOMEM;
-		if (module_len) {
-			/* kallsyms_parse_line() bounds module_len by KSYM_NAME_MAX + 1 */
-			memcpy(mod_name, module, module_len);
-			mod_name[module_len] = '\0';
-			k.module = strpool_intern(&s->pool, mod_name);
-			if (!k.module)
-				return -ENOMEM;
-		}
-		if (n == cap) {
-			struct ksym *ns = reallocarray(syms, cap ? cap * 2 : 4096, sizeof(*syms));
-
-			if (!ns)
-				return -ENOMEM;
-			syms = ns;
-			cap = cap ? cap * 2 : 4096;
-		}
-		syms[n++] = k;
-	}
-	if (ferror(f))
-		return -EIO;
-
-	qsort(syms, n, sizeof(*syms), ksym_cmp);
-	for (size_t i = out = 0; i < n; i++)
-		if (out == 0 || syms[i].addr != syms[out - 1].addr)
-			syms[out++] = syms[i];
-	free(s->ksyms);
-	s->ksyms = TAKE_PTR(syms);
-	s->n_ksyms = out;
-	s->ksyms_hidden = n > 0 && all_zero;
-	return 0;
-}
 
 /*
  * symbolizer__kernel() - symbolize kernel address @addr from /proc/kallsyms
  * (read once, on first use; kernel modules or BPF programs loaded later are
- * not seen).
- * @return_addr: as for symbolizer__user(): look up @addr - 1.
- *
- * Returns 0 with function set (module "[kernel.kallsyms]" or "[modname]",
- * rel_addr = @addr), or 0 with function NULL when kallsyms hides addresses
- * (kptr_restrict), cannot be read, or has no symbol at most KSYM_MAX_DISTANCE
- * below @addr. -ENOMEM if kallsyms could not be loaded for lack of memory
- * (tried again next call). Reads a large /proc file on first use; does not
- * log.
+ * not seen): kallsyms__lookup(), whose contract it has.
  */
 int symbolizer__kernel(struct symbolizer *s, uint64_t addr, bool return_addr,
 		       struct frame_info *ret)
 {
-	uint64_t lookup = return_addr && addr > 0 ? addr - 1 : addr;
-	size_t lo = 0, hi;
-	const struct ksym *k;
-
-	*ret = (struct frame_info){
-	    .kernel = true,
-	    .module = "[kernel.kallsyms]",
-	    .build_id = "",
-	    .rel_addr = addr,
-	};
-	if (!s->ksyms_loaded) {
-		int r = ksyms_load_file(s, "/proc/kallsyms");
-
-		if (r == -ENOMEM)
-			return r;
-		s->ksyms_loaded = true; /* other failures: no kernel symbols, don't retry */
-	}
-	if (s->ksyms_hidden)
-		return 0;
-	hi = s->n_ksyms;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (s->ksyms[mid].addr <= lookup)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	if (lo == 0)
-		return 0;
-	k = &s->ksyms[lo - 1];
-	if (lookup - k->addr >= KSYM_MAX_DISTANCE)
-		return 0;
-	ret->function = k->name;
-	if (k->module)
-		ret->module = k->module;
-	return 0;
+	return kallsyms__lookup(&s->kallsyms, addr, return_addr, ret);
 }
