@@ -188,10 +188,13 @@ void sleep_ns(uint64_t ns)
 		;
 }
 
-/* A request answered by one rendering: the reply as JSON with --json, else @fn's text. */
-
-int call_and_render(struct conn *c, const struct args *a, json_t *request, render_fn fn,
-		    const char *member)
+/*
+ * The reply to @request printed: as JSON with --json, else by @fn (with
+ * @member of the reply, or all of it) or by @draw (with --ascii or the
+ * locale's choice of characters). One of @fn and @draw is NULL.
+ */
+static int call_and_print(struct conn *c, const struct args *a, json_t *request, render_fn fn,
+			  const char *member, int (*draw)(FILE *f, const json_t *reply, bool ascii))
 {
 	_cleanup_(json_decrefp) json_t *reply = NULL;
 	struct render out;
@@ -204,7 +207,16 @@ int call_and_render(struct conn *c, const struct args *a, json_t *request, rende
 		return print_json(reply);
 	if ((r = render_begin(&out)) < 0)
 		return r;
+	if (draw)
+		return render_end(&out, draw(out.f, reply, want_ascii(a)));
 	return render_end(&out, fn(out.f, member ? json_object_get(reply, member) : reply));
+}
+
+/* call_and_render() - the reply to @request: JSON with --json, else @fn's text. */
+int call_and_render(struct conn *c, const struct args *a, json_t *request, render_fn fn,
+		    const char *member)
+{
+	return call_and_print(c, a, request, fn, member, NULL);
 }
 
 /* request_range() - @request with "from_s"/"to_s" from --from/--to; consumes @request. */
@@ -247,20 +259,10 @@ bool want_ascii(const struct args *a)
 	return a->ascii || strcmp(nl_langinfo(CODESET), "UTF-8") != 0;
 }
 
-/* call_and_render() for the reports drawn with box or block characters (or ASCII). */
+/* call_and_draw() - call_and_render() for the reports drawn with box or block characters (or
+ * ASCII). */
 int call_and_draw(struct conn *c, const struct args *a, json_t *request,
 		  int (*fn)(FILE *f, const json_t *reply, bool ascii))
 {
-	_cleanup_(json_decrefp) json_t *reply = NULL;
-	struct render out;
-	int r;
-
-	r = call(c, request, &reply);
-	if (r < 0)
-		return r;
-	if (a->json)
-		return print_json(reply);
-	if ((r = render_begin(&out)) < 0)
-		return r;
-	return render_end(&out, fn(out.f, reply, want_ascii(a)));
+	return call_and_print(c, a, request, NULL, NULL, fn);
 }

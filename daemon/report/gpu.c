@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "report/gpu.h"
+#include "report/report.h"
 #include "util.h"
 #include "store/sqlite_util.h"
 
@@ -35,17 +36,11 @@ static json_t *stack_names(sqlite3 *db, int64_t stack_id)
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *fn = (const char *)sqlite3_column_text(st, 0);
 		const char *module = (const char *)sqlite3_column_text(st, 1);
-		const char *base = module ? strrchr(module, '/') : NULL;
 		char buf[512];
 
-		if (!fn) {
-			snprintf(buf, sizeof(buf), "%s+0x%llx",
-				 base	  ? base + 1
-				 : module ? module
-					  : "?",
-				 (unsigned long long)sqlite3_column_int64(st, 2));
-			fn = buf;
-		}
+		if (!fn)
+			fn = report__unsymbolized_name(buf, sizeof(buf), module,
+						       sqlite3_column_int64(st, 2));
 		json_array_append_new(arr, json_string(fn));
 	}
 	if (rc != SQLITE_DONE) {

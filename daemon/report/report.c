@@ -385,6 +385,23 @@ int report__head(sqlite3 *db, int64_t session_id, const char *table, const struc
  */
 
 /*
+ * report__unsymbolized_name() - the name of an unsymbolized frame, as top
+ * and hotpaths print it: @module's base name + the offset @rel_addr
+ * ("libfoo.so+0x1a2f"), into @buf (@size bytes). Returns @buf.
+ */
+const char *report__unsymbolized_name(char *buf, size_t size, const char *module, int64_t rel_addr)
+{
+	const char *base = module ? strrchr(module, '/') : NULL;
+
+	snprintf(buf, size, "%s+0x%llx",
+		 base	  ? base + 1
+		 : module ? module
+			  : "?",
+		 (unsigned long long)rel_addr);
+	return buf;
+}
+
+/*
  * report__prepare_id() - *@ret prepared from @sql with @id bound to ?1.
  * Returns 0 or -EIO.
  */
@@ -424,19 +441,12 @@ json_t *report__stack_frames(sqlite3_stmt *fr, int64_t stack_id)
 		     strncmp(fn, "__bpf_trace_", 12) == 0 || strncmp(fn, "__traceiter_", 12) == 0))
 			continue;
 		const char *module = (const char *)sqlite3_column_text(fr, 1);
-		const char *base = module ? strrchr(module, '/') : NULL;
 		char name[512];
 		json_t *o;
 
-		if (!fn) {
-			/* Unsymbolized: module base name + offset, as top and hotpaths print it. */
-			snprintf(name, sizeof(name), "%s+0x%llx",
-				 base	  ? base + 1
-				 : module ? module
-					  : "?",
-				 (unsigned long long)sqlite3_column_int64(fr, 5));
-			fn = name;
-		}
+		if (!fn)
+			fn = report__unsymbolized_name(name, sizeof(name), module,
+						       sqlite3_column_int64(fr, 5));
 		o = json_pack("{s:s, s:s?, s:s?, s:o, s:s, s:b}", "function", fn, "module", module,
 			      "file", (const char *)sqlite3_column_text(fr, 2), "line",
 			      sqlite3_column_type(fr, 3) == SQLITE_NULL

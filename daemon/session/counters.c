@@ -27,16 +27,10 @@ static bool counters_entry_eq(const void *entry, const void *key)
 /* session__counter_status_db() - how the store names @st; NULL for a counter not asked for. */
 const char *session__counter_status_db(enum counter_status st)
 {
-	switch (st) {
-	case COUNTER_OK:
-		return "ok";
-	case COUNTER_UNSUPPORTED:
-		return "unsupported";
-	case COUNTER_DENIED:
-		return "denied";
-	default:
-		return NULL; /* not counted this time: no row */
-	}
+	/* not counted this time: no row */
+	if (st != COUNTER_OK && st != COUNTER_UNSUPPORTED && st != COUNTER_DENIED)
+		return NULL;
+	return counter_status__name(st);
 }
 
 /*
