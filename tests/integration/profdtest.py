@@ -20,6 +20,14 @@ def skip(reason):
     sys.exit(SKIP)
 
 
+def require_tool(name, package):
+    """The path of program @name, or skip the test saying which Debian @package has it."""
+    path = shutil.which(name)
+    if not path:
+        skip('%s is not installed (Debian package %s)' % (name, package))
+    return path
+
+
 def require_root_bpf():
     if os.geteuid() != 0:
         skip('needs root (CAP_BPF and CAP_PERFMON) to load BPF programs')
@@ -162,6 +170,13 @@ class Profd:
                              env=dict(os.environ, **env))
         self.children.append(p)
         return p
+    def spin(self, weights, seconds=60):
+        """Start the spin-threads workload with @weights (a string, "1,2"),
+        running its threads when this returns; killed when the test ends."""
+        w = self.spawn(binary('SPIN_THREADS'), '--seconds', str(seconds), '--weights', weights)
+        wait_for_threads(w.pid, len(weights.split(',')) + 1)
+        return w
+
     def profile_run(self, argv, threads, freq=397):
         """Run workload @argv to its end in a session at @freq Hz, attached once it
         has @threads threads; return (session id, the workload's output)."""

@@ -9,7 +9,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 import zlib
 
-from profdtest import Profd, binary, check, require_root_bpf, run, skip
+from profdtest import Profd, binary, check, require_root_bpf, run, skip, require_tool
 
 SVG = '{http://www.w3.org/2000/svg}'
 
@@ -54,9 +54,7 @@ def png_colors(path):
 
 def test():
     require_root_bpf()
-    chromium = shutil.which('chromium') or shutil.which('chromium-browser')
-    if not chromium:
-        skip('chromium is not installed (Debian package chromium): cannot render the SVG')
+    chromium = shutil.which('chromium-browser') or require_tool('chromium', 'chromium')
     spin = binary('SPIN_THREADS')
     with Profd() as d:
         sid, _ = d.profile_run([spin, '--seconds', '4', '--weights', '1,2,3'], 4)

@@ -6,14 +6,12 @@ import re
 import shutil
 import subprocess
 
-from profdtest import Profd, binary, check, require_root_bpf, run, skip
+from profdtest import Profd, binary, check, require_root_bpf, run, skip, require_tool
 
 
 def test():
     require_root_bpf()
-    go = shutil.which('go')
-    if not go:
-        skip('go is not installed (Debian package golang-go): cannot run go tool pprof')
+    go = require_tool('go', 'golang-go')
     spin = binary('SPIN_THREADS')
     with Profd() as d:
         sid, _ = d.profile_run([spin, '--seconds', '4', '--weights', '1,2,3'], 4)

@@ -14,10 +14,8 @@ DAY_NS = 86400 * 10**9
 
 def test():
     require_root_bpf()
-    spin = binary('SPIN_THREADS')
     with Profd() as d:
-        w = d.spawn(spin, '--seconds', '60', '--weights', '1,1')
-        wait_for_threads(w.pid, 3)
+        w = d.spin('1,1')
         ids = [d.json('attach', w.pid, '--freq', 397, '--duration', '1', '--wait', '--unwind', 'dwarf')['session']
                for _ in range(3)]
         running = d.json('attach', w.pid, '--freq', 397)['session']

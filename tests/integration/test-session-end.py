@@ -10,10 +10,8 @@ from profdtest import Profd, check, require_root_bpf, run, wait_for_threads, bin
 
 def test():
     require_root_bpf()
-    spin = binary('SPIN_THREADS')
     with Profd() as d:
-        w = d.spawn(spin, '--seconds', '60', '--weights', '2,2')
-        wait_for_threads(w.pid, 3)
+        w = d.spin('2,2')
 
         # --duration with --wait: returns once the session has ended.
         t0 = time.time()
@@ -51,7 +49,7 @@ def test():
         check(s3['samples'] > 0, 'killed target: no samples kept')
 
         # Threads created after the attach are sampled too.
-        late = d.spawn(spin, '--seconds', '3', '--weights', '2,2', '--delay', '1')
+        late = d.spawn(binary('SPIN_THREADS'), '--seconds', '3', '--weights', '2,2', '--delay', '1')
         wait_for_threads(late.pid, 1)
         sid4 = d.json('attach', late.pid)['session']
         check(len(os.listdir('/proc/%d/task' % late.pid)) == 1,
