@@ -187,12 +187,7 @@ static int profile__load(struct profile *p, sqlite3 *db, int64_t session_id, con
 		sql = NULL;
 		return -ENOMEM;
 	}
-	r = report__prepare(db, sql, &st);
-	if (r < 0)
-		return r;
-	r = report__bind_int64(st, 1, session_id);
-	if (r >= 0)
-		r = window_bounds__bind(wb, st, 2);
+	r = report__prepare_range(db, sql, session_id, wb, &st);
 	if (r < 0)
 		return r;
 	while ((r = report__step(st)) > 0) {
@@ -325,17 +320,24 @@ json_t *qframe_json(const struct qframe *f, bool with_kind)
  * report_load() - what top and hotpaths both start with: the report head of
  * @event's samples (report__head()) with an empty array @list in it
  * (*@ret_arr, owned by *@ret_o), and the session's stacks loaded into @p.
+ * The caller ends the read snapshot begun here with
+ * report__snapshot_endp(@ret_snap), also on failure.
  * Returns 0, or the -errno of report__samples_table(), report__head() or
  * profile__load(); *@ret_o is then set only if the head was built.
  */
 int callgraph__load(sqlite3 *db, int64_t session_id, const char *event,
 		    const struct query_range *range, const char *list, json_t **ret_o,
-		    json_t **ret_arr, int64_t *ret_total, struct profile *p)
+		    json_t **ret_arr, int64_t *ret_total, struct profile *p, sqlite3 **ret_snap)
 {
 	struct window_bounds wb;
 	const char *table;
 	int r;
 
+	/* One read transaction for all of the report (report__snapshot_begin()). */
+	r = report__snapshot_begin(db);
+	if (r < 0)
+		return r;
+	*ret_snap = db;
 	r = window_bounds__get(db, session_id, range, &wb);
 	if (r < 0)
 		return r;

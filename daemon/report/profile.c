@@ -212,11 +212,7 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 		sql = NULL;
 		return -ENOMEM;
 	}
-	r = report__prepare(db, sql, &st);
-	if (r >= 0)
-		r = report__bind_int64(st, 1, session_id);
-	if (r >= 0)
-		r = window_bounds__bind(&wb, st, 2);
+	r = report__prepare_range(db, sql, session_id, &wb, &st);
 	if (r >= 0)
 		r = report__bind_int64(st, 4, start);
 	if (r < 0)

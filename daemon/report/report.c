@@ -251,6 +251,23 @@ int window_bounds__bind(const struct window_bounds *wb, sqlite3_stmt *st, int i)
 	return r < 0 ? r : report__bind_int64(st, i + 1, wb->hi);
 }
 
+/*
+ * report__prepare_range() - *@ret prepared from @sql, with @session_id
+ * bound to ?1 and the window bounds of @wb to ?2 and ?3. Returns 0, -EIO or
+ * -ENOMEM; *@ret is set (to finalize) even on a failed bind.
+ */
+int report__prepare_range(sqlite3 *db, const char *sql, int64_t session_id,
+			  const struct window_bounds *wb, sqlite3_stmt **ret)
+{
+	int r = report__prepare(db, sql, ret);
+
+	if (r >= 0)
+		r = report__bind_int64(*ret, 1, session_id);
+	if (r >= 0)
+		r = window_bounds__bind(wb, *ret, 2);
+	return r < 0 ? r : 0;
+}
+
 /* Adds "from_s"/"to_s" to @o when a range was asked for. Returns 0 or -1 (out of memory). */
 int window_bounds__json(const struct window_bounds *wb, json_t *o)
 {
@@ -323,12 +340,7 @@ int report__head(sqlite3 *db, int64_t session_id, const char *table, const struc
 		sql = NULL;
 		return -ENOMEM;
 	}
-	r = report__prepare(db, sql, &st);
-	if (r < 0)
-		return r;
-	r = report__bind_int64(st, 1, session_id);
-	if (r >= 0)
-		r = window_bounds__bind(wb, st, 2);
+	r = report__prepare_range(db, sql, session_id, wb, &st);
 	if (r < 0)
 		return r;
 	r = report__step(st);

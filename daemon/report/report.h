@@ -90,9 +90,10 @@ json_t *report__python(sqlite3_stmt *st, int col);
 int window_bounds__get(sqlite3 *db, int64_t session_id, const struct query_range *range,
 		       struct window_bounds *wb);
 int window_bounds__bind(const struct window_bounds *wb, sqlite3_stmt *st, int i);
+int report__prepare_range(sqlite3 *db, const char *sql, int64_t session_id,
+			  const struct window_bounds *wb, sqlite3_stmt **ret);
 int window_bounds__json(const struct window_bounds *wb, json_t *o);
-const char *report__unsymbolized_name(char *buf, size_t size, const char *module,
-				      int64_t rel_addr);
+const char *report__unsymbolized_name(char *buf, size_t size, const char *module, int64_t rel_addr);
 int report__prepare_id(sqlite3 *db, const char *sql, int64_t id, sqlite3_stmt **ret);
 int report__samples_table(sqlite3 *db, int64_t session_id, const char *event, const char **ret);
 int report__head(sqlite3 *db, int64_t session_id, const char *table, const struct window_bounds *wb,

@@ -71,11 +71,7 @@ int query__top(sqlite3 *db, int64_t session_id, int limit, const char *event,
 
 	if (limit < 1)
 		return -EINVAL;
-	r = report__snapshot_begin(db);
-	if (r < 0)
-		return r;
-	snap = db;
-	r = callgraph__load(db, session_id, event, range, "functions", &o, &arr, &total, &p);
+	r = callgraph__load(db, session_id, event, range, "functions", &o, &arr, &total, &p, &snap);
 	if (r < 0)
 		return r;
 	if (p.n_groups > 0)
@@ -182,11 +178,7 @@ int query__hotpaths(sqlite3 *db, int64_t session_id, int limit, const char *even
 
 	if (limit < 1)
 		return -EINVAL;
-	r = report__snapshot_begin(db);
-	if (r < 0)
-		return r;
-	snap = db;
-	r = callgraph__load(db, session_id, event, range, "paths", &o, &arr, &total, &p);
+	r = callgraph__load(db, session_id, event, range, "paths", &o, &arr, &total, &p, &snap);
 	if (r < 0)
 		return r;
 	if (p.n_stacks > 0) {
