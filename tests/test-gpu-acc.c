@@ -79,54 +79,42 @@ static int resolve(void *ctx, const struct session_env *env, struct raw_stack *s
 	return 0;
 }
 
-/* Catalogue entries as collect/uprobes.c describes these functions. */
-static const struct gpu_api api_malloc = {
-    "cudaMalloc", GPU_KIND_ALLOC, UPROBE_F_OUT0, false, GPU_DIMS_NONE, -1, 1, -1,
-    -1,		  NULL,		  "device",	 true};
-static const struct gpu_api api_free = {
-    "cudaFree", GPU_KIND_FREE, 0, false, GPU_DIMS_NONE, -1, -1, 0, -1, NULL, "device", true};
-static const struct gpu_api api_memcpy = {
-    "cudaMemcpy", GPU_KIND_COPY, 0, false, GPU_DIMS_NONE, -1, 2, -1, 3, NULL, NULL, true};
-static const struct gpu_api api_sync = {"cudaDeviceSynchronize",
-					GPU_KIND_SYNC,
-					0,
-					false,
-					GPU_DIMS_NONE,
-					-1,
-					-1,
-					-1,
-					-1,
-					NULL,
-					NULL,
-					true};
-static const struct gpu_api api_launch = {"cuLaunchKernel",
-					  GPU_KIND_LAUNCH,
-					  0,
-					  false,
-					  GPU_DIMS_SCALARS,
-					  -1,
-					  -1,
-					  -1,
-					  -1,
-					  NULL,
-					  NULL,
-					  true};
-static const struct gpu_api api_push = {"nvtxRangePushA",
-					GPU_KIND_NVTX_PUSH,
-					UPROBE_F_STR0,
-					true,
-					GPU_DIMS_NONE,
-					-1,
-					-1,
-					-1,
-					-1,
-					NULL,
-					NULL,
-					false};
-static const struct gpu_api api_pop = {
-    "nvtxRangePop", GPU_KIND_NVTX_POP, 0, true, GPU_DIMS_NONE, -1, -1, -1, -1, NULL, NULL, false};
-static const struct gpu_api api_uprobe = {
-    "libtrain:step", GPU_KIND_UPROBE, 0, false, GPU_DIMS_NONE, -1, -1, -1, -1, NULL, NULL, false};
+/* A catalogue entry as collect/uprobes.c describes the function: no argument used unless set. */
+static struct gpu_api api(const char *symbol, enum gpu_kind kind, bool nvtx)
+{
+	return (struct gpu_api){.symbol = symbol,
+				.kind = kind,
+				.nvtx = nvtx,
+				.fn_arg = -1,
+				.size_arg = -1,
+				.ptr_arg = -1,
+				.copy_kind_arg = -1,
+				.error_if_nonzero = !nvtx && kind != GPU_KIND_UPROBE};
+}
+
+static struct gpu_api api_malloc, api_free, api_memcpy, api_sync, api_launch, api_push, api_pop,
+    api_uprobe;
+
+static void catalogue(void)
+{
+	api_malloc = api("cudaMalloc", GPU_KIND_ALLOC, false);
+	api_malloc.flags = UPROBE_F_OUT0;
+	api_malloc.size_arg = 1;
+	api_malloc.space = "device";
+	api_free = api("cudaFree", GPU_KIND_FREE, false);
+	api_free.ptr_arg = 0;
+	api_free.space = "device";
+	api_memcpy = api("cudaMemcpy", GPU_KIND_COPY, false);
+	api_memcpy.size_arg = 2;
+	api_memcpy.copy_kind_arg = 3;
+	api_sync = api("cudaDeviceSynchronize", GPU_KIND_SYNC, false);
+	api_launch = api("cuLaunchKernel", GPU_KIND_LAUNCH, false);
+	api_launch.dims = GPU_DIMS_SCALARS;
+	api_push = api("nvtxRangePushA", GPU_KIND_NVTX_PUSH, true);
+	api_push.flags = UPROBE_F_STR0;
+	api_pop = api("nvtxRangePop", GPU_KIND_NVTX_POP, true);
+	api_uprobe = api("libtrain:step", GPU_KIND_UPROBE, false);
+}
 
 static const uint64_t mono0 = 5000000000ULL;	      /* the session's start, CLOCK_MONOTONIC */
 static const uint64_t real0 = 1700000000000000000ULL; /* the same instant, CLOCK_REALTIME */
@@ -207,9 +195,8 @@ int main(void)
 	struct gpu_acc *a;
 	int64_t sid;
 
-	if (!mkdtemp(dir))
-		return 99;
-	snprintf(path, sizeof(path), "%s/profd.db", dir);
+	catalogue();
+	test_db_path(dir, path, sizeof(path));
 	if (store__open(path, &st) < 0)
 		return 99;
 	CHECK_INT_EQ(store__begin(st), 0);

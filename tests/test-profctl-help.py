@@ -12,14 +12,13 @@ import re
 import subprocess
 import sys
 
-failures = 0
+problems = []
 
 
 def check(ok, what):
-    global failures
+    """Note @what as a problem unless @ok; the test fails at the end if any were noted."""
     if not ok:
-        failures += 1
-        print('FAIL: ' + what)
+        problems.append(what)
 
 
 def c_tables(src):
@@ -82,8 +81,10 @@ def main():
         for opt in opts:
             if opt not in common:
                 check('--' + opt in r.stdout, 'profctl %s --help does not show --%s' % (name, opt))
-    print('%d commands, %d failures' % (len(c_cmds), failures))
-    sys.exit(1 if failures else 0)
+    for p in problems:
+        print('FAIL: ' + p)
+    print('%d commands, %d failures' % (len(c_cmds), len(problems)))
+    sys.exit(1 if problems else 0)
 
 
 main()

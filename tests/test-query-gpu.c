@@ -25,9 +25,7 @@ int main(void)
 	const int64_t t0 = 1000000000000LL, mib = 1 << 20;
 	sqlite3 *db;
 
-	if (!mkdtemp(dir))
-		return 99;
-	snprintf(path, sizeof(path), "%s/profd.db", dir);
+	test_db_path(dir, path, sizeof(path));
 	if (store__open(path, &st) < 0)
 		return 99;
 	db = store__db(st);

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "check.h"
+#include "check_json.h"
 #include "report/query.h"
 #include "service/request.h"
 #include "session/session.h"
@@ -145,9 +146,7 @@ int main(void)
 	};
 	pid_t other_tid = getpid() + 1; /* a second thread, as the kernel would name it */
 
-	if (!mkdtemp(dir))
-		return 99;
-	snprintf(path, sizeof(path), "%s/profd.db", dir);
+	test_db_path(dir, path, sizeof(path));
 	if (store__open(path, &env.store) < 0)
 		return 99;
 	env.sym = symbolizer__new();
@@ -170,7 +169,7 @@ int main(void)
 	 * flush is kept, and the samples wait in the session. */
 	feed(session_test_hot, 20, getpid());
 	exec_trigger("CREATE TEMP TRIGGER refuse_samples BEFORE INSERT ON samples "
-	     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+		     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
 	CHECK(flush() < 0);
 	CHECK_INT_EQ(self_samples("session_test_hot"), 30);
 	CHECK_INT_EQ(scalar("SELECT samples FROM sessions WHERE id = ?1"), 40);
@@ -179,9 +178,9 @@ int main(void)
 	 * written): the rollback takes the samples back too. */
 	exec_trigger("DROP TRIGGER refuse_samples");
 	exec_trigger("CREATE TEMP TRIGGER refuse_threads BEFORE UPDATE ON threads "
-	     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+		     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
 	exec_trigger("CREATE TEMP TRIGGER refuse_threads_insert BEFORE INSERT ON threads "
-	     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+		     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
 	feed(session_test_cold, 5, other_tid);
 	CHECK(flush() < 0);
 	CHECK_INT_EQ(self_samples("session_test_hot"), 30);

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "check.h"
+#include "check_json.h"
 #include "report/sql.h"
 #include "store/store.h"
 #include "util.h"
@@ -105,9 +106,7 @@ int main(void)
 	struct stat before, after;
 	json_t *o;
 
-	if (!mkdtemp(dir))
-		return 99;
-	snprintf(path, sizeof(path), "%s/profd.db", dir);
+	test_db_path(dir, path, sizeof(path));
 	if (store__open(path, &st) < 0)
 		return 99;
 	add_session(st, UID_A, "alice_work", 30);
