@@ -14,6 +14,7 @@
 #include "symbols/elfsym.h"
 #include "collect/malloc_probes.h"
 #include "malloc.skel.h"
+#include "collect/bpf_util.h"
 #include "util.h"
 
 /* Allocator libraries probed at most per process, and links per slot. */
@@ -126,19 +127,16 @@ int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn
 	struct malloc_probes *h;
 	int r;
 
-	if (ringbuf_bytes == 0 || ringbuf_bytes > UINT32_MAX ||
-	    (ringbuf_bytes & (ringbuf_bytes - 1)) != 0 || targets_fd < 0)
+	if (!ringbuf_size_ok(ringbuf_bytes) || targets_fd < 0)
 		return -EINVAL;
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	h->fn = fn;
 	h->ctx = ctx;
-	h->nr_cpus = libbpf_num_possible_cpus();
-	if (h->nr_cpus <= 0) {
-		r = h->nr_cpus < 0 ? h->nr_cpus : -ENODEV;
+	r = h->nr_cpus = possible_cpus();
+	if (r < 0)
 		goto fail;
-	}
 	h->skel = malloc_bpf__open();
 	if (!h->skel) {
 		r = -errno;
@@ -161,11 +159,9 @@ int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn
 		r = -errno;
 		goto fail;
 	}
-	h->rb = ring_buffer__new(bpf_map__fd(h->skel->maps.events), handle_record, h, NULL);
-	if (!h->rb) {
-		r = -errno;
+	r = ringbuf_open(h->skel->maps.events, handle_record, h, &h->rb);
+	if (r < 0)
 		goto fail;
-	}
 	*ret = h;
 	return 0;
 fail:

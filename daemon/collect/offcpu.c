@@ -12,6 +12,7 @@
 
 #include "collect/offcpu.h"
 #include "offcpu.skel.h"
+#include "collect/bpf_util.h"
 #include "util.h"
 
 struct offcpu {
@@ -111,19 +112,16 @@ int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_
 	struct offcpu *o;
 	int r;
 
-	if (ringbuf_bytes == 0 || ringbuf_bytes > UINT32_MAX ||
-	    (ringbuf_bytes & (ringbuf_bytes - 1)) != 0)
+	if (!ringbuf_size_ok(ringbuf_bytes))
 		return -EINVAL;
 	o = calloc(1, sizeof(*o));
 	if (!o)
 		return -ENOMEM;
 	o->fn = fn;
 	o->ctx = ctx;
-	o->nr_cpus = libbpf_num_possible_cpus();
-	if (o->nr_cpus <= 0) {
-		r = o->nr_cpus < 0 ? o->nr_cpus : -ENODEV;
+	r = o->nr_cpus = possible_cpus();
+	if (r < 0)
 		goto fail;
-	}
 
 	o->skel = offcpu_bpf__open();
 	if (!o->skel) {
@@ -155,11 +153,9 @@ int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_
 	r = offcpu_bpf__attach(o->skel);
 	if (r < 0)
 		goto fail;
-	o->rb = ring_buffer__new(bpf_map__fd(o->skel->maps.events), handle_record, o, NULL);
-	if (!o->rb) {
-		r = -errno;
+	r = ringbuf_open(o->skel->maps.events, handle_record, o, &o->rb);
+	if (r < 0)
 		goto fail;
-	}
 	*ret = o;
 	return 0;
 fail:

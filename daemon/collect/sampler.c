@@ -11,6 +11,7 @@
 
 #include "profile.skel.h"
 #include "collect/sampler.h"
+#include "collect/bpf_util.h"
 #include "util.h"
 
 struct slot {
@@ -78,11 +79,9 @@ int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler 
 		return -ENOMEM;
 	s->fn = fn;
 	s->ctx = ctx;
-	s->nr_cpus = libbpf_num_possible_cpus();
-	if (s->nr_cpus <= 0) {
-		r = s->nr_cpus < 0 ? s->nr_cpus : -ENODEV;
+	r = s->nr_cpus = possible_cpus();
+	if (r < 0)
 		goto fail;
-	}
 
 	s->skel = profile_bpf__open();
 	if (!s->skel) {
@@ -111,11 +110,9 @@ int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler 
 		r = -errno;
 		goto fail;
 	}
-	s->rb = ring_buffer__new(bpf_map__fd(s->skel->maps.events), handle_record, s, NULL);
-	if (!s->rb) {
-		r = -errno;
+	r = ringbuf_open(s->skel->maps.events, handle_record, s, &s->rb);
+	if (r < 0)
 		goto fail;
-	}
 	*ret = s;
 	return 0;
 fail:

@@ -14,6 +14,7 @@
 #include "symbols/elfsym.h"
 #include "collect/uprobes.h"
 #include "uprobes.skel.h"
+#include "collect/bpf_util.h"
 #include "util.h"
 
 
@@ -190,19 +191,16 @@ int uprobes__new(size_t ringbuf_bytes, uprobes_event_fn fn, void *ctx, struct up
 	struct uprobes *g;
 	int r;
 
-	if (ringbuf_bytes == 0 || ringbuf_bytes > UINT32_MAX ||
-	    (ringbuf_bytes & (ringbuf_bytes - 1)) != 0)
+	if (!ringbuf_size_ok(ringbuf_bytes))
 		return -EINVAL;
 	g = calloc(1, sizeof(*g));
 	if (!g)
 		return -ENOMEM;
 	g->fn = fn;
 	g->ctx = ctx;
-	g->nr_cpus = libbpf_num_possible_cpus();
-	if (g->nr_cpus <= 0) {
-		r = g->nr_cpus < 0 ? g->nr_cpus : -ENODEV;
+	r = g->nr_cpus = possible_cpus();
+	if (r < 0)
 		goto fail;
-	}
 	g->skel = uprobes_bpf__open();
 	if (!g->skel) {
 		r = -errno;
@@ -215,11 +213,9 @@ int uprobes__new(size_t ringbuf_bytes, uprobes_event_fn fn, void *ctx, struct up
 	r = uprobes_bpf__load(g->skel);
 	if (r < 0)
 		goto fail;
-	g->rb = ring_buffer__new(bpf_map__fd(g->skel->maps.events), handle_record, g, NULL);
-	if (!g->rb) {
-		r = -errno;
+	r = ringbuf_open(g->skel->maps.events, handle_record, g, &g->rb);
+	if (r < 0)
 		goto fail;
-	}
 	*ret = g;
 	return 0;
 fail:
