@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""embed.py - turn schema/NNNN-*.sql migrations into a C array for daemon/store.c.
+"""embed.py - turn schema/NNNN-*.sql migrations into a C array for daemon/store/store.c.
 
 Usage: embed.py OUTPUT.c MIGRATION.sql...  (files must be named 0001-..., 0002-..., in order)
 """
