@@ -12,6 +12,7 @@
 #include "check.h"
 #include "util.h"
 #include "collect/malloc_probes.h"
+#include "collect/memory.h"
 #include "report/memory.h"
 #include "session/session.h"
 
@@ -143,18 +144,18 @@ static void test_slope_and_leaks(void)
 	double one_jump[6] = { 0, 0, 0, 0, 0, 9 }, falling_end[6] = { 0, 1, 2, 3, 4, 0 };
 	double churn_drift[7] = { 0, 4, 3, 4, 5, 6, 7 }, leak[7] = { 0, 1, 2, 3, 3, 5, 6 };
 
-	CHECK(fabs(memory__slope(x, y, 5) - 2) < 1e-12);
-	CHECK(memory__slope(x, y, 1) == 0);
-	CHECK(memory__slope(x, y, 0) == 0);
-	CHECK(memory__is_leak_suspect(rising, 5, 10, 3));
-	CHECK(!memory__is_leak_suspect(rising, 5, 2, 3));	/* too few live samples */
-	CHECK(!memory__is_leak_suspect(flat, 5, 10, 3));	/* up and down */
-	CHECK(!memory__is_leak_suspect(one_jump, 5, 10, 3));	/* one step is not a trend */
-	CHECK(!memory__is_leak_suspect(falling_end, 5, 10, 3));	/* freed at the end */
+	CHECK(fabs(memory_report__slope(x, y, 5) - 2) < 1e-12);
+	CHECK(memory_report__slope(x, y, 1) == 0);
+	CHECK(memory_report__slope(x, y, 0) == 0);
+	CHECK(memory_report__is_leak_suspect(rising, 5, 10, 3));
+	CHECK(!memory_report__is_leak_suspect(rising, 5, 2, 3));	/* too few live samples */
+	CHECK(!memory_report__is_leak_suspect(flat, 5, 10, 3));	/* up and down */
+	CHECK(!memory_report__is_leak_suspect(one_jump, 5, 10, 3));	/* one step is not a trend */
+	CHECK(!memory_report__is_leak_suspect(falling_end, 5, 10, 3));	/* freed at the end */
 	/* Churn reaching its level in the first window, then drifting up by chance. */
-	CHECK(!memory__is_leak_suspect(churn_drift, 6, 10, 3));
+	CHECK(!memory_report__is_leak_suspect(churn_drift, 6, 10, 3));
 	/* A leak seen from the attach: linear from 0. */
-	CHECK(memory__is_leak_suspect(leak, 6, 10, 3));
+	CHECK(memory_report__is_leak_suspect(leak, 6, 10, 3));
 }
 
 static void test_read(void)

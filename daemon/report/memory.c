@@ -19,10 +19,10 @@
 #define MEMORY_MIN_WINDOWS 2
 
 /*
- * memory__slope() - the least-squares slope of @y over @x (@n points), in
+ * memory_report__slope() - the least-squares slope of @y over @x (@n points), in
  * y units per x unit; 0 with fewer than two distinct x.
  */
-double memory__slope(const double *x, const double *y, size_t n)
+double memory_report__slope(const double *x, const double *y, size_t n)
 {
 	double mx = 0, my = 0, sxx = 0, sxy = 0;
 
@@ -42,7 +42,7 @@ double memory__slope(const double *x, const double *y, size_t n)
 }
 
 /*
- * memory__is_leak_suspect() - whether live bytes sampled at @n + 1 window
+ * memory_report__is_leak_suspect() - whether live bytes sampled at @n + 1 window
  * boundaries (@live[0] at the start) keep growing: they end above 0, rise
  * in at least half the windows (2 at least), fall in at most a fifth, end
  * at least twice as high as after the first window, a straight rise
@@ -53,7 +53,7 @@ double memory__slope(const double *x, const double *y, size_t n)
  * level within the first window, then wander up and down, and a few
  * windows in a row of rises happen by chance (seen in a 6-window session).
  */
-bool memory__is_leak_suspect(const double *live, unsigned n, uint64_t live_samples,
+bool memory_report__is_leak_suspect(const double *live, unsigned n, uint64_t live_samples,
 			     uint64_t min_live_samples)
 {
 	double x[64], mean = 0, ss_tot = 0, ss_res = 0, slope, mx = n / 2.0;
@@ -75,7 +75,7 @@ bool memory__is_leak_suspect(const double *live, unsigned n, uint64_t live_sampl
 		mean += live[k];
 	}
 	mean /= n + 1;
-	slope = memory__slope(x, live, n + 1);
+	slope = memory_report__slope(x, live, n + 1);
 	for (unsigned k = 0; k <= n; k++) {
 		double fit = mean + slope * (k - mx);
 
@@ -151,7 +151,7 @@ static int rss_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t i
 	    json_object_set_new(o, "end_bytes", n ? bytes_json(last) : json_null()) < 0 ||
 	    json_object_set_new(o, "peak_bytes", n ? bytes_json(peak) : json_null()) < 0 ||
 	    json_object_set_new(o, "growth_bytes_per_s",
-				n >= 2 ? bytes_json(memory__slope(x, y, n)) : json_null()) < 0 ||
+				n >= 2 ? bytes_json(memory_report__slope(x, y, n)) : json_null()) < 0 ||
 	    json_object_set_new(o, "last_reading_s",
 				n ? json_real(round(last_s * 1000) / 1000) : json_null()) < 0)
 		goto fail_oom;
@@ -195,7 +195,7 @@ static int rss_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t i
 		    "{s:i, s:I, s:o, s:o, s:o, s:o, s:f, s:f}", "pid", pid, "readings",
 		    (json_int_t)m, "start_bytes", bytes_json(pfirst), "end_bytes",
 		    bytes_json(plast), "peak_bytes", bytes_json(ppeak), "growth_bytes_per_s",
-		    m >= 2 && m <= cap ? bytes_json(memory__slope(x, y, m)) : json_null(),
+		    m >= 2 && m <= cap ? bytes_json(memory_report__slope(x, y, m)) : json_null(),
 		    "first_s", round(t0 * 1000) / 1000, "last_s", round(t1 * 1000) / 1000);
 		if (!po || json_array_append_new(procs, po) < 0)
 			goto fail_oom;
@@ -339,9 +339,9 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 		struct alloc_stack *a = &stacks[i];
 		const double *live = &a->live[MEMORY_MAX_WINDOWS - windows];
 
-		a->slope = memory__slope(x, live, windows + 1);
+		a->slope = memory_report__slope(x, live, windows + 1);
 		a->suspect =
-		    memory__is_leak_suspect(live, windows, a->live_samples, 3) && a->slope > 0;
+		    memory_report__is_leak_suspect(live, windows, a->live_samples, 3) && a->slope > 0;
 		total_live += a->live[MEMORY_MAX_WINDOWS];
 	}
 	if (sqlite3_prepare_v2(db, REPORT_STACK_FRAMES_SQL, -1, &fr, NULL) != SQLITE_OK)

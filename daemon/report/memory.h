@@ -38,6 +38,6 @@
 int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret);
 
 /* Helpers of the report, pure (unit-tested); documented in report/memory.c. */
-double memory__slope(const double *x, const double *y, size_t n);
-bool memory__is_leak_suspect(const double *live, unsigned n, uint64_t live_samples,
+double memory_report__slope(const double *x, const double *y, size_t n);
+bool memory_report__is_leak_suspect(const double *live, unsigned n, uint64_t live_samples,
 			     uint64_t min_live_samples);
