@@ -53,6 +53,12 @@ def text_of(line, lineno):
     return None
 
 
+def fill(para, indent):
+    """@para's lines, filled to WIDTH: option names and words are never cut."""
+    return textwrap.wrap(para, WIDTH, initial_indent=indent, subsequent_indent=indent,
+                         break_on_hyphens=False, break_long_words=False)
+
+
 def render(lines):
     """(command name, help text) for each command of the COMMANDS section."""
     out = []
@@ -122,12 +128,10 @@ def render(lines):
                 parts.append('')
                 parts.append('  ' + tag)
                 if para:
-                    parts.extend(textwrap.wrap(para, WIDTH, initial_indent=' ' * 6,
-                                               subsequent_indent=' ' * 6))
+                    parts.extend(fill(para, ' ' * 6))
             elif para:
                 parts.append('')
-                parts.extend(textwrap.wrap(para, WIDTH, initial_indent='',
-                                           subsequent_indent=''))
+                parts.extend(fill(para, ''))
         helps.append((name, '\n'.join(parts).strip('\n') + '\n'))
     return helps
 
