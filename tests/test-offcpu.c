@@ -379,7 +379,7 @@ int main(int argc, char **argv)
 	if (offcpu__prog_stats(o, &run_cnt, &run_ns) < 0)
 		run_cnt = run_ns = 0;
 
-	epfd = offcpu__fd(o);
+	epfd = record_reader__fd(offcpu__reader(o));
 	for (;;) {
 		struct epoll_event ev;
 		uint64_t now = now_ns(CLOCK_MONOTONIC);
@@ -391,7 +391,7 @@ int main(int argc, char **argv)
 			       (int)MIN((t0 + RUN_NS - now) / NSEC_PER_MSEC + 1, 100));
 		if (r < 0 && errno != EINTR)
 			SETUP_FAIL("epoll_wait: %m");
-		r = offcpu__poll(o);
+		r = record_reader__poll(offcpu__reader(o));
 		CHECK(r >= 0);
 	}
 	t1 = now_ns(CLOCK_MONOTONIC);
@@ -405,7 +405,7 @@ int main(int argc, char **argv)
 			run_ns = ns1 - run_ns;
 		}
 	}
-	CHECK(offcpu__poll(o) >= 0);
+	CHECK(record_reader__poll(offcpu__reader(o)) >= 0);
 	CHECK_INT_EQ(offcpu__remove_target(o, SLOT + 1, c.pid), -ENOENT);
 	CHECK_INT_EQ(offcpu__remove_target(o, SLOT, c.pid), 0);
 	CHECK_INT_EQ(offcpu__counters(o, SLOT, &cnt), 0);
@@ -598,14 +598,14 @@ int main(int argc, char **argv)
 	printf("lost: ringbuf_full %" PRIu64 ", tid_map_full %" PRIu64 ", switch_in_missed %" PRIu64
 	       ", bad records %" PRIu64 ", foreign %" PRIu64 "\n",
 	       (uint64_t)cnt.ringbuf_full, (uint64_t)cnt.tid_map_full,
-	       (uint64_t)cnt.switch_in_missed, offcpu__bad_records(o), c.foreign);
+	       (uint64_t)cnt.switch_in_missed, record_reader__bad_records(offcpu__reader(o)), c.foreign);
 	CHECK_INT_EQ(cnt.ringbuf_full, 0);
 	CHECK_INT_EQ(cnt.tid_map_full, 0);
 	/* Not ours to prevent (offcpu.bpf.c): on this kernel a few switch-ins
 	 * in a thousand never reach the program. They must be counted, and rare. */
 	CHECK(cnt.switch_in_missed * 100 <= n_window);
 	CHECK_INT_EQ(offcpu__lost(o, SLOT), cnt.switch_in_missed);
-	CHECK_INT_EQ(offcpu__bad_records(o), 0);
+	CHECK_INT_EQ(record_reader__bad_records(offcpu__reader(o)), 0);
 	CHECK_INT_EQ(c.foreign, 0);
 	CHECK_INT_EQ(c.stack_overflow, 0);
 	CHECK(n_window > 0);

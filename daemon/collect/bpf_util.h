@@ -1,7 +1,8 @@
 /*
- * bpf_util.h - what the collectors of daemon/collect/ do alike when they
- * load their BPF object: check a ring buffer's size, count the CPUs, and
- * open the reader of a ring buffer map.
+ * bpf_util.h - what the collectors of daemon/collect/ do alike with their
+ * BPF objects: load a skeleton whose records arrive through a ring buffer
+ * map, read that ring buffer (counting malformed records), and read or
+ * reset per-CPU counter maps.
  */
 #pragma once
 
@@ -27,13 +28,66 @@ static inline int possible_cpus(void)
 }
 
 /*
- * ringbuf_open() - a reader of ring buffer @map that calls @fn(@ctx, ...)
- * for each record (ring_buffer__consume()). Returns 0 and *@ret, or the
- * -errno libbpf gave. Does not log.
+ * Called for each record read from a ring buffer; @data (@size bytes, as
+ * the BPF program submitted it, unchecked) is valid only during the call.
+ * Returns false for a malformed record, which the reader counts.
  */
-static inline int ringbuf_open(struct bpf_map *map, ring_buffer_sample_fn fn, void *ctx,
-			       struct ring_buffer **ret)
-{
-	*ret = ring_buffer__new(bpf_map__fd(map), fn, ctx, NULL);
-	return *ret ? 0 : -errno;
-}
+typedef bool (*record_fn)(void *ctx, const void *data, size_t size);
+
+/* The user side of one BPF ring buffer map. Embedded in its collector. */
+struct record_reader {
+	struct ring_buffer *rb;
+	record_fn fn;
+	void *ctx;
+	uint64_t bad_records; /* records @fn refused */
+};
+
+/*
+ * collector__load() - load the BPF skeleton @s (its X__open() done, its
+ * rodata set) whose records arrive in ring buffer map @events, and open
+ * @reader on it.
+ * @ringbuf_bytes: @events' size, a power of two and a multiple of the page size.
+ * @targets, @targets_fd: when @targets_fd >= 0, the map @targets is made to
+ *   share that map (another object's targets) instead of having its own.
+ * @fn, @ctx: called from record_reader__poll() for each record.
+ * Returns 0, -EINVAL for a bad size, or the -errno libbpf gave (-EPERM
+ * without CAP_BPF + CAP_PERFMON). On failure the caller destroys the
+ * skeleton and calls record_reader__close(). Does not log.
+ */
+int collector__load(struct bpf_object_skeleton *s, struct bpf_map *events, size_t ringbuf_bytes,
+		    struct bpf_map *targets, int targets_fd, record_fn fn, void *ctx,
+		    struct record_reader *reader);
+
+/* record_reader__close() - free @r's ring buffer reader; pending records are dropped. Idempotent.
+ */
+void record_reader__close(struct record_reader *r);
+
+/*
+ * record_reader__fd() - an epoll fd (O_CLOEXEC, owned by @r) that polls
+ * readable when the BPF program woke the reader; programs that wake only
+ * once a share of the buffer is full need a timer to poll as well.
+ */
+int record_reader__fd(struct record_reader *r);
+
+/*
+ * record_reader__poll() - read every record waiting, without blocking.
+ * Returns the number read, malformed ones included (>= 0), or -errno.
+ */
+int record_reader__poll(struct record_reader *r);
+
+/* record_reader__bad_records() - malformed records seen so far. */
+uint64_t record_reader__bad_records(const struct record_reader *r);
+
+/* The number of __u64 counters in struct @v (every counter struct of bpf/ is all __u64). */
+#define U64S(v) (sizeof(v) / sizeof(uint64_t))
+
+/*
+ * percpu_sum() - the value of @key in per-CPU array map @map, a struct of
+ * @nr_u64 __u64 counters per CPU (@nr_cpus of them), summed over CPUs into
+ * @ret[0..nr_u64-1]. Returns 0, -ENOMEM, or bpf()'s -errno (then @ret is
+ * unchanged).
+ */
+int percpu_sum(struct bpf_map *map, uint32_t key, int nr_cpus, uint64_t *ret, size_t nr_u64);
+
+/* percpu_zero() - set @key of per-CPU map @map (@value_size bytes a CPU) to zeros. 0 or -errno. */
+int percpu_zero(struct bpf_map *map, uint32_t key, int nr_cpus, size_t value_size);

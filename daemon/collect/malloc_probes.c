@@ -23,10 +23,9 @@
 
 struct malloc_probes {
 	struct malloc_bpf *skel;
-	struct ring_buffer *rb;
+	struct record_reader reader;
 	malloc_probes_fn fn;
 	void *ctx;
-	uint64_t bad_records;
 	int nr_cpus;
 	struct heap_proc *procs[MALLOC_MAX_SLOTS]; /* the processes each slot probes */
 };
@@ -48,15 +47,15 @@ static void heap_proc_free(struct heap_proc *p)
 }
 
 static const char *const func_names[MALLOC_NR_FUNCS] = {
-	[MALLOC_FUNC_MALLOC] = "malloc",
-	[MALLOC_FUNC_CALLOC] = "calloc",
-	[MALLOC_FUNC_REALLOC] = "realloc",
-	[MALLOC_FUNC_POSIX_MEMALIGN] = "posix_memalign",
-	[MALLOC_FUNC_ALIGNED_ALLOC] = "aligned_alloc",
-	[MALLOC_FUNC_MEMALIGN] = "memalign",
-	[MALLOC_FUNC_MMAP] = "mmap",
-	[MALLOC_FUNC_FREE] = "free",
-	[MALLOC_FUNC_MUNMAP] = "munmap",
+    [MALLOC_FUNC_MALLOC] = "malloc",
+    [MALLOC_FUNC_CALLOC] = "calloc",
+    [MALLOC_FUNC_REALLOC] = "realloc",
+    [MALLOC_FUNC_POSIX_MEMALIGN] = "posix_memalign",
+    [MALLOC_FUNC_ALIGNED_ALLOC] = "aligned_alloc",
+    [MALLOC_FUNC_MEMALIGN] = "memalign",
+    [MALLOC_FUNC_MMAP] = "mmap",
+    [MALLOC_FUNC_FREE] = "free",
+    [MALLOC_FUNC_MUNMAP] = "munmap",
 };
 
 const char *malloc_probes__func_name(unsigned func)
@@ -93,20 +92,18 @@ bool malloc_event__valid(const void *data, size_t size)
 		 e->stack_size % sizeof(__u64) != 0 ||
 		 (e->stack_size && !(e->flags & MALLOC_HAS_REGS)) ||
 		 size < offsetof(struct malloc_alloc_event, ips) +
-				(size_t)e->ustack_len * sizeof(__u64) + e->stack_size);
+			    (size_t)e->ustack_len * sizeof(__u64) + e->stack_size);
 }
 
 /* A bad record is counted and skipped; 0 always, so that consumption goes on. */
-static int handle_record(void *ctx, void *data, size_t size)
+static bool handle_record(void *ctx, const void *data, size_t size)
 {
 	struct malloc_probes *h = ctx;
 
-	if (!malloc_event__valid(data, size)) {
-		h->bad_records++;
-		return 0;
-	}
+	if (!malloc_event__valid(data, size))
+		return false;
 	h->fn(h->ctx, data, size);
-	return 0;
+	return true;
 }
 
 /*
@@ -122,7 +119,8 @@ static int handle_record(void *ctx, void *data, size_t size)
  * bad @ringbuf_bytes, -EPERM without CAP_BPF + CAP_PERFMON, -ENOMEM, or
  * libbpf's -errno. Does not log (libbpf's messages go through its callback).
  */
-int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn, void *ctx, struct malloc_probes **ret)
+int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn, void *ctx,
+		       struct malloc_probes **ret)
 {
 	struct malloc_probes *h;
 	int r;
@@ -144,14 +142,9 @@ int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn
 	}
 	for (unsigned i = 0; i < MALLOC_INTERVALS; i++)
 		h->skel->rodata->intervals_q16[i] =
-			(__u32)lround(-log((i + 0.5) / MALLOC_INTERVALS) * 65536.0);
-	r = bpf_map__reuse_fd(h->skel->maps.targets, targets_fd);
-	if (r < 0)
-		goto fail;
-	r = bpf_map__set_max_entries(h->skel->maps.events, (__u32)ringbuf_bytes);
-	if (r < 0)
-		goto fail;
-	r = malloc_bpf__load(h->skel);
+		    (__u32)lround(-log((i + 0.5) / MALLOC_INTERVALS) * 65536.0);
+	r = collector__load(h->skel->skeleton, h->skel->maps.events, ringbuf_bytes,
+			    h->skel->maps.targets, targets_fd, handle_record, h, &h->reader);
 	if (r < 0)
 		goto fail;
 	h->skel->links.malloc_thread_exit = bpf_program__attach(h->skel->progs.malloc_thread_exit);
@@ -159,9 +152,6 @@ int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn
 		r = -errno;
 		goto fail;
 	}
-	r = ringbuf_open(h->skel->maps.events, handle_record, h, &h->rb);
-	if (r < 0)
-		goto fail;
 	*ret = h;
 	return 0;
 fail:
@@ -169,34 +159,22 @@ fail:
 	return r < 0 ? r : -EIO;
 }
 
-/* malloc_probes__free() - detach every probe and free everything. Accepts NULL and a half-built object. */
+/* malloc_probes__free() - detach every probe and free everything. Accepts NULL and a half-built
+ * object. */
 void malloc_probes__free(struct malloc_probes *h)
 {
 	if (!h)
 		return;
 	for (unsigned i = 0; i < MALLOC_MAX_SLOTS; i++)
 		malloc_probes__detach(h, i);
-	ring_buffer__free(h->rb);
+	record_reader__close(&h->reader);
 	malloc_bpf__destroy(h->skel);
 	free(h);
 }
 
-/* malloc_probes__fd() - an epoll fd (owned by @h) that polls readable when records wait. */
-int malloc_probes__fd(struct malloc_probes *h)
+struct record_reader *malloc_probes__reader(struct malloc_probes *h)
 {
-	return ring_buffer__epoll_fd(h->rb);
-}
-
-/* malloc_probes__poll() - read every waiting record without blocking; the number read, or -errno. */
-int malloc_probes__poll(struct malloc_probes *h)
-{
-	return ring_buffer__consume(h->rb);
-}
-
-/* malloc_probes__bad_records() - malformed records seen so far. */
-uint64_t malloc_probes__bad_records(struct malloc_probes *h)
-{
-	return h->bad_records;
+	return &h->reader;
 }
 
 /* elfsym__scan()'s filter: the functions heap.bpf.c probes. */
@@ -216,7 +194,7 @@ static bool is_probed_func(const char *name, void *ctx)
  */
 static int probed_offsets(int fd, uint64_t ret_offsets[MALLOC_NR_FUNCS])
 {
-	struct elf_sym_list syms = { 0 };
+	struct elf_sym_list syms = {0};
 	int r = elfsym__scan(fd, is_probed_func, NULL, &syms), found = 0;
 
 	for (unsigned func = 0; func < MALLOC_NR_FUNCS; func++) {
@@ -350,16 +328,14 @@ static void forget_process(struct malloc_probes *h, pid_t tgid)
 
 static int reset_stats(struct malloc_probes *h, unsigned slot, uint64_t sample_bytes)
 {
-	_cleanup_free_ struct malloc_stats *zero = calloc(h->nr_cpus, sizeof(*zero));
 	__u32 key = slot;
 	__u64 mean = sample_bytes;
+	int r = percpu_zero(h->skel->maps.stats, slot, h->nr_cpus, sizeof(struct malloc_stats));
 
-	if (!zero)
-		return -ENOMEM;
-	if (bpf_map_update_elem(bpf_map__fd(h->skel->maps.stats), &key, zero, BPF_ANY) < 0 ||
+	if (r == 0 &&
 	    bpf_map_update_elem(bpf_map__fd(h->skel->maps.sample_bytes), &key, &mean, BPF_ANY) < 0)
-		return -errno;
-	return 0;
+		r = -errno;
+	return r;
 }
 
 /*
@@ -383,8 +359,8 @@ static int reset_stats(struct malloc_probes *h, unsigned slot, uint64_t sample_b
  * attach (those already attached are detached). Blocks on file I/O (reading
  * the ELF files); does not log.
  */
-int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uint64_t sample_bytes, char *ret_probes,
-		 size_t probes_len)
+int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uint64_t sample_bytes,
+			  char *ret_probes, size_t probes_len)
 {
 	char paths[HEAP_MAX_LIBS + 1][PATH_MAX];
 	struct bpf_link **links;
@@ -392,7 +368,8 @@ int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uin
 	size_t nlinks = 0, off = 0;
 	int nfiles, r = 0;
 
-	if (slot >= MALLOC_MAX_SLOTS || pid <= 0 || sample_bytes == 0 || sample_bytes > (1ULL << 40))
+	if (slot >= MALLOC_MAX_SLOTS || pid <= 0 || sample_bytes == 0 ||
+	    sample_bytes > (1ULL << 40))
 		return -EINVAL;
 	if (malloc_probes__attached(h, slot, pid))
 		return -EBUSY;
@@ -464,11 +441,13 @@ int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uin
 
 				exe[len > 0 ? len : 0] = '\0';
 				base = strrchr(exe, '/');
-				off += snprintf(ret_probes + off, probes_len - off, "%s%s: %d functions",
-						off ? ", " : "", base ? base + 1 : "executable", found);
+				off += snprintf(ret_probes + off, probes_len - off,
+						"%s%s: %d functions", off ? ", " : "",
+						base ? base + 1 : "executable", found);
 			} else {
-				off += snprintf(ret_probes + off, probes_len - off, "%s%s: %d functions",
-						off ? ", " : "", base ? base + 1 : paths[f], found);
+				off += snprintf(ret_probes + off, probes_len - off,
+						"%s%s: %d functions", off ? ", " : "",
+						base ? base + 1 : paths[f], found);
 			}
 		}
 	}
@@ -528,26 +507,7 @@ void malloc_probes__detach(struct malloc_probes *h, unsigned slot)
  */
 int malloc_probes__stats(struct malloc_probes *h, unsigned slot, struct malloc_stats *ret)
 {
-	_cleanup_free_ struct malloc_stats *vals = NULL;
-	struct malloc_stats sum = { 0 };
-	__u32 key = slot;
-
 	if (slot >= MALLOC_MAX_SLOTS)
 		return -EINVAL;
-	vals = calloc(h->nr_cpus, sizeof(*vals));
-	if (!vals)
-		return -ENOMEM;
-	if (bpf_map_lookup_elem(bpf_map__fd(h->skel->maps.stats), &key, vals) < 0)
-		return -errno;
-	for (int cpu = 0; cpu < h->nr_cpus; cpu++) {
-		for (int f = 0; f < MALLOC_NR_FUNCS; f++)
-			sum.calls[f] += vals[cpu].calls[f];
-		sum.alloc_bytes += vals[cpu].alloc_bytes;
-		sum.sampled += vals[cpu].sampled;
-		sum.ringbuf_full += vals[cpu].ringbuf_full;
-		sum.live_full += vals[cpu].live_full;
-		sum.thread_map_full += vals[cpu].thread_map_full;
-	}
-	*ret = sum;
-	return 0;
+	return percpu_sum(h->skel->maps.stats, slot, h->nr_cpus, (uint64_t *)ret, U64S(*ret));
 }

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "bpf/malloc.h"
+#include "collect/bpf_util.h"
 #include "protocol.h"
 
 /* Default mean bytes allocated between two samples (tcmalloc's default). */
@@ -34,19 +35,20 @@ typedef void (*malloc_probes_fn)(void *ctx, const struct malloc_event *e, size_t
 
 /* malloc_event__valid() - whether @size bytes at @data are a well-formed record. */
 bool malloc_event__valid(const void *data, size_t size);
-/* malloc_probes__weight() - the bytes a sampled block of @size_bytes stands for, at @sample_bytes. */
+/* malloc_probes__weight() - the bytes a sampled block of @size_bytes stands for, at @sample_bytes.
+ */
 double malloc_probes__weight(uint64_t size_bytes, uint64_t sample_bytes);
-/* malloc_probes__func_name() - "malloc", "calloc", ... for MALLOC_FUNC_* @func; "?" if out of range. */
+/* malloc_probes__func_name() - "malloc", "calloc", ... for MALLOC_FUNC_* @func; "?" if out of
+ * range. */
 const char *malloc_probes__func_name(unsigned func);
 
 /* Each function is documented where it is defined, in malloc_probes.c. */
-int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn, void *ctx, struct malloc_probes **ret);
-void malloc_probes__free(struct malloc_probes *h); /* accepts NULL */
-int malloc_probes__fd(struct malloc_probes *h);
-int malloc_probes__poll(struct malloc_probes *h);
-uint64_t malloc_probes__bad_records(struct malloc_probes *h);
-int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uint64_t sample_bytes, char *ret_probes,
-		 size_t probes_len);
+int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn, void *ctx,
+		       struct malloc_probes **ret);
+void malloc_probes__free(struct malloc_probes *h);		      /* accepts NULL */
+struct record_reader *malloc_probes__reader(struct malloc_probes *h); /* owned by @h */
+int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uint64_t sample_bytes,
+			  char *ret_probes, size_t probes_len);
 bool malloc_probes__attached(struct malloc_probes *h, unsigned slot, pid_t pid);
 bool malloc_probes__probing(struct malloc_probes *h, unsigned slot);
 void malloc_probes__detach(struct malloc_probes *h, unsigned slot);

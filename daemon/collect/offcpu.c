@@ -17,13 +17,12 @@
 
 struct offcpu {
 	struct offcpu_bpf *skel;
-	struct ring_buffer *rb;
+	struct record_reader reader;
 	offcpu_fn fn;
 	void *ctx;
-	uint64_t bad_records;
 	int nr_cpus;
 	unsigned nr_targets[OFFCPU_MAX_SLOTS]; /* processes added to each slot and not removed */
-	bool shared_targets;                   /* targets is another object's map */
+	bool shared_targets;		       /* targets is another object's map */
 };
 
 bool offcpu_event__valid(const void *data, size_t size)
@@ -37,25 +36,21 @@ bool offcpu_event__valid(const void *data, size_t size)
 	return !(e->kstack_len > OFFCPU_MAX_FRAMES || e->ustack_len > OFFCPU_MAX_FRAMES ||
 		 e->stack_size > OFFCPU_STACK_BYTES || e->stack_size % sizeof(__u64) != 0 ||
 		 (e->stack_size && !(e->flags & OFFCPU_HAS_REGS)) ||
-		 size < offsetof(struct offcpu_event, ips) + frames * sizeof(__u64) + e->stack_size ||
+		 size <
+		     offsetof(struct offcpu_event, ips) + frames * sizeof(__u64) + e->stack_size ||
 		 e->slot >= OFFCPU_MAX_SLOTS || e->state >= OFFCPU_NR_STATES ||
 		 e->runq_ns > e->duration_ns);
 }
 
-/*
- * A bad record is counted and skipped. Returns 0 always: one bad record must
- * not stop the ring buffer's consumption.
- */
-static int handle_record(void *ctx, void *data, size_t size)
+/* A bad record is refused (the reader counts it and goes on). */
+static bool handle_record(void *ctx, const void *data, size_t size)
 {
 	struct offcpu *o = ctx;
 
-	if (!offcpu_event__valid(data, size)) {
-		o->bad_records++;
-		return 0;
-	}
+	if (!offcpu_event__valid(data, size))
+		return false;
 	o->fn(o->ctx, data, size);
-	return 0;
+	return true;
 }
 
 /*
@@ -129,15 +124,7 @@ int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_
 		goto fail;
 	}
 	o->skel->rodata->min_block_ns = min_block_ns;
-	if (targets_fd >= 0) {
-		r = bpf_map__reuse_fd(o->skel->maps.targets, targets_fd);
-		if (r < 0)
-			goto fail;
-		o->shared_targets = true;
-	}
-	r = bpf_map__set_max_entries(o->skel->maps.events, (__u32)ringbuf_bytes);
-	if (r < 0)
-		goto fail;
+	o->shared_targets = targets_fd >= 0;
 	o->skel->rodata->wakeup_bytes = ringbuf_bytes / 16;
 	r = bpf_map__set_max_entries(o->skel->maps.starts, OFFCPU_MAX_THREADS);
 	if (r < 0)
@@ -147,13 +134,11 @@ int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_
 		if (r < 0)
 			goto fail;
 	}
-	r = offcpu_bpf__load(o->skel);
+	r = collector__load(o->skel->skeleton, o->skel->maps.events, ringbuf_bytes,
+			    o->skel->maps.targets, targets_fd, handle_record, o, &o->reader);
 	if (r < 0)
 		goto fail;
 	r = offcpu_bpf__attach(o->skel);
-	if (r < 0)
-		goto fail;
-	r = ringbuf_open(o->skel->maps.events, handle_record, o, &o->rb);
 	if (r < 0)
 		goto fail;
 	*ret = o;
@@ -171,47 +156,14 @@ void offcpu__free(struct offcpu *o)
 {
 	if (!o)
 		return;
-	ring_buffer__free(o->rb);
+	record_reader__close(&o->reader);
 	offcpu_bpf__destroy(o->skel);
 	free(o);
 }
 
-/*
- * offcpu__fd() - an epoll fd (O_CLOEXEC, owned by @o) that polls readable
- * when 1/16 of the ring buffer is full; records below that wait for the
- * next offcpu__poll().
- */
-int offcpu__fd(struct offcpu *o)
+struct record_reader *offcpu__reader(struct offcpu *o)
 {
-	return ring_buffer__epoll_fd(o->rb);
-}
-
-/*
- * offcpu__poll() - read every record waiting in the ring buffer, calling
- * the offcpu_fn for each well-formed one. Does not block. Returns the number
- * of records read, malformed ones included (>= 0), or -errno.
- */
-int offcpu__poll(struct offcpu *o)
-{
-	return ring_buffer__consume(o->rb);
-}
-
-/* offcpu__bad_records() - malformed records seen so far (lengths beyond the record, bad fields). */
-uint64_t offcpu__bad_records(struct offcpu *o)
-{
-	return o->bad_records;
-}
-
-static int reset_drops(struct offcpu *o, unsigned slot)
-{
-	_cleanup_free_ struct offcpu_counters *zero = calloc(o->nr_cpus, sizeof(*zero));
-	__u32 key = slot;
-
-	if (!zero)
-		return -ENOMEM;
-	if (bpf_map_update_elem(bpf_map__fd(o->skel->maps.drops), &key, zero, BPF_ANY) < 0)
-		return -errno;
-	return 0;
+	return &o->reader;
 }
 
 /*
@@ -236,7 +188,8 @@ int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid)
 	if (kill(pid, 0) < 0 && errno == ESRCH)
 		return -ESRCH;
 	if (o->nr_targets[slot] == 0) {
-		r = reset_drops(o, slot);
+		r = percpu_zero(o->skel->maps.drops, slot, o->nr_cpus,
+				sizeof(struct offcpu_counters));
 		if (r < 0)
 			return r;
 	}
@@ -289,24 +242,9 @@ int offcpu__remove_target(struct offcpu *o, unsigned slot, pid_t pid)
  */
 int offcpu__counters(struct offcpu *o, unsigned slot, struct offcpu_counters *ret)
 {
-	_cleanup_free_ struct offcpu_counters *vals = NULL;
-	struct offcpu_counters sum = { 0 };
-	__u32 key = slot;
-
 	if (slot >= OFFCPU_MAX_SLOTS)
 		return -EINVAL;
-	vals = calloc(o->nr_cpus, sizeof(*vals));
-	if (!vals)
-		return -ENOMEM;
-	if (bpf_map_lookup_elem(bpf_map__fd(o->skel->maps.drops), &key, vals) < 0)
-		return -errno;
-	for (int cpu = 0; cpu < o->nr_cpus; cpu++) {
-		sum.ringbuf_full += vals[cpu].ringbuf_full;
-		sum.tid_map_full += vals[cpu].tid_map_full;
-		sum.switch_in_missed += vals[cpu].switch_in_missed;
-	}
-	*ret = sum;
-	return 0;
+	return percpu_sum(o->skel->maps.drops, slot, o->nr_cpus, (uint64_t *)ret, U64S(*ret));
 }
 
 /*
@@ -332,11 +270,11 @@ uint64_t offcpu__lost(struct offcpu *o, unsigned slot)
  */
 int offcpu__prog_stats(struct offcpu *o, uint64_t *ret_run_cnt, uint64_t *ret_run_time_ns)
 {
-	struct bpf_program *progs[] = { o->skel->progs.offcpu_switch, o->skel->progs.offcpu_wakeup };
+	struct bpf_program *progs[] = {o->skel->progs.offcpu_switch, o->skel->progs.offcpu_wakeup};
 	uint64_t cnt = 0, time_ns = 0;
 
 	for (size_t i = 0; i < ARRAY_SIZE(progs); i++) {
-		struct bpf_prog_info info = { 0 };
+		struct bpf_prog_info info = {0};
 		__u32 len = sizeof(info);
 
 		if (bpf_obj_get_info_by_fd(bpf_program__fd(progs[i]), &info, &len) < 0)
@@ -363,9 +301,8 @@ int offcpu__prog_stats(struct offcpu *o, uint64_t *ret_run_cnt, uint64_t *ret_ru
 int offcpu__user_stack(struct unwinder *u, const struct addrspace *as, const struct offcpu_event *e,
 		       uint64_t *ret_ips, size_t max, uint32_t *ret_flags)
 {
-	return unwinder__complete_walk(u, as,
-				       e->flags & OFFCPU_HAS_REGS ? (const uint64_t *)e->regs : NULL,
-				       offcpu_event_stack(e), e->stack_size,
-				       (const uint64_t *)&e->ips[e->kstack_len], e->ustack_len,
-				       ret_ips, max, ret_flags);
+	return unwinder__complete_walk(
+	    u, as, e->flags & OFFCPU_HAS_REGS ? (const uint64_t *)e->regs : NULL,
+	    offcpu_event_stack(e), e->stack_size, (const uint64_t *)&e->ips[e->kstack_len],
+	    e->ustack_len, ret_ips, max, ret_flags);
 }

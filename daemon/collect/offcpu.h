@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "bpf/offcpu.h"
+#include "collect/bpf_util.h"
 #include "symbols/symbolize.h"
 #include "symbols/unwind.h"
 
@@ -48,13 +49,12 @@ typedef void (*offcpu_fn)(void *ctx, const struct offcpu_event *e, size_t size);
 
 /* Each function is documented where it is defined, in offcpu.c. */
 int offcpu__new(size_t ringbuf_bytes, uint64_t min_block_ns, offcpu_fn fn, void *ctx,
-		struct offcpu **ret);                  /* load and attach */
+		struct offcpu **ret); /* load and attach */
 int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_fd, offcpu_fn fn,
 		       void *ctx, struct offcpu **ret); /* offcpu__new() sharing a targets map */
-void offcpu__free(struct offcpu *o);                   /* accepts NULL */
-int offcpu__fd(struct offcpu *o);                      /* readable when 1/16 of the ring is full */
-int offcpu__poll(struct offcpu *o);                    /* read them all, without blocking */
-uint64_t offcpu__bad_records(struct offcpu *o);        /* malformed records so far */
+void offcpu__free(struct offcpu *o);			/* accepts NULL */
+/* The ring buffer's reader (owned by @o); its fd is readable when 1/16 of the ring is full. */
+struct record_reader *offcpu__reader(struct offcpu *o);
 int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid);
 int offcpu__remove_target(struct offcpu *o, unsigned slot, pid_t pid);
 uint64_t offcpu__lost(struct offcpu *o, unsigned slot); /* intervals dropped, all causes */

@@ -18,19 +18,18 @@ struct slot {
 	bool used;
 	pid_t pid;
 	int nr_cpus;
-	int *fds;                /* perf event per CPU, -1 where the CPU is offline */
+	int *fds;		 /* perf event per CPU, -1 where the CPU is offline */
 	struct bpf_link **links; /* BPF program attached to each event */
-	int *extra_fds;          /* the second sampled event per CPU (sampler__start_extra) */
+	int *extra_fds;		 /* the second sampled event per CPU (sampler__start_extra) */
 	struct bpf_link **extra_links;
 };
 
 struct sampler {
 	struct profile_bpf *skel;
 	struct bpf_link *fork_link, *exit_link; /* process lifetime tracepoints */
-	struct ring_buffer *rb;
+	struct record_reader reader;
 	sampler_fn fn;
 	void *ctx;
-	uint64_t bad_records;
 	int nr_cpus;
 	struct slot slots[PROFILE_MAX_SLOTS];
 };
@@ -57,16 +56,14 @@ bool sample_event__valid(const void *data, size_t size)
 }
 
 /* A bad record is counted and skipped: it must not stop the ring buffer's consumption. */
-static int handle_record(void *ctx, void *data, size_t size)
+static bool handle_record(void *ctx, const void *data, size_t size)
 {
 	struct sampler *s = ctx;
 
-	if (!sample_event__valid(data, size)) {
-		s->bad_records++;
-		return 0;
-	}
+	if (!sample_event__valid(data, size))
+		return false;
 	s->fn(s->ctx, data, size);
-	return 0;
+	return true;
 }
 
 int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler **ret)
@@ -88,14 +85,12 @@ int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler 
 		r = -errno;
 		goto fail;
 	}
-	r = bpf_map__set_max_entries(s->skel->maps.events, (__u32)ringbuf_bytes);
-	if (r < 0)
-		goto fail;
 	/* One scratch record per CPU, indexed by CPU number. */
 	r = bpf_map__set_max_entries(s->skel->maps.scratch, (__u32)s->nr_cpus);
 	if (r < 0)
 		goto fail;
-	r = profile_bpf__load(s->skel);
+	r = collector__load(s->skel->skeleton, s->skel->maps.events, ringbuf_bytes, NULL, -1,
+			    handle_record, s, &s->reader);
 	if (r < 0)
 		goto fail;
 	/* Process lifetime: children of targets become targets (when the slot
@@ -110,9 +105,6 @@ int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler 
 		r = -errno;
 		goto fail;
 	}
-	r = ringbuf_open(s->skel->maps.events, handle_record, s, &s->rb);
-	if (r < 0)
-		goto fail;
 	*ret = s;
 	return 0;
 fail:
@@ -126,7 +118,7 @@ void sampler__free(struct sampler *s)
 		return;
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		sampler__stop(s, i);
-	ring_buffer__free(s->rb);
+	record_reader__close(&s->reader);
 	bpf_link__destroy(s->fork_link);
 	bpf_link__destroy(s->exit_link);
 	profile_bpf__destroy(s->skel);
@@ -138,19 +130,9 @@ int sampler__targets_fd(struct sampler *s)
 	return bpf_map__fd(s->skel->maps.targets);
 }
 
-int sampler__fd(struct sampler *s)
+struct record_reader *sampler__reader(struct sampler *s)
 {
-	return ring_buffer__epoll_fd(s->rb);
-}
-
-int sampler__poll(struct sampler *s)
-{
-	return ring_buffer__consume(s->rb);
-}
-
-uint64_t sampler__bad_records(struct sampler *s)
-{
-	return s->bad_records;
+	return &s->reader;
 }
 
 static int perf_event_open(struct perf_event_attr *attr, pid_t pid, int cpu)
@@ -167,11 +149,11 @@ static int perf_event_open(struct perf_event_attr *attr, pid_t pid, int cpu)
 static int open_sampling_event(int cpu, unsigned freq_hz, const char **event)
 {
 	struct perf_event_attr attr = {
-		.size = sizeof(attr),
-		.freq = 1,
-		.sample_freq = freq_hz,
-		/* The BPF program reads the stacks; the ring of the event itself is unused. */
-		.sample_type = 0,
+	    .size = sizeof(attr),
+	    .freq = 1,
+	    .sample_freq = freq_hz,
+	    /* The BPF program reads the stacks; the ring of the event itself is unused. */
+	    .sample_type = 0,
 	};
 	int fd;
 
@@ -204,18 +186,6 @@ static int open_sampling_event(int cpu, unsigned freq_hz, const char **event)
 	return fd;
 }
 
-static int reset_drops(struct sampler *s, unsigned slot)
-{
-	_cleanup_free_ struct slot_counters *zero = calloc(s->nr_cpus, sizeof(*zero));
-	__u32 key = slot;
-
-	if (!zero)
-		return -ENOMEM;
-	if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.drops), &key, zero, BPF_ANY) < 0)
-		return -errno;
-	return 0;
-}
-
 int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz,
 		   const struct slot_config *cfg, const char **ret_event)
 {
@@ -227,7 +197,7 @@ int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz
 	if (slot >= PROFILE_MAX_SLOTS || s->slots[slot].used)
 		return -EBUSY;
 	sl = &s->slots[slot];
-	*sl = (struct slot){ .used = true, .pid = pid, .nr_cpus = s->nr_cpus };
+	*sl = (struct slot){.used = true, .pid = pid, .nr_cpus = s->nr_cpus};
 	sl->fds = malloc(sizeof(*sl->fds) * s->nr_cpus);
 	sl->links = calloc(s->nr_cpus, sizeof(*sl->links));
 	if (!sl->fds || !sl->links) {
@@ -238,15 +208,15 @@ int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz
 		sl->fds[cpu] = -1;
 
 	/* The slot's drop counters start from zero for each session. */
-	r = reset_drops(s, slot);
+	r = percpu_zero(s->skel->maps.drops, slot, s->nr_cpus, sizeof(struct slot_counters));
 	if (r < 0)
 		goto fail;
 	/* Settings before the target: no sample of this slot is taken before both exist. */
 	{
 		__u32 k = slot;
 
-		if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.slot_configs), &k, cfg,
-					BPF_ANY) < 0) {
+		if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.slot_configs), &k, cfg, BPF_ANY) <
+		    0) {
 			r = -errno;
 			goto fail;
 		}
@@ -268,8 +238,8 @@ int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz
 			goto fail;
 		}
 		sl->fds[cpu] = fd;
-		sl->links[cpu] = bpf_program__attach_perf_event_opts(s->skel->progs.profile_sample,
-								     fd, &opts);
+		sl->links[cpu] =
+		    bpf_program__attach_perf_event_opts(s->skel->progs.profile_sample, fd, &opts);
 		if (!sl->links[cpu]) {
 			r = -errno;
 			goto fail;
@@ -292,10 +262,10 @@ int sampler__start_extra(struct sampler *s, unsigned slot, uint32_t type, uint64
 {
 	struct slot *sl = &s->slots[slot];
 	struct perf_event_attr attr = {
-		.size = sizeof(attr),
-		.type = type,
-		.config = config,
-		.sample_period = period,
+	    .size = sizeof(attr),
+	    .type = type,
+	    .config = config,
+	    .sample_period = period,
 	};
 	int opened = 0;
 
@@ -318,8 +288,8 @@ int sampler__start_extra(struct sampler *s, unsigned slot, uint32_t type, uint64
 			 * slot's own fds are closed by sampler__stop(). */
 			return fd == -ENOENT || fd == -EINVAL ? -EOPNOTSUPP : fd;
 		sl->extra_fds[cpu] = fd;
-		sl->extra_links[cpu] = bpf_program__attach_perf_event_opts(
-		    s->skel->progs.profile_sample, fd, &opts);
+		sl->extra_links[cpu] =
+		    bpf_program__attach_perf_event_opts(s->skel->progs.profile_sample, fd, &opts);
 		if (!sl->extra_links[cpu])
 			return -errno;
 		opened++;
@@ -364,21 +334,14 @@ void sampler__stop(struct sampler *s, unsigned slot)
 	free(sl->extra_links);
 	free(sl->fds);
 	free(sl->links);
-	*sl = (struct slot){ 0 };
+	*sl = (struct slot){0};
 }
 
 uint64_t sampler__lost(struct sampler *s, unsigned slot)
 {
-	struct slot_counters *vals;
-	uint64_t total = 0;
-	__u32 key = slot;
+	struct slot_counters sum;
 
-	vals = calloc(s->nr_cpus, sizeof(*vals));
-	if (!vals)
+	if (percpu_sum(s->skel->maps.drops, slot, s->nr_cpus, (uint64_t *)&sum, U64S(sum)) < 0)
 		return 0;
-	if (bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.drops), &key, vals) == 0)
-		for (int cpu = 0; cpu < s->nr_cpus; cpu++)
-			total += vals[cpu].ringbuf_full;
-	free(vals);
-	return total;
+	return sum.ringbuf_full;
 }

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "bpf/profile.h"
+#include "collect/bpf_util.h"
 
 struct sampler;
 
@@ -17,7 +18,7 @@ struct sampler;
  * sample_event__valid() - whether the @size bytes at @data are a well-formed
  * struct sample_event: every length (kstack_len, ustack_len, stack_size,
  * stack_offset) within its bound and within @size, slot in range. Records
- * that fail are counted in sampler__bad_records() and dropped.
+ * that fail are counted (record_reader__bad_records()) and dropped.
  */
 bool sample_event__valid(const void *data, size_t size);
 
@@ -41,26 +42,21 @@ void sampler__free(struct sampler *s); /* accepts NULL */
 /* sampler__targets_fd() - the BPF map of target processes (tgid -> slot + 1), to share. */
 int sampler__targets_fd(struct sampler *s);
 
-/* sampler__fd() - an fd that polls readable when samples wait in the ring buffer. */
-int sampler__fd(struct sampler *s);
-
 /*
- * sampler__poll() - read every sample waiting in the ring buffer, calling
- * the sampler_fn for each. Returns the number read (>= 0) or -errno.
+ * sampler__reader() - the reader of the samples' ring buffer (owned by @s):
+ * its fd polls readable when samples wait; record_reader__poll() calls the
+ * sampler_fn for each well-formed one and counts the others.
  */
-int sampler__poll(struct sampler *s);
-
-/* Malformed records seen so far (records shorter than their stated stacks). */
-uint64_t sampler__bad_records(struct sampler *s);
+struct record_reader *sampler__reader(struct sampler *s);
 
 /*
  * sampler__start() - open a sampling event on every online CPU at @freq_hz
  * samples per second, attach the BPF program with @slot as its cookie, and
  * add @pid as a target of @slot. @cfg says what each sample carries: a
- * frame-pointer stack, and/or registers and a copy of the user stack. The event is 'cycles' where the CPU has a
- * PMU, 'cpu-clock' otherwise; *@ret_event names the one used (static string).
- * Returns 0, -EBUSY if @slot is in use or @pid is already a target,
- * -EOPNOTSUPP if neither event can be opened, -errno of perf_event_open().
+ * frame-pointer stack, and/or registers and a copy of the user stack. The event is 'cycles' where
+ * the CPU has a PMU, 'cpu-clock' otherwise; *@ret_event names the one used (static string). Returns
+ * 0, -EBUSY if @slot is in use or @pid is already a target, -EOPNOTSUPP if neither event can be
+ * opened, -errno of perf_event_open().
  */
 int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz,
 		   const struct slot_config *cfg, const char **ret_event);

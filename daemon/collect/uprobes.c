@@ -17,7 +17,6 @@
 #include "collect/bpf_util.h"
 #include "util.h"
 
-
 #define F_CUDA (UPROBE_F_NEST | UPROBE_F_STACK)
 
 /* clang-format off: one catalogue entry per line reads best. */
@@ -124,21 +123,20 @@ struct probe_entry {
 struct slot_links {
 	struct bpf_link **links;
 	size_t n, cap;
-	pid_t *pids;	/* the processes probed: the target, children it forked */
+	pid_t *pids; /* the processes probed: the target, children it forked */
 	size_t nr_pids, cap_pids;
-	int64_t owner;	/* the session, copied into each probe */
-	unsigned want;	/* GPU_WANT_* of the attach */
+	int64_t owner;	    /* the session, copied into each probe */
+	unsigned want;	    /* GPU_WANT_* of the attach */
 	char uprobes[1024]; /* its generic probes, for the children */
-	char **scanned; /* "PID path" of the files already searched for the catalogue */
+	char **scanned;	    /* "PID path" of the files already searched for the catalogue */
 	size_t nr_scanned, cap_scanned;
 };
 
 struct uprobes {
 	struct uprobes_bpf *skel;
-	struct ring_buffer *rb;
+	struct record_reader reader;
 	uprobes_event_fn fn;
 	void *ctx;
-	uint64_t bad_records;
 	int nr_cpus;
 	struct probe_entry *probes; /* by probe id; kept for the daemon's life (records of a
 				     * detached session may still be in the ring buffer) */
@@ -162,18 +160,16 @@ bool uprobe_event__valid(const void *data, size_t size)
 	       e->slot < UPROBE_MAX_SLOTS && e->exit_ns >= e->entry_ns;
 }
 
-static int handle_record(void *ctx, void *data, size_t size)
+static bool handle_record(void *ctx, const void *data, size_t size)
 {
 	struct uprobes *g = ctx;
 	const struct uprobe_event *e = data;
 
 	if (!uprobe_event__valid(data, size) || e->probe >= g->nr_probes ||
-	    g->probes[e->probe].p.slot != e->slot) {
-		g->bad_records++;
-		return 0;
-	}
+	    g->probes[e->probe].p.slot != e->slot)
+		return false;
 	g->fn(g->ctx, &g->probes[e->probe].p, e, size);
-	return 0;
+	return true;
 }
 
 /*
@@ -206,14 +202,9 @@ int uprobes__new(size_t ringbuf_bytes, uprobes_event_fn fn, void *ctx, struct up
 		r = -errno;
 		goto fail;
 	}
-	r = bpf_map__set_max_entries(g->skel->maps.events, (__u32)ringbuf_bytes);
-	if (r < 0)
-		goto fail;
 	g->skel->rodata->wakeup_bytes = ringbuf_bytes / 16;
-	r = uprobes_bpf__load(g->skel);
-	if (r < 0)
-		goto fail;
-	r = ringbuf_open(g->skel->maps.events, handle_record, g, &g->rb);
+	r = collector__load(g->skel->skeleton, g->skel->maps.events, ringbuf_bytes, NULL, -1,
+			    handle_record, g, &g->reader);
 	if (r < 0)
 		goto fail;
 	*ret = g;
@@ -230,7 +221,7 @@ void uprobes__free(struct uprobes *g)
 		return;
 	for (unsigned s = 0; s < UPROBE_MAX_SLOTS; s++)
 		uprobes__detach(g, s);
-	ring_buffer__free(g->rb);
+	record_reader__close(&g->reader);
 	uprobes_bpf__destroy(g->skel);
 	for (size_t i = 0; i < g->nr_probes; i++)
 		free(g->probes[i].own_api);
@@ -238,22 +229,9 @@ void uprobes__free(struct uprobes *g)
 	free(g);
 }
 
-/* uprobes__fd() - an epoll fd (O_CLOEXEC, owned by @g), readable when records wait. */
-int uprobes__fd(struct uprobes *g)
+struct record_reader *uprobes__reader(struct uprobes *g)
 {
-	return ring_buffer__epoll_fd(g->rb);
-}
-
-/* uprobes__poll() - read every waiting record without blocking; the count read (>= 0) or -errno. */
-int uprobes__poll(struct uprobes *g)
-{
-	return ring_buffer__consume(g->rb);
-}
-
-/* uprobes__bad_records() - malformed records seen so far (bad lengths, unknown probe ids). */
-uint64_t uprobes__bad_records(struct uprobes *g)
-{
-	return g->bad_records;
+	return &g->reader;
 }
 
 static bool keep_catalogue(const char *name, void *ctx)
@@ -280,8 +258,8 @@ static bool keep_name(const char *name, void *ctx)
 	return strcmp(name, ctx) == 0;
 }
 
-static int add_probe(struct uprobes *g, unsigned slot, const struct gpu_api *api, struct gpu_api *own,
-		     const char *label, uint32_t *ret_id)
+static int add_probe(struct uprobes *g, unsigned slot, const struct gpu_api *api,
+		     struct gpu_api *own, const char *label, uint32_t *ret_id)
 {
 	struct probe_entry *pe;
 
@@ -409,9 +387,9 @@ static bool catalogue_file(const char *base, unsigned want)
 }
 
 /* Attach the catalogue entries found in one file; marks found[] by catalogue index. */
-static int attach_catalogue_file(struct uprobes *g, unsigned slot, pid_t pid, const char *path, int fd,
-				 unsigned want, bool *found, bool *inlined, uprobes_note_fn note,
-				 void *note_ctx)
+static int attach_catalogue_file(struct uprobes *g, unsigned slot, pid_t pid, const char *path,
+				 int fd, unsigned want, bool *found, bool *inlined,
+				 uprobes_note_fn note, void *note_ctx)
 {
 	struct elf_sym_list syms = {0};
 	char kpath[4200];
@@ -525,11 +503,12 @@ static int attach_generic(struct uprobes *g, unsigned slot, pid_t pid, const str
  * be probed there). Probes of a process that forks are not inherited by the
  * child: uprobes__attach_more() adds a child to the slot.
  * Returns 0 (even if nothing was found: the notes say so), -EINVAL for a
- * bad @slot, -EBUSY if @pid is already probed for @slot, -ENOMEM. Probes attached before a failure stay (uprobes__detach()).
- * Blocks on ELF file reads; allocates; does not log.
+ * bad @slot, -EBUSY if @pid is already probed for @slot, -ENOMEM. Probes attached before a failure
+ * stay (uprobes__detach()). Blocks on ELF file reads; allocates; does not log.
  */
-int uprobes__attach(struct uprobes *g, unsigned slot, int64_t owner, pid_t pid, const struct addrspace *as,
-		unsigned want, const char *uprobes, uprobes_note_fn note, void *note_ctx)
+int uprobes__attach(struct uprobes *g, unsigned slot, int64_t owner, pid_t pid,
+		    const struct addrspace *as, unsigned want, const char *uprobes,
+		    uprobes_note_fn note, void *note_ctx)
 {
 	bool found[ARRAY_SIZE(catalogue)] = {0};
 	char exe[4096], link[64];
@@ -740,7 +719,7 @@ int uprobes__rescan(struct uprobes *g, unsigned slot, uprobes_note_fn note, void
  * Returns as uprobes__attach(); -ENOENT if the slot has no probes asked for.
  */
 int uprobes__attach_more(struct uprobes *g, unsigned slot, pid_t pid, const struct addrspace *as,
-		     uprobes_note_fn note, void *note_ctx)
+			 uprobes_note_fn note, void *note_ctx)
 {
 	struct slot_links *sl = slot < UPROBE_MAX_SLOTS ? &g->slots[slot] : NULL;
 	char uprobes[sizeof(sl->uprobes)];
@@ -765,18 +744,12 @@ bool uprobes__wanted(struct uprobes *g, unsigned slot)
  */
 uint64_t uprobes__lost(struct uprobes *g, unsigned slot)
 {
-	_cleanup_free_ struct uprobe_counters *vals = NULL;
-	__u32 key = slot;
-	uint64_t sum = 0;
+	struct uprobe_counters sum;
 
-	if (slot >= UPROBE_MAX_SLOTS)
+	if (slot >= UPROBE_MAX_SLOTS ||
+	    percpu_sum(g->skel->maps.drops, slot, g->nr_cpus, (uint64_t *)&sum, U64S(sum)) < 0)
 		return 0;
-	vals = calloc(g->nr_cpus, sizeof(*vals));
-	if (!vals || bpf_map_lookup_elem(bpf_map__fd(g->skel->maps.drops), &key, vals) < 0)
-		return 0;
-	for (int cpu = 0; cpu < g->nr_cpus; cpu++)
-		sum += vals[cpu].ringbuf_full + vals[cpu].entry_map_full;
-	return sum;
+	return sum.ringbuf_full + sum.entry_map_full;
 }
 
 /*

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "bpf/uprobes.h"
+#include "collect/bpf_util.h"
 #include "symbols/symbolize.h"
 
 /* What a probed function does, for the per-session accounting (gpu_acc.c). */
@@ -64,7 +65,7 @@ struct gpu_api {
 struct gpu_probe {
 	const struct gpu_api *api; /* the catalogue entry, or the session's generic entry */
 	unsigned slot;
-	int64_t owner;             /* the session that attached it (uprobes__attach()'s @owner) */
+	int64_t owner;	 /* the session that attached it (uprobes__attach()'s @owner) */
 	char label[160]; /* "cudaMalloc", or "LIB:SYMBOL" for a generic probe */
 };
 
@@ -79,28 +80,27 @@ struct gpu_probe {
  * during the call only.
  */
 typedef void (*uprobes_note_fn)(void *ctx, pid_t pid, const char *what, const char *file,
-			    const char *status);
+				const char *status);
 
 /* Called for each well-formed record; @e (@size bytes) valid during the call only. */
 typedef void (*uprobes_event_fn)(void *ctx, const struct gpu_probe *p, const struct uprobe_event *e,
-			     size_t size);
+				 size_t size);
 
 struct uprobes;
 
 /* Each function is documented where it is defined, in uprobes.c. */
 int uprobes__new(size_t ringbuf_bytes, uprobes_event_fn fn, void *ctx, struct uprobes **ret);
-void uprobes__free(struct uprobes *g); /* accepts NULL */
-int uprobes__fd(struct uprobes *g);
-int uprobes__poll(struct uprobes *g);
-int uprobes__attach(struct uprobes *g, unsigned slot, int64_t owner, pid_t pid, const struct addrspace *as,
-		unsigned want, const char *uprobes, uprobes_note_fn note, void *note_ctx);
+void uprobes__free(struct uprobes *g);			  /* accepts NULL */
+struct record_reader *uprobes__reader(struct uprobes *g); /* owned by @g */
+int uprobes__attach(struct uprobes *g, unsigned slot, int64_t owner, pid_t pid,
+		    const struct addrspace *as, unsigned want, const char *uprobes,
+		    uprobes_note_fn note, void *note_ctx);
 int uprobes__attach_more(struct uprobes *g, unsigned slot, pid_t pid, const struct addrspace *as,
-		     uprobes_note_fn note, void *note_ctx);
+			 uprobes_note_fn note, void *note_ctx);
 bool uprobes__wanted(struct uprobes *g, unsigned slot);
 int uprobes__rescan(struct uprobes *g, unsigned slot, uprobes_note_fn note, void *note_ctx);
 void uprobes__detach(struct uprobes *g, unsigned slot);
 uint64_t uprobes__lost(struct uprobes *g, unsigned slot);
-uint64_t uprobes__bad_records(struct uprobes *g);
 bool uprobe_event__valid(const void *data, size_t size);
 int uprobes__check_list(const char *list, char *errbuf, size_t errlen);
 const char *gpu_copy_direction(const struct gpu_api *api, const struct uprobe_event *e);

@@ -246,14 +246,14 @@ static void on_malloc_ready(struct watch *w, uint32_t events)
 {
 	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, malloc_watch));
 
-	malloc_probes__poll(p->malloc_probes);
+	record_reader__poll(malloc_probes__reader(p->malloc_probes));
 }
 
 static void on_uprobes_ready(struct watch *w, uint32_t events)
 {
 	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, uprobes_watch));
 
-	uprobes__poll(p->uprobes);
+	record_reader__poll(uprobes__reader(p->uprobes));
 }
 
 /*
@@ -274,7 +274,7 @@ int features__load_malloc(struct profd *p)
 	if (r < 0)
 		return log_warning_errno(r,
 					 "Allocation probes unavailable (uprobe BPF programs): %m");
-	r = profd__add_watch(p, malloc_probes__fd(p->malloc_probes), &p->malloc_watch,
+	r = profd__add_watch(p, record_reader__fd(malloc_probes__reader(p->malloc_probes)), &p->malloc_watch,
 			     on_malloc_ready);
 	if (r < 0) {
 		malloc_probes__free(p->malloc_probes);
@@ -294,7 +294,7 @@ int features__load_uprobes(struct profd *p)
 	if (r < 0)
 		return log_warning_errno(
 		    r, "CUDA/NVTX/user probes unavailable (uprobe BPF program): %m");
-	r = profd__add_watch(p, uprobes__fd(p->uprobes), &p->uprobes_watch, on_uprobes_ready);
+	r = profd__add_watch(p, record_reader__fd(uprobes__reader(p->uprobes)), &p->uprobes_watch, on_uprobes_ready);
 	if (r < 0) {
 		uprobes__free(p->uprobes);
 		p->uprobes = NULL;

@@ -61,7 +61,7 @@ static void on_sampler(struct watch *w, uint32_t events)
 {
 	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, sampler_watch));
 
-	sampler__poll(p->env.sampler);
+	record_reader__poll(sampler__reader(p->env.sampler));
 }
 
 static void on_worker(struct watch *w, uint32_t events)
@@ -75,7 +75,7 @@ static void on_offcpu_ready(struct watch *w, uint32_t events)
 {
 	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, offcpu_watch));
 
-	offcpu__poll(p->offcpu);
+	record_reader__poll(offcpu__reader(p->offcpu));
 }
 
 static void on_timer(struct watch *w, uint32_t events)
@@ -271,13 +271,13 @@ static int run(void)
 		r = log_error_errno(-errno, "Failed to set up the event loop: %m");
 		goto out;
 	}
-	if ((r = profd__add_watch(&p, sampler__fd(p.env.sampler), &p.sampler_watch, on_sampler)) <
+	if ((r = profd__add_watch(&p, record_reader__fd(sampler__reader(p.env.sampler)), &p.sampler_watch, on_sampler)) <
 		0 ||
 	    (r = profd__add_watch(&p, p.timer_fd, &p.timer_watch, on_timer)) < 0 ||
 	    (r = profd__add_watch(&p, p.signal_fd, &p.signal_watch, on_signal)) < 0 ||
 	    (r = profd__add_watch(&p, unwind_worker__fd(p.worker), &p.worker_watch, on_worker)) <
 		0 ||
-	    (p.offcpu && (r = profd__add_watch(&p, offcpu__fd(p.offcpu), &p.offcpu_watch,
+	    (p.offcpu && (r = profd__add_watch(&p, record_reader__fd(offcpu__reader(p.offcpu)), &p.offcpu_watch,
 					       on_offcpu_ready)) < 0)) {
 		log_error_errno(r, "Failed to set up the event loop: %m");
 		goto out;

@@ -141,13 +141,13 @@ void profd__on_malloc(void *ctx, const struct malloc_event *e, size_t size)
 void profd__collect(struct profd *p, bool wait_for_unwinder)
 {
 	if (p->offcpu)
-		offcpu__poll(p->offcpu);
+		record_reader__poll(offcpu__reader(p->offcpu));
 	if (p->malloc_probes)
-		malloc_probes__poll(p->malloc_probes);
+		record_reader__poll(malloc_probes__reader(p->malloc_probes));
 	if (p->uprobes)
-		uprobes__poll(p->uprobes);
+		record_reader__poll(uprobes__reader(p->uprobes));
 	features__charge_lost(p);
-	sampler__poll(p->env.sampler);
+	record_reader__poll(sampler__reader(p->env.sampler));
 	if (wait_for_unwinder)
 		unwind_worker__wait_idle(p->worker);
 	unwind_worker__drain(p->worker, profd__on_sample, p);

@@ -150,7 +150,7 @@ void session__forget_row_ids(struct session *s);
 
 /*
  * session__stop() - stop sampling (events closed; samples already in the ring
- * buffer are still delivered on the next sampler__poll()). Idempotent.
+ * buffer are still delivered on the next poll of the sampler's ring buffer). Idempotent.
  */
 void session__stop(struct session *s, const struct session_env *env);
 

@@ -1,0 +1,83 @@
+/* bpf_util.c - loading a collector's BPF skeleton, reading its ring buffer and per-CPU maps. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <bpf/bpf.h>
+
+#include "collect/bpf_util.h"
+#include "util.h"
+
+/* libbpf's ring_buffer_sample_fn: a malformed record is counted, and consumption goes on. */
+static int reader_record(void *ctx, void *data, size_t size)
+{
+	struct record_reader *r = ctx;
+
+	if (!r->fn(r->ctx, data, size))
+		r->bad_records++;
+	return 0;
+}
+
+int collector__load(struct bpf_object_skeleton *s, struct bpf_map *events, size_t ringbuf_bytes,
+		    struct bpf_map *targets, int targets_fd, record_fn fn, void *ctx,
+		    struct record_reader *reader)
+{
+	int r;
+
+	if (!ringbuf_size_ok(ringbuf_bytes))
+		return -EINVAL;
+	r = bpf_map__set_max_entries(events, (__u32)ringbuf_bytes);
+	if (r == 0 && targets_fd >= 0)
+		r = bpf_map__reuse_fd(targets, targets_fd);
+	if (r == 0)
+		r = bpf_object__load_skeleton(s);
+	if (r < 0)
+		return r;
+	*reader = (struct record_reader){.fn = fn, .ctx = ctx};
+	reader->rb = ring_buffer__new(bpf_map__fd(events), reader_record, reader, NULL);
+	return reader->rb ? 0 : -errno;
+}
+
+void record_reader__close(struct record_reader *r)
+{
+	ring_buffer__free(r->rb);
+	r->rb = NULL;
+}
+
+int record_reader__fd(struct record_reader *r)
+{
+	return ring_buffer__epoll_fd(r->rb);
+}
+
+int record_reader__poll(struct record_reader *r)
+{
+	return ring_buffer__consume(r->rb);
+}
+
+uint64_t record_reader__bad_records(const struct record_reader *r)
+{
+	return r->bad_records;
+}
+
+int percpu_sum(struct bpf_map *map, uint32_t key, int nr_cpus, uint64_t *ret, size_t nr_u64)
+{
+	_cleanup_free_ uint64_t *vals = calloc((size_t)nr_cpus * nr_u64, sizeof(*vals));
+
+	if (!vals)
+		return -ENOMEM;
+	if (bpf_map_lookup_elem(bpf_map__fd(map), &key, vals) < 0)
+		return -errno;
+	memset(ret, 0, nr_u64 * sizeof(*ret));
+	for (size_t cpu = 0; cpu < (size_t)nr_cpus; cpu++)
+		for (size_t k = 0; k < nr_u64; k++)
+			ret[k] += vals[cpu * nr_u64 + k];
+	return 0;
+}
+
+int percpu_zero(struct bpf_map *map, uint32_t key, int nr_cpus, size_t value_size)
+{
+	_cleanup_free_ void *zero = calloc((size_t)nr_cpus, value_size);
+
+	if (!zero)
+		return -ENOMEM;
+	return bpf_map_update_elem(bpf_map__fd(map), &key, zero, BPF_ANY) < 0 ? -errno : 0;
+}
