@@ -1,6 +1,7 @@
 /* cmd-attach.c - attach, detach and snapshot: start and stop sessions, and wait for them with
  * progress. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,8 +126,9 @@ static json_t *attach_request(const struct args *a)
 		return NULL;
 	if (a->has_duration &&
 	    json_object_set_new(request, "duration_s",
-				a->duration_integral ? json_integer((json_int_t)a->duration_s)
-						     : json_real(a->duration_s)) < 0)
+				a->duration_s == floor(a->duration_s) && a->duration_s < 1e15
+				    ? json_integer((json_int_t)a->duration_s)
+				    : json_real(a->duration_s)) < 0)
 		return NULL;
 	/* Without --freq, profd's default_freq_hz (profd.conf). */
 	if (a->freq_hz && json_object_set_new(request, "freq_hz", json_integer(a->freq_hz)) < 0)

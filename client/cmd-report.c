@@ -46,7 +46,7 @@ int run_threads(struct conn *c, const struct args *a)
 	{
 		json_t *request = request_session("threads", a->id);
 
-		if (request && a->group_by_name &&
+		if (request && a->group_by &&
 		    json_object_set_new(request, "group_by", json_string("name")) < 0)
 			request = NULL;
 		if (request && a->window_s > 0 &&

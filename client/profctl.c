@@ -26,110 +26,6 @@
 #include "profctl-help.h"
 #include "util.h"
 
-static const struct option attach_options[] = {
-    {"duration", required_argument, NULL, 'd'},
-    {"freq", required_argument, NULL, 'f'},
-    {"events", required_argument, NULL, 'e'},
-    {"wait", no_argument, NULL, 'w'},
-    {"unwind", required_argument, NULL, OPT_UNWIND},
-    {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
-    {"children", no_argument, NULL, OPT_CHILDREN},
-    {"memory-interval", required_argument, NULL, OPT_MEMORY_INTERVAL},
-    {"malloc-sample-bytes", required_argument, NULL, OPT_MALLOC_SAMPLE_BYTES},
-    {"malloc-max-rate", required_argument, NULL, OPT_MALLOC_MAX_RATE},
-    {"python", required_argument, NULL, OPT_PYTHON},
-    {"uprobe", required_argument, NULL, OPT_UPROBE},
-    {"uprobe-max-rate", required_argument, NULL, OPT_UPROBE_MAX_RATE},
-    {},
-};
-
-static const struct option memory_options[] = {
-    {"limit", required_argument, NULL, 'n'},
-    {"ascii", no_argument, NULL, OPT_ASCII},
-    {},
-};
-
-static const struct option snapshot_options[] = {
-    {"duration", required_argument, NULL, 'd'},
-    {"comm", required_argument, NULL, OPT_COMM},
-    {"cgroup", required_argument, NULL, OPT_CGROUP},
-    {"label", required_argument, NULL, OPT_LABEL},
-    {"freq", required_argument, NULL, 'f'},
-    {"events", required_argument, NULL, 'e'},
-    {"unwind", required_argument, NULL, OPT_UNWIND},
-    {"stack-bytes", required_argument, NULL, OPT_STACK_BYTES},
-    {"children", no_argument, NULL, OPT_CHILDREN},
-    {"python", required_argument, NULL, OPT_PYTHON},
-    {"uprobe", required_argument, NULL, OPT_UPROBE},
-    {"uprobe-max-rate", required_argument, NULL, OPT_UPROBE_MAX_RATE},
-    {},
-};
-
-static const struct option threads_options[] = {
-    {"group-by", required_argument, NULL, OPT_GROUP_BY},
-    {"window", required_argument, NULL, OPT_WINDOW},
-    {},
-};
-
-static const struct option resymbolize_options[] = {
-    {"debuginfod", no_argument, NULL, OPT_DEBUGINFOD},
-    {},
-};
-
-static const struct option limit_options[] = {
-    {"limit", required_argument, NULL, 'n'},
-    {},
-};
-
-/* --from and --to, in every command that reads a time range. */
-#define RANGE_OPTIONS                                                                              \
-	{"from", required_argument, NULL, OPT_FROM}, {"to", required_argument, NULL, OPT_TO}
-
-static const struct option top_options[] = {
-    {"limit", required_argument, NULL, 'n'},
-    {"event", required_argument, NULL, OPT_EVENT},
-    RANGE_OPTIONS,
-    {},
-};
-
-static const struct option hotpaths_options[] = {
-    {"limit", required_argument, NULL, 'n'},
-    {"ascii", no_argument, NULL, OPT_ASCII},
-    {"event", required_argument, NULL, OPT_EVENT},
-    RANGE_OPTIONS,
-    {},
-};
-
-static const struct option export_options[] = {
-    {"format", required_argument, NULL, OPT_FORMAT},
-    {"output", required_argument, NULL, 'o'},
-    RANGE_OPTIONS,
-    {"thread", required_argument, NULL, OPT_THREAD},
-    {"event", required_argument, NULL, OPT_EVENT},
-    {},
-};
-
-static const struct option flamegraph_options[] = {
-    {"output", required_argument, NULL, 'o'},
-    RANGE_OPTIONS,
-    {"thread", required_argument, NULL, OPT_THREAD},
-    {"inverted", no_argument, NULL, OPT_INVERTED},
-    {"event", required_argument, NULL, OPT_EVENT},
-    {},
-};
-
-static const struct option diff_options[] = {
-    {"limit", required_argument, NULL, 'n'},
-    RANGE_OPTIONS,
-    {},
-};
-
-static const struct option sql_options[] = {
-    {"csv", no_argument, NULL, OPT_CSV},
-    {"max-rows", required_argument, NULL, OPT_MAX_ROWS},
-    {},
-};
-
 static const struct command commands[] = {
     {
 	.name = "attach",
@@ -137,8 +33,7 @@ static const struct command commands[] = {
 	.synopsis = "PID [--duration SECONDS] [--freq HZ] [--events LIST] [--unwind MODE]\n"
 		    "        [--children] [--python auto|off] [--uprobe LIB:SYMBOL[,...]] [--wait]",
 	.summary = "start sampling a process; prints the new session's ID",
-	.shortopts = "d:f:e:w",
-	.longopts = attach_options,
+	.options = "duration freq events wait unwind stack-bytes children memory-interval malloc-sample-bytes malloc-max-rate python uprobe uprobe-max-rate",
 	.run = run_attach,
     },
     {
@@ -147,8 +42,7 @@ static const struct command commands[] = {
 	.synopsis = "(PID | --comm NAME | --cgroup PATH) --duration SECONDS\n"
 		    "        [--label TEXT] [--freq HZ] [--events LIST] [--unwind MODE]",
 	.summary = "profile for a while and print the session ID(s); for cron",
-	.shortopts = "d:f:e:",
-	.longopts = snapshot_options,
+	.options = "duration comm cgroup label freq events unwind stack-bytes children python uprobe uprobe-max-rate",
 	.run = run_snapshot,
     },
     {
@@ -156,7 +50,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION",
 	.summary = "stop a running session",
-	.shortopts = "",
 	.run = run_detach,
     },
     {
@@ -164,7 +57,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_NONE,
 	.synopsis = "",
 	.summary = "list all sessions, newest first",
-	.shortopts = "",
 	.run = run_sessions,
     },
     {
@@ -172,7 +64,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION",
 	.summary = "show one session's settings and counters",
-	.shortopts = "",
 	.run = run_session,
     },
     {
@@ -180,8 +71,7 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--limit N] [--event NAME] [--from SECONDS] [--to SECONDS]",
 	.summary = "hottest functions, by samples in the function itself",
-	.shortopts = "n:",
-	.longopts = top_options,
+	.options = "limit event from to",
 	.run = run_top,
     },
     {
@@ -189,8 +79,7 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--limit N] [--ascii] [--event NAME] [--from S] [--to S]",
 	.summary = "hottest call paths, merged into a call tree",
-	.shortopts = "n:",
-	.longopts = hotpaths_options,
+	.options = "limit ascii event from to",
 	.run = run_hotpaths,
     },
     {
@@ -198,8 +87,7 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--group-by name] [--window SECONDS]",
 	.summary = "samples per thread and load imbalance",
-	.shortopts = "",
-	.longopts = threads_options,
+	.options = "group-by window",
 	.run = run_threads,
     },
     {
@@ -207,8 +95,7 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--limit N]",
 	.summary = "where threads wait: the top blocking stacks by off-CPU time",
-	.shortopts = "n:",
-	.longopts = limit_options,
+	.options = "limit",
 	.run = run_offcpu,
     },
     {
@@ -216,8 +103,7 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--limit N] [--ascii]",
 	.summary = "memory growth: RSS over time, live bytes per stack, leak suspects",
-	.shortopts = "n:",
-	.longopts = memory_options,
+	.options = "limit ascii",
 	.run = run_memory,
     },
     {
@@ -225,8 +111,7 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION --format FORMAT [-o FILE] [--from S] [--to S] [--thread TID]",
 	.summary = "the profile for other tools: pprof, folded, chrome-trace",
-	.shortopts = "o:",
-	.longopts = export_options,
+	.options = "format output from to thread event",
 	.run = run_export,
     },
     {
@@ -234,8 +119,7 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [-o FILE.svg] [--thread TID] [--inverted] [--from S] [--to S]",
 	.summary = "an SVG flame graph of the call stacks, for a web browser",
-	.shortopts = "o:",
-	.longopts = flamegraph_options,
+	.options = "output from to thread inverted event",
 	.run = run_flamegraph,
     },
     {
@@ -243,8 +127,7 @@ static const struct command commands[] = {
 	.operand = OPERAND_TWO_SESSIONS,
 	.synopsis = "SESSION_A SESSION_B [--limit N] [--from S] [--to S]",
 	.summary = "compare two sessions: which functions' shares changed most",
-	.shortopts = "n:",
-	.longopts = diff_options,
+	.options = "limit from to",
 	.run = run_diff,
     },
     {
@@ -252,7 +135,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION",
 	.summary = "findings: bottlenecks with evidence and a suggestion",
-	.shortopts = "",
 	.run = run_analyze,
     },
     {
@@ -260,8 +142,7 @@ static const struct command commands[] = {
 	.operand = OPERAND_SQL,
 	.synopsis = "\"SELECT ...\" [--csv] [--max-rows N]",
 	.summary = "run a read-only SQL query over the stored profiles",
-	.shortopts = "",
-	.longopts = sql_options,
+	.options = "csv max-rows",
 	.run = run_sql,
     },
     {
@@ -269,8 +150,7 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--limit N]",
 	.summary = "kernel launches, CUDA API times, copies, GPU memory growth",
-	.shortopts = "n:",
-	.longopts = limit_options,
+	.options = "limit",
 	.run = run_gpu,
     },
     {
@@ -278,7 +158,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION",
 	.summary = "NVTX ranges as a tree: calls, total/avg/min/max time, % of session",
-	.shortopts = "",
 	.run = run_ranges,
     },
     {
@@ -286,8 +165,7 @@ static const struct command commands[] = {
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--debuginfod]",
 	.summary = "name frames left unsymbolized, from debug info found since",
-	.shortopts = "",
-	.longopts = resymbolize_options,
+	.options = "debuginfod",
 	.run = run_resymbolize,
     },
     {
@@ -295,7 +173,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_NONE,
 	.synopsis = "",
 	.summary = "check that profd answers; prints its version",
-	.shortopts = "",
 	.run = run_ping,
     },
     {
@@ -304,7 +181,6 @@ static const struct command commands[] = {
 	.operand = OPERAND_TOPIC,
 	.synopsis = "[COMMAND]",
 	.summary = "show this help, or a command's",
-	.shortopts = "",
     },
 };
 static const size_t n_commands = ARRAY_SIZE(commands);
@@ -383,106 +259,6 @@ static const struct command *command_find(const char *name)
 }
 
 /*
- * parse_integer() - @s as a decimal integer in @min..@max, for the option or
- * operand @what. Logs a one-line error and returns -EINVAL otherwise.
- */
-static int parse_integer(const char *s, const char *what, long long min, long long max,
-			 long long *ret)
-{
-	char *end;
-	long long v;
-
-	if (!isdigit((unsigned char)s[0]) && !(s[0] == '-' && isdigit((unsigned char)s[1]))) {
-		log_error("invalid %s '%s': not an integer", what, s);
-		return -EINVAL;
-	}
-	errno = 0;
-	v = strtoll(s, &end, 10);
-	if (*end != '\0') {
-		log_error("invalid %s '%s': not an integer", what, s);
-		return -EINVAL;
-	}
-	if (errno == ERANGE || v < min || v > max) {
-		if (errno == ERANGE)
-			log_error("invalid %s '%s': out of range", what, s);
-		else if (max == LLONG_MAX)
-			log_error("invalid %s '%s': must be at least %lld", what, s, min);
-		else
-			log_error("invalid %s '%s': must be %lld..%lld", what, s, min, max);
-		return -EINVAL;
-	}
-	*ret = v;
-	return 0;
-}
-
-/*
- * parse_seconds() - @s as a plain decimal number of seconds > 0 ("10",
- * "0.5"); no signs, exponents, hex, inf or nan. Logs and returns -EINVAL
- * otherwise; *@ret_integral tells whether @s had no fraction.
- */
-static int parse_seconds(const char *s, double *ret, bool *ret_integral)
-{
-	size_t digits = 0, dots = 0;
-	char *end;
-	double v;
-
-	for (const char *p = s; *p; p++) {
-		if (isdigit((unsigned char)*p))
-			digits++;
-		else if (*p == '.')
-			dots++;
-		else
-			digits = 0, dots = 2; /* anything else: reject below */
-		if (dots > 1)
-			break;
-	}
-	if (digits == 0 || dots > 1) {
-		log_error("invalid --duration '%s': not a number of seconds", s);
-		return -EINVAL;
-	}
-	errno = 0;
-	v = strtod(s, &end);
-	if (*end != '\0' || errno == ERANGE || !(v > 0)) {
-		log_error("invalid --duration '%s': must be more than 0 seconds", s);
-		return -EINVAL;
-	}
-	*ret = v;
-	*ret_integral = dots == 0;
-	return 0;
-}
-
-/* parse_offset() - --from/--to: seconds from the session's start, >= 0 ("0", "2.5"). */
-static int parse_offset(const char *s, const char *what, double *ret)
-{
-	char *end;
-
-	errno = 0;
-	if (!isdigit((unsigned char)s[0])) {
-		log_error("invalid %s '%s': seconds from the session's start, >= 0", what, s);
-		return -EINVAL;
-	}
-	*ret = strtod(s, &end);
-	if (*end != '\0' || errno == ERANGE || *ret > 366 * 86400.0) {
-		log_error("invalid %s '%s': seconds from the session's start, >= 0", what, s);
-		return -EINVAL;
-	}
-	return 0;
-}
-
-static int parse_events(const char *list)
-{
-	const char *name;
-	size_t pos = 0, len;
-
-	while (events_next(list, &pos, &name, &len))
-		if (len == 0) {
-			log_error("invalid --events '%s': empty event name", list);
-			return -EINVAL;
-		}
-	return 0;
-}
-
-/*
  * parse_operand() - the command's one operand: a PID, a SESSION or a help
  * topic. *@have_operand says whether one was seen already. Logs and returns
  * -EINVAL when @operand is invalid or one too many.
@@ -534,17 +310,11 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 	    {"version", no_argument, NULL, 'V'},
 	    {},
 	};
-	static const struct option common_options[] = {
-	    {"socket", required_argument, NULL, 's'},
-	    {"json", no_argument, NULL, 'j'},
-	    {"help", no_argument, NULL, 'h'},
-	};
 	_cleanup_free_ char **sub_argv = NULL;
 	_cleanup_free_ char *sub_name = NULL;
 	struct option options[32]; /* the common options and the command's */
-	char shortopts[32];
+	char shortopts[32]; /* the common options' and the command's short names */
 	bool have_operand = false;
-	size_t n = 0;
 	int sub_argc, c;
 
 	/* Global options end at the command name ('+'). */
@@ -593,15 +363,12 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 	for (int i = 1; i < sub_argc; i++)
 		sub_argv[i] = argv[optind + i];
 
-	for (size_t i = 0; i < ARRAY_SIZE(common_options); i++)
-		options[n++] = common_options[i];
-	for (const struct option *o = a->command->longopts; o && o->name; o++) {
-		assert(n + 1 < ARRAY_SIZE(options));
-		options[n++] = *o;
+	if (options__build(a->command->options, options, ARRAY_SIZE(options), shortopts,
+			   sizeof(shortopts)) < 0) {
+		/* A name in the command table that cmdline.c does not know. */
+		log_error("internal error: bad option table for '%s'", a->command->name);
+		return -EINVAL;
 	}
-	options[n] = (struct option){};
-	/* '-': operands come back in order as option 1, whatever POSIXLY_CORRECT says. */
-	snprintf(shortopts, sizeof(shortopts), "-s:jh%s", a->command->shortopts);
 
 	optind = 0;
 	while ((c = getopt_long(sub_argc, sub_argv, shortopts, options, NULL)) != -1) {
@@ -615,167 +382,16 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 		case 'h':
 			help_command(stdout, a->command);
 			return 1;
-		case 'd':
-			if (parse_seconds(optarg, &a->duration_s, &a->duration_integral) < 0)
-				return -EINVAL;
-			a->has_duration = true;
-			break;
-		case 'f':
-			if (parse_integer(optarg, "--freq", 1, PROFD_MAX_FREQ_HZ, &a->freq_hz) < 0)
-				return -EINVAL;
-			break;
-		case 'e':
-			if (parse_events(optarg) < 0)
-				return -EINVAL;
-			a->events = optarg;
-			break;
-		case 'w':
-			a->wait = true;
-			break;
-		case OPT_UNWIND:
-			if (strcmp(optarg, "fp") != 0 && strcmp(optarg, "dwarf") != 0 &&
-			    strcmp(optarg, "auto") != 0) {
-				log_error("invalid --unwind '%s': fp, dwarf or auto", optarg);
-				return -EINVAL;
-			}
-			a->unwind = optarg;
-			break;
-		case OPT_DEBUGINFOD:
-			a->debuginfod = true;
-			break;
-		case OPT_CHILDREN:
-			a->children = true;
-			break;
-		case OPT_PYTHON:
-			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "off") != 0) {
-				log_error("invalid --python '%s': auto or off", optarg);
-				return -EINVAL;
-			}
-			a->python = optarg;
-			break;
-		case OPT_UPROBE_MAX_RATE:
-			if (parse_integer(optarg, "--uprobe-max-rate", 0, 1000000000,
-					  &a->uprobe_max_rate) < 0)
-				return -EINVAL;
-			break;
-		case OPT_UPROBE:
-			if (!strchr(optarg, ':')) {
-				log_error("invalid --uprobe '%s': expected LIB:SYMBOL[,LIB:SYMBOL]",
-					  optarg);
-				return -EINVAL;
-			}
-			a->uprobes = optarg;
-			break;
-		case OPT_EVENT:
-			a->event = optarg;
-			break;
-		case OPT_GROUP_BY:
-			if (strcmp(optarg, "name") != 0) {
-				log_error("invalid --group-by '%s': only 'name' is known", optarg);
-				return -EINVAL;
-			}
-			a->group_by_name = true;
-			break;
-		case OPT_WINDOW: {
-			bool integral;
-
-			if (parse_seconds(optarg, &a->window_s, &integral) < 0)
-				return -EINVAL;
-			break;
-		}
-		case OPT_MEMORY_INTERVAL: {
-			bool integral;
-
-			if (parse_seconds(optarg, &a->memory_interval_s, &integral) < 0)
-				return -EINVAL;
-			if (a->memory_interval_s < 0.1 || a->memory_interval_s > 3600) {
-				log_error("invalid --memory-interval '%s': 0.1..3600 seconds", optarg);
-				return -EINVAL;
-			}
-			break;
-		}
-		case OPT_MALLOC_SAMPLE_BYTES:
-			if (parse_integer(optarg, "--malloc-sample-bytes", 1, 1LL << 40,
-					  &a->malloc_sample_bytes) < 0)
-				return -EINVAL;
-			break;
-		case OPT_MALLOC_MAX_RATE:
-			if (parse_integer(optarg, "--malloc-max-rate", 0, 1000000000,
-					  &a->malloc_max_rate) < 0)
-				return -EINVAL;
-			break;
-		case OPT_STACK_BYTES:
-			if (parse_integer(optarg, "--stack-bytes", 512, 32768, &a->stack_bytes) < 0)
-				return -EINVAL;
-			break;
-		case 'n':
-			if (parse_integer(optarg, "--limit", 1, LIMIT_MAX, &a->limit) < 0)
-				return -EINVAL;
-			break;
-		case OPT_ASCII:
-			a->ascii = true;
-			break;
-		case OPT_FROM:
-		case OPT_TO:
-			if (parse_offset(optarg, c == OPT_FROM ? "--from" : "--to",
-					 c == OPT_FROM ? &a->from_s : &a->to_s) < 0)
-				return -EINVAL;
-			*(c == OPT_FROM ? &a->has_from : &a->has_to) = true;
-			break;
-		case OPT_THREAD:
-			if (parse_integer(optarg, "--thread", 1, INT_MAX, &a->thread) < 0)
-				return -EINVAL;
-			break;
-		case OPT_INVERTED:
-			a->inverted = true;
-			break;
-		case OPT_FORMAT:
-			if (!export_format_find(optarg)) {
-				log_error("invalid --format '%s': folded, pprof, chrome-trace or "
-					  "speedscope",
-					  optarg);
-				return -EINVAL;
-			}
-			a->format = optarg;
-			break;
-		case 'o':
-			a->output = optarg;
-			break;
-		case OPT_CSV:
-			a->csv = true;
-			break;
-		case OPT_MAX_ROWS:
-			if (parse_integer(optarg, "--max-rows", 1, 1000000, &a->max_rows) < 0)
-				return -EINVAL;
-			break;
-		case OPT_COMM:
-			if (!*optarg) {
-				log_error("invalid --comm '': empty name");
-				return -EINVAL;
-			}
-			a->comm = optarg;
-			break;
-		case OPT_CGROUP:
-			if (!*optarg) {
-				log_error("invalid --cgroup '': empty path");
-				return -EINVAL;
-			}
-			a->cgroup = optarg;
-			break;
-		case OPT_LABEL:
-			if (strlen(optarg) > 256) {
-				log_error("invalid --label: longer than 256 bytes");
-				return -EINVAL;
-			}
-			a->label = optarg;
-			break;
+		case '?':
+			/* getopt_long() printed what was wrong. */
+			return -EINVAL;
 		case 1:
 			if (parse_operand(optarg, a, &have_operand) < 0)
 				return -EINVAL;
 			break;
 		default:
-			/* getopt_long() printed what was wrong. */
-			return -EINVAL;
+			if (options__apply(c, optarg, a) < 0)
+				return -EINVAL;
 		}
 	}
 

@@ -36,32 +36,6 @@ enum operand {
 	OPERAND_TARGET,
 };
 
-enum {
-	OPT_ASCII = 0x100,
-	OPT_UNWIND,
-	OPT_STACK_BYTES,
-	OPT_DEBUGINFOD,
-	OPT_CHILDREN,
-	OPT_GROUP_BY,
-	OPT_WINDOW,
-	OPT_EVENT,
-	OPT_MEMORY_INTERVAL,
-	OPT_MALLOC_SAMPLE_BYTES,
-	OPT_MALLOC_MAX_RATE,
-	OPT_FROM,
-	OPT_TO,
-	OPT_THREAD,
-	OPT_INVERTED,
-	OPT_FORMAT,
-	OPT_CSV,
-	OPT_MAX_ROWS,
-	OPT_COMM,
-	OPT_CGROUP,
-	OPT_LABEL,
-	OPT_PYTHON,
-	OPT_UPROBE,
-	OPT_UPROBE_MAX_RATE,
-};
 
 /* The parsed command line. */
 struct args {
@@ -73,7 +47,6 @@ struct args {
 	long long id; /* the PID or SESSION operand */
 	bool has_duration;
 	double duration_s;
-	bool duration_integral; /* --duration was written as an integer: send it as one */
 	long long freq_hz;
 	const char *events;	       /* --events as given; validated */
 	const char *unwind;	       /* --unwind: fp, dwarf, auto; NULL: profd's default */
@@ -86,7 +59,7 @@ struct args {
 	const char *python;	       /* attach --python: auto, off; NULL: profd's default */
 	const char *uprobes;	       /* attach --uprobe LIB:SYMBOL[,LIB:SYMBOL] */
 	long long uprobe_max_rate;     /* attach --uprobe-max-rate; -1: profd's default */
-	bool group_by_name;	       /* threads --group-by name */
+	const char *group_by;	       /* threads --group-by: name; NULL: by thread */
 	const char *event;	       /* top/hotpaths --event NAME; NULL: CPU samples */
 	double window_s;	       /* threads --window SECONDS; 0: none */
 	long long limit;	       /* 0: profd's default */
@@ -113,8 +86,8 @@ struct command {
 	enum operand operand;
 	const char *synopsis;  /* after "profctl NAME" */
 	const char *summary;   /* one line, for the command list */
-	const char *shortopts; /* the command's own options (the common ones are added) */
-	const struct option *longopts;
+	const char *options;   /* the command's own options' long names, space-separated
+				* (client/cmdline.c); the common ones are added */
 	int (*run)(struct conn *c, const struct args *a);
 };
 
@@ -135,6 +108,20 @@ extern volatile sig_atomic_t interrupted;
 
 /* In call.c; each is documented there. */
 int log_oom(void);
+
+/*
+ * In cmdline.c. parse_integer(): @s as a decimal integer in @min..@max for
+ * the option or operand @what; logs one line and returns -EINVAL otherwise.
+ * options__build(): the getopt_long() tables for a command taking the
+ * options @names (space-separated long names) and the common ones: @ret
+ * (@n entries, the last zeroed) and @shortopts (@len bytes); -EINVAL if a
+ * name is unknown or a table too small. options__apply(): the option
+ * getopt_long() returned as @c, with @value, into @a: 0, -EINVAL (logged),
+ * or -ENOENT if @c is not a command option.
+ */
+int parse_integer(const char *s, const char *what, long long min, long long max, long long *ret);
+int options__build(const char *names, struct option *ret, size_t n, char *shortopts, size_t len);
+int options__apply(int c, const char *value, struct args *a);
 bool events_next(const char *list, size_t *pos, const char **ret, size_t *ret_len);
 int call_error(int r, const char *detail);
 int call_quiet(struct conn *c, json_t *request, json_t **ret, char **ret_detail);
