@@ -31,7 +31,8 @@ static int run(const char *sql, bool admin, uid_t uid, size_t max_rows, json_t *
 {
 	*ret = NULL;
 	err[0] = '\0';
-	return sql__run(path, sql, admin, uid, max_rows, 16 << 20, 5 * NSEC_PER_SEC, ret, err, 512);
+	return sql__run(path, sql, admin, uid, max_rows, 16 << 20, 5 * NSEC_PER_SEC, NULL, ret, err,
+			512);
 }
 
 /* The statement's one integer answer, or -1000 - errno. */
@@ -203,7 +204,7 @@ int main(void)
 	CHECK_INT_EQ(sql__run(path,
 			      "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
 			      "WHERE i < 100000) SELECT printf('%0500d', i) FROM n",
-			      false, UID_A, 1000000, 64 * 1024, 5 * NSEC_PER_SEC, &o, err,
+			      false, UID_A, 1000000, 64 * 1024, 5 * NSEC_PER_SEC, NULL, &o, err,
 			      sizeof(err)),
 		     0);
 	CHECK(json_array_size(json_object_get(o, "rows")) < 1000);
@@ -213,8 +214,23 @@ int main(void)
 	CHECK_INT_EQ(sql__run(path,
 			      "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
 			      "SELECT count(*) FROM n",
-			      true, 0, 10, 1 << 20, 200 * NSEC_PER_MSEC, &o, err, sizeof(err)),
+			      true, 0, 10, 1 << 20, 200 * NSEC_PER_MSEC, NULL, &o, err,
+			      sizeof(err)),
 		     -ETIMEDOUT);
+	/* Cancelled (the client hung up): stopped long before its 60 s limit. */
+	{
+		atomic_bool cancel = true;
+		uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+
+		CHECK_INT_EQ(
+		    sql__run(path,
+			     "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
+			     "SELECT count(*) FROM n",
+			     true, 0, 10, 1 << 20, 60 * NSEC_PER_SEC, &cancel, &o, err,
+			     sizeof(err)),
+		    -ETIMEDOUT);
+		CHECK(now_ns(CLOCK_MONOTONIC) - t0 < 30 * NSEC_PER_SEC);
+	}
 
 	/* Nothing above changed the file. */
 	CHECK(stat(path, &after) == 0 && after.st_size == before.st_size &&

@@ -38,6 +38,7 @@ struct sql_ctx {
 	bool admin;
 	bool armed; /* the client's statement is being compiled or run */
 	uint64_t deadline_ns;
+	const atomic_bool *cancel; /* NULL, or set when the client is gone */
 	char *filter_views[MAX_FILTER_VIEWS];
 	size_t n_filter_views;
 	char reason[256]; /* why the authorizer refused, for the client */
@@ -136,7 +137,7 @@ static int progress(void *arg)
 {
 	struct sql_ctx *c = arg;
 
-	return now_ns(CLOCK_MONOTONIC) > c->deadline_ns;
+	return now_ns(CLOCK_MONOTONIC) > c->deadline_ns || (c->cancel && atomic_load(c->cancel));
 }
 
 static int sqlite_errno(int rc)
@@ -343,7 +344,8 @@ static json_t *value_json(sqlite3_stmt *st, int i, size_t *bytes)
  * @admin: false confines the statement to the sessions of @uid.
  * @max_rows: at most this many rows (1..1000000); @max_bytes: stop once the
  * rows hold about this many bytes of values. @timeout_ns: the statement is
- * stopped after this much time (profd answers no one while it runs).
+ * stopped after this much time. @cancel: NULL, or a flag another thread
+ * sets to stop the statement at once (its client is gone); then -ETIMEDOUT.
  * @ret: on success a new object, owned by the caller.
  * @errbuf: on -EINVAL, -EPERM, -ETIMEDOUT or -EIO, one sentence for the client.
  *
@@ -355,12 +357,13 @@ static json_t *value_json(sqlite3_stmt *st, int i, size_t *bytes)
  * log.
  */
 int sql__run(const char *db_path, const char *query, bool admin, uid_t uid, size_t max_rows,
-	     size_t max_bytes, uint64_t timeout_ns, json_t **ret, char *errbuf, size_t errlen)
+	     size_t max_bytes, uint64_t timeout_ns, const atomic_bool *cancel, json_t **ret,
+	     char *errbuf, size_t errlen)
 {
 	_cleanup_sqlite_ sqlite3 *db = NULL;
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	_cleanup_(json_decrefp) json_t *o = NULL;
-	struct sql_ctx c = {.admin = admin};
+	struct sql_ctx c = {.admin = admin, .cancel = cancel};
 	json_t *columns, *rows;
 	const char *tail = NULL;
 	size_t bytes = 0, n_rows = 0;
@@ -461,8 +464,8 @@ int sql__run(const char *db_path, const char *query, bool admin, uid_t uid, size
 	if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
 		if ((rc & 0xff) == SQLITE_INTERRUPT) {
 			snprintf(errbuf, errlen,
-				 "query stopped after %.0f s (profd answers no one "
-				 "while a query runs): narrow it with WHERE session_id = ...",
+				 "query stopped after %.0f s (the limit of profctl sql): "
+				 "narrow it with WHERE session_id = ...",
 				 (double)timeout_ns / 1e9);
 			r = -ETIMEDOUT;
 		} else {

@@ -42,6 +42,12 @@ static const struct setting {
      100000000},
     {"limits", "ring_buffer_bytes", SET_POW2_BYTES,
      offsetof(struct profd_config, ring_buffer_bytes), 1ULL << 20, 1ULL << 30},
+    {"limits", "query_threads", SET_UINT, offsetof(struct profd_config, query_threads), 1, 64},
+    {"limits", "queries_per_user", SET_UINT, offsetof(struct profd_config, queries_per_user), 1,
+     1024},
+    {"limits", "max_queries", SET_UINT, offsetof(struct profd_config, max_queries), 1, 4096},
+    {"limits", "query_timeout_s", SET_UINT, offsetof(struct profd_config, query_timeout_s), 1,
+     86400},
 };
 
 static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
@@ -65,6 +71,10 @@ int config__init(struct profd_config *c)
 	    .max_threads = PROFD_DEFAULT_MAX_THREADS,
 	    .max_stacks = PROFD_DEFAULT_MAX_STACKS,
 	    .ring_buffer_bytes = PROFD_DEFAULT_RING_BUFFER_BYTES,
+	    .query_threads = PROFD_DEFAULT_QUERY_THREADS,
+	    .queries_per_user = PROFD_DEFAULT_QUERIES_PER_USER,
+	    .max_queries = PROFD_DEFAULT_MAX_QUERIES,
+	    .query_timeout_s = PROFD_DEFAULT_QUERY_TIMEOUT_S,
 	};
 	return c->db_path && c->socket_path ? 0 : -ENOMEM;
 }
@@ -293,4 +303,8 @@ void config__print(const struct profd_config *c, FILE *f)
 	fprintf(f, "max_threads_per_session = %u\n", c->max_threads);
 	fprintf(f, "max_stacks_per_session = %u\n", c->max_stacks);
 	fprintf(f, "ring_buffer_bytes = %llu\n", (unsigned long long)c->ring_buffer_bytes);
+	fprintf(f, "query_threads = %u\n", c->query_threads);
+	fprintf(f, "queries_per_user = %u\n", c->queries_per_user);
+	fprintf(f, "max_queries = %u\n", c->max_queries);
+	fprintf(f, "query_timeout_s = %u\n", c->query_timeout_s);
 }

@@ -23,6 +23,13 @@
  * twice (the kernel maps the data pages twice), with the off-CPU one of half its size:
  * 32 MiB would take profd past 64 MiB of RSS by itself (bench/daemon). */
 #define PROFD_DEFAULT_RING_BUFFER_BYTES (8u << 20)
+/* Reports and SQL run on this many threads, at most this many queued or running per user and
+ * in all, each stopped after the timeout: the event loop never waits for them (readers.h).
+ * A thread takes the oldest query of a user who has none running first. */
+#define PROFD_DEFAULT_QUERY_THREADS 2
+#define PROFD_DEFAULT_QUERIES_PER_USER 32
+#define PROFD_DEFAULT_MAX_QUERIES 64
+#define PROFD_DEFAULT_QUERY_TIMEOUT_S 60
 
 struct profd_config {
 	char *db_path;		    /* owned */
@@ -35,6 +42,10 @@ struct profd_config {
 	unsigned max_threads;	    /* per session */
 	unsigned max_stacks;	    /* distinct call stacks per session */
 	uint64_t ring_buffer_bytes; /* BPF ring buffer for samples, a power of 2; off-CPU: half */
+	unsigned query_threads;	    /* reader threads for reports and SQL, 1..64 */
+	unsigned queries_per_user;  /* reports or SQL queued or running for one uid */
+	unsigned max_queries;	    /* ... for everyone, >= query_threads */
+	unsigned query_timeout_s;   /* a report is stopped this long after it was asked */
 };
 
 /* config__init() - the built-in defaults into @c. Returns 0 or -ENOMEM. */

@@ -52,6 +52,7 @@ struct profd {
 	bool quit;
 	struct session_env env;
 	struct server *server;
+	struct readers *readers; /* reports and SQL run there, never on the loop */
 	struct unwind_worker *worker;
 	struct offcpu *offcpu; /* NULL if off-CPU tracing cannot load */
 	struct malloc_probes
@@ -62,7 +63,7 @@ struct profd {
 	struct session *slots[PROFILE_MAX_SLOTS];
 	struct probe_state probes[PROFILE_MAX_SLOTS][PROBE_NR];
 	struct watch sampler_watch, timer_watch, signal_watch, worker_watch, offcpu_watch,
-	    malloc_watch, uprobes_watch;
+	    malloc_watch, uprobes_watch, readers_watch;
 	int timer_fd, signal_fd;
 	uint64_t last_flush_ns;	    /* CLOCK_MONOTONIC */
 	uint64_t last_refresh_ns;   /* CLOCK_MONOTONIC of the last features__refresh() round */
@@ -111,7 +112,10 @@ json_t *attach__run(struct profd *p, const struct ucred *peer, bool admin,
 		    const struct request *req);
 
 /* In dispatch.c. */
-json_t *dispatch__request(void *ctx, const struct ucred *peer, const char *line, size_t len);
+json_t *dispatch__request(void *ctx, uint64_t client, const struct ucred *peer, const char *line,
+			  size_t len);
+json_t *dispatch__finish(struct profd *p, json_t *resp);
+void dispatch__gone(void *ctx, uint64_t client);
 json_t *dispatch__ok(json_t *fields);
 json_t *dispatch__result(int r, json_t *fields, int64_t session_id);
 

@@ -16,11 +16,12 @@
 #include "report/sql.h"
 #include "service/authz.h"
 #include "service/daemon.h"
+#include "service/readers.h"
 #include "store/store.h"
 #include "symbols/resymbolize.h"
 #include "util.h"
 
-/* profctl sql: result size cap, and how long a statement may run. */
+/* profctl sql: result size cap, and how long a statement may run (reports: query_timeout_s). */
 #define SQL_MAX_RESULT_BYTES (16u << 20)
 #define SQL_TIMEOUT_NS (5 * NSEC_PER_SEC)
 
@@ -92,12 +93,113 @@ static void filter_sessions(json_t *list, const struct ucred *peer, bool admin)
 	}
 }
 
-static json_t *run_request(struct profd *p, const struct ucred *peer, const char *line, size_t len)
+/* A report or SQL query, as a reader thread runs it (readers.h). */
+struct report_job {
+	struct request req;
+	bool admin;
+	uid_t uid;
+	const char *db_path; /* profctl sql opens a connection of its own */
+};
+
+/* reader_fn: the reports, on a reader thread's read-only connection @db. */
+static json_t *run_report(sqlite3 *db, void *arg, const atomic_bool *cancel)
+{
+	const struct report_job *j = arg;
+	const struct request *req = &j->req;
+	const struct query_range r_range = {.from_ns = req->from_ns, .to_ns = req->to_ns};
+	const struct query_range *range = req->has_range ? &r_range : NULL;
+	json_t *fields = NULL;
+	char err[512];
+	int r;
+
+	switch (req->cmd) {
+	case CMD_TOP:
+		r = query__top(db, req->session, req->limit, req->sampled_event, range, &fields);
+		return event_result(r, fields, req);
+	case CMD_HOTPATHS:
+		r = query__hotpaths(db, req->session, req->limit, req->sampled_event, range,
+				    &fields);
+		return event_result(r, fields, req);
+	case CMD_PROFILE:
+		r = query__profile(db, req->session, req->sampled_event, range, req->per_window,
+				   &fields);
+		return event_result(r, fields, req);
+	case CMD_ANALYZE:
+		r = analyze__session(db, req->session, &fields);
+		break;
+	case CMD_SQL:
+		r = sql__run(j->db_path, req->sql, j->admin, j->uid, (size_t)req->max_rows,
+			     SQL_MAX_RESULT_BYTES, SQL_TIMEOUT_NS, cancel, &fields, err,
+			     sizeof(err));
+		if (r < 0)
+			return json_error_response(r, "%s", err[0] ? err : strerror(-r));
+		return dispatch__ok(fields);
+	case CMD_THREADS: {
+		struct threads_opts topts = {.group_by_name = req->group_by_name,
+					     .window_s = req->window_s};
+
+		r = query__threads(db, req->session, &topts, &fields);
+		break;
+	}
+	case CMD_OFFCPU:
+		r = query__offcpu(db, req->session, req->limit, &fields);
+		break;
+	case CMD_MEMORY:
+		r = query__memory(db, req->session, req->limit, &fields);
+		break;
+	case CMD_GPU:
+		r = query__gpu(db, req->session, req->limit, &fields);
+		break;
+	case CMD_RANGES:
+		r = query__ranges(db, req->session, &fields);
+		break;
+	default:
+		return json_error_response(-EINVAL, "unknown command");
+	}
+	return dispatch__result(r, fields, req->session);
+}
+
+/*
+ * Queue @req for a reader thread. Returns NULL (the answer comes later), or
+ * the error to answer now: profd is busy, for this user or for everyone.
+ */
+static json_t *submit_report(struct profd *p, uint64_t client, const struct ucred *peer, bool admin,
+			     const struct request *req)
+{
+	struct report_job *j = malloc(sizeof(*j));
+	int r;
+
+	if (!j)
+		return json_error_response(-ENOMEM, "out of memory");
+	*j = (struct report_job){
+	    .req = *req, .admin = admin, .uid = peer->uid, .db_path = p->cfg->db_path};
+	r = readers__submit(p->readers, client, peer->uid, run_report, j, free);
+	if (r == -EUSERS)
+		return json_error_response(-EBUSY,
+					   "busy: user %u has %u reports or queries running or "
+					   "waiting already (queries_per_user in profd.conf); try "
+					   "again when one ends",
+					   (unsigned)peer->uid, p->cfg->queries_per_user);
+	if (r == -EBUSY)
+		return json_error_response(-EBUSY,
+					   "busy: %u reports or queries are running or waiting "
+					   "(max_queries in profd.conf); try again shortly",
+					   MAX(p->cfg->max_queries, p->cfg->query_threads));
+	if (r < 0)
+		return json_error_response(r, "cannot queue the query: %s", strerror(-r));
+	return NULL;
+}
+
+/*
+ * One request: answered here, on the loop, when it reads little or changes
+ * a session (ping, attach, detach, session, sessions, resymbolize), or
+ * handed to a reader thread (NULL) when it is a report or SQL.
+ */
+static json_t *run_request(struct profd *p, uint64_t client, const struct ucred *peer,
+			   const char *line, size_t len)
 {
 	static struct request req; /* 16 KiB of SQL text: not on the stack */
 	sqlite3 *db = store__db(p->env.store);
-	const struct query_range *range;
-	struct query_range r_range;
 	char err[512];
 	json_t *fields = NULL;
 	bool admin;
@@ -106,8 +208,6 @@ static json_t *run_request(struct profd *p, const struct ucred *peer, const char
 	r = request__parse(line, len, &req, err, sizeof(err));
 	if (r < 0)
 		return json_error_response(r, "%s", err);
-	r_range = (struct query_range){.from_ns = req.from_ns, .to_ns = req.to_ns};
-	range = req.has_range ? &r_range : NULL;
 
 	admin = authz__is_admin(peer);
 	if (req.session && !may_see(p, peer, admin, req.session))
@@ -121,8 +221,9 @@ static json_t *run_request(struct profd *p, const struct ucred *peer, const char
 
 	switch (req.cmd) {
 	case CMD_PING:
-		return dispatch__ok(json_pack("{s:s, s:i}", "version", PROFD_VERSION, "protocol",
-					      PROFD_PROTOCOL_VERSION));
+		return dispatch__ok(json_pack("{s:s, s:i, s:i}", "version", PROFD_VERSION,
+					      "protocol", PROFD_PROTOCOL_VERSION, "queries_running",
+					      (json_int_t)readers__busy(p->readers)));
 	case CMD_ATTACH:
 		return attach__run(p, peer, admin, &req);
 	case CMD_DETACH:
@@ -141,66 +242,26 @@ static json_t *run_request(struct profd *p, const struct ucred *peer, const char
 		if (r == 0)
 			filter_sessions(json_object_get(fields, "sessions"), peer, admin);
 		return dispatch__result(r, fields, 0);
-	case CMD_TOP:
-		r = query__top(db, req.session, req.limit, req.sampled_event, range, &fields);
-		return event_result(r, fields, &req);
-	case CMD_HOTPATHS:
-		r = query__hotpaths(db, req.session, req.limit, req.sampled_event, range, &fields);
-		return event_result(r, fields, &req);
-	case CMD_PROFILE:
-		r = query__profile(db, req.session, req.sampled_event, range, req.per_window,
-				   &fields);
-		return event_result(r, fields, &req);
-	case CMD_ANALYZE:
-		r = analyze__session(db, req.session, &fields);
-		return dispatch__result(r, fields, req.session);
-	case CMD_SQL:
-		r = sql__run(p->cfg->db_path, req.sql, admin, peer->uid, (size_t)req.max_rows,
-			     SQL_MAX_RESULT_BYTES, SQL_TIMEOUT_NS, &fields, err, sizeof(err));
-		if (r < 0)
-			return json_error_response(r, "%s", err[0] ? err : strerror(-r));
-		return dispatch__ok(fields);
-	case CMD_THREADS: {
-		struct threads_opts topts = {.group_by_name = req.group_by_name,
-					     .window_s = req.window_s};
-
-		r = query__threads(db, req.session, &topts, &fields);
-		return dispatch__result(r, fields, req.session);
-	}
-	case CMD_OFFCPU:
-		r = query__offcpu(db, req.session, req.limit, &fields);
-		return dispatch__result(r, fields, req.session);
-	case CMD_MEMORY:
-		r = query__memory(db, req.session, req.limit, &fields);
-		return dispatch__result(r, fields, req.session);
-	case CMD_GPU:
-		r = query__gpu(db, req.session, req.limit, &fields);
-		return dispatch__result(r, fields, req.session);
-	case CMD_RANGES:
-		r = query__ranges(db, req.session, &fields);
-		return dispatch__result(r, fields, req.session);
 	case CMD_RESYMBOLIZE:
+		/* It writes: on the loop, with the store's connection. */
 		r = resymbolize__session(p->env.store, req.session, req.debuginfod, &fields);
 		if (r == -EIO)
 			return json_error_response(r, "resymbolize failed: %s",
 						   store__errmsg(p->env.store));
 		return dispatch__result(r, fields, req.session);
+	default:
+		return submit_report(p, client, peer, admin, &req);
 	}
-	return json_error_response(-EINVAL, "unknown command");
 }
 
 /*
- * dispatch__request() - answer one request line of @len bytes from @peer
- * (server_fn; @ctx is the struct profd). While the database cannot be
- * written (a full disk), queries still answer from what is stored, and
- * every answer says that newer samples are waiting: the requester learns
- * it, not only the log. Never NULL.
+ * dispatch__finish() - @resp (taken) as it goes to the client: while the
+ * database cannot be written (a full disk), queries still answer from what
+ * is stored, and every successful answer says that newer samples are
+ * waiting: the requester learns it, not only the log.
  */
-json_t *dispatch__request(void *ctx, const struct ucred *peer, const char *line, size_t len)
+json_t *dispatch__finish(struct profd *p, json_t *resp)
 {
-	struct profd *p = ctx;
-	json_t *resp = run_request(p, peer, line, len);
-
 	if (p->flush_errors && json_is_true(json_object_get(resp, "ok"))) {
 		char msg[512];
 		time_t since = (time_t)(p->flush_failing_since_ns / NSEC_PER_SEC);
@@ -216,4 +277,26 @@ json_t *dispatch__request(void *ctx, const struct ucred *peer, const char *line,
 		json_object_set_new(resp, "warning", json_string(msg));
 	}
 	return resp;
+}
+
+/* dispatch__gone() - server_gone_fn: @client hung up; its report stops at once. */
+void dispatch__gone(void *ctx, uint64_t client)
+{
+	struct profd *p = ctx;
+
+	readers__cancel(p->readers, client);
+}
+
+/*
+ * dispatch__request() - answer one request line of @len bytes from @peer,
+ * the server's client @client (server_handler_fn; @ctx is the struct
+ * profd): the response, or NULL when a reader thread will answer.
+ */
+json_t *dispatch__request(void *ctx, uint64_t client, const struct ucred *peer, const char *line,
+			  size_t len)
+{
+	struct profd *p = ctx;
+	json_t *resp = run_request(p, client, peer, line, len);
+
+	return resp ? dispatch__finish(p, resp) : NULL;
 }

@@ -29,6 +29,7 @@
 #include "service/config.h"
 #include "service/daemon.h"
 #include "service/notify.h"
+#include "service/readers.h"
 #include "service/server.h"
 #include "store/store.h"
 #include "symbols/symbolize.h"
@@ -76,6 +77,17 @@ static void on_offcpu_ready(struct watch *w, uint32_t events)
 	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, offcpu_watch));
 
 	record_reader__poll(offcpu__reader(p->offcpu));
+}
+
+/* Answers of the reader threads: to their clients, who may have gone meanwhile. */
+static void on_readers(struct watch *w, uint32_t events)
+{
+	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, readers_watch));
+	json_t *answer;
+	uint64_t client;
+
+	while (readers__take(p->readers, &client, &answer))
+		server__reply(p->server, client, dispatch__finish(p, answer));
 }
 
 static void on_timer(struct watch *w, uint32_t events)
@@ -283,6 +295,22 @@ static int run(void)
 		goto out;
 	}
 
+	{
+		struct readers_limits lim = {
+		    .threads = cfg.query_threads,
+		    .per_user = cfg.queries_per_user,
+		    .max_jobs = MAX(cfg.max_queries, cfg.query_threads),
+		    .timeout_ns = (uint64_t)cfg.query_timeout_s * NSEC_PER_SEC,
+		};
+
+		r = readers__new(cfg.db_path, &lim, &p.readers);
+		if (r < 0 || (r = profd__add_watch(&p, readers__fd(p.readers), &p.readers_watch,
+						   on_readers)) < 0) {
+			log_error_errno(r, "Failed to start the query threads: %m");
+			goto out;
+		}
+	}
+
 	r = notify__listen_fd();
 	if (r >= 0) {
 		/* Socket activation (profd.socket): systemd made the socket and its mode. */
@@ -309,6 +337,7 @@ static int run(void)
 		log_error_errno(r, "Failed to listen on %s: %m", cfg.socket_path);
 		goto out;
 	}
+	server__on_gone(p.server, dispatch__gone);
 	p.last_flush_ns = now_ns(CLOCK_MONOTONIC);
 	log_info("profd %s: listening on %s, database %s", PROFD_VERSION, cfg.socket_path,
 		 cfg.db_path);
@@ -339,7 +368,8 @@ static int run(void)
 	if (r > 0)
 		r = 0;
 out:
-	server__free(p.server);
+	server__free(p.server); /* first: a client waiting for a reader cancels its query */
+	readers__free(p.readers);
 	unwind_worker__free(p.worker);
 	offcpu__free(p.offcpu);
 	malloc_probes__free(p.malloc_probes);

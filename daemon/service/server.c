@@ -24,6 +24,8 @@ struct client {
 	struct server *srv;
 	int fd;
 	struct ucred peer;
+	uint64_t id;
+	bool waiting; /* for an answer through server__reply(): its next lines wait */
 	size_t len;
 	char *buf; /* PROFD_MAX_REQUEST_BYTES */
 	struct client *next;
@@ -34,9 +36,11 @@ struct server {
 	int fd, epfd;
 	char *path;
 	server_handler_fn fn;
+	server_gone_fn gone;
 	void *ctx;
 	struct client *clients;
 	unsigned nr_clients;
+	uint64_t last_id;
 };
 
 json_t *json_error_response(int err, const char *fmt, ...)
@@ -63,6 +67,8 @@ static void client_free(struct client *c)
 			break;
 		}
 	c->srv->nr_clients--;
+	if (c->waiting && c->srv->gone)
+		c->srv->gone(c->srv->ctx, c->id);
 	epoll_ctl(c->srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	free(c->buf);
@@ -84,13 +90,52 @@ static int send_response(struct client *c, json_t *resp)
 	return r;
 }
 
+/* Listen to @c for requests, or, while it waits for an answer, only for its hanging up. */
+static void client_listen(struct client *c)
+{
+	struct epoll_event ev = {.events = c->waiting ? 0 : EPOLLIN, .data.ptr = &c->watch};
+
+	/* EPOLLHUP is reported whatever the mask: the client closed its socket. A client
+	 * that only shut down its writing side (EPOLLRDHUP) still gets its answer. */
+	epoll_ctl(c->srv->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/*
+ * Answer the complete lines in @c's buffer, in order, until one is answered
+ * later. Returns 0, or -errno when @c was closed (and freed).
+ */
+static int client_answer_lines(struct client *c)
+{
+	char *nl;
+
+	while (!c->waiting && (nl = memchr(c->buf, '\n', c->len))) {
+		size_t line_len = (size_t)(nl - c->buf);
+		json_t *resp = c->srv->fn(c->srv->ctx, c->id, &c->peer, c->buf, line_len);
+
+		memmove(c->buf, nl + 1, c->len - line_len - 1);
+		c->len -= line_len + 1;
+		if (!resp) {
+			c->waiting = true;
+			client_listen(c);
+		} else if (send_response(c, resp) < 0) {
+			client_free(c);
+			return -EPIPE;
+		}
+	}
+	return 0;
+}
+
 static void client_on_event(struct watch *w, uint32_t events)
 {
 	struct client *c = (struct client *)w;
 
+	if (c->waiting) {
+		if (events & (EPOLLHUP | EPOLLERR))
+			client_free(c);
+		return;
+	}
 	for (;;) {
 		ssize_t n = recv(c->fd, c->buf + c->len, PROFD_MAX_REQUEST_BYTES - c->len, 0);
-		char *nl;
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -101,29 +146,44 @@ static void client_on_event(struct watch *w, uint32_t events)
 			return;
 		}
 		c->len += (size_t)n;
-
-		/* Answer every complete line in the buffer, in order. */
-		while ((nl = memchr(c->buf, '\n', c->len))) {
-			size_t line_len = (size_t)(nl - c->buf);
-			json_t *resp = c->srv->fn(c->srv->ctx, &c->peer, c->buf, line_len);
-
-			memmove(c->buf, nl + 1, c->len - line_len - 1);
-			c->len -= line_len + 1;
-			if (send_response(c, resp) < 0) {
-				client_free(c);
-				return;
-			}
-		}
+		if (client_answer_lines(c) < 0 || c->waiting)
+			return;
 		if (c->len == PROFD_MAX_REQUEST_BYTES) {
 			/* No newline within the limit: answer, and drop the connection,
 			 * since the rest of the line cannot be framed. */
-			send_response(c, json_error_response(-E2BIG,
-							     "request larger than %d bytes",
+			send_response(c, json_error_response(-E2BIG, "request larger than %d bytes",
 							     PROFD_MAX_REQUEST_BYTES));
 			client_free(c);
 			return;
 		}
 	}
+}
+
+void server__on_gone(struct server *srv, server_gone_fn fn)
+{
+	srv->gone = fn;
+}
+
+int server__reply(struct server *srv, uint64_t client, json_t *resp)
+{
+	struct client *c = srv->clients;
+
+	while (c && c->id != client)
+		c = c->next;
+	if (!c || !c->waiting) {
+		json_decref(resp);
+		return -ENOENT;
+	}
+	c->waiting = false;
+	if (send_response(c, resp) < 0) {
+		client_free(c);
+		return -EPIPE;
+	}
+	if (client_answer_lines(c) < 0)
+		return -EPIPE;
+	if (!c->waiting)
+		client_listen(c);
+	return 0;
 }
 
 static void server_on_event(struct watch *w, uint32_t events)
@@ -132,7 +192,7 @@ static void server_on_event(struct watch *w, uint32_t events)
 
 	for (;;) {
 		socklen_t len = sizeof(struct ucred);
-		struct epoll_event ev = { .events = EPOLLIN };
+		struct epoll_event ev = {.events = EPOLLIN};
 		struct client *c;
 		int fd;
 
@@ -140,8 +200,8 @@ static void server_on_event(struct watch *w, uint32_t events)
 		if (fd < 0)
 			return; /* EAGAIN, or a transient error: epoll will tell us again */
 		if (srv->nr_clients >= MAX_CLIENTS) {
-			json_t *resp = json_error_response(-EBUSY, "too many clients (%d)",
-							   MAX_CLIENTS);
+			json_t *resp =
+			    json_error_response(-EBUSY, "too many clients (%d)", MAX_CLIENTS);
 			char *text = json_dumps(resp, JSON_COMPACT | JSON_REAL_PRECISION(15));
 
 			if (text) {
@@ -156,8 +216,7 @@ static void server_on_event(struct watch *w, uint32_t events)
 		c = calloc(1, sizeof(*c));
 		if (c)
 			c->buf = malloc(PROFD_MAX_REQUEST_BYTES);
-		if (!c || !c->buf ||
-		    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->peer, &len) < 0) {
+		if (!c || !c->buf || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->peer, &len) < 0) {
 			if (c)
 				free(c->buf);
 			free(c);
@@ -167,6 +226,7 @@ static void server_on_event(struct watch *w, uint32_t events)
 		c->watch.fn = client_on_event;
 		c->srv = srv;
 		c->fd = fd;
+		c->id = ++srv->last_id;
 		ev.data.ptr = &c->watch;
 		if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 			free(c->buf);
@@ -209,7 +269,7 @@ static int server_adopt(int fd, const char *path, int epfd, server_handler_fn fn
 
 int server__new(const char *path, int epfd, server_handler_fn fn, void *ctx, struct server **ret)
 {
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
 	_cleanup_close_ int fd = -1;
 	int r;
 
@@ -245,11 +305,12 @@ int server__new(const char *path, int epfd, server_handler_fn fn, void *ctx, str
 	return r;
 }
 
-/* Serve on the listening socket @fd (closed by server__free() on success); @path: unlink it then, or NULL. */
+/* Serve on the listening socket @fd (closed by server__free() on success); @path: unlink it then,
+ * or NULL. */
 static int server_adopt(int fd, const char *path, int epfd, server_handler_fn fn, void *ctx,
 			struct server **ret)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
+	struct epoll_event ev = {.events = EPOLLIN};
 	struct server *srv;
 	int r;
 
