@@ -86,15 +86,6 @@ static void fnode__sort(const struct xprofile *p, struct fnode *n)
 	}
 }
 
-static int fnode__depth(const struct fnode *n)
-{
-	int d = 0;
-
-	for (const struct fnode *c = n->child; c; c = c->next)
-		d = MAX(d, 1 + fnode__depth(c));
-	return d;
-}
-
 static void xml_escape(FILE *f, const char *s)
 {
 	for (; *s; s++) {
@@ -257,6 +248,8 @@ int flamegraph__svg(FILE *f, const struct xprofile *p, int64_t tid, bool inverte
 		if (tid && sa->tid != tid)
 			continue;
 		root.total += sa->count;
+		/* The tree is as deep as its deepest stack. */
+		l.max_depth = MAX(l.max_depth, (int)st->len);
 		for (size_t j = 0; j < st->len; j++) {
 			size_t fi = st->frames[inverted ? j : st->len - 1 - j];
 
@@ -278,7 +271,6 @@ int flamegraph__svg(FILE *f, const struct xprofile *p, int64_t tid, bool inverte
 	}
 	fnode__sort(p, root.child);
 	l.total = root.total;
-	l.max_depth = fnode__depth(&root);
 	l.height = HEAD_PX + l.max_depth * ROW_PX + FOOT_PX;
 
 	if (tid)

@@ -1,12 +1,15 @@
 /* test-store.c - migrations on empty, existing, newer and corrupt databases; write paths. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "store/store.h"
+#include "util.h"
 
 extern const char *const store_migrations[];
 
@@ -26,9 +29,15 @@ static long long query_int(struct store *st, const char *sql)
 /* A session row started at @started_ns, ended at @ended_ns (0: still running). */
 static int64_t add_session(struct store *st, uint64_t started_ns, uint64_t ended_ns)
 {
-	struct store_session row = { .pid = 1, .pid_start_ticks = 1, .comm = "ret", .uid = 0,
-				     .event = "cpu-clock", .events = "cpu", .freq_hz = 99,
-				     .unwind = "fp", .started_at_ns = started_ns };
+	struct store_session row = {.pid = 1,
+				    .pid_start_ticks = 1,
+				    .comm = "ret",
+				    .uid = 0,
+				    .event = "cpu-clock",
+				    .events = "cpu",
+				    .freq_hz = 99,
+				    .unwind = "fp",
+				    .started_at_ns = started_ns};
 	int64_t id = 0;
 
 	CHECK_INT_EQ(store__session_insert(st, &row, &id), 0);
@@ -38,10 +47,10 @@ static int64_t add_session(struct store *st, uint64_t started_ns, uint64_t ended
 }
 
 /* A stack of one frame at @addr in /bin/@module, with @count samples in session @sid. */
-static int64_t add_stack_samples(struct store *st, int64_t sid, const char *module,
-				 uint64_t addr, uint64_t count)
+static int64_t add_stack_samples(struct store *st, int64_t sid, const char *module, uint64_t addr,
+				 uint64_t count)
 {
-	struct frame_info f = { .module = module, .build_id = "", .rel_addr = addr };
+	struct frame_info f = {.module = module, .build_id = "", .rel_addr = addr};
 	int64_t fid = 0, stack = 0;
 
 	CHECK_INT_EQ(store__frame_id(st, &f, &fid), 0);
@@ -84,14 +93,20 @@ static void test_retention(const char *dir)
 	snprintf(blob, sizeof(blob), "SELECT count(*) FROM sessions WHERE id IN (%lld, %lld)",
 		 (long long)old_running, (long long)recent);
 	CHECK_INT_EQ(query_int(st, blob), 2);
-	snprintf(blob, sizeof(blob), "SELECT count(*) FROM stacks WHERE id = %lld", (long long)shared);
+	snprintf(blob, sizeof(blob), "SELECT count(*) FROM stacks WHERE id = %lld",
+		 (long long)shared);
 	CHECK_INT_EQ(query_int(st, blob), 1); /* still used by the recent session */
 	snprintf(blob, sizeof(blob), "SELECT count(*) FROM stacks WHERE id = %lld",
 		 (long long)only_old);
 	CHECK_INT_EQ(query_int(st, blob), 0);
-	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM frames WHERE module = '/bin/old-only'"), 0);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM frames WHERE module = '/bin/old-only'"),
+		     0);
 	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM frames WHERE module = '/bin/running'"), 1);
-	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM samples WHERE session_id = (SELECT min(id) FROM sessions)"), 1);
+	CHECK_INT_EQ(
+	    query_int(
+		st,
+		"SELECT count(*) FROM samples WHERE session_id = (SELECT min(id) FROM sessions)"),
+	    1);
 	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
 	/* Nothing more is old enough: a second pass deletes nothing. */
 	CHECK_INT_EQ(store__retention(st, now, 30 * day, 0, &res), 0);
@@ -106,7 +121,8 @@ static void test_retention(const char *dir)
 		for (int k = 0; k < 400; k++) {
 			char module[64];
 
-			snprintf(module, sizeof(module), "/bin/lib-%d-%d-padding-padding-padding", i, k);
+			snprintf(module, sizeof(module), "/bin/lib-%d-%d-padding-padding-padding",
+				 i, k);
 			add_stack_samples(st, sid, module, (uint64_t)k, 1);
 		}
 	}
@@ -123,7 +139,8 @@ static void test_retention(const char *dir)
 		 (long long)old_running);
 	CHECK_INT_EQ(query_int(st, blob), 1);
 	/* The survivors are the newest ended sessions. */
-	CHECK_INT_EQ(query_int(st, "SELECT max(ended_at_ns) FROM sessions"), (long long)(99 * day + 1));
+	CHECK_INT_EQ(query_int(st, "SELECT max(ended_at_ns) FROM sessions"),
+		     (long long)(99 * day + 1));
 	CHECK(query_int(st, "SELECT min(started_at_ns) FROM sessions WHERE state = 'ended'") >
 	      (long long)(60 * day));
 	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
@@ -156,6 +173,140 @@ static void test_retention(const char *dir)
 	}
 }
 
+/*
+ * Rows of sample_totals (@event 0) or event_sample_totals (1) that differ
+ * from the sums of the windows they roll up, plus rollups of no window and
+ * windows of no rollup: 0 when the rollup is right.
+ */
+static long long rollup_mismatches(struct store *st, int event)
+{
+	char sql[512];
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM (SELECT session_id, tid, stack_id, sum(count) AS n, "
+		 "min(window_ns) AS w FROM %s GROUP BY 1, 2, 3) r FULL OUTER JOIN %s t "
+		 "USING (session_id, tid, stack_id) WHERE r.n IS NOT t.count OR r.w IS NOT "
+		 "t.window_ns",
+		 event ? "event_samples" : "samples",
+		 event ? "event_sample_totals" : "sample_totals");
+	return query_int(st, sql);
+}
+
+/* Samples of @sid in windows 1..@windows s, threads 1..3, stacks @s1 and @s2, each added twice. */
+static void add_windows(struct store *st, int64_t sid, int64_t s1, int64_t s2, int windows,
+			int event)
+{
+	for (int w = 1; w <= windows; w++)
+		for (int tid = 1; tid <= 3; tid++)
+			for (int k = 0; k < 2; k++) {
+				CHECK_INT_EQ(store__sample_add(st, sid, (uint64_t)w * NSEC_PER_SEC,
+							       tid, s1, (uint64_t)(w + tid), event),
+					     0);
+				CHECK_INT_EQ(store__sample_add(st, sid, (uint64_t)w * NSEC_PER_SEC,
+							       tid, s2, 1, event),
+					     0);
+			}
+}
+
+/*
+ * The per-session rollups (schema/0013) equal the sums of the windows: after
+ * flushes that insert and add to rows, after a flush that SIGKILL stopped
+ * half-way, after a restart, after a session is deleted, and when a
+ * database of schema 12 is migrated.
+ */
+static void test_rollups(const char *dir)
+{
+	char path[160];
+	struct store *st = NULL;
+	struct store_retention res;
+	int64_t a, b, s1, s2;
+	pid_t child;
+	int status;
+
+	snprintf(path, sizeof(path), "%s/rollups.db", dir);
+	CHECK_INT_EQ(store__open(path, &st), 0);
+	a = add_session(st, 1, 0);
+	b = add_session(st, 2, 3 * NSEC_PER_SEC);
+	s1 = add_stack_samples(st, a, "/bin/r1", 0x10, 5);
+	s2 = add_stack_samples(st, b, "/bin/r2", 0x20, 7);
+	CHECK_INT_EQ(store__begin(st), 0);
+	add_windows(st, a, s1, s2, 5, 0);
+	add_windows(st, b, s1, s2, 3, 0);
+	add_windows(st, a, s1, s2, 2, 1);
+	CHECK_INT_EQ(store__commit(st), 0);
+	CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
+	CHECK_INT_EQ(rollup_mismatches(st, 1), 0);
+	/* 2 sessions x 3 threads x 2 stacks (add_stack_samples() wrote to two of them). */
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM sample_totals"), 2 * 3 * 2);
+	CHECK_INT_EQ(query_int(st, "SELECT sum(count) FROM sample_totals WHERE session_id = 1"),
+		     query_int(st, "SELECT sum(count) FROM samples WHERE session_id = 1"));
+
+	/* A flush killed before its commit: neither the windows nor the rollups have it. */
+	store__close(st);
+	child = fork();
+	if (child == 0) {
+		struct store *c = NULL;
+
+		if (store__open(path, &c) < 0 || store__begin(c) < 0)
+			_exit(1);
+		add_windows(c, a, s1, s2, 50, 0);
+		raise(SIGKILL);
+		_exit(1);
+	}
+	CHECK(child > 0 && waitpid(child, &status, 0) == child && WIFSIGNALED(status));
+	CHECK_INT_EQ(store__open(path, &st), 0);
+	CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
+	CHECK_INT_EQ(query_int(st, "SELECT max(window_ns) FROM samples"), 5 * NSEC_PER_SEC);
+
+	/* Reopened and written again; then session b deleted with its rows. */
+	add_windows(st, a, s1, s2, 7, 0);
+	CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
+	CHECK_INT_EQ(store__retention(st, 100 * NSEC_PER_SEC, 10 * NSEC_PER_SEC, 0, &res), 0);
+	CHECK_INT_EQ(res.sessions_deleted, 1);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM sample_totals WHERE session_id = 2"), 0);
+	CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
+	store__close(st);
+
+	/* Schema 12 with samples: the migration builds the rollups from them. */
+	{
+		char old[160];
+		sqlite3 *db;
+
+		snprintf(old, sizeof(old), "%s/v12.db", dir);
+		CHECK_INT_EQ(sqlite3_open(old, &db), SQLITE_OK);
+		for (int v = 0; v < 12; v++)
+			CHECK_INT_EQ(sqlite3_exec(db, store_migrations[v], NULL, NULL, NULL),
+				     SQLITE_OK);
+		CHECK_INT_EQ(
+		    sqlite3_exec(
+			db,
+			"PRAGMA user_version = 12;"
+			"INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
+			"events, freq_hz, started_at_ns, state) VALUES "
+			"(9, 1, 'old', 0, 'cpu-clock', 'cpu', 99, 5, 'ended');"
+			"INSERT INTO stacks (frame_ids, depth) VALUES (x'01', 1), (x'02', 1);"
+			"INSERT INTO samples VALUES (1, 1000, 7, 1, 3), (1, 2000, 7, 1, 4),"
+			" (1, 2000, 8, 2, 5), (1, 3000, 7, 2, 6);"
+			"INSERT INTO event_samples VALUES (1, 1000, 7, 1, 2);",
+			NULL, NULL, NULL),
+		    SQLITE_OK);
+		sqlite3_close(db);
+		CHECK_INT_EQ(store__open(old, &st), 0);
+		CHECK_INT_EQ(store__schema_version(st), store__latest_version());
+		CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
+		CHECK_INT_EQ(rollup_mismatches(st, 1), 0);
+		CHECK_INT_EQ(query_int(st, "SELECT count FROM sample_totals WHERE tid = 7 AND "
+					   "stack_id = 1"),
+			     7);
+		CHECK_INT_EQ(query_int(st, "SELECT window_ns FROM sample_totals WHERE tid = 7 AND "
+					   "stack_id = 1"),
+			     1000);
+		/* The documented views read the rollups. */
+		CHECK_INT_EQ(query_int(st, "SELECT sum(samples) FROM thread_imbalance"), 18);
+		store__close(st);
+	}
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/test-store-XXXXXX", path[128], bad[128];
@@ -180,14 +331,27 @@ int main(void)
 	CHECK_INT_EQ(sb.st_mode & 0077, 0);
 
 	/* Writes: a session, deduplicated frames and stacks, samples that add up. */
-	struct store_session row = { .pid = 1234, .pid_start_ticks = 99, .comm = "spin",
-				     .uid = 0, .event = "cpu-clock", .events = "cpu",
-				     .freq_hz = 99, .unwind = "fp", .started_at_ns = 1000 };
-	struct frame_info a = { .module = "/bin/a", .build_id = "ab", .rel_addr = 0x10,
-				.function = "main", .file = "a.c", .line = 3 };
-	struct frame_info b = { .module = "/bin/a", .build_id = "ab", .rel_addr = 0x20 };
-	struct frame_info k = { .kernel = true, .module = "[kernel.kallsyms]", .build_id = "",
-				.rel_addr = 0xffffffff81000000ULL, .function = "schedule" };
+	struct store_session row = {.pid = 1234,
+				    .pid_start_ticks = 99,
+				    .comm = "spin",
+				    .uid = 0,
+				    .event = "cpu-clock",
+				    .events = "cpu",
+				    .freq_hz = 99,
+				    .unwind = "fp",
+				    .started_at_ns = 1000};
+	struct frame_info a = {.module = "/bin/a",
+			       .build_id = "ab",
+			       .rel_addr = 0x10,
+			       .function = "main",
+			       .file = "a.c",
+			       .line = 3};
+	struct frame_info b = {.module = "/bin/a", .build_id = "ab", .rel_addr = 0x20};
+	struct frame_info k = {.kernel = true,
+			       .module = "[kernel.kallsyms]",
+			       .build_id = "",
+			       .rel_addr = 0xffffffff81000000ULL,
+			       .function = "schedule"};
 	CHECK_INT_EQ(store__begin(st), 0);
 	CHECK_INT_EQ(store__session_insert(st, &row, &sid), 0);
 	CHECK_INT_EQ(store__frame_id(st, &a, &f1), 0);
@@ -196,7 +360,7 @@ int main(void)
 	CHECK(f1 != f2 && f2 != f3);
 	CHECK_INT_EQ(store__frame_id(st, &a, &s1), 0);
 	CHECK_INT_EQ(s1, f1);
-	int64_t ids1[] = { f3, f2, f1 }, ids2[] = { f2, f1 };
+	int64_t ids1[] = {f3, f2, f1}, ids2[] = {f2, f1};
 	CHECK_INT_EQ(store__stack_id(st, ids1, 3, false, true, &s1), 0);
 	CHECK_INT_EQ(store__stack_id(st, ids2, 2, false, false, &s2), 0);
 	CHECK(s1 != s2);
@@ -204,7 +368,7 @@ int main(void)
 	CHECK_INT_EQ(f1, s1);
 	CHECK_INT_EQ(store__sample_add(st, sid, 1000, 7, s1, 5, 0), 0);
 	CHECK_INT_EQ(store__sample_add(st, sid, 1000, 7, s1, 2, 0), 0);
-	struct store_counts c = { .samples = 7 };
+	struct store_counts c = {.samples = 7};
 	CHECK_INT_EQ(store__window_add(st, sid, 1000, &c), 0);
 	CHECK_INT_EQ(store__session_add_counts(st, sid, &c), 0);
 	CHECK_INT_EQ(store__commit(st), 0);
@@ -244,14 +408,15 @@ int main(void)
 		snprintf(old, sizeof(old), "%s/v1.db", dir);
 		CHECK_INT_EQ(sqlite3_open(old, &db), SQLITE_OK);
 		CHECK_INT_EQ(sqlite3_exec(db, store_migrations[0], NULL, NULL, NULL), SQLITE_OK);
-		CHECK_INT_EQ(sqlite3_exec(db,
-					  "PRAGMA user_version = 1;"
-					  "INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
-					  "events, freq_hz, started_at_ns, state, samples) VALUES "
-					  "(9, 1, 'old', 0, 'cpu-clock', 'cpu', 99, 5, 'ended', 42);"
-					  "INSERT INTO stacks (frame_ids, depth) VALUES (x'01', 1);",
-					  NULL, NULL, NULL),
-			     SQLITE_OK);
+		CHECK_INT_EQ(
+		    sqlite3_exec(db,
+				 "PRAGMA user_version = 1;"
+				 "INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
+				 "events, freq_hz, started_at_ns, state, samples) VALUES "
+				 "(9, 1, 'old', 0, 'cpu-clock', 'cpu', 99, 5, 'ended', 42);"
+				 "INSERT INTO stacks (frame_ids, depth) VALUES (x'01', 1);",
+				 NULL, NULL, NULL),
+		    SQLITE_OK);
 		sqlite3_close(db);
 		CHECK_INT_EQ(store__open(old, &st), 0);
 		CHECK_INT_EQ(store__schema_version(st), store__latest_version());
@@ -284,6 +449,7 @@ int main(void)
 	store__close(st);
 
 	test_retention(dir);
+	test_rollups(dir);
 
 	snprintf(path, sizeof(path), "rm -rf %s", dir);
 	if (system(path) != 0)

@@ -198,10 +198,10 @@ static int rule_main_starved(struct analysis *a)
 		   " AND state = 'runnable'",
 		   &runnable_ns);
 	if (r >= 0)
-		r = scalar(a, "SELECT sum(count) FROM samples WHERE session_id = ?1 AND tid = ?2",
+		r = scalar(a, "SELECT sum(count) FROM sample_totals WHERE session_id = ?1 AND tid = ?2",
 			   &main_samples);
 	if (r >= 0)
-		r = scalar(a, "SELECT sum(count) FROM samples WHERE session_id = ?1 AND tid <> ?2",
+		r = scalar(a, "SELECT sum(count) FROM sample_totals WHERE session_id = ?1 AND tid <> ?2",
 			   &other_samples);
 	if (r < 0)
 		return r;

@@ -183,7 +183,7 @@ static int profile__load(struct profile *p, sqlite3 *db, int64_t session_id, con
 		     "       WHERE session_id = ?1 AND window_ns BETWEEN ?2 AND ?3"
 		     "       GROUP BY stack_id) st"
 		     " LEFT JOIN stacks s ON s.id = st.stack_id",
-		     table) < 0) {
+		     report__rows(table, wb)) < 0) {
 		sql = NULL;
 		return -ENOMEM;
 	}

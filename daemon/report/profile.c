@@ -208,7 +208,7 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 				: "SELECT stack_id, tid, min(window_ns) - ?4, sum(count) FROM %s"
 				  " WHERE session_id = ?1 AND window_ns BETWEEN ?2 AND ?3"
 				  " GROUP BY tid, stack_id ORDER BY 3, tid, stack_id",
-		     table) < 0) {
+		     per_window ? table : report__rows(table, &wb)) < 0) {
 		sql = NULL;
 		return -ENOMEM;
 	}

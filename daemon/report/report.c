@@ -317,6 +317,19 @@ int report__samples_table(sqlite3 *db, int64_t session_id, const char *event, co
 	return 0;
 }
 
+/*
+ * report__rows() - where to sum @table's samples (report__samples_table())
+ * over @wb: over a whole session, its rollup (schema/0013: one row per
+ * thread and stack, window_ns the first window); over a time range, the
+ * windows themselves.
+ */
+const char *report__rows(const char *table, const struct window_bounds *wb)
+{
+	if (wb->range)
+		return table;
+	return strcmp(table, "samples") == 0 ? "sample_totals" : "event_sample_totals";
+}
+
 int report__head(sqlite3 *db, int64_t session_id, const char *table, const struct window_bounds *wb,
 		 json_t **ret, int64_t *ret_total)
 {
@@ -336,7 +349,7 @@ int report__head(sqlite3 *db, int64_t session_id, const char *table, const struc
 		     "  AND sa.window_ns BETWEEN ?2 AND ?3),"
 		     " s.frames, s.unwind, s.sampled_event, " PYTHON_COLUMNS
 		     " FROM sessions s WHERE s.id = ?1",
-		     table, table) < 0) {
+		     report__rows(table, wb), report__rows(table, wb)) < 0) {
 		sql = NULL;
 		return -ENOMEM;
 	}

@@ -55,7 +55,7 @@ static int thread_rows(sqlite3 *db, int64_t session_id, json_t **ret)
 	r = report__prepare(
 	    db,
 	    "WITH s(tid, n) AS ("
-	    "  SELECT tid, sum(count) FROM samples WHERE session_id = ?1 GROUP BY tid)"
+	    "  SELECT tid, sum(count) FROM sample_totals WHERE session_id = ?1 GROUP BY tid)"
 	    " SELECT t.tid, t.name, coalesce(s.n, 0) AS n, t.pid, t.exited_at_ns"
 	    "  FROM threads t LEFT JOIN s ON s.tid = t.tid WHERE t.session_id = ?1"
 	    " UNION ALL"
