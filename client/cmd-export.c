@@ -1,6 +1,7 @@
 /* cmd-export.c - export and flamegraph: a session's profile in other tools' formats, and as an SVG
  * flame graph. */
 #include <errno.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -51,6 +52,9 @@ static int load_profile(struct conn *c, const struct args *a, bool per_window, s
 		request = NULL;
 	if (request && a->event && json_object_set_new(request, "event", json_string(a->event)) < 0)
 		request = NULL;
+	/* The rows as one string: a few bytes a row in profd's memory, not hundreds. */
+	if (request && json_object_set_new(request, "packed", json_true()) < 0)
+		request = NULL;
 	r = call(c, request, &reply);
 	if (r < 0)
 		return r;
@@ -67,7 +71,9 @@ static int load_profile(struct conn *c, const struct args *a, bool per_window, s
 
 /*
  * write_output() - run @write into -o FILE (created 0644, replaced only once
- * complete: written to FILE.tmp, then renamed) or stdout. Logs; returns 0 or -errno.
+ * complete: written to FILE.tmp, then renamed), into FILE itself when it
+ * exists and is not a regular file (/dev/null, a FIFO: never replaced), or
+ * stdout. Logs; returns 0 or -errno.
  */
 static int write_output(const struct args *a, bool binary,
 			int (*write)(FILE *f, const struct xprofile *p, int64_t tid, bool inv),
@@ -82,19 +88,25 @@ static int write_output(const struct args *a, bool binary,
 		return -EINVAL;
 	}
 	if (a->output) {
+		struct stat sb;
 		int fd;
 
-		if (asprintf(&tmp, "%s.tmp", a->output) < 0) {
-			tmp = NULL;
-			return log_oom();
+		if (stat(a->output, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+			fd = open(a->output, O_WRONLY | O_CLOEXEC);
+		} else {
+			if (asprintf(&tmp, "%s.tmp", a->output) < 0) {
+				tmp = NULL;
+				return log_oom();
+			}
+			fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		}
-		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (fd < 0)
-			return log_error_errno(-errno, "cannot create %s: %m", tmp);
+			return log_error_errno(-errno, "cannot create %s: %m", tmp ?: a->output);
 		f = fdopen(fd, "w");
 		if (!f) {
 			close(fd);
-			unlink(tmp);
+			if (tmp)
+				unlink(tmp);
 			return log_oom();
 		}
 	}
@@ -102,9 +114,9 @@ static int write_output(const struct args *a, bool binary,
 	if (a->output) {
 		if (fclose(f) != 0 && r >= 0)
 			r = -errno;
-		if (r >= 0 && rename(tmp, a->output) < 0)
+		if (tmp && r >= 0 && rename(tmp, a->output) < 0)
 			r = -errno;
-		if (r < 0)
+		if (tmp && r < 0)
 			unlink(tmp);
 	}
 	if (r == -ENODATA)

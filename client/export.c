@@ -59,12 +59,48 @@ static int frame_func_cmp(const void *a, const void *b, void *arg)
  * time). Returns 0, -EBADMSG if a field is missing or out of range, -ENOMEM.
  * On failure @p is left empty.
  */
+static size_t count_char(const char *s, char c)
+{
+	size_t n = 0;
+
+	for (; *s; s++)
+		n += *s == c;
+	return n;
+}
+
+/*
+ * The "samples_packed" rows (docs/protocol.md: "STACK,TID,WINDOW,COUNT"
+ * separated by ';') into @p->samples (@p->n_samples of them, allocated).
+ * -EBADMSG for a malformed row or a stack index out of range.
+ */
+static int parse_packed(const char *s, struct xprofile *p)
+{
+	for (size_t i = 0; i < p->n_samples; i++) {
+		long long f[4];
+		char *end;
+
+		for (int k = 0; k < 4; k++) {
+			errno = 0;
+			f[k] = strtoll(s, &end, 10);
+			if (end == s || errno || *end != (k < 3 ? ',' : i + 1 < p->n_samples ? ';' : '\0'))
+				return -EBADMSG;
+			s = end + (*end != '\0');
+		}
+		if (f[0] < 0 || (size_t)f[0] >= p->n_stacks)
+			return -EBADMSG;
+		p->samples[i] = (struct xsample){
+		    .stack = (size_t)f[0], .tid = f[1], .window_ns = f[2], .count = f[3]};
+	}
+	return 0;
+}
+
 int xprofile__load(struct xprofile *p, json_t *profile, const json_t *session)
 {
 	_cleanup_free_ size_t *order = NULL;
 	const json_t *frames = json_object_get(profile, "frames");
 	const json_t *stacks = json_object_get(profile, "stacks");
 	const json_t *samples = json_object_get(profile, "samples");
+	const char *packed = json_string_value(json_object_get(profile, "samples_packed"));
 	const json_t *threads = json_object_get(profile, "threads");
 	const json_t *v;
 	size_t i;
@@ -72,7 +108,7 @@ int xprofile__load(struct xprofile *p, json_t *profile, const json_t *session)
 
 	*p = (struct xprofile){.json = json_incref(profile),
 			       .session_json = json_incref((json_t *)session)};
-	if (!json_is_array(frames) || !json_is_array(stacks) || !json_is_array(samples) ||
+	if (!json_is_array(frames) || !json_is_array(stacks) || !(json_is_array(samples) || packed) ||
 	    !json_is_array(threads))
 		goto fail;
 	p->session = int_of(profile, "session");
@@ -93,7 +129,7 @@ int xprofile__load(struct xprofile *p, json_t *profile, const json_t *session)
 	p->frames = calloc(p->n_frames ?: 1, sizeof(*p->frames));
 	p->n_stacks = json_array_size(stacks);
 	p->stacks = calloc(p->n_stacks ?: 1, sizeof(*p->stacks));
-	p->n_samples = json_array_size(samples);
+	p->n_samples = packed ? (*packed != '\0') + count_char(packed, ';') : json_array_size(samples);
 	p->samples = calloc(p->n_samples ?: 1, sizeof(*p->samples));
 	p->n_threads = json_array_size(threads);
 	p->threads = calloc(p->n_threads ?: 1, sizeof(*p->threads));
@@ -164,6 +200,8 @@ int xprofile__load(struct xprofile *p, json_t *profile, const json_t *session)
 			s->frames[j] = (size_t)k;
 		}
 	}
+	if (packed && parse_packed(packed, p) < 0)
+		goto fail;
 	json_array_foreach(samples, i, v)
 	{
 		json_int_t k = json_integer_value(json_array_get(v, 0));

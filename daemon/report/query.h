@@ -52,5 +52,9 @@ int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret);
  * The raw profile (frames, stacks, samples per window and thread, threads,
  * mappings, period) for exporters; @event and @range as for top.
  */
+enum {
+	PROFILE_PER_WINDOW = 1 << 0, /* rows per window, not summed over them */
+	PROFILE_PACKED = 1 << 1,     /* rows as one "samples_packed" string */
+};
 int query__profile(sqlite3 *db, int64_t session_id, const char *event,
-		   const struct query_range *range, bool per_window, json_t **ret);
+		   const struct query_range *range, unsigned flags, json_t **ret);

@@ -79,6 +79,9 @@ static void on_offcpu_ready(struct watch *w, uint32_t events)
 	record_reader__poll(offcpu__reader(p->offcpu));
 }
 
+/* glibc's (malloc(3)); its <malloc.h> is shadowed by bpf/malloc.h on the include path. */
+int malloc_trim(size_t pad);
+
 /* Answers of the reader threads: to their clients, who may have gone meanwhile. */
 static void on_readers(struct watch *w, uint32_t events)
 {
@@ -86,8 +89,16 @@ static void on_readers(struct watch *w, uint32_t events)
 	json_t *answer;
 	uint64_t client;
 
-	while (readers__take(p->readers, &client, &answer))
+	bool any = false;
+
+	while (readers__take(p->readers, &client, &answer)) {
 		server__reply(p->server, client, dispatch__finish(p, answer));
+		any = true;
+	}
+	/* A report's memory (its rows, its answer) came from a reader thread's malloc arena:
+	 * give it back to the system, or profd's RSS stays at its largest report's. */
+	if (any)
+		malloc_trim(0);
 }
 
 static void on_timer(struct watch *w, uint32_t events)

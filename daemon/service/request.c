@@ -373,6 +373,11 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 			return fail(errbuf, errlen, -EINVAL,
 				    "\"per_window\" must be true or false (profile only)");
 		req.per_window = !json_is_false(v);
+		v = json_object_get(root, "packed");
+		if (v && !json_is_null(v) && (!json_is_boolean(v) || req.cmd != CMD_PROFILE))
+			return fail(errbuf, errlen, -EINVAL,
+				    "\"packed\" must be true or false (profile only)");
+		req.packed = json_is_true(v);
 		r = get_int(root, "limit", 1, 10000, &n, errbuf, errlen);
 		if (r == 0)
 			req.limit = (int)n;

@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import re
+import stat
 import subprocess
 import tempfile
 
@@ -59,6 +60,11 @@ def test():
         with open(pb, 'rb') as f:
             raw = gzip.decompress(f.read())
         check(b'leaf_0' in raw and b'main' in raw, 'the pprof profile lacks the stack names')
+
+        # An existing file that is not a regular file is written, never replaced.
+        d.ctl('flamegraph', sid, '-o', '/dev/null', timeout=60)
+        d.ctl('export', sid, '--format', 'folded', '-o', '/dev/null', timeout=60)
+        check(stat.S_ISCHR(os.stat('/dev/null').st_mode), '-o /dev/null replaced /dev/null')
 
         trace = os.path.join(work, 'deep.json')
         d.ctl('export', sid, '--format', 'chrome-trace', '-o', trace, timeout=60)
