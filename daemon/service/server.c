@@ -75,18 +75,63 @@ static void client_free(struct client *c)
 	free(c);
 }
 
+/* A response is sent in pieces of this size as jansson writes it, not as one whole string. */
+#define SEND_CHUNK_BYTES (64u << 10)
+
+struct sender {
+	int fd;
+	int r;
+	size_t len;
+	char buf[SEND_CHUNK_BYTES];
+};
+
+static int sender_flush(struct sender *s)
+{
+	if (s->r == 0 && s->len)
+		s->r = send_all(s->fd, s->buf, s->len, SEND_TIMEOUT_MS);
+	s->len = 0;
+	return s->r;
+}
+
+/* json_dump_callback()'s callback: 0, or -1 to stop (the client is gone or too slow). */
+static int sender_write(const char *buf, size_t size, void *data)
+{
+	struct sender *s = data;
+
+	while (size && s->r == 0) {
+		size_t n = MIN(size, sizeof(s->buf) - s->len);
+
+		memcpy(s->buf + s->len, buf, n);
+		s->len += n;
+		buf += n;
+		size -= n;
+		if (s->len == sizeof(s->buf))
+			sender_flush(s);
+	}
+	return s->r == 0 ? 0 : -1;
+}
+
+/*
+ * Send @resp (taken) and a newline. A large answer (a profile, 16 MiB of SQL
+ * rows) is never held twice in memory as text. Returns 0 or -errno.
+ */
 static int send_response(struct client *c, json_t *resp)
 {
-	char *text = json_dumps(resp, JSON_COMPACT | JSON_REAL_PRECISION(15));
+	struct sender *s = malloc(sizeof(*s));
 	int r;
 
-	json_decref(resp);
-	if (!text)
+	if (!s) {
+		json_decref(resp);
 		return -ENOMEM;
-	r = send_all(c->fd, text, strlen(text), SEND_TIMEOUT_MS);
-	free(text);
-	if (r == 0)
-		r = send_all(c->fd, "\n", 1, SEND_TIMEOUT_MS);
+	}
+	*s = (struct sender){ .fd = c->fd };
+	if (json_dump_callback(resp, sender_write, s, JSON_COMPACT | JSON_REAL_PRECISION(15)) < 0 &&
+	    s->r == 0)
+		s->r = -ENOMEM;
+	json_decref(resp);
+	sender_write("\n", 1, s);
+	r = sender_flush(s);
+	free(s);
 	return r;
 }
 
