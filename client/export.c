@@ -82,7 +82,10 @@ static int parse_packed(const char *s, struct xprofile *p)
 		for (int k = 0; k < 4; k++) {
 			errno = 0;
 			f[k] = strtoll(s, &end, 10);
-			if (end == s || errno || *end != (k < 3 ? ',' : i + 1 < p->n_samples ? ';' : '\0'))
+			if (end == s || errno ||
+			    *end != (k < 3		    ? ','
+				     : i + 1 < p->n_samples ? ';'
+							    : '\0'))
 				return -EBADMSG;
 			s = end + (*end != '\0');
 		}
@@ -108,8 +111,8 @@ int xprofile__load(struct xprofile *p, json_t *profile, const json_t *session)
 
 	*p = (struct xprofile){.json = json_incref(profile),
 			       .session_json = json_incref((json_t *)session)};
-	if (!json_is_array(frames) || !json_is_array(stacks) || !(json_is_array(samples) || packed) ||
-	    !json_is_array(threads))
+	if (!json_is_array(frames) || !json_is_array(stacks) ||
+	    !(json_is_array(samples) || packed) || !json_is_array(threads))
 		goto fail;
 	p->session = int_of(profile, "session");
 	p->event = str_of(profile, "event") ?: "?";
@@ -129,7 +132,8 @@ int xprofile__load(struct xprofile *p, json_t *profile, const json_t *session)
 	p->frames = calloc(p->n_frames ?: 1, sizeof(*p->frames));
 	p->n_stacks = json_array_size(stacks);
 	p->stacks = calloc(p->n_stacks ?: 1, sizeof(*p->stacks));
-	p->n_samples = packed ? (*packed != '\0') + count_char(packed, ';') : json_array_size(samples);
+	p->n_samples =
+	    packed ? (*packed != '\0') + count_char(packed, ';') : json_array_size(samples);
 	p->samples = calloc(p->n_samples ?: 1, sizeof(*p->samples));
 	p->n_threads = json_array_size(threads);
 	p->threads = calloc(p->n_threads ?: 1, sizeof(*p->threads));
@@ -351,7 +355,7 @@ static int64_t strtab__intern(struct strtab *t, const char *s)
 
 	if (!s)
 		s = "";
-	key = (struct strtab_key){ t, s };
+	key = (struct strtab_key){t, s};
 	h = hash64(HASH64_INIT, s, strlen(s));
 	found = hashmap__find(&t->index, h, strtab_eq, &key);
 	if (found)

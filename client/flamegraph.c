@@ -235,19 +235,24 @@ static const char zoom_script[] =
  */
 int flamegraph__svg(FILE *f, const struct xprofile *p, int64_t tid, bool inverted)
 {
+	_cleanup_free_ int64_t *per_stack = calloc(p->n_stacks ?: 1, sizeof(*per_stack));
 	struct fnode root = {};
 	struct layout l = {.p = p, .f = f, .inverted = inverted};
 	char what[256];
-	int r = 0;
+	int r = per_stack ? 0 : -ENOMEM;
 
-	for (size_t i = 0; i < p->n_samples && r == 0; i++) {
-		const struct xsample *sa = &p->samples[i];
-		const struct xstack *st = &p->stacks[sa->stack];
+	/* Samples per stack first (rows are per thread and window): each stack's frames are
+	 * then walked once, so the tree costs the (stack, frame) pairs, not the rows. */
+	for (size_t i = 0; i < p->n_samples && r == 0; i++)
+		if (!tid || p->samples[i].tid == tid)
+			per_stack[p->samples[i].stack] += p->samples[i].count;
+	for (size_t i = 0; i < p->n_stacks && r == 0; i++) {
+		const struct xstack *st = &p->stacks[i];
 		struct fnode *n = &root;
 
-		if (tid && sa->tid != tid)
+		if (!per_stack[i])
 			continue;
-		root.total += sa->count;
+		root.total += per_stack[i];
 		/* The tree is as deep as its deepest stack. */
 		l.max_depth = MAX(l.max_depth, (int)st->len);
 		for (size_t j = 0; j < st->len; j++) {
@@ -258,10 +263,10 @@ int flamegraph__svg(FILE *f, const struct xprofile *p, int64_t tid, bool inverte
 				r = -ENOMEM;
 				break;
 			}
-			n->total += sa->count;
+			n->total += per_stack[i];
 		}
 		if (n && n != &root)
-			n->self += sa->count;
+			n->self += per_stack[i];
 	}
 	if (r == 0 && root.total == 0)
 		r = -ENODATA;

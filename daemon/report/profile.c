@@ -150,10 +150,10 @@ static int samples_json(json_t *o, const struct sample_row *rows, size_t n, bool
 		if (json_object_set_new(o, "samples", arr = json_array()) < 0)
 			return -ENOMEM;
 		for (size_t i = 0; i < n; i++)
-			if (json_array_append_new(arr, json_pack("[I,I,I,I]", (json_int_t)rows[i].stack,
-								 (json_int_t)rows[i].tid,
-								 (json_int_t)rows[i].window,
-								 (json_int_t)rows[i].count)) < 0)
+			if (json_array_append_new(
+				arr, json_pack("[I,I,I,I]", (json_int_t)rows[i].stack,
+					       (json_int_t)rows[i].tid, (json_int_t)rows[i].window,
+					       (json_int_t)rows[i].count)) < 0)
 				return -ENOMEM;
 		return 0;
 	}
@@ -161,12 +161,12 @@ static int samples_json(json_t *o, const struct sample_row *rows, size_t n, bool
 	if (!f)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
-		fprintf(f, "%s%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64, i ? ";" : "", rows[i].stack,
-			rows[i].tid, rows[i].window, rows[i].count);
+		fprintf(f, "%s%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64, i ? ";" : "",
+			rows[i].stack, rows[i].tid, rows[i].window, rows[i].count);
 	if (fclose(f) != 0)
 		return -ENOMEM;
 	return json_object_set_new(o, "samples_packed", json_stringn(text ?: "", len)) < 0 ? -ENOMEM
-											    : 0;
+											   : 0;
 }
 
 /*
@@ -266,9 +266,9 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 		r = grow_array_to((void **)&rows, &cap_rows, n_rows + 1, sizeof(*rows));
 		if (r < 0)
 			return r;
-		rows[n_rows++] = (struct sample_row){
-		    sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
-		    sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3)};
+		rows[n_rows++] =
+		    (struct sample_row){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
+					sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3)};
 		r = idset__add(&stack_ids, sqlite3_column_int64(st, 0));
 		if (r < 0)
 			return r;

@@ -294,14 +294,14 @@ static int run(void)
 		r = log_error_errno(-errno, "Failed to set up the event loop: %m");
 		goto out;
 	}
-	if ((r = profd__add_watch(&p, record_reader__fd(sampler__reader(p.env.sampler)), &p.sampler_watch, on_sampler)) <
-		0 ||
+	if ((r = profd__add_watch(&p, record_reader__fd(sampler__reader(p.env.sampler)),
+				  &p.sampler_watch, on_sampler)) < 0 ||
 	    (r = profd__add_watch(&p, p.timer_fd, &p.timer_watch, on_timer)) < 0 ||
 	    (r = profd__add_watch(&p, p.signal_fd, &p.signal_watch, on_signal)) < 0 ||
 	    (r = profd__add_watch(&p, unwind_worker__fd(p.worker), &p.worker_watch, on_worker)) <
 		0 ||
-	    (p.offcpu && (r = profd__add_watch(&p, record_reader__fd(offcpu__reader(p.offcpu)), &p.offcpu_watch,
-					       on_offcpu_ready)) < 0)) {
+	    (p.offcpu && (r = profd__add_watch(&p, record_reader__fd(offcpu__reader(p.offcpu)),
+					       &p.offcpu_watch, on_offcpu_ready)) < 0)) {
 		log_error_errno(r, "Failed to set up the event loop: %m");
 		goto out;
 	}
