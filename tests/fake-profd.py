@@ -26,6 +26,8 @@ Malformed replies, to test profctl's checks (any command taking a session):
   670 ok:false with an error lacking "message" (code only)
   671 a 65 MiB line (over profctl's 64 MiB cap)
   672 session 7's reply to the command, written a few bytes at a time
+  673-676 "profile" with a malformed "samples_packed" (for export): a stack
+          index out of range, a row of 3 numbers, a non-number, a trailing ';'
 """
 
 import json
@@ -227,6 +229,13 @@ class Handler(socketserver.StreamRequestHandler):
             return None, {"v": 1, "ok": False, "error": {"code": "EIO", "errno": 5}}
         if sid == 671:
             return None, b'{"v":1,"ok":true,"pad":"' + b"x" * (65 << 20) + b'"}\n'
+        if 673 <= sid <= 676 and req.get("cmd") in ("profile", "session"):
+            packed = {673: "0,1,0,3;1,1,0,2", 674: "0,1,0", 675: "0,x,0,3", 676: "0,1,0,3;"}[sid]
+            frame = {"function": "f", "module": "/bin/f", "kind": "user", "address": "0x10"}
+            return None, ok(session=dict(SESSION5, id=sid), event="cpu-clock", total_samples=3,
+                            period=10101010, period_unit="nanoseconds", started_at_ns=STARTED_NS,
+                            frames=[frame], stacks=[[0]], threads=[], mappings=[],
+                            samples_packed=packed)
         if sid == 672:
             resp = self.answer(dict(req, session=7))
             resp["session"] = 672 if resp.get("session") == 7 else resp.get("session")
@@ -255,7 +264,8 @@ class Handler(socketserver.StreamRequestHandler):
             return self.attach(req)
         if cmd == "sessions":
             return ok(sessions=[session8(), session7(0), SESSION6, SESSION5])
-        if cmd not in ("detach", "session", "top", "hotpaths", "threads", "gpu", "ranges"):
+        if cmd not in ("detach", "session", "top", "hotpaths", "threads", "gpu", "ranges",
+                       "profile"):
             return error("EINVAL", 22, "unknown command '%s'" % cmd)
 
         sid, bad = self.session_id(req)

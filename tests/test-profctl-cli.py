@@ -435,7 +435,11 @@ def run_checks(profctl, fake, tmp):
                          (("--json", "top", "667"), "malformed response from profd"),
                          (("top", "668"), "profd closed the connection without answering"),
                          (("top", "669"), "protocol version 2"),
-                         (("top", "671"), "response from profd is longer than 64 MiB")):
+                         (("top", "671"), "response from profd is longer than 64 MiB"),
+                         (("export", "673", "--format", "folded"), 'malformed "profile" response'),
+                         (("export", "674", "--format", "folded"), 'malformed "profile" response'),
+                         (("export", "675", "--format", "folded"), 'malformed "profile" response'),
+                         (("export", "676", "--format", "folded"), 'malformed "profile" response')):
         r = run(*args)
         check(r.returncode == 1 and r.stdout == "" and needle in r.stderr and
               r.stderr.count("\n") == 1, "profctl %s: malformed reply reported" % " ".join(args),
