@@ -1,9 +1,10 @@
 /*
  * fault-pages.c - page faults from a known function: touch_pages() maps
  * 16 MiB, writes one byte per page (a page fault each) and unmaps it, over
- * and over; spin_a_bit() burns CPU between rounds without faulting, several
- * times longer than a round of faults, so the two events point at different
- * functions.
+ * and over; spin_a_bit() burns CPU between rounds without faulting, four
+ * times as long as the round of faults took (measured: a fault costs ten
+ * times more in some VMs than on bare metal), so the two events point at
+ * different functions on any machine.
  * Usage: fault-pages SECONDS
  */
 #include <stdint.h>
@@ -35,12 +36,15 @@ __attribute__((noinline)) void touch_pages(void)
 	munmap(p, BYTES);
 }
 
-__attribute__((noinline)) uint64_t spin_a_bit(uint64_t x)
+/* Busy without faulting until @until_s (CLOCK_MONOTONIC seconds). */
+__attribute__((noinline)) uint64_t spin_a_bit(uint64_t x, double until_s)
 {
-	for (int i = 0; i < 8000000; i++) {
-		x = x * 6364136223846793005ULL + 1;
-		__asm__ volatile("" : "+r"(x));
-	}
+	do {
+		for (int i = 0; i < 100000; i++) {
+			x = x * 6364136223846793005ULL + 1;
+			__asm__ volatile("" : "+r"(x));
+		}
+	} while (now_s() < until_s);
 	return x;
 }
 
@@ -52,8 +56,11 @@ int main(int argc, char **argv)
 	printf("fault-pages: pid %d\n", getpid());
 	fflush(stdout);
 	while (now_s() - t0 < seconds) {
+		double t = now_s();
+
 		touch_pages();
-		x = spin_a_bit(x);
+		t = now_s() - t;
+		x = spin_a_bit(x, now_s() + 4 * t);
 	}
 	return x == 42;
 }
