@@ -8,37 +8,83 @@
 #include "procfs.h"
 #include "util.h"
 
-int proc_start_ticks(pid_t pid, uint64_t *ret_ticks)
+/*
+ * Reads /proc/@pid/stat into @buf (@size bytes) and sets *@ret to field
+ * @field (3: state, ..., see proc_pid_stat(5)). 0, -ESRCH if the process
+ * is gone, -EIO if malformed, -errno.
+ */
+static int stat_field(pid_t pid, char *buf, size_t size, int field, char **ret)
 {
-	char path[64], buf[1024], *p;
 	_cleanup_close_ int fd = -1;
-	unsigned long long ticks;
+	char path[64], *p;
 	ssize_t n;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? -ESRCH : -errno;
-	n = read(fd, buf, sizeof(buf) - 1);
+	n = read(fd, buf, size - 1);
 	if (n <= 0)
 		return -ESRCH;
 	buf[n] = '\0';
 	/* comm may hold spaces and parentheses: fields restart after the last ')'. */
 	p = strrchr(buf, ')');
-	if (!p)
+	if (!p || p[1] != ' ')
 		return -EIO;
-	/* After ") " come field 3 (state) .. field 22 (starttime): skip 19 fields. */
+	/* After ") " comes field 3 (state). */
 	p += 2;
-	if (*p == 'Z' || *p == 'X')
-		return -ESRCH;
-	for (int field = 3; field < 22; field++) {
+	for (int f = 3; f < field; f++) {
 		p = strchr(p, ' ');
 		if (!p)
 			return -EIO;
 		p++;
 	}
+	*ret = p;
+	return 0;
+}
+
+int proc_start_ticks(pid_t pid, uint64_t *ret_ticks)
+{
+	char buf[1024], *p;
+	unsigned long long ticks;
+	int r;
+
+	r = stat_field(pid, buf, sizeof(buf), 3, &p);
+	if (r < 0)
+		return r;
+	if (*p == 'Z' || *p == 'X')
+		return -ESRCH;
+	r = stat_field(pid, buf, sizeof(buf), 22, &p); /* starttime */
+	if (r < 0)
+		return r;
 	if (sscanf(p, "%llu", &ticks) != 1)
 		return -EIO;
 	*ret_ticks = ticks;
+	return 0;
+}
+
+/*
+ * proc_state() - fields 3, 4 and 9 of /proc/@pid/stat (proc_pid_stat(5)):
+ * the state letter (R, S, D, Z, ...), the parent's PID and the kernel's
+ * task flags (PF_KTHREAD, 0x00200000 in include/linux/sched.h, marks a
+ * kernel thread). Returns 0, -ESRCH if the process is gone, -EIO if the
+ * file is malformed, -errno. Does not log.
+ */
+int proc_state(pid_t pid, char *ret_state, pid_t *ret_ppid, unsigned *ret_flags)
+{
+	char buf[1024], *p;
+	int ppid;
+	unsigned flags;
+	char state;
+	int r;
+
+	r = stat_field(pid, buf, sizeof(buf), 3, &p);
+	if (r < 0)
+		return r;
+	if (sscanf(p, "%c %d %*d %*d %*d %*d %u", &state, &ppid, &flags) != 3)
+		return -EIO;
+	*ret_state = state;
+	*ret_ppid = ppid;
+	*ret_flags = flags;
 	return 0;
 }

@@ -11,3 +11,9 @@
  * malformed, -errno. Does not log.
  */
 int proc_start_ticks(pid_t pid, uint64_t *ret_ticks);
+
+/* The kernel-thread bit of proc_state()'s flags (include/linux/sched.h). */
+#define PROC_PF_KTHREAD 0x00200000u
+
+/* Documented in procfs.c. */
+int proc_state(pid_t pid, char *ret_state, pid_t *ret_ppid, unsigned *ret_flags);

@@ -10,6 +10,7 @@
 #include "collect/malloc_probes.h"
 #include "collect/offcpu.h"
 #include "log.h"
+#include "procfs.h"
 #include "protocol.h"
 #include "report/query.h"
 #include "service/authz.h"
@@ -23,6 +24,33 @@ static json_t *not_allowed(pid_t pid)
 	    "not allowed to profile PID %d: it is not yours (same uid and gid, "
 	    "not setuid), and you are not root or in group '%s'",
 	    pid, PROFD_ADMIN_GROUP);
+}
+
+/*
+ * An error response if @pid is a process that cannot be profiled: a kernel
+ * thread (no user space, no user stacks) or a zombie (exited; only its
+ * entry waits for the parent to reap it). NULL otherwise, or if it is gone
+ * (session__new() says so).
+ */
+static json_t *not_profilable(pid_t pid)
+{
+	unsigned flags;
+	pid_t ppid;
+	char state;
+
+	if (proc_state(pid, &state, &ppid, &flags) < 0)
+		return NULL;
+	if (flags & PROC_PF_KTHREAD)
+		return json_error_response(-EINVAL,
+					   "PID %d is a kernel thread: it has no user space and "
+					   "no user call stacks; profd profiles processes",
+					   pid);
+	if (state == 'Z' || state == 'X')
+		return json_error_response(-ESRCH,
+					   "PID %d is a zombie: it has exited and waits for its "
+					   "parent (PID %d) to reap it; nothing is left to profile",
+					   pid, ppid);
+	return NULL;
 }
 
 /* A free slot for a new session of @pid, or an error response. */
@@ -156,7 +184,9 @@ json_t *attach__run(struct profd *p, const struct ucred *peer, bool admin,
 	 * session__new() checks again, on the process its pidfd pins. */
 	if (!admin && authz__may_trace(params.pid, peer->uid, peer->gid) == -EPERM)
 		return not_allowed(params.pid);
-	err = take_slot(p, params.pid, &slot);
+	err = not_profilable(params.pid);
+	if (!err)
+		err = take_slot(p, params.pid, &slot);
 	if (err)
 		return err;
 	r = session__new(&p->env, slot, &params, &s);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Bad input gets a clear error and the daemon keeps answering: a PID that
-does not exist, PID 0, a string, a 10 MiB request, invalid JSON, an unknown
+does not exist, a kernel thread, a zombie (no session created), PID 0, a string, a 10 MiB request, invalid JSON, an unknown
 command, an unknown session, a client that disconnects mid-line."""
 import json
 import os
@@ -56,6 +56,23 @@ def test():
         rc, out, err = d.ctl('attach', p.pid, check_rc=False)
         check(rc == 1 and 'no process' in err, 'dead PID: rc %d stderr %r' % (rc, err))
         expect_error(raw(d.socket, b'{"cmd":"attach","pid":%d}\n' % p.pid), 'ESRCH', 'dead pid')
+        alive()
+
+        # What cannot be profiled is refused at once, and no session is created: a kernel
+        # thread (kthreadd, PID 2) and a zombie (a child that exited, not yet reaped).
+        before = d.json('sessions')['sessions']
+        rc, _, err = d.ctl('attach', 2, '--duration', 5, check_rc=False, timeout=3)
+        check(rc == 1 and 'kernel thread' in err, 'attach to a kernel thread: rc %d %r' % (rc, err))
+        z = subprocess.Popen(['true'])
+        with open('/proc/%d/stat' % z.pid) as f:
+            while f.read().rsplit(')', 1)[1].split()[0] != 'Z':
+                f.seek(0)
+        rc, _, err = d.ctl('attach', z.pid, '--duration', 5, check_rc=False, timeout=3)
+        check(rc == 1 and 'zombie' in err and 'PID %d' % os.getpid() in err,
+              'attach to a zombie: rc %d %r' % (rc, err))
+        expect_error(raw(d.socket, b'{"cmd":"attach","pid":%d}\n' % z.pid), 'ESRCH', 'zombie')
+        z.wait()
+        check(d.json('sessions')['sessions'] == before, 'sessions created by refused attaches')
         alive()
 
         # PID 0, negative, a string: refused by profctl (usage) and by profd.
