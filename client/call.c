@@ -219,9 +219,17 @@ int call_and_render(struct conn *c, const struct args *a, json_t *request, rende
 	return call_and_print(c, a, request, fn, member, NULL);
 }
 
-/* request_range() - @request with "from_s"/"to_s" from --from/--to; consumes @request. */
+/*
+ * request_range() - @request with "from_s"/"to_s" from --from/--to and
+ * "python_frames" from --python-frames; consumes @request.
+ */
 json_t *request_range(json_t *request, const struct args *a)
 {
+	if (request && a->python_frames &&
+	    json_object_set_new(request, "python_frames", json_string(a->python_frames)) < 0) {
+		json_decref(request);
+		return NULL;
+	}
 	if (request && a->has_from &&
 	    json_object_set_new(request, "from_s", json_real(a->from_s)) < 0) {
 		json_decref(request);

@@ -52,6 +52,8 @@ int run_threads(struct conn *c, const struct args *a)
 		if (request && a->window_s > 0 &&
 		    json_object_set_new(request, "window_s", json_real(a->window_s)) < 0)
 			request = NULL;
+		if (request && a->all && json_object_set_new(request, "all", json_true()) < 0)
+			request = NULL;
 		r = call(c, request, &reply);
 	}
 	if (r < 0)
@@ -107,5 +109,6 @@ int run_resymbolize(struct conn *c, const struct args *a)
 
 int run_analyze(struct conn *c, const struct args *a)
 {
-	return call_and_render(c, a, request_session("analyze", a->id), output__analyze, NULL);
+	return call_and_render(c, a, request_range(request_session("analyze", a->id), a),
+			       output__analyze, NULL);
 }

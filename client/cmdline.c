@@ -75,6 +75,13 @@ static int check_uprobe(const char *opt, const char *value)
 	return strchr(value, ':') ? 0 : invalid(opt, value, "expected LIB:SYMBOL[,LIB:SYMBOL]");
 }
 
+static int check_python_frames(const char *opt, const char *value)
+{
+	if (strcmp(value, "clean") != 0 && strcmp(value, "all") != 0)
+		return invalid(opt, value, "clean or all");
+	return 0;
+}
+
 static int check_group_by(const char *opt, const char *value)
 {
 	return strcmp(value, "name") == 0 ? 0 : invalid(opt, value, "only 'name' is known");
@@ -155,6 +162,8 @@ static const struct option_spec specs[] = {
     TEXT("event", 0, event, NULL),
     OFFSET("from", from_s, has_from),
     OFFSET("to", to_s, has_to),
+    TEXT("python-frames", 0, python_frames, check_python_frames),
+    FLAG("all", 0, all),
     TEXT("group-by", 0, group_by, check_group_by),
     SECONDS("window", 0, window_s, 0, NULL),
     FLAG("debuginfod", 0, debuginfod),

@@ -52,6 +52,18 @@ static int cell_counter(struct table *t, const json_t *counters, const char *nam
 	return table__cellf(t, "-");
 }
 
+/* A group's spread of samples, "MIN-MAX", or "-" from a daemon that does not send it. */
+static int cell_spread(struct table *t, const json_t *group)
+{
+	const json_t *min = json_object_get(group, "min_samples");
+	const json_t *max = json_object_get(group, "max_samples");
+
+	if (!json_is_integer(min) || !json_is_integer(max))
+		return table__cellf(t, "-");
+	return table__cellf(t, "%lld-%lld", (long long)json_integer_value(min),
+			    (long long)json_integer_value(max));
+}
+
 static void print_stragglers(FILE *f, const json_t *imbalance)
 {
 	const json_t *list = json_object_get(imbalance, "stragglers"), *x;
@@ -86,14 +98,15 @@ static int threads_details(FILE *f, const json_t *reply)
 	};
 	static const struct table_column group_columns[] = {
 	    {"GROUP", TABLE_LEFT, 0},	  {"THREADS", TABLE_RIGHT, 0},	{"SAMPLES", TABLE_RIGHT, 0},
-	    {"SHARE%", TABLE_RIGHT, 0},	  {"MAX/MEAN", TABLE_RIGHT, 0}, {"CV", TABLE_RIGHT, 0},
-	    {"STRAGGLER", TABLE_LEFT, 0},
+	    {"SHARE%", TABLE_RIGHT, 0},	  {"MIN-MAX", TABLE_RIGHT, 0},	{"MAX/MEAN", TABLE_RIGHT, 0},
+	    {"CV", TABLE_RIGHT, 0},	  {"STRAGGLER", TABLE_LEFT, 0},
 	};
 	static const struct table_column window_columns[] = {
 	    {"FROM s", TABLE_RIGHT, 0},	  {"TO s", TABLE_RIGHT, 0}, {"SAMPLES", TABLE_RIGHT, 0},
 	    {"MAX/MEAN", TABLE_RIGHT, 0}, {"CV", TABLE_RIGHT, 0},   {"STRAGGLER", TABLE_LEFT, 0},
 	};
 	const json_t *threads = json_object_get(reply, "threads"), *x;
+	const json_t *others = json_object_get(reply, "other_threads");
 	const json_t *groups = json_object_get(reply, "groups");
 	const json_t *windows = json_object_get(reply, "windows");
 	size_t i;
@@ -131,6 +144,22 @@ static int threads_details(FILE *f, const json_t *reply)
 					 "cache-references", "%.1f") < 0)
 				return -ENOMEM;
 		}
+		if (json_is_object(others)) {
+			const json_t *off = json_object_get(others, "off_cpu_s");
+
+			if (table__cellf(t, "%s", "") < 0 ||
+			    table__cellf(t, "%lld other threads",
+					 (long long)json_integer_value(
+					     json_object_get(others, "threads"))) < 0 ||
+			    cell_num(t, json_object_get(others, "on_cpu_s"), "%.3f") < 0 ||
+			    cell_num(t, json_object_get(off, "sleeping"), "%.3f") < 0 ||
+			    cell_num(t, json_object_get(off, "io"), "%.3f") < 0 ||
+			    cell_num(t, json_object_get(off, "runnable"), "%.3f") < 0)
+				return -ENOMEM;
+			for (int k = 0; k < 5; k++)
+				if (table__cellf(t, "-") < 0)
+					return -ENOMEM;
+		}
 		fprintf(f, "\ntime and counters per thread (on-CPU from %s; - = not measured):\n",
 			source ? source : "?");
 		table__print(t, f);
@@ -151,12 +180,14 @@ static int threads_details(FILE *f, const json_t *reply)
 			    cell_num(t, json_object_get(x, "threads"), "%.0f") < 0 ||
 			    cell_num(t, json_object_get(x, "samples"), "%.0f") < 0 ||
 			    cell_num(t, json_object_get(x, "share_pct"), "%.1f") < 0 ||
+			    cell_spread(t, x) < 0 ||
 			    cell_num(t, json_object_get(imb, "max_over_mean"), "%.2f") < 0 ||
 			    cell_num(t, json_object_get(imb, "cv"), "%.2f") < 0 ||
 			    table__cellf(t, "%s", sn ? sn : "-") < 0)
 				return -ENOMEM;
 		}
-		fprintf(f, "\nby thread name (digits as *):\n");
+		fprintf(f, "\nby thread name (digits as *; MIN-MAX: samples of the pool's least and "
+			   "busiest thread):\n");
 		table__print(t, f);
 	}
 	if (json_is_array(windows)) {
@@ -193,7 +224,7 @@ int output__threads(FILE *f, const json_t *reply, const json_t *session)
 	    {"SHARE%", TABLE_RIGHT, 0},
 	};
 	_cleanup_(table__freep) struct table *t = NULL;
-	const json_t *threads, *imbalance;
+	const json_t *threads, *imbalance, *others = json_object_get(reply, "other_threads");
 	long long id, total;
 	size_t i;
 	int r;
@@ -226,8 +257,19 @@ int output__threads(FILE *f, const json_t *reply, const json_t *session)
 			return -ENOMEM;
 	}
 
-	fprintf(f, "session %lld: %lld samples in %zu threads\n", id, total,
-		json_array_size(threads));
+	if (json_is_object(others) &&
+	    (table__cellf(t, "%s", "") < 0 ||
+	     table__cellf(t, "%lld other threads",
+			  (long long)json_integer_value(json_object_get(others, "threads"))) < 0 ||
+	     cell_num(t, json_object_get(others, "samples"), "%.0f") < 0 ||
+	     cell_num(t, json_object_get(others, "share_pct"), "%.1f") < 0))
+		return -ENOMEM;
+
+	/* "threads_total": every thread, listed or summed into "other_threads". */
+	fprintf(f, "session %lld: %lld samples in %lld threads\n", id, total,
+		json_is_integer(json_object_get(reply, "threads_total"))
+		    ? (long long)json_integer_value(json_object_get(reply, "threads_total"))
+		    : (long long)json_array_size(threads));
 	if (session && (r = print_counters(f, session)) < 0)
 		return r;
 	fputc('\n', f);
@@ -265,6 +307,11 @@ int output__threads(FILE *f, const json_t *reply, const json_t *session)
 				straggler_name ? straggler_name : "?");
 		fputc('\n', f);
 	}
+	if (json_is_object(others))
+		fprintf(f,
+			"(%lld other threads: under 1%% of the samples and of the off-CPU time in "
+			"I/O and run-queue waits; --all lists them)\n",
+			(long long)json_integer_value(json_object_get(others, "threads")));
 	return threads_details(f, reply);
 }
 

@@ -194,9 +194,17 @@ void print_python(FILE *f, const json_t *o, const char *label, bool say_not_foun
 
 	if (!status || strcmp(status, "off") == 0)
 		return;
-	if (strcmp(status, "ok") == 0)
-		fprintf(f, "%s%s, %lld samples with Python frames (%lld unmerged)\n", label,
+	if (strcmp(status, "ok") == 0) {
+		const char *view = json_string_value(json_object_get(o, "python_frames"));
+
+		fprintf(f, "%s%s, %lld samples with Python frames (%lld unmerged)", label,
 			version ? version : "?", (long long)merged, (long long)unmerged);
+		if (view && strcmp(view, "clean") == 0)
+			fputs("; interpreter frames hidden (--python-frames all shows them)", f);
+		else if (view)
+			fputs("; every interpreter frame shown", f);
+		fputc('\n', f);
+	}
 	else if (strcmp(status, "unsupported") == 0)
 		fprintf(f, "%s%s seen, not supported by this build (native frames only)\n", label,
 			version ? version : "?");

@@ -59,6 +59,8 @@ struct args {
 	const char *python;	       /* attach --python: auto, off; NULL: profd's default */
 	const char *uprobes;	       /* attach --uprobe LIB:SYMBOL[,LIB:SYMBOL] */
 	long long uprobe_max_rate;     /* attach --uprobe-max-rate; -1: profd's default */
+	const char *python_frames;     /* --python-frames: clean, all; NULL: profd's default */
+	bool all;		       /* threads --all: every thread */
 	const char *group_by;	       /* threads --group-by: name; NULL: by thread */
 	const char *event;	       /* top/hotpaths --event NAME; NULL: CPU samples */
 	double window_s;	       /* threads --window SECONDS; 0: none */

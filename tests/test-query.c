@@ -10,6 +10,7 @@
 #include <sqlite3.h>
 
 #include "check_json.h"
+#include "report/python_frames.h"
 #include "report/query.h"
 #include "util.h"
 
@@ -174,7 +175,7 @@ static void test_top(sqlite3 *db)
 	json_t *o = NULL, *f;
 	int r;
 
-	r = query__top(db, 1, 20, NULL, NULL, &o);
+	r = query__top(db, 1, 20, NULL, NULL, 0, &o);
 	CHECK_INT(r, 0);
 	if (r < 0)
 		return;
@@ -210,13 +211,13 @@ static void test_top(sqlite3 *db)
 	json_decref(o);
 
 	o = NULL;
-	CHECK_INT(query__top(db, 1, 3, NULL, NULL, &o), 0);
+	CHECK_INT(query__top(db, 1, 3, NULL, NULL, 0, &o), 0);
 	CHECK_INT(json_array_size(get(o, "functions")), 3);
 	json_decref(o);
 
 	/* Session 2 sees only its own 5 samples of S1. */
 	o = NULL;
-	CHECK_INT(query__top(db, 2, 20, NULL, NULL, &o), 0);
+	CHECK_INT(query__top(db, 2, 20, NULL, NULL, 0, &o), 0);
 	CHECK_INT(gi(o, "total_samples"), 5);
 	check_fn(at(o, "functions", 0), "hot_loop", "/usr/bin/spin", 5, 5, 100.0, 100.0);
 	json_decref(o);
@@ -246,7 +247,7 @@ static void test_hotpaths(sqlite3 *db)
 	json_t *o = NULL, *f;
 	int r;
 
-	r = query__hotpaths(db, 1, 10, NULL, NULL, &o);
+	r = query__hotpaths(db, 1, 10, NULL, NULL, 0, &o);
 	CHECK_INT(r, 0);
 	if (r < 0)
 		return;
@@ -275,7 +276,7 @@ static void test_hotpaths(sqlite3 *db)
 	json_decref(o);
 
 	o = NULL;
-	CHECK_INT(query__hotpaths(db, 1, 2, NULL, NULL, &o), 0);
+	CHECK_INT(query__hotpaths(db, 1, 2, NULL, NULL, 0, &o), 0);
 	CHECK_INT(json_array_size(get(o, "paths")), 2);
 	json_decref(o);
 }
@@ -285,12 +286,26 @@ static void test_threads(sqlite3 *db)
 	json_t *o = NULL, *imb;
 	int r;
 
+	/* By default the idle thread is summed into "other_threads"... */
 	r = query__threads(db, 1, NULL, &o);
+	CHECK_INT(r, 0);
+	if (r < 0)
+		return;
+	CHECK_INT(json_array_size(get(o, "threads")), 3);
+	CHECK_INT(gi(o, "threads_total"), 4);
+	CHECK_INT(gi(get(o, "other_threads"), "threads"), 1);
+	CHECK_INT(gi(get(o, "other_threads"), "samples"), 0);
+	CHECK_INT(gi(get(o, "imbalance"), "threads"), 3);
+	json_decref(o);
+	/* ...and listed with all. */
+	o = NULL;
+	r = query__threads(db, 1, &(struct threads_opts){.all = true}, &o);
 	CHECK_INT(r, 0);
 	if (r < 0)
 		return;
 	CHECK_INT(gi(o, "session"), 1);
 	CHECK_INT(gi(o, "total_samples"), 60);
+	CHECK(json_is_null(get(o, "other_threads")));
 	CHECK_INT(json_array_size(get(o, "threads")), 4);
 	CHECK_INT(gi(at(o, "threads", 0), "tid"), 103);
 	CHECK_STR(gs(at(o, "threads", 0), "name"), "worker-3");
@@ -336,11 +351,11 @@ static void test_empty(sqlite3 *db)
 	CHECK(json_is_null(get(imb, "straggler_tid")));
 	json_decref(o);
 	o = NULL;
-	CHECK_INT(query__top(db, 3, 20, NULL, NULL, &o), 0);
+	CHECK_INT(query__top(db, 3, 20, NULL, NULL, 0, &o), 0);
 	CHECK_INT(json_array_size(get(o, "functions")), 0);
 	json_decref(o);
 	o = NULL;
-	CHECK_INT(query__hotpaths(db, 3, 10, NULL, NULL, &o), 0);
+	CHECK_INT(query__hotpaths(db, 3, 10, NULL, NULL, 0, &o), 0);
 	CHECK_INT(json_array_size(get(o, "paths")), 0);
 	json_decref(o);
 	exec_sql(db, "DELETE FROM sessions WHERE id = 3");
@@ -405,11 +420,11 @@ static void test_enoent(sqlite3 *db)
 	json_t *o = NULL;
 
 	CHECK_INT(query__session(db, 99, &o), -ENOENT);
-	CHECK_INT(query__top(db, 99, 20, NULL, NULL, &o), -ENOENT);
-	CHECK_INT(query__hotpaths(db, 99, 10, NULL, NULL, &o), -ENOENT);
+	CHECK_INT(query__top(db, 99, 20, NULL, NULL, 0, &o), -ENOENT);
+	CHECK_INT(query__hotpaths(db, 99, 10, NULL, NULL, 0, &o), -ENOENT);
 	CHECK_INT(query__threads(db, 99, NULL, &o), -ENOENT);
 	CHECK(o == NULL);
-	CHECK_INT(query__top(db, 1, 0, NULL, NULL, &o), -EINVAL);
+	CHECK_INT(query__top(db, 1, 0, NULL, NULL, 0, &o), -EINVAL);
 }
 
 /* SQLite failures become -EIO: a database without the schema. */
@@ -421,7 +436,7 @@ static void test_eio(void)
 	if (sqlite3_open(":memory:", &db) != SQLITE_OK)
 		exit(99);
 	CHECK_INT(query__sessions(db, &o), -EIO);
-	CHECK_INT(query__top(db, 1, 20, NULL, NULL, &o), -EIO);
+	CHECK_INT(query__top(db, 1, 20, NULL, NULL, 0, &o), -EIO);
 	CHECK(o == NULL);
 	sqlite3_close(db);
 }
@@ -436,12 +451,12 @@ static void test_corrupt(sqlite3 *db)
 		 " (4, 1, 1, 'bad', 0, 'cpu-clock', 'cpu', 99, 1700000300000000000, 'running');"
 		 " INSERT INTO stacks (id, frame_ids, depth) VALUES (40, x'0100000000', 1);"
 		 " INSERT INTO samples VALUES (4, 1700000300000000000, 1, 40, 1)");
-	CHECK_INT(query__top(db, 4, 20, NULL, NULL, &o), -EIO);
-	CHECK_INT(query__hotpaths(db, 4, 10, NULL, NULL, &o), -EIO);
+	CHECK_INT(query__top(db, 4, 20, NULL, NULL, 0, &o), -EIO);
+	CHECK_INT(query__hotpaths(db, 4, 10, NULL, NULL, 0, &o), -EIO);
 	CHECK(o == NULL);
 	/* A frame id with no frames row. */
 	exec_sql(db, "UPDATE stacks SET frame_ids = x'e703000000000000' WHERE id = 40");
-	CHECK_INT(query__top(db, 4, 20, NULL, NULL, &o), -EIO);
+	CHECK_INT(query__top(db, 4, 20, NULL, NULL, 0, &o), -EIO);
 	CHECK(o == NULL);
 	exec_sql(db, "DELETE FROM samples WHERE session_id = 4; DELETE FROM stacks WHERE id = 40;"
 		 " DELETE FROM sessions WHERE id = 4");
@@ -507,7 +522,7 @@ static void test_profile(sqlite3 *db)
 	CHECK_INT(json_array_size(get(o, "samples")), 5);
 	json_decref(o);
 	o = NULL;
-	CHECK_INT(query__top(db, 1, 20, NULL, &range, &o), 0);
+	CHECK_INT(query__top(db, 1, 20, NULL, &range, 0, &o), 0);
 	CHECK_INT(gi(o, "total_samples"), 34);
 	CHECK_REAL(gr(o, "from_s"), 1.0);
 	check_fn(at(o, "functions", 0), "hot_loop", "/usr/bin/spin", 14, 26, 41.2, 76.5);
@@ -522,7 +537,7 @@ static void test_views(sqlite3 *db)
 	sqlite3_stmt *st;
 	size_t i;
 
-	CHECK_INT(query__top(db, 1, 100, NULL, NULL, &o), 0);
+	CHECK_INT(query__top(db, 1, 100, NULL, NULL, 0, &o), 0);
 	CHECK(sqlite3_prepare_v2(db,
 				 "SELECT self_samples, total_samples, self_pct, total_pct FROM hot_functions"
 				 " WHERE session_id = 1 AND function = ?1 AND module = ?2",
@@ -559,6 +574,166 @@ static void test_views(sqlite3 *db)
 	sqlite3_finalize(st);
 }
 
+
+/*
+ * The Python view (report/python_frames.c): the rule for each kind of frame,
+ * and top, hotpaths and profile of a session of four stacks, leaf first:
+ *   P1 dgemm_ <- ext+0x10 <- _PyObject_MakeTpCall <- python3.11+0x100 <- dense (py)
+ *      <- _PyEval_EvalFrameDefault (libpython) <- train (py) <- Py_BytesMain
+ *      <- __libc_start_main                                              10
+ *   P2 _PyEval_EvalFrameDefault <- spin (py) <- Py_BytesMain <- __libc_start_main   5
+ *   P3 kernel <- clock_nanosleep <- PyEval_RestoreThread <- sleeper (py)  3
+ *   P4 _PyEval_EvalFrameDefault <- Py_BytesMain (no Python frame)        2
+ */
+static void test_python_view(void)
+{
+	static const struct {
+		const char *kind, *module, *build_id, *function, *file;
+		enum frame_role role;
+	} rule[] = {
+	    {"user", "/app/train.py", "", "train", "/app/train.py", FRAME_PYTHON},
+	    {"user", "[python]", "", "<unknown>", "[python]", FRAME_PYTHON},
+	    {"user", "/usr/bin/python3.11", "ab12", "_PyEval_EvalFrameDefault", NULL,
+	     FRAME_INTERPRETER},
+	    {"user", "/usr/bin/python3.11", "ab12", NULL, NULL, FRAME_INTERPRETER},
+	    {"user", "/opt/py/bin/python3.12d", "", "_PyObject_MakeTpCall", NULL, FRAME_INTERPRETER},
+	    {"user", "/usr/bin/python3", "", "_PyObject_MakeTpCall", NULL, FRAME_INTERPRETER},
+	    {"user", "/usr/lib/libpython3.11.so.1.0", "cd", "PyObject_Call", "call.c",
+	     FRAME_INTERPRETER},
+	    {"user", "/usr/lib/libpython3.so", "", "PyObject_Call", NULL, FRAME_INTERPRETER},
+	    {"user", "/usr/bin/python3.11", "ab12", "PyEval_RestoreThread", NULL, FRAME_OTHER},
+	    {"user", "/usr/lib/libpython3.11.so.1.0", "cd", "take_gil", "ceval_gil.c", FRAME_OTHER},
+	    {"user", "/usr/bin/python3.11", "ab12", "time_sleep", NULL, FRAME_OTHER},
+	    {"user", "/usr/bin/pythonista", "", "main", NULL, FRAME_OTHER},
+	    {"user", "/usr/lib/libpython3.11.a", "", "main", NULL, FRAME_OTHER},
+	    {"user", "/usr/lib/x86_64-linux-gnu/libc.so.6", "ef", "clock_nanosleep", "x.c",
+	     FRAME_OTHER},
+	    {"user", "/usr/lib/python3/dist-packages/numpy/_multiarray_umath.so", "", NULL, NULL,
+	     FRAME_OTHER},
+	    {"kernel", "[kernel.kallsyms]", "", "do_nanosleep", NULL, FRAME_OTHER},
+	};
+	static const uint8_t roles[] = {FRAME_OTHER, FRAME_PYTHON, FRAME_INTERPRETER};
+	static const int64_t p1[] = {10, 11, 12, 13, 14, 15, 16, 17, 18}, p2[] = {15, 19, 17, 18},
+			     p3[] = {20, 21, 22, 23}, p4[] = {15, 17};
+	static const struct {
+		const int64_t *frames;
+		int n;
+	} stacks[] = {{p1, ARRAY_SIZE(p1)}, {p2, ARRAY_SIZE(p2)}, {p3, ARRAY_SIZE(p3)},
+		      {p4, ARRAY_SIZE(p4)}};
+	static const char *const clean1[] = {"dgemm_", "ext.so+0x10", "dense", "train",
+					     "__libc_start_main"};
+	int64_t fold[] = {2, 0, 2, 1, 2, 0, 1, 2}, native[] = {0, 2, 0};
+	json_t *o = NULL, *f;
+	sqlite3 *db;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(rule); i++)
+		CHECK_INT(python_frames__role(rule[i].kind, rule[i].module, rule[i].build_id,
+					      rule[i].function, rule[i].file),
+			  rule[i].role);
+	/* Interpreter frames go from a stack with a Python frame, wherever they are... */
+	CHECK_INT(python_frames__fold(fold, ARRAY_SIZE(fold), roles), 4);
+	CHECK_INT(fold[0], 0);
+	CHECK_INT(fold[1], 1);
+	CHECK_INT(fold[2], 0);
+	CHECK_INT(fold[3], 1);
+	/* ...and stay in one without. */
+	CHECK_INT(python_frames__fold(native, ARRAY_SIZE(native), roles), 3);
+	CHECK_INT(native[1], 2);
+
+	if (sqlite3_open(":memory:", &db) != SQLITE_OK)
+		exit(99);
+	load_schema(db);
+	exec_sql(db, "INSERT INTO sessions (id, pid, pid_start_ticks, comm, exe, uid, event, events,"
+		 " freq_hz, duration_ns, started_at_ns, ended_at_ns, state, end_reason, samples,"
+		 " lost_samples, truncated_stacks, missing_user_stacks, unsymbolized_frames) VALUES"
+		 " (1, 77, 1, 'python3', '/usr/bin/python3.11', 0, 'cpu-clock', 'cpu', 99,"
+		 "  NULL, 1700000000000000000, 1700000001000000000, 'ended', 'duration',"
+		 "  20, 0, 0, 0, 2)");
+	exec_sql(db,
+	     "INSERT INTO frames (id, kind, module, build_id, rel_addr, function, file, line) VALUES"
+	     " (10, 'user', '/usr/lib/libblas.so.3', 'b1', 100, 'dgemm_', NULL, NULL),"
+	     " (11, 'user', '/usr/lib/ext.so', 'e1', 16, NULL, NULL, NULL),"
+	     " (12, 'user', '/usr/bin/python3.11', 'p1', 200, '_PyObject_MakeTpCall', NULL, NULL),"
+	     " (13, 'user', '/usr/bin/python3.11', 'p1', 256, NULL, NULL, NULL),"
+	     " (14, 'user', '/app/train.py', '', 1, 'dense', '/app/train.py', 5),"
+	     " (15, 'user', '/usr/lib/libpython3.11.so.1.0', 'l1', 300, '_PyEval_EvalFrameDefault',"
+	     "  'ceval.c', 10),"
+	     " (16, 'user', '/app/train.py', '', 2, 'train', '/app/train.py', 9),"
+	     " (17, 'user', '/usr/bin/python3.11', 'p1', 400, 'Py_BytesMain', NULL, NULL),"
+	     " (18, 'user', '/usr/lib/libc.so.6', 'c1', 500, '__libc_start_main', NULL, NULL),"
+	     " (19, 'user', '/app/train.py', '', 3, 'spin', '/app/train.py', 20),"
+	     " (20, 'kernel', '[kernel.kallsyms]', '', -4096, 'do_nanosleep', NULL, NULL),"
+	     " (21, 'user', '/usr/lib/libc.so.6', 'c1', 600, 'clock_nanosleep', NULL, NULL),"
+	     " (22, 'user', '/usr/bin/python3.11', 'p1', 700, 'PyEval_RestoreThread', NULL, NULL),"
+	     " (23, 'user', '/app/train.py', '', 4, 'sleeper', '/app/train.py', 30)");
+	for (i = 0; i < ARRAY_SIZE(stacks); i++)
+		insert_stack(db, (int64_t)i + 1, stacks[i].frames, stacks[i].n);
+	exec_sql(db, "INSERT INTO samples VALUES (1, 1700000000000000000, 77, 1, 10),"
+		 " (1, 1700000000000000000, 77, 2, 5), (1, 1700000000000000000, 77, 3, 3),"
+		 " (1, 1700000000000000000, 77, 4, 2)");
+	exec_sql(db, "INSERT INTO windows (session_id, window_ns, samples) VALUES"
+		 " (1, 1700000000000000000, 20)");
+
+	/* top: the eval loop's own samples go to spin; only P4's stay with it. */
+	CHECK_INT(query__top(db, 1, 100, NULL, NULL, 0, &o), 0);
+	CHECK_STR(gs(o, "python_frames"), "clean");
+	CHECK_INT(gi(o, "total_samples"), 20);
+	check_fn(at(o, "functions", 0), "dgemm_", "/usr/lib/libblas.so.3", 10, 10, 50.0, 50.0);
+	check_fn(at(o, "functions", 1), "spin", "/app/train.py", 5, 5, 25.0, 25.0);
+	check_fn(at(o, "functions", 2), "do_nanosleep", "[kernel.kallsyms]", 3, 3, 15.0, 15.0);
+	check_fn(at(o, "functions", 3), "_PyEval_EvalFrameDefault", "/usr/lib/libpython3.11.so.1.0",
+		 2, 2, 10.0, 10.0);
+	json_array_foreach(get(o, "functions"), i, f)
+	{
+		CHECK(strcmp(gs(f, "function"), "_PyObject_MakeTpCall") != 0);
+		CHECK(strcmp(gs(f, "function"), "Py_BytesMain") != 0 || gi(f, "total_samples") == 2);
+		if (strcmp(gs(f, "function"), "PyEval_RestoreThread") == 0)
+			CHECK_INT(gi(f, "total_samples"), 3);
+	}
+	json_decref(o);
+	o = NULL;
+	CHECK_INT(query__top(db, 1, 100, NULL, NULL, QUERY_PYTHON_ALL, &o), 0);
+	CHECK_STR(gs(o, "python_frames"), "all");
+	check_fn(at(o, "functions", 1), "_PyEval_EvalFrameDefault", "/usr/lib/libpython3.11.so.1.0",
+		 7, 17, 35.0, 85.0);
+	json_decref(o);
+
+	/* hotpaths: P1 without the interpreter between dense and train, nor under train. */
+	o = NULL;
+	CHECK_INT(query__hotpaths(db, 1, 10, NULL, NULL, 0, &o), 0);
+	check_path(at(o, "paths", 0), 10, 50.0, clean1, ARRAY_SIZE(clean1));
+	json_decref(o);
+	o = NULL;
+	CHECK_INT(query__hotpaths(db, 1, 10, NULL, NULL, QUERY_PYTHON_ALL, &o), 0);
+	CHECK_INT(json_array_size(get(at(o, "paths", 0), "frames")), 9);
+	json_decref(o);
+
+	/* profile: only the frames shown are listed, and the stacks index them. */
+	o = NULL;
+	CHECK_INT(query__profile(db, 1, NULL, NULL, 0, &o), 0);
+	CHECK_STR(gs(o, "python_frames"), "clean");
+	CHECK_INT(json_array_size(get(o, "frames")), 12); /* 14 less 12 and 13 (P4 keeps 15, 17) */
+	{
+		json_t *stacks = get(o, "stacks"), *st, *idx;
+		size_t j, depth = 0;
+
+		json_array_foreach(stacks, i, st)
+		{
+			depth += json_array_size(st);
+			json_array_foreach(st, j, idx)
+			CHECK(json_integer_value(idx) < (json_int_t)json_array_size(get(o, "frames")));
+		}
+		CHECK_INT(depth, 5 + 2 + 4 + 2); /* P1, P2 (spin, libc), P3, P4 */
+	}
+	json_decref(o);
+	o = NULL;
+	CHECK_INT(query__profile(db, 1, NULL, NULL, QUERY_PYTHON_ALL, &o), 0);
+	CHECK_INT(json_array_size(get(o, "frames")), 14);
+	json_decref(o);
+	sqlite3_close(db);
+}
+
 int main(void)
 {
 	sqlite3 *db;
@@ -583,6 +758,7 @@ int main(void)
 	test_empty(db);
 	test_corrupt(db);
 	test_eio();
+	test_python_view();
 
 	sqlite3_close(db);
 	return check_exit("query");

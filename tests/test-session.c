@@ -104,7 +104,7 @@ static long long self_samples(const char *function)
 	long long n = -1;
 	size_t i;
 
-	if (query__top(store__db(env.store), sid, 20, NULL, NULL, &top) < 0)
+	if (query__top(store__db(env.store), sid, 20, NULL, NULL, 0, &top) < 0)
 		return -2;
 	json_array_foreach(json_object_get(top, "functions"), i, f)
 	{

@@ -47,6 +47,7 @@ struct analysis {
 	int64_t session;
 	int64_t pid;
 	int64_t elapsed_ns;
+	unsigned flags; /* QUERY_PYTHON_ALL or 0: the call stacks' view */
 	json_t *findings;
 	json_t *skipped;
 };
@@ -122,7 +123,7 @@ static int rule_hot_function(struct analysis *a)
 	double pct;
 	int r;
 
-	r = query__top(a->db, a->session, 1, NULL, NULL, &top);
+	r = query__top(a->db, a->session, 1, NULL, NULL, a->flags, &top);
 	if (r < 0)
 		return r;
 	f = json_array_get(json_object_get(top, "functions"), 0);
@@ -433,16 +434,17 @@ static int rule_tiny_launches(struct analysis *a)
  * @session_id: {"session", "findings": [{rule, severity (high, medium),
  * title, evidence {figures}, suggestion}], "checks": [{rule, status ("ok":
  * checked, nothing found; "no data": not checked, and why), detail}]}.
- * Findings are sorted high before medium.
+ * Findings are sorted high before medium. @flags: QUERY_PYTHON_ALL to name
+ * the hottest function among every frame, else in the Python view.
  * @ret: on success a new object, owned by the caller.
  *
  * Returns 0, -ENOENT for an unknown session, -EIO on an SQLite error,
  * -ENOMEM. Only reads @db; allocates; does not log.
  */
-int analyze__session(sqlite3 *db, int64_t session_id, json_t **ret)
+int analyze__session(sqlite3 *db, int64_t session_id, unsigned flags, json_t **ret)
 {
 	_cleanup_(json_decrefp) json_t *session = NULL, *o = NULL;
-	struct analysis a = {.db = db, .session = session_id};
+	struct analysis a = {.db = db, .session = session_id, .flags = flags};
 	json_t *sorted;
 	int r;
 

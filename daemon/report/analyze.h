@@ -5,4 +5,4 @@
 #include <sqlite3.h>
 #include <stdint.h>
 
-int analyze__session(sqlite3 *db, int64_t session_id, json_t **ret);
+int analyze__session(sqlite3 *db, int64_t session_id, unsigned flags, json_t **ret);

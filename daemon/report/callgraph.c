@@ -15,6 +15,7 @@
 
 #include "hashmap.h"
 #include "report/callgraph.h"
+#include "report/python_frames.h"
 #include "report/report.h"
 #include "store/sqlite_util.h"
 #include "util.h"
@@ -84,8 +85,11 @@ static int col_strdup(sqlite3_stmt *st, int i, char **ret)
 	return *ret ? 0 : -ENOMEM;
 }
 
-/* Fills @f (its id set) from the frames table; -EIO if the row is missing. */
-static int qframe_load(sqlite3_stmt *st, struct qframe *f)
+/*
+ * Fills @f (its id set) from the frames table, and *@ret_role with its role
+ * in the Python view; -EIO if the row is missing.
+ */
+static int qframe_load(sqlite3_stmt *st, struct qframe *f, uint8_t *ret_role)
 {
 	const char *base;
 	int r;
@@ -117,11 +121,16 @@ static int qframe_load(sqlite3_stmt *st, struct qframe *f)
 		r = col_strdup(st, 4, &f->file);
 		if (r < 0)
 			return r;
+		*ret_role = python_frames__role((const char *)sqlite3_column_text(st, 0), f->module,
+						(const char *)sqlite3_column_text(st, 7),
+						f->function, f->file);
 		f->has_line = sqlite3_column_type(st, 5) != SQLITE_NULL;
 		f->line = sqlite3_column_int64(st, 5);
 		f->name = strdup(f->function);
 		return f->name ? 0 : -ENOMEM;
 	}
+	*ret_role = python_frames__role((const char *)sqlite3_column_text(st, 0), f->module, NULL,
+					NULL, NULL);
 	base = strrchr(f->module, '/');
 	base = base ? base + 1 : f->module;
 	/* Kernel addresses are stored as int64 and print as the unsigned address. */
@@ -164,15 +173,18 @@ static bool qframe_better_rep(const struct qframe *a, const struct qframe *b)
 
 /*
  * Loads the stacks of @session_id that have samples, their frames, and the
- * functions (groups) with self and total samples. -EIO on an SQLite error or
+ * functions (groups) with self and total samples. Unless @python_all, the
+ * stacks are in the Python view (python_frames__fold()): a folded frame is
+ * in no stack, and its group has no samples. -EIO on an SQLite error or
  * an inconsistent store (a sample of a missing stack, a frame_ids blob whose
  * length is not a multiple of 8, a missing frame).
  */
 static int profile__load(struct profile *p, sqlite3 *db, int64_t session_id, const char *table,
-			 const struct window_bounds *wb)
+			 const struct window_bounds *wb, bool python_all)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	_cleanup_free_ size_t *order = NULL;
+	_cleanup_free_ uint8_t *roles = NULL;
 	_cleanup_free_ char *sql = NULL;
 	int r;
 
@@ -230,7 +242,7 @@ static int profile__load(struct profile *p, sqlite3 *db, int64_t session_id, con
 		return r;
 	sqlite3_finalize(TAKE_PTR(st));
 
-	/* Frame ids to frame indexes, and each frame's self samples. */
+	/* Frame ids to frame indexes. */
 	for (size_t i = 0; i < p->n_stacks; i++) {
 		const struct qstack *s = &p->stacks[i];
 
@@ -241,20 +253,33 @@ static int profile__load(struct profile *p, sqlite3 *db, int64_t session_id, con
 				return (int)k;
 			p->fidx[s->off + j] = k;
 		}
-		if (s->len > 0)
-			p->frames[p->fidx[s->off]].self += s->n;
 	}
 
 	r = report__prepare(db,
-			    "SELECT kind, module, rel_addr, function, file, line, inline_depth "
-			    "FROM frames WHERE id = ?1",
+			    "SELECT kind, module, rel_addr, function, file, line, inline_depth, "
+			    "build_id FROM frames WHERE id = ?1",
 			    &st);
 	if (r < 0)
 		return r;
+	if (p->n_frames > 0) {
+		roles = malloc(p->n_frames);
+		if (!roles)
+			return -ENOMEM;
+	}
 	for (size_t i = 0; i < p->n_frames; i++) {
-		r = qframe_load(st, &p->frames[i]);
+		r = qframe_load(st, &p->frames[i], &roles[i]);
 		if (r < 0)
 			return r;
+	}
+
+	/* The Python view, then each frame's self samples from the stacks as shown. */
+	for (size_t i = 0; i < p->n_stacks; i++) {
+		struct qstack *s = &p->stacks[i];
+
+		if (!python_all)
+			s->len = python_frames__fold(p->fidx + s->off, s->len, roles);
+		if (s->len > 0)
+			p->frames[p->fidx[s->off]].self += s->n;
 	}
 
 	/* Groups: sort frame indexes by the grouping key; runs of equal keys are one group. */
@@ -317,8 +342,9 @@ json_t *qframe_json(const struct qframe *f, bool with_kind)
 }
 
 /*
- * report_load() - what top and hotpaths both start with: the report head of
- * @event's samples (report__head()) with an empty array @list in it
+ * callgraph__load() - what top and hotpaths both start with: the report head
+ * of @event's samples (report__head()), its "python_frames" view (@flags:
+ * QUERY_PYTHON_ALL or 0), with an empty array @list in it
  * (*@ret_arr, owned by *@ret_o), and the session's stacks loaded into @p.
  * The caller ends the read snapshot begun here with
  * report__snapshot_endp(@ret_snap), also on failure.
@@ -326,8 +352,9 @@ json_t *qframe_json(const struct qframe *f, bool with_kind)
  * profile__load(); *@ret_o is then set only if the head was built.
  */
 int callgraph__load(sqlite3 *db, int64_t session_id, const char *event,
-		    const struct query_range *range, const char *list, json_t **ret_o,
-		    json_t **ret_arr, int64_t *ret_total, struct profile *p, sqlite3 **ret_snap)
+		    const struct query_range *range, unsigned flags, const char *list,
+		    json_t **ret_o, json_t **ret_arr, int64_t *ret_total, struct profile *p,
+		    sqlite3 **ret_snap)
 {
 	struct window_bounds wb;
 	const char *table;
@@ -347,8 +374,9 @@ int callgraph__load(sqlite3 *db, int64_t session_id, const char *event,
 	r = report__head(db, session_id, table, &wb, ret_o, ret_total);
 	if (r < 0)
 		return r;
-	if (json_object_set_new(*ret_o, list, json_array()) < 0)
+	r = report__python_frames(*ret_o, flags);
+	if (r < 0 || json_object_set_new(*ret_o, list, json_array()) < 0)
 		return -ENOMEM;
 	*ret_arr = json_object_get(*ret_o, list);
-	return profile__load(p, db, session_id, table, &wb);
+	return profile__load(p, db, session_id, table, &wb, flags & QUERY_PYTHON_ALL);
 }

@@ -58,5 +58,6 @@ struct profile {
 void profile__free(struct profile *p);
 json_t *qframe_json(const struct qframe *f, bool with_kind);
 int callgraph__load(sqlite3 *db, int64_t session_id, const char *event,
-		    const struct query_range *range, const char *list, json_t **ret_o,
-		    json_t **ret_arr, int64_t *ret_total, struct profile *p, sqlite3 **ret_snap);
+		    const struct query_range *range, unsigned flags, const char *list,
+		    json_t **ret_o, json_t **ret_arr, int64_t *ret_total, struct profile *p,
+		    sqlite3 **ret_snap);

@@ -13,6 +13,7 @@
 #include <sqlite3.h>
 
 #include "report/query.h"
+#include "report/python_frames.h"
 #include "report/report.h"
 #include "service/request.h"
 #include "store/sqlite_util.h"
@@ -170,6 +171,89 @@ static int samples_json(json_t *o, const struct sample_row *rows, size_t n, bool
 }
 
 /*
+ * The roles in the Python view (python_frames__role()) of the frames whose
+ * ids are @frame_ids, into the new array *@ret (@frame_ids->n bytes, owned by
+ * the caller). -EIO for a missing frame, -ENOMEM.
+ */
+static int frame_roles(sqlite3 *db, const struct idset *frame_ids, uint8_t **ret)
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	_cleanup_free_ uint8_t *roles = malloc(frame_ids->n + 1);
+	int r;
+
+	if (!roles)
+		return -ENOMEM;
+	r = report__prepare(db, "SELECT kind, module, build_id, function, file FROM frames"
+				" WHERE id = ?1", &st);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < frame_ids->n; i++) {
+		const char *col[5];
+
+		r = stmt_lookup(st, frame_ids->v[i]); /* -EIO: a stack names a missing frame */
+		if (r < 0)
+			return r;
+		for (int c = 0; c < 5; c++)
+			col[c] = (const char *)sqlite3_column_text(st, c);
+		roles[i] = python_frames__role(col[0], col[1], col[2], col[3], col[4]);
+	}
+	*ret = TAKE_PTR(roles);
+	return 0;
+}
+
+/*
+ * Fills @stacks with @n lists of frame numbers: stack i's frames are the
+ * indexes into @frame_ids in @flat->v[@span[i] .. @span[i + 1]), folded
+ * first if @python_view (python_frames__fold()). Then drops from
+ * @frame_ids the frames no stack shows any more, and numbers the frames in
+ * the lists by their place in what remains (the "frames" list). -EIO for a
+ * missing frame, -ENOMEM.
+ */
+static int stacks_json(sqlite3 *db, json_t *stacks, struct idset *flat, const size_t *span,
+		       size_t n, struct idset *frame_ids, bool python_view)
+{
+	_cleanup_free_ uint8_t *roles = NULL;
+	_cleanup_free_ size_t *lens = reallocarray(NULL, n + 1, sizeof(*lens));
+	_cleanup_free_ int64_t *number = calloc(frame_ids->n + 1, sizeof(*number));
+	size_t k = 0;
+	int r;
+
+	if (!lens || !number)
+		return -ENOMEM;
+	if (python_view) {
+		r = frame_roles(db, frame_ids, &roles);
+		if (r < 0)
+			return r;
+	}
+	/* number[f] > 0: some stack still shows frame f. */
+	for (size_t i = 0; i < n; i++) {
+		lens[i] = span[i + 1] - span[i];
+		if (python_view)
+			lens[i] = python_frames__fold(flat->v + span[i], lens[i], roles);
+		for (size_t j = 0; j < lens[i]; j++)
+			number[flat->v[span[i] + j]] = 1;
+	}
+	/* Renumber the frames shown, in id order, and forget the others. */
+	for (size_t f = 0; f < frame_ids->n; f++) {
+		if (!number[f])
+			continue;
+		frame_ids->v[k] = frame_ids->v[f];
+		number[f] = (int64_t)k++;
+	}
+	frame_ids->n = k;
+	for (size_t i = 0; i < n; i++) {
+		json_t *list = json_array();
+
+		if (json_array_append_new(stacks, list) < 0)
+			return -ENOMEM;
+		for (size_t j = 0; j < lens[i]; j++)
+			if (json_array_append_new(list, json_integer(number[flat->v[span[i] + j]])) < 0)
+				return -ENOMEM;
+	}
+	return 0;
+}
+
+/*
  * query__profile() - the raw profile of @session_id for exporters: the
  * "profile" response of docs/protocol.md. Its frames (each once, with
  * module, build ID, ELF address, inline flag, function, file, line), its
@@ -179,7 +263,10 @@ static int samples_json(json_t *o, const struct sample_row *rows, size_t n, bool
  * head of top (loss counters, total_samples). @flags: PROFILE_PER_WINDOW,
  * else each stack's samples per thread are summed over the windows (the
  * window is then the first one it was seen in; a whole session reads the
- * rollup); PROFILE_PACKED: the rows as one string (samples_json()).
+ * rollup); PROFILE_PACKED: the rows as one string (samples_json());
+ * QUERY_PYTHON_ALL: every frame, else the stacks in the Python view
+ * (python_frames__fold(): "frames" then lists only the frames shown, and
+ * two stacks may list the same frames).
  * @event: NULL for the CPU samples, else the second sampled event's name.
  * @range: NULL for the whole session, else the windows it overlaps.
  * @ret: on success a new object, owned by the caller; untouched on failure.
@@ -198,7 +285,8 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 	_cleanup_(report__snapshot_endp) sqlite3 *snap = NULL;
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	_cleanup_json_ json_t *o = NULL;
-	_cleanup_(idset__free) struct idset stack_ids = {}, frame_ids = {};
+	_cleanup_(idset__free) struct idset stack_ids = {}, frame_ids = {}, flat = {};
+	_cleanup_free_ size_t *span = NULL;
 	_cleanup_free_ char *sql = NULL;
 	_cleanup_free_ struct sample_row *rows = NULL;
 	size_t n_rows = 0, cap_rows = 0;
@@ -218,6 +306,8 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 		r = report__samples_table(db, session_id, event, &table);
 	if (r >= 0)
 		r = report__head(db, session_id, table, &wb, &o, &total);
+	if (r >= 0)
+		r = report__python_frames(o, flags);
 	if (r < 0)
 		return r;
 
@@ -284,48 +374,37 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 		return r;
 	free(TAKE_PTR(rows));
 
-	/* Each stack's frame ids, kept in "stacks" until the frames are numbered. */
+	/* Each stack's frame ids, leaf first: stack i is flat.v[span[i] .. span[i + 1]). */
+	span = reallocarray(NULL, stack_ids.n + 1, sizeof(*span));
+	if (!span)
+		return -ENOMEM;
 	r = report__prepare(db, "SELECT frame_ids FROM stacks WHERE id = ?1", &st);
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < stack_ids.n; i++) {
-		_cleanup_(idset__free) struct idset ids = {};
-		json_t *list = json_array();
-
-		if (json_array_append_new(stacks, list) < 0)
-			return -ENOMEM;
+		span[i] = flat.n;
 		r = stmt_lookup(st, stack_ids.v[i]); /* -EIO: a sample of a missing stack */
 		if (r < 0)
 			return r;
 		r = frame_ids_decode(sqlite3_column_blob(st, 0),
-				     (size_t)sqlite3_column_bytes(st, 0), &ids);
+				     (size_t)sqlite3_column_bytes(st, 0), &flat);
 		if (r < 0)
 			return r;
-		for (size_t j = 0; j < ids.n; j++) {
-			if (json_array_append_new(list, json_integer(ids.v[j])) < 0)
-				return -ENOMEM;
-			r = idset__add(&frame_ids, ids.v[j]);
-			if (r < 0)
-				return r;
-		}
 	}
+	span[stack_ids.n] = flat.n;
 	sqlite3_finalize(TAKE_PTR(st));
-	idset__seal(&frame_ids);
-	{
-		size_t i, j;
-		json_t *list, *id;
-
-		json_array_foreach(stacks, i, list)
-		{
-			json_array_foreach(list, j, id)
-			{
-				ssize_t k = idset__index(&frame_ids, json_integer_value(id));
-
-				if (json_integer_set(id, k) < 0)
-					return -EIO;
-			}
-		}
+	for (size_t j = 0; j < flat.n; j++) {
+		r = idset__add(&frame_ids, flat.v[j]);
+		if (r < 0)
+			return r;
 	}
+	idset__seal(&frame_ids);
+	for (size_t j = 0; j < flat.n; j++)
+		flat.v[j] = idset__index(&frame_ids, flat.v[j]);
+	r = stacks_json(db, stacks, &flat, span, stack_ids.n, &frame_ids,
+			!(flags & QUERY_PYTHON_ALL));
+	if (r < 0)
+		return r;
 
 	r = report__prepare(db,
 			    "SELECT kind, module, build_id, rel_addr, inline_depth, function, file,"

@@ -214,6 +214,17 @@ json_t *report__python(sqlite3_stmt *st, int col)
 			 "unmerged", report__col_int(st, col + 3));
 }
 
+/*
+ * Sets "python_frames" of the report @o: "all" with QUERY_PYTHON_ALL in
+ * @flags, else "clean" (the Python view, python_frames.c). 0 or -ENOMEM.
+ */
+int report__python_frames(json_t *o, unsigned flags)
+{
+	const char *view = flags & QUERY_PYTHON_ALL ? "all" : "clean";
+
+	return json_object_set_new(o, "python_frames", json_string(view)) < 0 ? -ENOMEM : 0;
+}
+
 static int64_t add_sat(int64_t a, int64_t b)
 {
 	int64_t r;

@@ -87,6 +87,7 @@ double report__round2(double x);
 json_t *report__split_events(const char *s);
 json_t *report__json_pct(int64_t part, int64_t whole);
 json_t *report__python(sqlite3_stmt *st, int col);
+int report__python_frames(json_t *o, unsigned flags);
 int window_bounds__get(sqlite3 *db, int64_t session_id, const struct query_range *range,
 		       struct window_bounds *wb);
 int window_bounds__bind(const struct window_bounds *wb, sqlite3_stmt *st, int i);

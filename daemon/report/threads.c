@@ -361,14 +361,19 @@ static int add_groups(json_t *o, json_t *threads, int64_t total)
 			m++;
 		}
 		{
-			int64_t sum = 0;
+			int64_t sum = 0, min = INT64_MAX, max = 0;
 
-			for (k = 0; k < m; k++)
+			for (k = 0; k < m; k++) {
 				sum += gsamples[k];
-			g = json_pack("{s:s, s:I, s:I, s:f, s:o*}", "group", patterns[i], "threads",
-				      (json_int_t)m, "samples", (json_int_t)sum, "share_pct",
+				min = MIN(min, gsamples[k]);
+				max = MAX(max, gsamples[k]);
+			}
+			g = json_pack("{s:s, s:I, s:I, s:f, s:I, s:I, s:o*}", "group", patterns[i],
+				      "threads", (json_int_t)m, "samples", (json_int_t)sum,
+				      "share_pct",
 				      total > 0 ? round(1000.0 * (double)sum / (double)total) / 10.0
 						: 0.0,
+				      "min_samples", (json_int_t)min, "max_samples", (json_int_t)max,
 				      "imbalance", imbalance_json(gsamples, gtids, gnames, m));
 		}
 		if (!g || json_array_append_new(groups, g) < 0) {
@@ -528,6 +533,81 @@ static int threads_extend(sqlite3 *db, int64_t session_id, const struct threads_
 	return 0;
 }
 
+/* A thread is listed when it holds at least this share of samples or of off-CPU time. */
+#define THREAD_LISTED_PCT 1.0
+
+/* Seconds of @t's off-CPU time in @state ("sleeping", "io", "runnable"); 0 if not traced. */
+static double off_cpu_s(const json_t *t, const char *state)
+{
+	return json_number_value(json_object_get(json_object_get(t, "off_cpu_s"), state));
+}
+
+/*
+ * Keeps in "threads" of @o every thread with @all, else only those that
+ * hold at least THREAD_LISTED_PCT of the samples, or of all threads'
+ * off-CPU time in waits for I/O or for a CPU (io + runnable: time the
+ * thread wanted to run; sleeping is how an idle pool thread waits, and does
+ * not list it). The others are summed into "other_threads": {threads,
+ * samples, share_pct, on_cpu_s, off_cpu_s {sleeping, io, runnable} or
+ * null}, null when none is left out; "threads_total" counts them all.
+ * 0 or -ENOMEM.
+ */
+static int threads_keep_busy(json_t *o, bool all)
+{
+	static const char *const states[] = {"sleeping", "io", "runnable"};
+	json_t *threads = json_object_get(o, "threads"), *kept = json_array(), *t;
+	int64_t total = json_integer_value(json_object_get(o, "total_samples"));
+	int64_t samples = 0;
+	double off_total = 0, on_s = 0, off[3] = {0, 0, 0};
+	bool traced = false;
+	size_t i, n = 0;
+	int fail = 0;
+
+	if (!kept)
+		return -ENOMEM;
+	json_array_foreach(threads, i, t)
+	{
+		traced |= json_is_object(json_object_get(t, "off_cpu_s"));
+		for (size_t k = 0; k < ARRAY_SIZE(states); k++)
+			off_total += off_cpu_s(t, states[k]);
+	}
+	json_array_foreach(threads, i, t)
+	{
+		int64_t ts = json_integer_value(json_object_get(t, "samples"));
+		double waits = off_cpu_s(t, "io") + off_cpu_s(t, "runnable");
+
+		if (all || (total > 0 && 100.0 * (double)ts >= THREAD_LISTED_PCT * (double)total) ||
+		    (off_total > 0 && 100.0 * waits >= THREAD_LISTED_PCT * off_total)) {
+			if (json_array_append(kept, t) < 0) {
+				json_decref(kept);
+				return -ENOMEM;
+			}
+			continue;
+		}
+		n++;
+		samples += ts;
+		on_s += json_number_value(json_object_get(t, "on_cpu_s"));
+		for (size_t k = 0; k < ARRAY_SIZE(states); k++)
+			off[k] += off_cpu_s(t, states[k]);
+	}
+	fail |= json_object_set_new(o, "threads_total",
+				    json_integer((json_int_t)json_array_size(threads)));
+	fail |= json_object_set_new(o, "threads", kept);
+	if (n == 0)
+		return fail || json_object_set_new(o, "other_threads", json_null()) < 0 ? -ENOMEM : 0;
+	for (size_t k = 0; k < ARRAY_SIZE(states); k++)
+		off[k] = round(off[k] * 1000.0) / 1000.0;
+	fail |= json_object_set_new(
+	    o, "other_threads",
+	    json_pack("{s:I, s:I, s:f, s:f, s:o}", "threads", (json_int_t)n, "samples",
+		      (json_int_t)samples, "share_pct", report__pct1(samples, total), "on_cpu_s",
+		      round(on_s * 1000.0) / 1000.0, "off_cpu_s",
+		      traced ? json_pack("{s:f, s:f, s:f}", "sleeping", off[0], "io", off[1],
+					 "runnable", off[2])
+			     : json_null()));
+	return fail ? -ENOMEM : 0;
+}
+
 /*
  * query__threads() - the threads report of @session_id, as the "threads"
  * response of docs/protocol.md: per thread its samples and share_pct,
@@ -541,8 +621,11 @@ static int threads_extend(sqlite3 *db, int64_t session_id, const struct threads_
  * standard deviation / mean; 2 decimals), the straggler (busiest thread,
  * lowest tid on a tie) and "stragglers" (over the mean by more than 20%),
  * null figures without samples. With @opts (may be NULL): "groups" of
- * like-named threads and "windows" of opts->window_s seconds, each with its
- * own imbalance. @ret: a new object, untouched on failure. Returns 0,
+ * like-named threads (with the spread of samples inside each: min_samples,
+ * max_samples) and "windows" of opts->window_s seconds, each with its own
+ * imbalance. The imbalance, groups and windows are over every thread; the
+ * "threads" list, unless opts->all, only the busy ones (threads_keep_busy():
+ * "threads_total" and "other_threads" say what was left out). @ret: a new object, untouched on failure. Returns 0,
  * -ENOENT for an unknown session, -EIO on an SQLite error, -ENOMEM. Reads
  * only; does not log.
  */
@@ -554,6 +637,8 @@ int query__threads(sqlite3 *db, int64_t session_id, const struct threads_opts *o
 	if (r < 0)
 		return r;
 	r = threads_extend(db, session_id, opts, o);
+	if (r >= 0)
+		r = threads_keep_busy(o, opts && opts->all);
 	if (r < 0) {
 		json_decref(o);
 		return r;

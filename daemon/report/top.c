@@ -60,7 +60,7 @@ static int qgroup_cmp_top(const void *a, const void *b, void *arg)
  * stacks of depth 30); does not log.
  */
 int query__top(sqlite3 *db, int64_t session_id, int limit, const char *event,
-	       const struct query_range *range, json_t **ret)
+	       const struct query_range *range, unsigned flags, json_t **ret)
 {
 	_cleanup_(report__snapshot_endp) sqlite3 *snap = NULL;
 	_cleanup_(profile__free) struct profile p = {};
@@ -71,16 +71,19 @@ int query__top(sqlite3 *db, int64_t session_id, int limit, const char *event,
 
 	if (limit < 1)
 		return -EINVAL;
-	r = callgraph__load(db, session_id, event, range, "functions", &o, &arr, &total, &p, &snap);
+	r = callgraph__load(db, session_id, event, range, flags, "functions", &o, &arr, &total, &p, &snap);
 	if (r < 0)
 		return r;
 	if (p.n_groups > 0)
 		qsort_r(p.groups, p.n_groups, sizeof(*p.groups), qgroup_cmp_top, p.frames);
 	for (size_t i = 0; i < p.n_groups && i < (size_t)limit; i++) {
 		const struct qgroup *g = &p.groups[i];
-		json_t *f = qframe_json(&p.frames[g->rep], false);
+		json_t *f;
 		int fail = 0;
 
+		if (g->total == 0)
+			break; /* only folded frames (the Python view) from here on */
+		f = qframe_json(&p.frames[g->rep], false);
 		if (json_array_append_new(arr, f) < 0)
 			return -ENOMEM;
 		fail |= json_object_set_new(f, "self_samples", json_integer(g->self));
@@ -165,7 +168,7 @@ static int path_cmp_samples(const void *a, const void *b, void *arg)
  * not log.
  */
 int query__hotpaths(sqlite3 *db, int64_t session_id, int limit, const char *event,
-		    const struct query_range *range, json_t **ret)
+		    const struct query_range *range, unsigned flags, json_t **ret)
 {
 	_cleanup_(report__snapshot_endp) sqlite3 *snap = NULL;
 	_cleanup_(profile__free) struct profile p = {};
@@ -178,7 +181,7 @@ int query__hotpaths(sqlite3 *db, int64_t session_id, int limit, const char *even
 
 	if (limit < 1)
 		return -EINVAL;
-	r = callgraph__load(db, session_id, event, range, "paths", &o, &arr, &total, &p, &snap);
+	r = callgraph__load(db, session_id, event, range, flags, "paths", &o, &arr, &total, &p, &snap);
 	if (r < 0)
 		return r;
 	if (p.n_stacks > 0) {

@@ -108,26 +108,28 @@ static json_t *run_report(sqlite3 *db, void *arg, const atomic_bool *cancel)
 	const struct request *req = &j->req;
 	const struct query_range r_range = {.from_ns = req->from_ns, .to_ns = req->to_ns};
 	const struct query_range *range = req->has_range ? &r_range : NULL;
+	unsigned view = req->python_all ? QUERY_PYTHON_ALL : 0;
 	json_t *fields = NULL;
 	char err[512];
 	int r;
 
 	switch (req->cmd) {
 	case CMD_TOP:
-		r = query__top(db, req->session, req->limit, req->sampled_event, range, &fields);
+		r = query__top(db, req->session, req->limit, req->sampled_event, range, view,
+			       &fields);
 		return event_result(r, fields, req);
 	case CMD_HOTPATHS:
-		r = query__hotpaths(db, req->session, req->limit, req->sampled_event, range,
+		r = query__hotpaths(db, req->session, req->limit, req->sampled_event, range, view,
 				    &fields);
 		return event_result(r, fields, req);
 	case CMD_PROFILE:
 		r = query__profile(db, req->session, req->sampled_event, range,
 				   (req->per_window ? PROFILE_PER_WINDOW : 0) |
-				       (req->packed ? PROFILE_PACKED : 0),
+				       (req->packed ? PROFILE_PACKED : 0) | view,
 				   &fields);
 		return event_result(r, fields, req);
 	case CMD_ANALYZE:
-		r = analyze__session(db, req->session, &fields);
+		r = analyze__session(db, req->session, view, &fields);
 		break;
 	case CMD_SQL:
 		r = sql__run(j->db_path, req->sql, j->admin, j->uid, (size_t)req->max_rows,
@@ -138,7 +140,8 @@ static json_t *run_report(sqlite3 *db, void *arg, const atomic_bool *cancel)
 		return dispatch__ok(fields);
 	case CMD_THREADS: {
 		struct threads_opts topts = {.group_by_name = req->group_by_name,
-					     .window_s = req->window_s};
+					     .window_s = req->window_s,
+					     .all = req->all_threads};
 
 		r = query__threads(db, req->session, &topts, &fields);
 		break;

@@ -165,6 +165,26 @@ static int parse_range(json_t *root, struct request *req, char *errbuf, size_t e
 	return 0;
 }
 
+/*
+ * "python_frames": "clean" (the default: the Python view) or "all" (every
+ * frame), for a command that shows call stacks (@allowed). 0 or -EINVAL.
+ */
+static int parse_python_frames(json_t *root, bool allowed, struct request *req, char *errbuf,
+			       size_t errlen)
+{
+	json_t *v = json_object_get(root, "python_frames");
+	const char *s = json_string_value(v);
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!allowed || !s || (strcmp(s, "clean") != 0 && strcmp(s, "all") != 0))
+		return fail(errbuf, errlen, -EINVAL,
+			    "\"python_frames\" must be \"clean\" or \"all\" (top, hotpaths,"
+			    " profile and analyze only)");
+	req->python_all = strcmp(s, "all") == 0;
+	return 0;
+}
+
 static void format_events(struct request *req)
 {
 	size_t off = 0;
@@ -378,6 +398,12 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 			return fail(errbuf, errlen, -EINVAL,
 				    "\"packed\" must be true or false (profile only)");
 		req.packed = json_is_true(v);
+		r = parse_python_frames(root,
+					req.cmd != CMD_OFFCPU && req.cmd != CMD_MEMORY &&
+					    req.cmd != CMD_GPU,
+					&req, errbuf, errlen);
+		if (r < 0)
+			return r;
 		r = get_int(root, "limit", 1, 10000, &n, errbuf, errlen);
 		if (r == 0)
 			req.limit = (int)n;
@@ -400,6 +426,15 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 					    "\"window_s\" must be a number of seconds >= 0.001");
 			req.window_s = d;
 		}
+		v = json_object_get(root, "all");
+		if (v && !json_is_null(v) && !json_is_boolean(v))
+			return fail(errbuf, errlen, -EINVAL, "\"all\" must be true or false");
+		req.all_threads = json_is_true(v);
+		break;
+	case CMD_ANALYZE:
+		r = parse_python_frames(root, true, &req, errbuf, errlen);
+		if (r < 0)
+			return r;
 		break;
 	case CMD_SQL:
 		v = json_object_get(root, "query");

@@ -76,6 +76,9 @@ struct request {
 	uint64_t uprobe_max_calls_per_s; /* attach: CUDA/NVTX/generic probes detached above it; 0: never */
 	const char *sampled_event; /* attach: a second event to sample with stacks (static name), or NULL;
 				    * top, hotpaths: report that event's samples instead of CPU samples */
+	bool python_all;      /* top, hotpaths, profile, analyze: "python_frames":"all", every
+			       * frame; else the Python view (report/python_frames.c) */
+	bool all_threads;     /* threads: every thread, not only the busy ones plus a summary */
 	bool group_by_name;   /* threads: group like-named threads */
 	double window_s;      /* threads: > 0, imbalance per window of this many seconds */
 	bool has_range;       /* top, hotpaths, profile: from_s or to_s given */

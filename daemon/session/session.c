@@ -87,6 +87,8 @@ static long count_threads(pid_t pid)
 	return n;
 }
 
+static void threads_scan(struct session *s);
+
 /* The session's stack table, as its CUDA/NVTX/uprobe accounting sees it (struct gpu_acc_owner). */
 static struct raw_stack *gpu_stack_intern(void *ctx, pid_t pid, const uint64_t *ips, unsigned n,
 					  uint32_t flags)
@@ -220,6 +222,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->started_mono_ns = now_ns(CLOCK_MONOTONIC);
 	s->memory_next_ns = s->started_mono_ns;
 	s->started_real_ns = now_ns(CLOCK_REALTIME);
+	threads_scan(s);
 
 	struct store_session row = {
 	    .pid = p->pid,
@@ -345,6 +348,39 @@ static void thread_seen(struct session *s, int pid, int tid, const char *comm, u
 	if (time_ns > th->last_seen_ns)
 		th->last_seen_ns = time_ns;
 	th->samples += samples;
+}
+
+/*
+ * Notes every thread of the session's processes as seen now, with its name
+ * from /proc/PID/task/TID/comm: a thread blocked for the whole session
+ * (an idle pool thread) has neither samples nor off-CPU records, and the
+ * threads report should still count it. Threads gone meanwhile are skipped.
+ */
+static void threads_scan(struct session *s)
+{
+	uint64_t now = now_ns(CLOCK_MONOTONIC);
+	struct proc *proc;
+
+	hashmap__for_each(&s->procs, i, proc)
+	{
+		_cleanup_(closedirp) DIR *d = NULL;
+		char path[64], comm[16];
+		struct dirent *de;
+
+		snprintf(path, sizeof(path), "/proc/%d/task", proc->pid);
+		d = opendir(path);
+		while (d && (de = readdir(d))) {
+			int tid = atoi(de->d_name);
+
+			if (tid <= 0)
+				continue;
+			snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", proc->pid, tid);
+			if (read_small_file(path, comm, sizeof(comm)) <= 0)
+				continue;
+			comm[strcspn(comm, "\n")] = '\0';
+			thread_seen(s, proc->pid, tid, comm, now, 0);
+		}
+	}
 }
 
 /*
@@ -987,6 +1023,7 @@ void session__stop(struct session *s, const struct session_env *env)
 	if (env->sampler)
 		sampler__stop(env->sampler, s->slot);
 	if (s->pidfd >= 0) {
+		threads_scan(s); /* the threads started since, idle or not */
 		close(s->pidfd);
 		s->pidfd = -1;
 	}

@@ -3,7 +3,9 @@
 (shares within 15%, the heavy one named); a thread asleep half the time
 (off-CPU ~50% +-10 points, its blocking stack shows the sleep); a thread
 blocked on a mutex held by another (its stack shows the lock wait);
-counters the machine cannot count reported "unsupported", never 0."""
+counters the machine cannot count reported "unsupported", never 0; a pool of
+63 idle threads beside 2 busy ones: the table lists the 2 and one summary
+row, --all lists all 66."""
 from profdtest import Profd, binary, check, require_root_bpf, run, wait_for_threads
 
 HW = ('cycles', 'instructions', 'cache-references', 'cache-misses', 'branch-misses')
@@ -87,7 +89,9 @@ def test():
         sid = d.json('attach', w.pid, '--events', 'cpu,offcpu,counters')['session']
         w.wait(timeout=30)
         d.wait_ended(sid)
-        th = {t['name']: t for t in d.json('threads', sid)['threads']}
+        # --all: the waiter holds no samples and only sleeps, so the default table sums it
+        # into "other threads".
+        th = {t['name']: t for t in d.json('threads', sid, '--all')['threads']}
         sl = th['sleeper']
         off = sum(sl['off_cpu_s'].values())
         frac = off / (off + sl['on_cpu_s'])
@@ -119,6 +123,46 @@ def test():
         check(th['waiter']['off_cpu_s']['sleeping'] > 2.0, 'waiter barely blocked: %r' % th['waiter']['off_cpu_s'])
         _, out, _ = d.ctl('offcpu', sid, '--limit', '3')
         check('wait_for_lock' in out and 'bpf_prog' not in out, 'human offcpu output:\n' + out)
+        check_idle_pool(d)
+
+
+def check_idle_pool(d):
+    """2 busy workers beside 63 idle threads and the main thread, all blocked for the whole
+    session: the table lists the 2 and one summary row; --all lists the 66."""
+    w = d.spawn(binary('SPIN_THREADS'), '--seconds', '30', '--weights', '2,3', '--idle', '63')
+    wait_for_threads(w.pid, 66)
+    sid = d.json('attach', w.pid, '--events', 'cpu,offcpu', '--freq', '397', '--duration', '3')['session']
+    d.wait_ended(sid)
+    w.kill()
+    w.wait()
+    th = d.json('threads', sid, '--group-by', 'name')
+    listed = sorted(t['name'] for t in th['threads'])
+    print('idle pool: listed %r, other_threads %r, %d in all' % (listed, th['other_threads'],
+                                                                 th['threads_total']))
+    check(listed == ['worker-1', 'worker-2'], 'busy threads listed: %r' % listed)
+    check(th['threads_total'] == 66, 'threads_total %r, expected 66' % th['threads_total'])
+    other = th['other_threads'] or {}
+    check(other.get('threads') == 64 and other.get('samples', -1) < 0.01 * th['total_samples'],
+          'other_threads %r' % other)
+    # The pool keeps its count and spread in the groups, and the imbalance is over every thread.
+    groups = {g['group']: g for g in th['groups']}
+    idle = groups.get('idle-*', {})
+    check(idle.get('threads') == 63 and idle.get('min_samples') == 0 and idle.get('max_samples') == 0,
+          'idle pool group %r' % idle)
+    work = groups.get('worker-*', {})
+    check(work.get('threads') == 2 and 0 < work['min_samples'] < work['max_samples'],
+          'worker pool group %r' % work)
+    rc, out, _ = d.ctl('threads', sid, '--group-by', 'name')
+    print(out)
+    table = out.split('\n\n')[1].splitlines()
+    check(len(table) == 4 and '64 other threads' in table[3],
+          'threads table (header, 2 workers, summary):\n%s' % '\n'.join(table))
+    check('MIN-MAX' in out and ' 0-0 ' in out, 'group spread missing:\n' + out)
+    every = d.json('threads', sid, '--all')
+    check(len(every['threads']) == 66 and every['other_threads'] is None,
+          '--all listed %d threads, other_threads %r' % (len(every['threads']), every['other_threads']))
+    _, out, _ = d.ctl('threads', sid, '--all')
+    check('idle-63' in out and 'other threads' not in out, 'threads --all output:\n' + out)
 
 
 run(test)

@@ -33,6 +33,9 @@ static double delay_s; /* wait before starting the workers */
 static long unit_ms = 10;
 static double hot_factor = 1; /* hot_function's work per unit, times this (a "regression") */
 static long iterations;
+static int nr_idle; /* --idle: threads that wait, blocked, until the end */
+static pthread_mutex_t idle_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t idle_cond = PTHREAD_COND_INITIALIZER;
 static int nr_threads = 3;
 static long weights[MAX_THREADS] = { 1, 2, 3 };
 static long hot_spins, warm_spins; /* calibrated: iterations of ~0.9 ms and ~0.1 ms */
@@ -123,6 +126,20 @@ static void *worker_main(void *arg)
 	return (void *)(uintptr_t)x;
 }
 
+/* An idle pool thread: blocked on a condition variable until the program ends. */
+static void *idle_main(void *arg)
+{
+	char name[16];
+
+	snprintf(name, sizeof(name), "idle-%d", (int)((long)arg % MAX_THREADS) + 1);
+	pthread_setname_np(pthread_self(), name);
+	pthread_mutex_lock(&idle_lock);
+	while (!stop)
+		pthread_cond_wait(&idle_cond, &idle_lock);
+	pthread_mutex_unlock(&idle_lock);
+	return NULL;
+}
+
 /* Iterations of @fn that took about @target_ns of CPU time in one trial. */
 static long calibrate_once(uint64_t (*fn)(uint64_t, long), int64_t target_ns)
 {
@@ -169,6 +186,8 @@ static void usage(FILE *f)
 		   "  --iterations N    fixed-work mode: N ~1 ms units per thread, no sleeping\n"
 		   "  --threads N       threads in fixed-work mode (default 3)\n"
 		   "  --delay S         sleep S seconds before starting the workers\n"
+		   "  --idle N          also start N idle threads (idle-1, ...), blocked until\n"
+		   "                    the end, as a thread pool waiting for work\n"
 		   "  --hot-factor F    make hot_function F times slower (default 1), for\n"
 		   "                    before/after comparisons (profctl diff)\n");
 }
@@ -183,10 +202,11 @@ int main(int argc, char **argv)
 		{ "threads", required_argument, NULL, 't' },
 		{ "delay", required_argument, NULL, 'd' },
 		{ "hot-factor", required_argument, NULL, 'F' },
+		{ "idle", required_argument, NULL, 'I' },
 		{ "help", no_argument, NULL, 'h' },
 		{},
 	};
-	pthread_t threads[MAX_THREADS];
+	pthread_t threads[MAX_THREADS], idle[MAX_THREADS];
 	int64_t t0;
 	int c;
 
@@ -221,6 +241,9 @@ int main(int argc, char **argv)
 		case 'F':
 			hot_factor = atof(optarg);
 			break;
+		case 'I':
+			nr_idle = atoi(optarg);
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -229,7 +252,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (nr_threads < 1 || nr_threads > MAX_THREADS || seconds <= 0 || !(hot_factor > 0)) {
+	if (nr_threads < 1 || nr_threads > MAX_THREADS || seconds <= 0 || !(hot_factor > 0) ||
+	    nr_idle < 0 || nr_idle > MAX_THREADS) {
 		usage(stderr);
 		return 2;
 	}
@@ -243,6 +267,8 @@ int main(int argc, char **argv)
 		fflush(stdout);
 		nanosleep(&ts, NULL);
 	}
+	for (long i = 0; i < nr_idle; i++)
+		pthread_create(&idle[i], NULL, idle_main, (void *)i);
 	t0 = clock_ns(CLOCK_MONOTONIC);
 	for (long i = 0; i < nr_threads; i++)
 		pthread_create(&threads[i], NULL, worker_main, (void *)i);
@@ -257,6 +283,12 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < nr_threads; i++)
 		pthread_join(threads[i], NULL);
+	pthread_mutex_lock(&idle_lock);
+	stop = 1;
+	pthread_cond_broadcast(&idle_cond);
+	pthread_mutex_unlock(&idle_lock);
+	for (int i = 0; i < nr_idle; i++)
+		pthread_join(idle[i], NULL);
 	/* The ground truth a profile is checked against: CPU time per thread. */
 	for (int i = 0; i < nr_threads; i++)
 		fprintf(stderr, "worker-%d cpu %.3f s\n", i + 1, cpu_s[i]);
