@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <poll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -351,35 +352,36 @@ static void thread_seen(struct session *s, int pid, int tid, const char *comm, u
 }
 
 /*
- * Notes every thread of the session's processes as seen now, with its name
- * from /proc/PID/task/TID/comm: a thread blocked for the whole session
- * (an idle pool thread) has neither samples nor off-CPU records, and the
- * threads report should still count it. Threads gone meanwhile are skipped.
+ * Notes every thread of the target process as seen now, with its name from
+ * /proc/PID/task/TID/comm: a thread blocked for the whole session (an idle
+ * pool thread) has neither samples nor off-CPU records, and the threads
+ * report should still count it. Only the target, and only while its pidfd
+ * says it runs: a child's PID, or the target's once it exited, may already
+ * name another process. Threads gone meanwhile are skipped.
  */
 static void threads_scan(struct session *s)
 {
+	struct pollfd exited = {.fd = s->pidfd, .events = POLLIN};
 	uint64_t now = now_ns(CLOCK_MONOTONIC);
-	struct proc *proc;
+	_cleanup_(closedirp) DIR *d = NULL;
+	char path[64], comm[16];
+	struct dirent *de;
 
-	hashmap__for_each(&s->procs, i, proc)
-	{
-		_cleanup_(closedirp) DIR *d = NULL;
-		char path[64], comm[16];
-		struct dirent *de;
+	/* pidfd_open(2): readable once the process has exited. */
+	if (s->pidfd < 0 || poll(&exited, 1, 0) != 0)
+		return;
+	snprintf(path, sizeof(path), "/proc/%d/task", s->pid);
+	d = opendir(path);
+	while (d && (de = readdir(d))) {
+		int tid = atoi(de->d_name);
 
-		snprintf(path, sizeof(path), "/proc/%d/task", proc->pid);
-		d = opendir(path);
-		while (d && (de = readdir(d))) {
-			int tid = atoi(de->d_name);
-
-			if (tid <= 0)
-				continue;
-			snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", proc->pid, tid);
-			if (read_small_file(path, comm, sizeof(comm)) <= 0)
-				continue;
-			comm[strcspn(comm, "\n")] = '\0';
-			thread_seen(s, proc->pid, tid, comm, now, 0);
-		}
+		if (tid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", s->pid, tid);
+		if (read_small_file(path, comm, sizeof(comm)) <= 0)
+			continue;
+		comm[strcspn(comm, "\n")] = '\0';
+		thread_seen(s, s->pid, tid, comm, now, 0);
 	}
 }
 

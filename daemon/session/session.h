@@ -151,8 +151,8 @@ void session__forget_row_ids(struct session *s);
 /*
  * session__stop() - stop sampling (events closed; samples already in the ring
  * buffer are still delivered on the next poll of the sampler's ring buffer),
- * and note the threads alive now for the next flush (session__new() noted
- * those alive at the start), so that threads that never ran are listed.
+ * and note the target's threads alive now for the next flush (session__new()
+ * noted those alive at the start), so that threads that never ran are listed.
  * Idempotent.
  */
 void session__stop(struct session *s, const struct session_env *env);
