@@ -171,76 +171,86 @@ static int samples_json(json_t *o, const struct sample_row *rows, size_t n, bool
 }
 
 /*
- * The roles in the Python view (python_frames__role()) of the frames whose
- * ids are @frame_ids, into the new array *@ret (@frame_ids->n bytes, owned by
- * the caller). -EIO for a missing frame, -ENOMEM.
+ * Appends to @arr one object per frame id of @frame_ids (function, module,
+ * build_id, address, file, line, kind, inlined), and sets @roles[i] to
+ * frame i's role in the Python view (python_frames__role()). -EIO for a
+ * missing frame, -ENOMEM.
  */
-static int frame_roles(sqlite3 *db, const struct idset *frame_ids, uint8_t **ret)
+static int frames_json(sqlite3 *db, const struct idset *frame_ids, json_t *arr, uint8_t *roles)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	_cleanup_free_ uint8_t *roles = malloc(frame_ids->n + 1);
-	int r;
+	int fail = 0, r;
 
-	if (!roles)
-		return -ENOMEM;
-	r = report__prepare(db, "SELECT kind, module, build_id, function, file FROM frames"
-				" WHERE id = ?1", &st);
+	r = report__prepare(db,
+			    "SELECT kind, module, build_id, rel_addr, inline_depth, function, file,"
+			    " line FROM frames WHERE id = ?1",
+			    &st);
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < frame_ids->n; i++) {
-		const char *col[5];
+		json_t *f = json_object();
+		char addr[32];
 
+		if (json_array_append_new(arr, f) < 0)
+			return -ENOMEM;
 		r = stmt_lookup(st, frame_ids->v[i]); /* -EIO: a stack names a missing frame */
 		if (r < 0)
 			return r;
-		for (int c = 0; c < 5; c++)
-			col[c] = (const char *)sqlite3_column_text(st, c);
-		roles[i] = python_frames__role(col[0], col[1], col[2], col[3], col[4]);
+		/* A hex string: kernel addresses do not fit a signed JSON integer. */
+		snprintf(addr, sizeof(addr), "0x%" PRIx64, (uint64_t)sqlite3_column_int64(st, 3));
+		fail |= json_object_set_new(f, "function", report__col_text(st, 5));
+		fail |= json_object_set_new(f, "module", report__col_text(st, 1));
+		fail |= json_object_set_new(f, "build_id", report__col_text(st, 2));
+		fail |= json_object_set_new(f, "address", json_string(addr));
+		fail |= json_object_set_new(f, "file", report__col_text(st, 6));
+		fail |= json_object_set_new(f, "line", report__col_int(st, 7));
+		fail |= json_object_set_new(f, "kind", report__col_text(st, 0));
+		fail |= json_object_set_new(f, "inlined",
+					    json_boolean(sqlite3_column_int64(st, 4) > 0));
+		if (fail)
+			return -ENOMEM;
+		roles[i] = python_frames__role((const char *)sqlite3_column_text(st, 0),
+					       (const char *)sqlite3_column_text(st, 1),
+					       (const char *)sqlite3_column_text(st, 2),
+					       (const char *)sqlite3_column_text(st, 5),
+					       (const char *)sqlite3_column_text(st, 6));
 	}
-	*ret = TAKE_PTR(roles);
 	return 0;
 }
 
 /*
- * Fills @stacks with @n lists of frame numbers: stack i's frames are the
- * indexes into @frame_ids in @flat->v[@span[i] .. @span[i + 1]), folded
- * first if @python_view (python_frames__fold()). Then drops from
- * @frame_ids the frames no stack shows any more, and numbers the frames in
- * the lists by their place in what remains (the "frames" list). -EIO for a
- * missing frame, -ENOMEM.
+ * Fills @stacks with @n lists of frame numbers and @frames with the frames
+ * they show: stack i's frames are the indexes into @all (@n_all frame
+ * objects) in @flat->v[@span[i] .. @span[i + 1]), folded first when @roles
+ * is not NULL (python_frames__fold()). @frames gets the frames some stack
+ * still shows, in @all's order, and the lists number them by their place
+ * there. -ENOMEM.
  */
-static int stacks_json(sqlite3 *db, json_t *stacks, struct idset *flat, const size_t *span,
-		       size_t n, struct idset *frame_ids, bool python_view)
+static int stacks_json(json_t *stacks, json_t *frames, struct idset *flat, const size_t *span,
+		       size_t n, json_t *all, size_t n_all, const uint8_t *roles)
 {
-	_cleanup_free_ uint8_t *roles = NULL;
 	_cleanup_free_ size_t *lens = reallocarray(NULL, n + 1, sizeof(*lens));
-	_cleanup_free_ int64_t *number = calloc(frame_ids->n + 1, sizeof(*number));
+	_cleanup_free_ int64_t *number = calloc(n_all + 1, sizeof(*number));
 	size_t k = 0;
-	int r;
 
 	if (!lens || !number)
 		return -ENOMEM;
-	if (python_view) {
-		r = frame_roles(db, frame_ids, &roles);
-		if (r < 0)
-			return r;
-	}
 	/* number[f] > 0: some stack still shows frame f. */
 	for (size_t i = 0; i < n; i++) {
 		lens[i] = span[i + 1] - span[i];
-		if (python_view)
+		if (roles)
 			lens[i] = python_frames__fold(flat->v + span[i], lens[i], roles);
 		for (size_t j = 0; j < lens[i]; j++)
 			number[flat->v[span[i] + j]] = 1;
 	}
-	/* Renumber the frames shown, in id order, and forget the others. */
-	for (size_t f = 0; f < frame_ids->n; f++) {
+	/* Renumber the frames shown, in @all's order, and leave out the others. */
+	for (size_t f = 0; f < n_all; f++) {
 		if (!number[f])
 			continue;
-		frame_ids->v[k] = frame_ids->v[f];
+		if (json_array_append(frames, json_array_get(all, f)) < 0)
+			return -ENOMEM;
 		number[f] = (int64_t)k++;
 	}
-	frame_ids->n = k;
 	for (size_t i = 0; i < n; i++) {
 		json_t *list = json_array();
 
@@ -287,6 +297,8 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 	_cleanup_json_ json_t *o = NULL;
 	_cleanup_(idset__free) struct idset stack_ids = {}, frame_ids = {}, flat = {};
 	_cleanup_free_ size_t *span = NULL;
+	_cleanup_free_ uint8_t *roles = NULL;
+	_cleanup_json_ json_t *all = NULL;
 	_cleanup_free_ char *sql = NULL;
 	_cleanup_free_ struct sample_row *rows = NULL;
 	size_t n_rows = 0, cap_rows = 0;
@@ -401,41 +413,18 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 	idset__seal(&frame_ids);
 	for (size_t j = 0; j < flat.n; j++)
 		flat.v[j] = idset__index(&frame_ids, flat.v[j]);
-	r = stacks_json(db, stacks, &flat, span, stack_ids.n, &frame_ids,
-			!(flags & QUERY_PYTHON_ALL));
+	/* Every frame once, then only those the stacks show (the Python view folds some away). */
+	all = json_array();
+	roles = malloc(frame_ids.n + 1);
+	if (!all || !roles)
+		return -ENOMEM;
+	r = frames_json(db, &frame_ids, all, roles);
 	if (r < 0)
 		return r;
-
-	r = report__prepare(db,
-			    "SELECT kind, module, build_id, rel_addr, inline_depth, function, file,"
-			    " line FROM frames WHERE id = ?1",
-			    &st);
+	r = stacks_json(stacks, frames, &flat, span, stack_ids.n, all, frame_ids.n,
+			flags & QUERY_PYTHON_ALL ? NULL : roles);
 	if (r < 0)
 		return r;
-	for (size_t i = 0; i < frame_ids.n; i++) {
-		json_t *f = json_object();
-		char addr[32];
-
-		if (json_array_append_new(frames, f) < 0)
-			return -ENOMEM;
-		r = stmt_lookup(st, frame_ids.v[i]); /* -EIO: a stack names a missing frame */
-		if (r < 0)
-			return r;
-		/* A hex string: kernel addresses do not fit a signed JSON integer. */
-		snprintf(addr, sizeof(addr), "0x%" PRIx64, (uint64_t)sqlite3_column_int64(st, 3));
-		fail |= json_object_set_new(f, "function", report__col_text(st, 5));
-		fail |= json_object_set_new(f, "module", report__col_text(st, 1));
-		fail |= json_object_set_new(f, "build_id", report__col_text(st, 2));
-		fail |= json_object_set_new(f, "address", json_string(addr));
-		fail |= json_object_set_new(f, "file", report__col_text(st, 6));
-		fail |= json_object_set_new(f, "line", report__col_int(st, 7));
-		fail |= json_object_set_new(f, "kind", report__col_text(st, 0));
-		fail |= json_object_set_new(f, "inlined",
-					    json_boolean(sqlite3_column_int64(st, 4) > 0));
-		if (fail)
-			return -ENOMEM;
-	}
-	sqlite3_finalize(TAKE_PTR(st));
 
 	arr = json_object_get(o, "threads");
 	r = rows_json(db, "SELECT tid, pid, name FROM threads WHERE session_id = ?1 ORDER BY tid",
