@@ -9,11 +9,11 @@
 #include "util.h"
 
 /*
- * Reads /proc/@pid/stat into @buf (@size bytes) and sets *@ret to field
- * @field (3: state, ..., see proc_pid_stat(5)). 0, -ESRCH if the process
- * is gone, -EIO if malformed, -errno.
+ * Reads /proc/@pid/stat into @buf (@size bytes) and sets *@ret to its field
+ * 3 (the state; proc_pid_stat(5)). 0, -ESRCH if the process is gone, -EIO
+ * if malformed, -errno.
  */
-static int stat_field(pid_t pid, char *buf, size_t size, int field, char **ret)
+static int stat_read(pid_t pid, char *buf, size_t size, char **ret)
 {
 	_cleanup_close_ int fd = -1;
 	char path[64], *p;
@@ -31,15 +31,7 @@ static int stat_field(pid_t pid, char *buf, size_t size, int field, char **ret)
 	p = strrchr(buf, ')');
 	if (!p || p[1] != ' ')
 		return -EIO;
-	/* After ") " comes field 3 (state). */
-	p += 2;
-	for (int f = 3; f < field; f++) {
-		p = strchr(p, ' ');
-		if (!p)
-			return -EIO;
-		p++;
-	}
-	*ret = p;
+	*ret = p + 2;
 	return 0;
 }
 
@@ -49,14 +41,18 @@ int proc_start_ticks(pid_t pid, uint64_t *ret_ticks)
 	unsigned long long ticks;
 	int r;
 
-	r = stat_field(pid, buf, sizeof(buf), 3, &p);
+	r = stat_read(pid, buf, sizeof(buf), &p);
 	if (r < 0)
 		return r;
 	if (*p == 'Z' || *p == 'X')
 		return -ESRCH;
-	r = stat_field(pid, buf, sizeof(buf), 22, &p); /* starttime */
-	if (r < 0)
-		return r;
+	/* From field 3 (state) to field 22 (starttime): skip 19 fields. */
+	for (int field = 3; field < 22; field++) {
+		p = strchr(p, ' ');
+		if (!p)
+			return -EIO;
+		p++;
+	}
 	if (sscanf(p, "%llu", &ticks) != 1)
 		return -EIO;
 	*ret_ticks = ticks;
@@ -78,7 +74,7 @@ int proc_state(pid_t pid, char *ret_state, pid_t *ret_ppid, unsigned *ret_flags)
 	char state;
 	int r;
 
-	r = stat_field(pid, buf, sizeof(buf), 3, &p);
+	r = stat_read(pid, buf, sizeof(buf), &p);
 	if (r < 0)
 		return r;
 	if (sscanf(p, "%c %d %*d %*d %*d %*d %u", &state, &ppid, &flags) != 3)

@@ -256,9 +256,12 @@ static int stacks_json(json_t *stacks, json_t *frames, struct idset *flat, const
 
 		if (json_array_append_new(stacks, list) < 0)
 			return -ENOMEM;
-		for (size_t j = 0; j < lens[i]; j++)
-			if (json_array_append_new(list, json_integer(number[flat->v[span[i] + j]])) < 0)
+		for (size_t j = 0; j < lens[i]; j++) {
+			json_int_t index = number[flat->v[span[i] + j]];
+
+			if (json_array_append_new(list, json_integer(index)) < 0)
 				return -ENOMEM;
+		}
 	}
 	return 0;
 }
