@@ -200,16 +200,81 @@ static __noinline void walk_python(struct sample_event *e, const struct python_c
 	e->py_len = w.n;
 }
 
+/*
+ * The user part of @e's stack, as the slot's settings ask: frame-pointer
+ * walk, registers and stack copy for CFI, Python frames. Returns the number
+ * of user frames put at e->ips[@klen].
+ */
+static __always_inline long take_user_stack(void *ctx, struct sample_event *e,
+					    const struct slot_config *cfg, long klen)
+{
+	long ulen = 0;
+	bool full;
+
+	/* The verifier needs the offset bounded to know the write stays in e->ips. */
+	if (klen < 0 || klen > PROFILE_MAX_FRAMES)
+		return 0;
+	if (cfg->fp_stack) {
+		ulen = get_stack(ctx, &e->ips[klen], PROFILE_MAX_FRAMES, BPF_F_USER_STACK, &full);
+		if (ulen == 0)
+			e->flags |= SAMPLE_USER_MISSING;
+		if (full)
+			e->flags |= SAMPLE_USER_TRUNCATED;
+	}
+	if (cfg->copy_stack_bytes)
+		copy_user_stack(e, cfg->copy_stack_bytes);
+	if (cfg->python.runtime_addr)
+		walk_python(e, &cfg->python);
+	return ulen;
+}
+
+/* The header of a record of the current thread for @slot; the caller fills the rest. */
+static __always_inline void start_record(struct sample_event *e, __u64 id, __u32 slot, __u32 cpu,
+					 __u32 event)
+{
+	e->time_ns = bpf_ktime_get_ns();
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->slot = slot;
+	e->cpu = cpu;
+	e->flags = 0;
+	e->event = event;
+	e->stack_size = 0;
+	e->stack_offset = 0;
+	e->py_len = 0;
+	bpf_get_current_comm(&e->comm, sizeof(e->comm));
+}
+
+/* Send @e with its @klen kernel and @ulen user frames; a full ring buffer is counted. */
+static __always_inline void send_record(struct sample_event *e, long klen, long ulen, __u32 slot)
+{
+	struct slot_counters *cnt;
+	long size;
+
+	e->kstack_len = klen;
+	e->ustack_len = ulen;
+	if (e->flags & SAMPLE_HAS_REGS)
+		size = offsetof(struct sample_event, stack) + e->stack_size;
+	else
+		size = offsetof(struct sample_event, ips) + (klen + ulen) * sizeof(__u64);
+	if (size < offsetof(struct sample_event, ips) || size > sizeof(*e))
+		return;
+	if (bpf_ringbuf_output(&events, e, size, 0)) {
+		cnt = bpf_map_lookup_elem(&drops, &slot);
+		if (cnt)
+			cnt->ringbuf_full++;
+	}
+}
+
 SEC("perf_event")
 int profile_sample(struct bpf_perf_event_data *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, cpu = bpf_get_smp_processor_id(), slot, *target;
 	__u64 cookie;
-	struct slot_counters *cnt;
 	struct slot_config *cfg;
 	struct sample_event *e;
-	long klen, ulen, size;
+	long klen;
 	bool full;
 
 	if (tgid == 0)
@@ -229,17 +294,7 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 	e = bpf_map_lookup_elem(&scratch, &cpu);
 	if (!e)
 		return 0;
-	e->time_ns = bpf_ktime_get_ns();
-	e->pid = tgid;
-	e->tid = (__u32)id;
-	e->slot = slot;
-	e->cpu = cpu;
-	e->flags = 0;
-	e->event = (__u32)(cookie >> 16);
-	e->stack_size = 0;
-	e->stack_offset = 0;
-	e->py_len = 0;
-	bpf_get_current_comm(&e->comm, sizeof(e->comm));
+	start_record(e, id, slot, cpu, (__u32)(cookie >> 16));
 
 	/* In user mode the kernel call chain is empty (get_perf_callchain()
 	 * only walks the kernel stack when !user_mode(regs)), so the kernel
@@ -250,35 +305,268 @@ int profile_sample(struct bpf_perf_event_data *ctx)
 		e->flags |= SAMPLE_KERNEL_TRUNCATED;
 	if (klen > 0)
 		e->flags |= SAMPLE_KERNEL_MODE;
-	/* The verifier needs the offset bounded to know the write stays in e->ips. */
 	if (klen < 0 || klen > PROFILE_MAX_FRAMES)
 		return 0;
-	ulen = 0;
-	if (cfg->fp_stack) {
-		ulen = get_stack(ctx, &e->ips[klen], PROFILE_MAX_FRAMES, BPF_F_USER_STACK, &full);
-		if (ulen == 0)
-			e->flags |= SAMPLE_USER_MISSING;
-		if (full)
-			e->flags |= SAMPLE_USER_TRUNCATED;
-	}
-	if (cfg->copy_stack_bytes)
-		copy_user_stack(e, cfg->copy_stack_bytes);
-	if (cfg->python.runtime_addr)
-		walk_python(e, &cfg->python);
-	e->kstack_len = klen;
-	e->ustack_len = ulen;
+	send_record(e, klen, take_user_stack(ctx, e, cfg, klen), slot);
+	return 0;
+}
 
-	if (e->flags & SAMPLE_HAS_REGS)
-		size = offsetof(struct sample_event, stack) + e->stack_size;
-	else
-		size = offsetof(struct sample_event, ips) + (klen + ulen) * sizeof(__u64);
-	if (size < offsetof(struct sample_event, ips) || size > sizeof(*e))
-		return 0;
-	if (bpf_ringbuf_output(&events, e, size, 0)) {
-		cnt = bpf_map_lookup_elem(&drops, &slot);
-		if (cnt)
-			cnt->ringbuf_full++;
+/*
+ * Address-space changes of targets: brk, mmap, munmap and mremap at their
+ * return (their syscalls:sys_exit_* tracepoints), and write faults to pages not present (first touches), one in
+ * the slot's vm_fault_period. Each sends a PROFILE_EVENT_VM record with the
+ * user stack (no kernel frames), so that user space can tell which code
+ * grows the address space, Python frames merged. They cost per change, not
+ * per allocation: glibc's malloc asks the kernel for memory in steps of
+ * 128 KiB or more. Records are capped at vm_max_per_s per CPU per slot
+ * (a job that maps and unmaps in a tight loop); every change is counted in
+ * 'vm_stats' all the same.
+ */
+const volatile __u32 vm_max_per_s = 200;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PROFILE_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct vm_stats);
+} vm_stats SEC(".maps");
+
+/* Per CPU and slot: the start of the current second, records sent in it, faults counted. */
+struct vm_budget {
+	__u64 second_ns;
+	__u64 sent;
+	__u64 faults;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PROFILE_MAX_SLOTS);
+	__type(key, __u32);
+	__type(value, struct vm_budget);
+} vm_budget SEC(".maps");
+
+/* tid -> the break when its brk() started. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} vm_brk_before SEC(".maps");
+
+/*
+ * The record of an address-space change, one per CPU (max_entries set to
+ * the number of possible CPUs before load), apart from 'scratch': these
+ * programs run in process context and a CPU sample can interrupt them.
+ * 'vm_busy' guards it against a program preempted on the same CPU (a
+ * preemptible kernel).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sample_event);
+} vm_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} vm_busy SEC(".maps");
+
+/* The slot of the current process if its session follows address-space changes, else -1. */
+static __always_inline int vm_slot(struct slot_config **ret_cfg)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32, slot, *target;
+	struct slot_config *cfg;
+
+	target = bpf_map_lookup_elem(&targets, &tgid);
+	if (!target || *target == 0 || *target > PROFILE_MAX_SLOTS)
+		return -1;
+	slot = *target - 1;
+	cfg = bpf_map_lookup_elem(&slot_configs, &slot);
+	if (!cfg || !cfg->vm_fault_period)
+		return -1;
+	*ret_cfg = cfg;
+	return (int)slot;
+}
+
+/* Count @vm->kind for @slot and send its record unless the slot's budget is spent. */
+static __always_inline void vm_send(void *ctx, __u32 slot, const struct slot_config *cfg,
+				    const struct vm_change *vm)
+{
+	__u32 cpu = bpf_get_smp_processor_id(), *busy;
+	struct vm_budget *b = bpf_map_lookup_elem(&vm_budget, &slot);
+	struct vm_stats *st = bpf_map_lookup_elem(&vm_stats, &slot);
+	struct sample_event *e;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 kind = vm->kind;
+
+	if (!b || !st || kind >= VM_NR_KINDS)
+		return;
+	st->events[kind]++;
+	if (now - b->second_ns >= 1000000000ull) {
+		b->second_ns = now;
+		b->sent = 0;
 	}
+	busy = bpf_map_lookup_elem(&vm_busy, &cpu);
+	e = bpf_map_lookup_elem(&vm_scratch, &cpu);
+	if (b->sent >= vm_max_per_s || !busy || !e) {
+		st->unsent++;
+		return;
+	}
+	/* Not an atomic test-and-set (it needs -mcpu=v3): the window is a few
+	 * instructions, and only a fully preemptible kernel can open it. */
+	if (*busy) {
+		st->unsent++;
+		return;
+	}
+	*busy = 1;
+	b->sent++;
+	start_record(e, bpf_get_current_pid_tgid(), slot, cpu, PROFILE_EVENT_VM);
+	e->vm = *vm;
+	send_record(e, 0, take_user_stack(ctx, e, cfg, 0), slot);
+	*busy = 0;
+}
+
+/* A system call's result is an error if it is in [-4095, -1] (include/linux/err.h). */
+#define SYSCALL_FAILED(ret) ((unsigned long)(ret) >= (unsigned long)-4095)
+
+/*
+ * The system calls' own tracepoints (syscalls:sys_enter_*, sys_exit_*), not
+ * raw_syscalls, which would run for every system call of the machine. The
+ * arguments at the exit come from the user registers saved at the entry
+ * (x86-64: rdi, rsi, rdx, r10, r8), which the call does not change.
+ */
+SEC("tracepoint/syscalls/sys_enter_brk")
+int vm_brk_entry(struct trace_event_raw_sys_enter *ctx)
+{
+	struct slot_config *cfg;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 brk;
+
+	if (vm_slot(&cfg) < 0)
+		return 0;
+	brk = BPF_CORE_READ(bpf_get_current_task_btf(), mm, brk);
+	bpf_map_update_elem(&vm_brk_before, &tid, &brk, BPF_ANY);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_brk")
+int vm_brk_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	struct vm_change vm = { .kind = VM_BRK, .fd = -1 };
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct slot_config *cfg;
+	__u64 *before;
+	int slot;
+
+	before = bpf_map_lookup_elem(&vm_brk_before, &tid);
+	if (!before)
+		return 0;
+	vm.old_addr = *before;
+	bpf_map_delete_elem(&vm_brk_before, &tid);
+	/* brk(0) asks where the break is; a refused move leaves it where it was. */
+	vm.addr = (__u64)ctx->ret;
+	slot = vm_slot(&cfg);
+	if (slot < 0 || vm.addr == vm.old_addr)
+		return 0;
+	vm_send(ctx, (__u32)slot, cfg, &vm);
+	return 0;
+}
+
+/* The user registers of the current system call. */
+static __always_inline struct pt_regs *syscall_regs(void)
+{
+	return (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+}
+
+SEC("tracepoint/syscalls/sys_exit_mmap")
+int vm_mmap_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	struct vm_change vm = { .kind = VM_MMAP };
+	struct slot_config *cfg;
+	int slot = vm_slot(&cfg);
+	struct pt_regs *regs;
+
+	if (slot < 0 || SYSCALL_FAILED(ctx->ret))
+		return 0;
+	regs = syscall_regs();
+	vm.addr = (__u64)ctx->ret;
+	vm.len = BPF_CORE_READ(regs, si);
+	vm.flags = (__u32)BPF_CORE_READ(regs, r10);
+	vm.fd = (__s32)BPF_CORE_READ(regs, r8);
+	vm_send(ctx, (__u32)slot, cfg, &vm);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_munmap")
+int vm_munmap_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	struct vm_change vm = { .kind = VM_MUNMAP, .fd = -1 };
+	struct slot_config *cfg;
+	int slot = vm_slot(&cfg);
+	struct pt_regs *regs;
+
+	if (slot < 0 || ctx->ret != 0)
+		return 0;
+	regs = syscall_regs();
+	vm.addr = BPF_CORE_READ(regs, di);
+	vm.len = BPF_CORE_READ(regs, si);
+	vm_send(ctx, (__u32)slot, cfg, &vm);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_mremap")
+int vm_mremap_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	struct vm_change vm = { .kind = VM_MREMAP, .fd = -1 };
+	struct slot_config *cfg;
+	int slot = vm_slot(&cfg);
+	struct pt_regs *regs;
+
+	if (slot < 0 || SYSCALL_FAILED(ctx->ret))
+		return 0;
+	regs = syscall_regs();
+	vm.addr = (__u64)ctx->ret;
+	vm.old_addr = BPF_CORE_READ(regs, di);
+	vm.old_len = BPF_CORE_READ(regs, si);
+	vm.len = BPF_CORE_READ(regs, dx);
+	vm_send(ctx, (__u32)slot, cfg, &vm);
+	return 0;
+}
+
+/* x86 page fault error code bits (arch/x86/include/asm/trap_pf.h). */
+#define X86_PF_PROT 1  /* the page was present: a protection fault */
+#define X86_PF_WRITE 2
+
+SEC("tp_btf/page_fault_user")
+int BPF_PROG(vm_fault, unsigned long address, struct pt_regs *regs, unsigned long error_code)
+{
+	struct vm_change vm = { .kind = VM_FAULT, .fd = -1 };
+	struct slot_config *cfg;
+	struct vm_budget *b;
+	int slot;
+
+	if ((error_code & (X86_PF_PROT | X86_PF_WRITE)) != X86_PF_WRITE)
+		return 0;
+	slot = vm_slot(&cfg);
+	if (slot < 0)
+		return 0;
+	b = bpf_map_lookup_elem(&vm_budget, &slot);
+	if (!b)
+		return 0;
+	if (b->faults++ % cfg->vm_fault_period) {
+		struct vm_stats *st = bpf_map_lookup_elem(&vm_stats, &slot);
+
+		if (st)
+			st->events[VM_FAULT]++;
+		return 0;
+	}
+	vm.addr = address;
+	vm.len = (__u64)cfg->vm_fault_period * PAGE_BYTES;
+	vm.flags = (__u32)error_code;
+	vm_send(ctx, (__u32)slot, cfg, &vm);
 	return 0;
 }
 

@@ -13,6 +13,8 @@
 /* Sessions that can sample at the same time (index = session slot). */
 #define PROFILE_MAX_SLOTS 64
 #define PROFILE_EVENT_THREAD_EXIT 2
+/* A change of a target's address space (struct vm_change), with the user stack that made it. */
+#define PROFILE_EVENT_VM 3
 
 /* A perf event's BPF cookie: the slot in the low 16 bits, the event index above. */
 #define PROFILE_COOKIE(slot, event) ((__u64)(slot) | ((__u64)(event) << 16))
@@ -61,7 +63,8 @@ struct slot_config {
 	__u32 copy_stack_bytes; /* 0: frame pointers only; else copy regs + up to this many stack bytes */
 	__u32 fp_stack;         /* 1: also walk frame pointers with bpf_get_stack() */
 	__u32 follow_children;  /* 1: processes a target forks become targets of the slot */
-	__u32 pad;
+	__u32 vm_fault_period;  /* 0: no address-space events; else they are on, and one
+				 * write fault to a page not present in this many is sampled */
 	struct python_config python;
 };
 
@@ -76,6 +79,41 @@ struct py_frame {
 	__u64 instr;
 };
 #define PY_FRAME_ENTRY 1ull
+
+/* vm_change.kind: what changed the address space. */
+#define VM_BRK 0    /* brk(2) moved the break (the [heap] mapping) */
+#define VM_MMAP 1   /* mmap(2) */
+#define VM_MUNMAP 2 /* munmap(2) */
+#define VM_MREMAP 3 /* mremap(2) */
+#define VM_FAULT 4  /* a sampled write fault to a page not present: first touch */
+#define VM_NR_KINDS 5
+
+/*
+ * An address-space change of a PROFILE_EVENT_VM record, read at the return
+ * of the system call (fexit of __x64_sys_*: arguments from the user
+ * registers saved at entry) or at the page fault (exceptions:page_fault_user).
+ */
+struct vm_change {
+	__u64 addr;     /* BRK: the new break; MMAP: the new mapping; MUNMAP: the range;
+			 * MREMAP: the new address; FAULT: the faulting address */
+	__u64 len;      /* MMAP, MUNMAP: bytes; MREMAP: the new length; FAULT: the bytes this
+			 * sample stands for (vm_fault_period pages) */
+	__u64 old_addr; /* BRK: the break before the call; MREMAP: the old address */
+	__u64 old_len;  /* MREMAP: the old length */
+	__u32 kind;     /* VM_* */
+	__u32 flags;    /* MMAP: mmap(2)'s flags argument; FAULT: the x86 error code */
+	__s32 fd;       /* MMAP: the file descriptor argument (-1: anonymous) */
+	__u32 pad;
+};
+
+/*
+ * Per-slot counters of address-space changes in the 'vm_stats' per-CPU
+ * array: every change of a target, whether its record was sent or not.
+ */
+struct vm_stats {
+	__u64 events[VM_NR_KINDS]; /* changes seen (FAULT: write faults to pages not present) */
+	__u64 unsent;              /* changes whose record was not sent (rate cap, nesting) */
+};
 
 /* sample_event.flags */
 #define SAMPLE_USER_TRUNCATED (1u << 0)   /* user stack filled all PROFILE_MAX_FRAMES */
@@ -107,13 +145,15 @@ struct sample_event {
 	__u32 cpu;
 	__u32 flags;      /* SAMPLE_* */
 	__u32 event;      /* 0: the CPU sampling event; 1: the session's second sampled event;
-			   * PROFILE_EVENT_THREAD_EXIT: the thread tid exited (no stack) */
+			   * PROFILE_EVENT_THREAD_EXIT: the thread tid exited (no stack);
+			   * PROFILE_EVENT_VM: an address-space change (vm; user stack only) */
 	__u16 kstack_len; /* frames, 0..PROFILE_MAX_FRAMES */
 	__u16 ustack_len; /* frames, 0..PROFILE_MAX_FRAMES */
 	__u32 stack_size; /* bytes in stack[], a multiple of 4096, 0..PROFILE_MAX_STACK_BYTES */
 	__u32 stack_offset; /* where rsp points in stack[] */
 	char comm[16];    /* thread name at sample time */
 	__u32 py_len;     /* Python frames in py[], 0..PROFILE_MAX_PY_FRAMES */
+	struct vm_change vm; /* PROFILE_EVENT_VM: the change */
 	__u64 regs[PROFILE_NREGS]; /* user registers, DWARF order (SAMPLE_HAS_REGS) */
 	struct py_frame py[PROFILE_MAX_PY_FRAMES]; /* innermost first (python_config) */
 	__u64 ips[2 * PROFILE_MAX_FRAMES];

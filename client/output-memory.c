@@ -1,4 +1,8 @@
-/* output-memory.c - the memory report: RSS series as sparklines, allocations, leak suspects. */
+/*
+ * output-memory.c - the memory report: the diagnosis first, RSS series as
+ * sparklines and by mapping kind, the stacks that grew the address space,
+ * allocations, leak suspects.
+ */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -101,6 +105,80 @@ static void print_alloc_stack(FILE *f, const json_t *x, bool ascii, json_t *prin
 	json_array_append((json_t *)printed, (json_t *)frames);
 }
 
+/* The diagnosis: verdict, evidence, suggestion. */
+static void print_diagnosis(FILE *f, const json_t *d)
+{
+	const json_t *e;
+	size_t i;
+
+	if (!json_is_object(d))
+		return;
+	fprintf(f, "\ndiagnosis: %s\n", json_string_value(json_object_get(d, "verdict")));
+	json_array_foreach(json_object_get(d, "evidence"), i, e)
+		fprintf(f, "  - %s\n", json_string_value(e));
+	if (json_is_string(json_object_get(d, "suggestion")))
+		fprintf(f, "  suggestion: %s\n", json_string_value(json_object_get(d, "suggestion")));
+}
+
+/* RSS by mapping kind: start, end and rate of each kind that holds anything. */
+static void print_by_mapping(FILE *f, const json_t *rows, const char *indent)
+{
+	const json_t *row;
+	char a[32], b[32], c[32];
+	size_t i;
+
+	json_array_foreach(rows, i, row)
+	{
+		double start = json_number_value(json_object_get(row, "start_bytes"));
+		double end = json_number_value(json_object_get(row, "end_bytes"));
+
+		if (start == 0 && end == 0)
+			continue;
+		format_bytes(a, sizeof(a), start, false);
+		format_bytes(b, sizeof(b), end, false);
+		format_bytes(c, sizeof(c),
+			     json_number_value(json_object_get(row, "growth_bytes_per_s")), true);
+		fprintf(f, "%s%-6s %10s -> %10s  %s/s\n", indent,
+			json_string_value(json_object_get(row, "kind")), a, b, c);
+	}
+}
+
+/* The stacks that grew the address space (net bytes) and touched new pages. */
+static void print_growth(FILE *f, const json_t *g)
+{
+	static const char *const lists[] = { "top_growth", "top_touch" };
+	static const char *const titles[] = {
+	    "address space grown by (brk, mmap, mremap, minus munmap)",
+	    "new pages touched by (sampled write faults)" };
+	const json_t *x;
+	char a[32];
+	size_t i;
+
+	if (!json_is_object(g)) {
+		fprintf(f, "\naddress-space growth: not followed (attach --events ...,rss)\n");
+		return;
+	}
+	for (size_t l = 0; l < ARRAY_SIZE(lists); l++) {
+		const json_t *list = json_object_get(g, lists[l]);
+
+		fprintf(f, "\n%s: %s\n", titles[l], json_array_size(list) ? "" : "none");
+		json_array_foreach(list, i, x)
+		{
+			format_bytes(a, sizeof(a), json_number_value(json_object_get(x, "bytes")),
+				     true);
+			fprintf(f, "\n  %s: %s in pid %lld (%s, %lld events)\n",
+				json_string_value(json_object_get(x, "function")) ?: "?", a,
+				(long long)json_integer_value(json_object_get(x, "pid")),
+				json_string_value(json_object_get(x, "mappings")) ?: "?",
+				(long long)json_integer_value(json_object_get(x, "events")));
+			print_frames(f, json_object_get(x, "frames"), "      ");
+		}
+	}
+	fprintf(f, "  (%lld address-space changes, %lld of them without a stack: over the rate cap)\n",
+		(long long)json_integer_value(json_object_get(g, "events")),
+		(long long)json_integer_value(json_object_get(g, "events_without_stack")));
+}
+
 int output__memory(FILE *f, const json_t *reply, bool ascii)
 {
 	const json_t *rss = json_object_get(reply, "rss"),
@@ -114,6 +192,7 @@ int output__memory(FILE *f, const json_t *reply, bool ascii)
 	    (r = get_num(reply, "duration_s", &duration)) < 0)
 		return r;
 	fprintf(f, "session %lld: memory over %.1f s\n", session, duration);
+	print_diagnosis(f, json_object_get(reply, "diagnosis"));
 	if (json_is_object(rss) && json_integer_value(json_object_get(rss, "readings")) > 0) {
 		const json_t *series = json_object_get(rss, "series"), *procs, *p;
 		const json_t *last = json_array_get(series, json_array_size(series) - 1);
@@ -150,6 +229,10 @@ int output__memory(FILE *f, const json_t *reply, bool ascii)
 			fprintf(f, ", PSS %s", a);
 		}
 		fputc('\n', f);
+		if (json_array_size(json_object_get(rss, "by_mapping"))) {
+			fprintf(f, "  by mapping (smaps):\n");
+			print_by_mapping(f, json_object_get(rss, "by_mapping"), "    ");
+		}
 		procs = json_object_get(rss, "processes");
 		if (json_array_size(procs) > 1)
 			json_array_foreach(procs, i, p)
@@ -168,12 +251,14 @@ int output__memory(FILE *f, const json_t *reply, bool ascii)
 					(long long)json_integer_value(json_object_get(p, "pid")), a,
 					b, c, json_number_value(json_object_get(p, "first_s")),
 					json_number_value(json_object_get(p, "last_s")));
+				print_by_mapping(f, json_object_get(p, "by_mapping"), "    ");
 			}
 	} else {
 		fprintf(f, "\nRSS: %s\n",
 			json_is_object(rss) ? "no reading (the process had exited?)"
 					    : "not recorded (attach --events ...,rss)");
 	}
+	print_growth(f, json_object_get(reply, "growth"));
 	if (!json_is_object(al)) {
 		fprintf(f, "\nallocations: not traced (attach --events cpu,malloc)\n");
 		return 0;

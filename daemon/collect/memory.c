@@ -1,10 +1,13 @@
-/* memory.c - one reading of a process's memory from /proc (the rss event). */
+/* memory.c - one reading of a process's memory from /proc (the rss event), and its split by mapping kind. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "collect/memory.h"
@@ -65,5 +68,84 @@ int memory__read(pid_t pid, struct store_memory *ret)
 	if (read_proc_file(pid, "smaps_rollup", buf, sizeof(buf)) == 0)
 		m.has_pss = kb_field(buf, "Pss", &m.pss_bytes);
 	*ret = m;
+	return 0;
+}
+
+static const char *const map_kind_names[MEMORY_MAP_NR_KINDS] = {
+    [MEMORY_MAP_HEAP] = "heap",   [MEMORY_MAP_ANON] = "anon", [MEMORY_MAP_STACK] = "stack",
+    [MEMORY_MAP_SHMEM] = "shmem", [MEMORY_MAP_FILE] = "file", [MEMORY_MAP_OTHER] = "other",
+};
+
+const char *memory__map_kind_name(enum memory_map_kind k)
+{
+	return (unsigned)k < MEMORY_MAP_NR_KINDS ? map_kind_names[k] : "other";
+}
+
+enum memory_map_kind memory__map_kind(const char *path, bool shared)
+{
+	static const char *const shmem_prefixes[] = { "/dev/shm/", "/memfd:", "/SYSV", "/dev/zero" };
+
+	if (strcmp(path, "[heap]") == 0)
+		return MEMORY_MAP_HEAP;
+	if (strncmp(path, "[stack", 6) == 0)
+		return MEMORY_MAP_STACK;
+	for (size_t i = 0; i < ARRAY_SIZE(shmem_prefixes); i++)
+		if (strncmp(path, shmem_prefixes[i], strlen(shmem_prefixes[i])) == 0)
+			return MEMORY_MAP_SHMEM;
+	if (!path[0] || strncmp(path, "[anon:", 6) == 0)
+		return shared ? MEMORY_MAP_SHMEM : MEMORY_MAP_ANON;
+	return path[0] == '/' ? MEMORY_MAP_FILE : MEMORY_MAP_OTHER;
+}
+
+/* The kind of the mapping a smaps header line names ("start-end perms offset dev inode path"). */
+static enum memory_map_kind header_kind(const char *line)
+{
+	char perms[8] = "";
+	int path_at = 0;
+
+	if (sscanf(line, "%*x-%*x %7s %*x %*x:%*x %*u %n", perms, &path_at) < 1 || path_at <= 0)
+		return MEMORY_MAP_OTHER;
+	return memory__map_kind(line + path_at, perms[3] == 's');
+}
+
+int memory__read_maps(pid_t pid, struct store_memory *m, uint64_t *ret_cpu_ns)
+{
+	uint64_t t0 = now_ns(CLOCK_THREAD_CPUTIME_ID), bytes[MEMORY_MAP_NR_KINDS] = { 0 };
+	enum memory_map_kind kind = MEMORY_MAP_OTHER;
+	char path[64], line[PATH_MAX + 128];
+	unsigned long long kb;
+	bool any = false;
+	FILE *f;
+	int r = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? -ESRCH : -errno;
+	while (fgets(line, sizeof(line), f)) {
+		size_t len = strlen(line);
+
+		if (len && line[len - 1] == '\n')
+			line[len - 1] = '\0';
+		/* Attribute lines start with a capital letter; a header with an address. */
+		if ((line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f')) {
+			kind = header_kind(line);
+			any = true;
+		} else if (strncmp(line, "Rss:", 4) == 0 && sscanf(line + 4, "%llu kB", &kb) == 1) {
+			bytes[kind] += (uint64_t)kb * 1024;
+		}
+	}
+	if (ferror(f))
+		r = errno == ESRCH || errno == 0 ? -ESRCH : -errno;
+	fclose(f);
+	if (ret_cpu_ns)
+		*ret_cpu_ns = now_ns(CLOCK_THREAD_CPUTIME_ID) - t0;
+	if (r < 0)
+		return r;
+	/* A process that exited while it was read leaves a short file, or none. */
+	if (!any || kill(pid, 0) < 0)
+		return -ESRCH;
+	memcpy(m->map_bytes, bytes, sizeof(bytes));
+	m->has_maps = true;
 	return 0;
 }

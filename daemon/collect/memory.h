@@ -17,3 +17,25 @@
  * reads (smaps_rollup takes the target's mmap lock); does not log.
  */
 int memory__read(pid_t pid, struct store_memory *ret);
+
+/*
+ * memory__read_maps() - the resident bytes of process @pid by mapping kind
+ * (enum memory_map_kind), summed from the Rss line of each mapping in
+ * /proc/PID/smaps, into @m->map_bytes (@m->has_maps set). The kind comes
+ * from the mapping's path and sharing (memory__map_kind()). The file is
+ * about 1 KiB per mapping and each read walks the target's page tables
+ * under its mmap lock: *@ret_cpu_ns (if not NULL) gets the thread CPU time
+ * the read took, so the caller can read it less often. Returns 0, -ESRCH if
+ * the process is gone (or went while it was read), -errno. Does not log.
+ */
+int memory__read_maps(pid_t pid, struct store_memory *m, uint64_t *ret_cpu_ns);
+
+/*
+ * memory__map_kind() - the kind of a mapping of @path (as /proc/PID/maps
+ * shows it: "" for anonymous, "[heap]", "/dev/shm/x (deleted)"...) mapped
+ * @shared (MAP_SHARED) or private.
+ */
+enum memory_map_kind memory__map_kind(const char *path, bool shared);
+
+/* memory__map_kind_name() - "heap", "anon", "stack", "shmem", "file" or "other". */
+const char *memory__map_kind_name(enum memory_map_kind k);

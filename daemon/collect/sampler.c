@@ -3,6 +3,8 @@
 #include <linux/perf_event.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <sys/mount.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -27,6 +29,7 @@ struct slot {
 struct sampler {
 	struct profile_bpf *skel;
 	struct bpf_link *fork_link, *exit_link; /* process lifetime tracepoints */
+	struct bpf_link *vm_links[6];           /* address-space changes; all NULL: unsupported */
 	struct record_reader reader;
 	sampler_fn fn;
 	void *ctx;
@@ -66,6 +69,76 @@ static bool handle_record(void *ctx, const void *data, size_t size)
 	return true;
 }
 
+/* The address-space programs and the kernel functions or tracepoints they attach to. */
+static struct bpf_program *vm_program(struct profile_bpf *skel, size_t i)
+{
+	struct bpf_program *progs[] = {
+	    skel->progs.vm_brk_entry,  skel->progs.vm_brk_exit,	   skel->progs.vm_mmap_exit,
+	    skel->progs.vm_munmap_exit, skel->progs.vm_mremap_exit, skel->progs.vm_fault,
+	};
+
+	return i < ARRAY_SIZE(progs) ? progs[i] : NULL;
+}
+
+/*
+ * The tracepoints they attach to, under tracefs: syscalls:* need
+ * CONFIG_FTRACE_SYSCALLS, and libbpf finds their ids in tracefs, mounted
+ * here at /sys/kernel/tracing if it is not (Linux 4.1).
+ */
+#define TRACEFS "/sys/kernel/tracing"
+static const char *const vm_tracepoints[] = {
+    "syscalls/sys_enter_brk", "syscalls/sys_exit_brk", "syscalls/sys_exit_mmap",
+    "syscalls/sys_exit_munmap", "syscalls/sys_exit_mremap", "exceptions/page_fault_user",
+};
+
+/*
+ * Load the address-space programs only if every tracepoint they attach to
+ * exists: a missing one would fail the whole skeleton's load, and CPU
+ * sampling must not depend on them.
+ */
+static void vm_programs_load(struct sampler *s)
+{
+	char path[128];
+	bool ok = true;
+
+	if (access(TRACEFS "/events", F_OK) < 0)
+		mount("tracefs", TRACEFS, "tracefs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+	for (size_t i = 0; ok && i < ARRAY_SIZE(vm_tracepoints); i++) {
+		snprintf(path, sizeof(path), TRACEFS "/events/%s/id", vm_tracepoints[i]);
+		ok = access(path, R_OK) == 0;
+	}
+	for (size_t i = 0; !ok && vm_program(s->skel, i); i++)
+		bpf_program__set_autoload(vm_program(s->skel, i), false);
+}
+
+/* Attach them: all or none. */
+static void vm_programs_attach(struct sampler *s)
+{
+	for (size_t i = 0; vm_program(s->skel, i); i++) {
+		if (!bpf_program__autoload(vm_program(s->skel, i)))
+			break;
+		s->vm_links[i] = bpf_program__attach(vm_program(s->skel, i));
+		if (!s->vm_links[i])
+			break;
+	}
+	if (sampler__vm_supported(s))
+		return;
+	for (size_t i = 0; i < ARRAY_SIZE(s->vm_links); i++) {
+		bpf_link__destroy(s->vm_links[i]);
+		s->vm_links[i] = NULL;
+	}
+}
+
+bool sampler__vm_supported(const struct sampler *s)
+{
+	return s->vm_links[ARRAY_SIZE(s->vm_links) - 1] != NULL;
+}
+
+int sampler__vm_stats(struct sampler *s, unsigned slot, struct vm_stats *ret)
+{
+	return percpu_sum(s->skel->maps.vm_stats, slot, s->nr_cpus, (uint64_t *)ret, U64S(*ret));
+}
+
 int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler **ret)
 {
 	struct sampler *s;
@@ -89,6 +162,13 @@ int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler 
 	r = bpf_map__set_max_entries(s->skel->maps.scratch, (__u32)s->nr_cpus);
 	if (r < 0)
 		goto fail;
+	r = bpf_map__set_max_entries(s->skel->maps.vm_scratch, (__u32)s->nr_cpus);
+	if (r < 0)
+		goto fail;
+	r = bpf_map__set_max_entries(s->skel->maps.vm_busy, (__u32)s->nr_cpus);
+	if (r < 0)
+		goto fail;
+	vm_programs_load(s);
 	r = collector__load(s->skel->skeleton, s->skel->maps.events, ringbuf_bytes, NULL, -1,
 			    handle_record, s, &s->reader);
 	if (r < 0)
@@ -105,6 +185,7 @@ int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler 
 		r = -errno;
 		goto fail;
 	}
+	vm_programs_attach(s);
 	*ret = s;
 	return 0;
 fail:
@@ -121,6 +202,8 @@ void sampler__free(struct sampler *s)
 	record_reader__close(&s->reader);
 	bpf_link__destroy(s->fork_link);
 	bpf_link__destroy(s->exit_link);
+	for (size_t i = 0; i < ARRAY_SIZE(s->vm_links); i++)
+		bpf_link__destroy(s->vm_links[i]);
 	profile_bpf__destroy(s->skel);
 	free(s);
 }
@@ -209,6 +292,10 @@ int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz
 
 	/* The slot's drop counters start from zero for each session. */
 	r = percpu_zero(s->skel->maps.drops, slot, s->nr_cpus, sizeof(struct slot_counters));
+	if (r == 0)
+		r = percpu_zero(s->skel->maps.vm_stats, slot, s->nr_cpus, sizeof(struct vm_stats));
+	if (r == 0)
+		r = percpu_zero(s->skel->maps.vm_budget, slot, s->nr_cpus, 3 * sizeof(uint64_t));
 	if (r < 0)
 		goto fail;
 	/* Settings before the target: no sample of this slot is taken before both exist. */

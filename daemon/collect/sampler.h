@@ -76,5 +76,18 @@ int sampler__start_extra(struct sampler *s, unsigned slot, uint32_t type, uint64
 /* sampler__stop() - close @slot's events and drop its targets. Idempotent. */
 void sampler__stop(struct sampler *s, unsigned slot);
 
+/*
+ * sampler__vm_supported() - whether the address-space programs are attached
+ * (slot_config.vm_fault_period has an effect): the kernel's BTF names the
+ * x86-64 brk/mmap/munmap/mremap wrappers and exceptions:page_fault_user.
+ */
+bool sampler__vm_supported(const struct sampler *s);
+
+/*
+ * sampler__vm_stats() - @slot's address-space changes since sampler__start()
+ * (running totals, struct vm_stats). 0 or -errno of the map read.
+ */
+int sampler__vm_stats(struct sampler *s, unsigned slot, struct vm_stats *ret);
+
 /* sampler__lost() - samples of @slot dropped because the ring buffer was full (running total). */
 uint64_t sampler__lost(struct sampler *s, unsigned slot);

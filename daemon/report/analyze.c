@@ -314,24 +314,32 @@ static int rule_memory(struct analysis *a)
 		double end = json_number_value(json_object_get(rss, "end_bytes"));
 		double slope = json_number_value(json_object_get(rss, "growth_bytes_per_s"));
 		double growth = end - start;
+		/* profctl memory's diagnosis: its verdict, evidence and suggestion. */
+		const json_t *d = json_object_get(m, "diagnosis");
+		const char *verdict = json_string_value(json_object_get(d, "verdict"));
+		const char *advice = json_string_value(json_object_get(d, "suggestion"));
 
 		if (slope > 0 && growth >= RSS_GROWTH_MIN_BYTES && start > 0 &&
 		    growth >= RSS_GROWTH_MEDIUM * start)
 			return finding(
 			    a, "memory-growth",
 			    growth >= RSS_GROWTH_HIGH * start ? "high" : "medium",
-			    json_pack("{s:f, s:f, s:f, s:f, s:f}", "start_bytes", start,
+			    json_pack("{s:f, s:f, s:f, s:f, s:f, s:s?, s:O?}", "start_bytes", start,
 				      "end_bytes", end, "peak_bytes",
 				      json_number_value(json_object_get(rss, "peak_bytes")),
 				      "growth_bytes_per_s", slope, "growth_pct",
-				      round(1000.0 * growth / start) / 10),
-			    json_is_object(al)
+				      round(1000.0 * growth / start) / 10, "verdict", verdict,
+				      "diagnosis", json_object_get(d, "evidence")),
+			    advice && verdict && strcmp(verdict, "flat") != 0
+				? advice
+			    : json_is_object(al)
 				? "See profctl memory for the call stacks that hold the growth "
 				  "(top stacks by growth, leak suspects)"
 				: "Attach again with --events cpu,rss,malloc to see which call "
 				  "stacks hold the growth",
-			    "RSS grew %.0f%% in the session (%.1f -> %.1f MiB, %.0f KiB/s)",
-			    100.0 * growth / start, start / 1048576, end / 1048576, slope / 1024);
+			    "RSS grew %.0f%% in the session (%.1f -> %.1f MiB, %.0f KiB/s): %s",
+			    100.0 * growth / start, start / 1048576, end / 1048576, slope / 1024,
+			    verdict ? verdict : "no diagnosis");
 		return checked(a, "memory-growth", "ok", "RSS %.1f -> %.1f MiB (%+.0f KiB/s)",
 			       start / 1048576, end / 1048576, slope / 1024);
 	}

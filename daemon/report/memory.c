@@ -1,14 +1,18 @@
 /*
- * memory.c - the memory report of a session: its RSS series with
- * start, end, peak and growth rate, and its sampled allocations as live
- * bytes and growth per call stack, with leak suspects.
+ * memory.c - the memory report of a session: its RSS series with start,
+ * end, peak and growth rate, split by mapping kind; the call stacks that
+ * grew the address space; its sampled allocations as live bytes and growth
+ * per call stack, with leak suspects; and a diagnosis of the growth
+ * (leak, allocator retention, unexplained or flat) with its evidence.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "collect/memory.h"
 #include "report/memory.h"
+#include "report/python_frames.h"
 #include "report/report.h"
 #include "util.h"
 #include "store/sqlite_util.h"
@@ -88,6 +92,62 @@ bool memory_report__is_leak_suspect(const double *live, unsigned n, uint64_t liv
 static json_t *bytes_json(double b)
 {
 	return json_integer((json_int_t)llround(b));
+}
+
+/*
+ * "by_mapping" of @o: [{kind, start_bytes, end_bytes, growth_bytes_per_s}]
+ * for each mapping kind, from the readings that have the split (smaps), of
+ * process @pid (0: the sum over the session's processes at each reading
+ * time); [] if no reading has it.
+ */
+static int by_mapping_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int pid, json_t *o)
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	_cleanup_free_ double *x = NULL, *y = NULL;
+	size_t n = 0, cap = 0, cap_y = 0;
+	json_t *arr = json_array();
+	int rc;
+
+	if (!arr || json_object_set_new(o, "by_mapping", arr) < 0)
+		return -ENOMEM;
+	if (sqlite3_prepare_v2(db,
+			       "SELECT time_ns, sum(map_heap_bytes), sum(map_anon_bytes), "
+			       "sum(map_stack_bytes), sum(map_shmem_bytes), sum(map_file_bytes), "
+			       "sum(map_other_bytes) FROM memory_samples WHERE session_id = ?1 "
+			       "AND (?2 = 0 OR pid = ?2) AND map_heap_bytes IS NOT NULL "
+			       "GROUP BY time_ns ORDER BY time_ns",
+			       -1, &st, NULL) != SQLITE_OK)
+		return -EIO;
+	sqlite3_bind_int64(st, 1, session_id);
+	sqlite3_bind_int(st, 2, pid);
+	/* x: time; y: MEMORY_MAP_NR_KINDS values per reading. */
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (grow_array((void **)&x, &cap, n, sizeof(*x)) < 0 ||
+		    grow_array((void **)&y, &cap_y, n, MEMORY_MAP_NR_KINDS * sizeof(*y)) < 0)
+			return -ENOMEM;
+		x[n] = (double)(sqlite3_column_int64(st, 0) - start_ns) / 1e9;
+		for (int k = 0; k < MEMORY_MAP_NR_KINDS; k++)
+			y[n * MEMORY_MAP_NR_KINDS + k] = (double)sqlite3_column_int64(st, 1 + k);
+		n++;
+	}
+	if (rc != SQLITE_DONE)
+		return -EIO;
+	for (int k = 0; n && k < MEMORY_MAP_NR_KINDS; k++) {
+		_cleanup_free_ double *yk = malloc(n * sizeof(*yk));
+		json_t *row;
+
+		if (!yk)
+			return -ENOMEM;
+		for (size_t i = 0; i < n; i++)
+			yk[i] = y[i * MEMORY_MAP_NR_KINDS + k];
+		row = json_pack("{s:s, s:o, s:o, s:o}", "kind", memory__map_kind_name(k),
+				"start_bytes", bytes_json(yk[0]), "end_bytes", bytes_json(yk[n - 1]),
+				"growth_bytes_per_s",
+				n >= 2 ? bytes_json(memory_report__slope(x, yk, n)) : json_null());
+		if (!row || json_array_append_new(arr, row) < 0)
+			return -ENOMEM;
+	}
+	return 0;
 }
 
 /* The RSS part: {"interval_s", "readings", "start_bytes", ..., "series", "processes"}. */
@@ -202,6 +262,21 @@ static int rss_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t i
 	}
 	if (rc != SQLITE_DONE)
 		goto fail_io;
+	rc = by_mapping_json(db, session_id, start_ns, 0, o);
+	if (rc < 0) {
+		json_decref(o);
+		return rc;
+	}
+	for (size_t i = 0; i < json_array_size(procs); i++) {
+		json_t *po = json_array_get(procs, i);
+
+		rc = by_mapping_json(db, session_id, start_ns,
+				     (int)json_integer_value(json_object_get(po, "pid")), po);
+		if (rc < 0) {
+			json_decref(o);
+			return rc;
+		}
+	}
 	*ret = o;
 	return 0;
 fail_oom:
@@ -346,6 +421,14 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 	}
 	if (sqlite3_prepare_v2(db, REPORT_STACK_FRAMES_SQL, -1, &fr, NULL) != SQLITE_OK)
 		return -EIO;
+	{
+		double live_start = 0;
+
+		for (size_t i = 0; i < nstacks; i++)
+			live_start += stacks[i].live[MEMORY_MAX_WINDOWS - windows];
+		if (json_object_set_new(o, "live_start_bytes", bytes_json(live_start)) < 0)
+			return -ENOMEM;
+	}
 	if (json_object_set_new(o, "live_bytes", bytes_json(total_live)) < 0 ||
 	    json_object_set_new(o, "untracked", json_integer((json_int_t)untracked)) < 0 ||
 	    json_object_set_new(o, "stacks", json_integer((json_int_t)nstacks)) < 0 ||
@@ -402,6 +485,315 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 	return 0;
 }
 
+/* Library frames that only carry an allocation to the kernel: not the code to name. */
+static bool is_runtime_module(const char *module)
+{
+	static const char *const prefixes[] = { "libc.so", "libc-", "ld-linux", "libstdc++" };
+	const char *base = module ? strrchr(module, '/') : NULL;
+
+	base = base ? base + 1 : module;
+	for (size_t i = 0; base && i < ARRAY_SIZE(prefixes); i++)
+		if (strncmp(base, prefixes[i], strlen(prefixes[i])) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * The frames of @stack_id in the Python view (CPython's own frames left
+ * out), and in *@ret_function the code that made the change: the first
+ * frame outside libc, the loader, libstdc++ and the interpreter.
+ */
+static json_t *growth_frames(sqlite3_stmt *fr, int64_t stack_id, const char **ret_function)
+{
+	json_t *all = report__stack_frames(fr, stack_id), *kept = json_array(), *f;
+	size_t i;
+
+	*ret_function = NULL;
+	if (!all || !kept) {
+		json_decref(all);
+		json_decref(kept);
+		return NULL;
+	}
+	json_array_foreach(all, i, f)
+	{
+		const char *fn = json_string_value(json_object_get(f, "function"));
+		const char *module = json_string_value(json_object_get(f, "module"));
+
+		if (python_frames__role(json_string_value(json_object_get(f, "kind")), module, NULL,
+					fn, json_string_value(json_object_get(f, "file"))) ==
+		    FRAME_INTERPRETER)
+			continue;
+		if (!*ret_function && fn && !is_runtime_module(module) && !is_allocator_function(fn))
+			*ret_function = json_string_value(json_object_get(f, "function"));
+		json_array_append(kept, f);
+	}
+	/* The name lives in @all's objects, which @kept holds references to. */
+	json_decref(all);
+	return kept;
+}
+
+/* What the growth events add up to, for the diagnosis (bytes). */
+struct growth_totals {
+	bool followed;
+	int64_t brk, anon_mapped, shmem_mapped, file_mapped, touched;
+	const char *top_function; /* of the stack that grew the address space most */
+};
+
+/*
+ * The "growth" part: the address-space changes (vm_changes) summed by
+ * change, and the stacks that grew the address space most (net bytes) and
+ * that touched most new pages (sampled faults). null if the session did
+ * not follow them.
+ */
+static int growth_json(sqlite3 *db, int64_t session_id, int limit, json_t *o,
+		       struct growth_totals *t)
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL, *fr = NULL;
+	json_t *g, *by_change, *stacks, *touch;
+	int rc;
+
+	if (sqlite3_prepare_v2(db,
+			       "SELECT vm_events, vm_unsent, vm_fault_period FROM sessions "
+			       "WHERE id = ?1 AND vm_fault_period IS NOT NULL",
+			       -1, &st, NULL) != SQLITE_OK)
+		return -EIO;
+	sqlite3_bind_int64(st, 1, session_id);
+	rc = sqlite3_step(st);
+	if (rc != SQLITE_ROW)
+		return rc == SQLITE_DONE ? json_object_set_new(o, "growth", json_null()) : -EIO;
+	t->followed = true;
+	g = json_pack("{s:I, s:I, s:I, s:{}, s:[], s:[]}", "events",
+		      (json_int_t)sqlite3_column_int64(st, 0), "events_without_stack",
+		      (json_int_t)sqlite3_column_int64(st, 1), "fault_sample_pages",
+		      (json_int_t)sqlite3_column_int64(st, 2), "by_change", "top_growth",
+		      "top_touch");
+	if (!g || json_object_set_new(o, "growth", g) < 0)
+		return -ENOMEM;
+	by_change = json_object_get(g, "by_change");
+	stacks = json_object_get(g, "top_growth");
+	touch = json_object_get(g, "top_touch");
+	sqlite3_finalize(st);
+	st = NULL;
+	if (sqlite3_prepare_v2(db,
+			       "SELECT change, mapping, sum(events), sum(bytes) FROM vm_changes "
+			       "WHERE session_id = ?1 GROUP BY change, mapping",
+			       -1, &st, NULL) != SQLITE_OK)
+		return -EIO;
+	sqlite3_bind_int64(st, 1, session_id);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const char *change = (const char *)sqlite3_column_text(st, 0);
+		const char *mapping = (const char *)sqlite3_column_text(st, 1);
+		int64_t bytes = sqlite3_column_int64(st, 3);
+		char key[64];
+
+		snprintf(key, sizeof(key), "%s %s", change, mapping);
+		if (json_object_set_new(by_change, key,
+					json_pack("{s:I, s:I}", "events",
+						  (json_int_t)sqlite3_column_int64(st, 2), "bytes",
+						  (json_int_t)bytes)) < 0)
+			return -ENOMEM;
+		if (strcmp(change, "brk") == 0)
+			t->brk += bytes;
+		else if (strcmp(change, "fault") == 0)
+			t->touched += bytes;
+		else if (strcmp(mapping, "anon") == 0)
+			t->anon_mapped += bytes;
+		else if (strcmp(mapping, "shmem") == 0)
+			t->shmem_mapped += bytes;
+		else
+			t->file_mapped += bytes;
+	}
+	if (rc != SQLITE_DONE)
+		return -EIO;
+	if (sqlite3_prepare_v2(db, REPORT_STACK_FRAMES_SQL, -1, &fr, NULL) != SQLITE_OK)
+		return -EIO;
+	/* Per stack: net bytes added (every change but faults), and first touches. */
+	for (int pass = 0; pass < 2; pass++) {
+		sqlite3_finalize(st);
+		st = NULL;
+		if (sqlite3_prepare_v2(
+			db,
+			pass == 0
+			    ? "SELECT stack_id, pid, sum(bytes) AS b, sum(events), "
+			      "group_concat(DISTINCT mapping) FROM vm_changes WHERE session_id = ?1 "
+			      "AND change <> 'fault' GROUP BY stack_id, pid HAVING b > 0 "
+			      "ORDER BY b DESC LIMIT ?2"
+			    : "SELECT stack_id, pid, sum(bytes) AS b, sum(events), 'touch' "
+			      "FROM vm_changes WHERE session_id = ?1 AND change = 'fault' "
+			      "GROUP BY stack_id, pid ORDER BY b DESC LIMIT ?2",
+			-1, &st, NULL) != SQLITE_OK)
+			return -EIO;
+		sqlite3_bind_int64(st, 1, session_id);
+		sqlite3_bind_int(st, 2, limit);
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+			const char *fn;
+			json_t *frames = growth_frames(fr, sqlite3_column_int64(st, 0), &fn), *row;
+
+			if (!frames)
+				return -ENOMEM;
+			row = json_pack("{s:s?, s:i, s:I, s:I, s:s?, s:o}", "function", fn, "pid",
+					sqlite3_column_int(st, 1), "bytes",
+					(json_int_t)sqlite3_column_int64(st, 2), "events",
+					(json_int_t)sqlite3_column_int64(st, 3), "mappings",
+					(const char *)sqlite3_column_text(st, 4), "frames", frames);
+			if (!row || json_array_append_new(pass == 0 ? stacks : touch, row) < 0)
+				return -ENOMEM;
+		}
+		if (rc != SQLITE_DONE)
+			return -EIO;
+	}
+	t->top_function = json_string_value(
+	    json_object_get(json_array_get(stacks, 0), "function"));
+	return 0;
+}
+
+static double mib(double bytes)
+{
+	return bytes / (1024.0 * 1024.0);
+}
+
+/* The start and end bytes of mapping kind @kind in the session's by_mapping; false if none. */
+static bool kind_growth(json_t *rss, const char *kind, double *ret)
+{
+	json_t *row;
+	size_t i;
+
+	json_array_foreach(json_object_get(rss, "by_mapping"), i, row)
+	{
+		if (strcmp(json_string_value(json_object_get(row, "kind")), kind) == 0) {
+			*ret = (double)json_integer_value(json_object_get(row, "end_bytes")) -
+			       (double)json_integer_value(json_object_get(row, "start_bytes"));
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Suggestions, one per verdict. */
+static const char *const retention_advice =
+    "glibc keeps freed memory its heap cannot give back: call malloc_trim(0) after large "
+    "frees, or run with MALLOC_MMAP_THRESHOLD_=65536 (large blocks mmapped and unmapped "
+    "when freed) and MALLOC_TRIM_THRESHOLD_=0, MALLOC_ARENA_MAX=2 with many threads, or "
+    "preload jemalloc or tcmalloc";
+
+/*
+ * The "diagnosis" of @o: {verdict, growth_bytes, kind, evidence: [...],
+ * suggestion}. Growth is RSS at the last reading minus the first; below
+ * max(4 MiB, 5% of the first) it is flat. Otherwise the kind of mapping
+ * that grew most decides with what is known: live bytes of the sampled
+ * allocations (a leak if they grew by half the growth or more, allocator
+ * retention below a quarter), or else the anonymous mappings the growth
+ * events show made and never unmapped (glibc unmaps a large block when it is
+ * freed, CPython an empty arena: they are live memory).
+ */
+static int diagnosis_json(json_t *o, const struct growth_totals *t)
+{
+	static const char *const kinds[] = { "heap", "anon", "stack", "shmem", "file", "other" };
+	json_t *rss = json_object_get(o, "rss"), *allocs = json_object_get(o, "allocations");
+	json_t *evidence = json_array(), *d;
+	const char *verdict, *kind = NULL, *suggestion = NULL;
+	double start, end, grown, threshold, best = 0, heap_anon = 0, g;
+	char line[512];
+
+	if (!evidence)
+		return -ENOMEM;
+	if (!rss || json_integer_value(json_object_get(rss, "readings")) < 2) {
+		json_decref(evidence);
+		return json_object_set_new(o, "diagnosis", json_null());
+	}
+	start = (double)json_integer_value(json_object_get(rss, "start_bytes"));
+	end = (double)json_integer_value(json_object_get(rss, "end_bytes"));
+	grown = end - start;
+	threshold = fmax(4.0 * 1024 * 1024, start / 20);
+	snprintf(line, sizeof(line), "RSS %.1f -> %.1f MiB (%+.1f MiB) over %.0f s", mib(start),
+		 mib(end), mib(grown),
+		 json_real_value(json_object_get(rss, "last_reading_s")));
+	json_array_append_new(evidence, json_string(line));
+	for (size_t k = 0; k < ARRAY_SIZE(kinds); k++) {
+		if (!kind_growth(rss, kinds[k], &g))
+			continue;
+		if (g > best) {
+			best = g;
+			kind = kinds[k];
+		}
+		if (k <= 1)
+			heap_anon += g;
+	}
+	if (kind) {
+		snprintf(line, sizeof(line), "most of it in %s mappings: %+.1f MiB", kind, mib(best));
+		json_array_append_new(evidence, json_string(line));
+	} else {
+		heap_anon = grown;
+	}
+	if (grown < threshold) {
+		verdict = "flat";
+	} else if (kind && strcmp(kind, "heap") != 0 && strcmp(kind, "anon") != 0) {
+		verdict = "growth-unexplained";
+		suggestion = strcmp(kind, "shmem") == 0
+				 ? "shared memory (/dev/shm, memfd) the process maps: tensors shared "
+				   "between processes (DataLoader workers) stay as long as a process "
+				   "maps them; see which process grows in rss.processes and the "
+				   "stacks of its mmap calls in growth.top_growth"
+				 : "not the allocator's memory: see growth.top_growth for the code "
+				   "that maps it";
+	} else if (allocs && json_is_null(json_object_get(allocs, "stopped_at_s")) &&
+		   json_object_get(allocs, "live_start_bytes")) {
+		double live = (double)json_integer_value(json_object_get(allocs, "live_bytes")) -
+			      (double)json_integer_value(
+				  json_object_get(allocs, "live_start_bytes"));
+
+		snprintf(line, sizeof(line),
+			 "live bytes of the sampled allocations %+.1f MiB over the same time",
+			 mib(live));
+		json_array_append_new(evidence, json_string(line));
+		if (live >= heap_anon / 2) {
+			verdict = "leak";
+			suggestion = "memory allocated and never freed: the stacks of "
+				     "allocations.leak_suspects and top_live hold it";
+		} else if (live < heap_anon / 4) {
+			verdict = "allocator-retention";
+			suggestion = retention_advice;
+		} else {
+			verdict = "growth-unexplained";
+			suggestion = "part live blocks, part memory the allocator keeps: see "
+				     "allocations.top_live, then try the allocator settings of "
+				     "allocator retention";
+		}
+	} else if (t->followed && kind && strcmp(kind, "anon") == 0 &&
+		   (double)t->anon_mapped >= best / 2) {
+		verdict = "leak";
+		snprintf(line, sizeof(line),
+			 "anonymous mappings made during the session and not unmapped: %+.1f MiB "
+			 "(allocators unmap large blocks and empty arenas when they are freed)",
+			 mib((double)t->anon_mapped));
+		json_array_append_new(evidence, json_string(line));
+		suggestion = "memory allocated and kept: growth.top_growth names the code; attach "
+			     "with --events cpu,rss,malloc for the allocating stacks of smaller "
+			     "blocks";
+	} else {
+		verdict = "growth-unexplained";
+		if (t->followed && t->brk > 0) {
+			snprintf(line, sizeof(line), "the brk heap grew %+.1f MiB", mib((double)t->brk));
+			json_array_append_new(evidence, json_string(line));
+		}
+		suggestion = "without allocation samples profd cannot tell live blocks from freed "
+			     "memory the allocator keeps: attach again with --events cpu,rss,malloc, "
+			     "or run with MALLOC_MMAP_THRESHOLD_=65536 MALLOC_TRIM_THRESHOLD_=0 (if "
+			     "the growth stops, it was allocator retention)";
+	}
+	if (t->top_function && strcmp(verdict, "flat") != 0) {
+		snprintf(line, sizeof(line), "the address space grew most from %s",
+			 t->top_function);
+		json_array_append_new(evidence, json_string(line));
+	}
+	d = json_pack("{s:s, s:o, s:s?, s:o, s:s?}", "verdict", verdict, "growth_bytes",
+		      bytes_json(grown), "kind", kind, "evidence", evidence, "suggestion",
+		      suggestion);
+	if (!d || json_object_set_new(o, "diagnosis", d) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
 /* A column as a JSON integer, or null. */
 static json_t *col_int_or_null(sqlite3_stmt *st, int i)
 {
@@ -414,6 +806,7 @@ int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	int64_t start_ns, end_ns, interval_ns;
+	struct growth_totals growth = { 0 };
 	double dur_s;
 	json_t *o = NULL, *rss = NULL, *allocs;
 	int r;
@@ -454,13 +847,15 @@ int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 		r = -ENOMEM;
 		goto fail;
 	}
+	r = growth_json(db, session_id, limit, o, &growth);
+	if (r < 0)
+		goto fail;
 	if (sqlite3_column_type(st, 3) == SQLITE_NULL) {
 		if (json_object_set_new(o, "allocations", json_null()) < 0) {
 			r = -ENOMEM;
 			goto fail;
 		}
-		*ret = o;
-		return 0;
+		goto diagnose;
 	}
 	{
 		int64_t calls = sqlite3_column_int64(st, 4), bytes = sqlite3_column_int64(st, 6);
@@ -487,6 +882,10 @@ int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 		goto fail;
 	}
 	r = allocations_json(db, session_id, start_ns, end_ns, limit, allocs);
+	if (r < 0)
+		goto fail;
+diagnose:
+	r = diagnosis_json(o, &growth);
 	if (r < 0)
 		goto fail;
 	*ret = o;

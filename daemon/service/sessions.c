@@ -32,9 +32,10 @@ static const char *const offcpu_state_names[OFFCPU_NR_STATES] = {
 };
 
 /*
- * profd__on_sample() - a CPU sample from the ring buffer, or back from the
- * unwinding thread (sampler_fn, unwind_worker__drain()). A sample with
- * registers and a stack copy goes to the unwinding thread first.
+ * profd__on_sample() - a CPU sample (or an address-space change) from the
+ * ring buffer, or back from the unwinding thread (sampler_fn,
+ * unwind_worker__drain()). A record with registers and a stack copy goes to
+ * the unwinding thread first.
  */
 void profd__on_sample(void *ctx, const struct sample_event *e, size_t size)
 {
@@ -62,7 +63,10 @@ void profd__on_sample(void *ctx, const struct sample_event *e, size_t size)
 			session__count_dropped(s, e);
 		return;
 	}
-	session__on_sample(s, e);
+	if (e->event == PROFILE_EVENT_VM)
+		session__on_vm(s, e);
+	else
+		session__on_sample(s, e);
 }
 
 /* profd__on_offcpu() - an off-CPU interval (offcpu_fn): split into its blocked and runnable part.

@@ -1,11 +1,13 @@
 /*
- * memory.c - a session's memory: the RSS series of its processes,
+ * memory.c - a session's memory: the RSS series of its processes (split by
+ * mapping kind), the address-space changes of its processes per call stack,
  * and its sampled allocations matched with their frees, kept until the
  * flush that stores them (and, for live blocks, until they are freed).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,6 +35,26 @@ struct alloc_block {
 };
 
 /*
+ * The split by mapping kind of @m, from /proc/PID/smaps: at each reading,
+ * unless the last read cost more than 1% of a core over the interval, then
+ * as often as keeps it at 1% (a process with 10,000 mappings: ~10 MiB of
+ * text). The readings between have no split.
+ */
+static void read_maps(struct session *s, struct proc *proc, struct store_memory *m,
+		      uint64_t mono_ns)
+{
+	uint64_t cost_ns = 0;
+
+	if (mono_ns < proc->maps_next_ns)
+		return;
+	if (memory__read_maps(proc->pid, m, &cost_ns) < 0)
+		m->has_maps = false;
+	proc->maps_next_ns = mono_ns + (cost_ns * 100 > s->memory_interval_ns
+					    ? cost_ns * 100 - s->memory_interval_ns / 2
+					    : 0);
+}
+
+/*
  * session__read_memory() - if the session's memory interval has passed at
  * @mono_ns (CLOCK_MONOTONIC), read the memory of each of its processes
  * still alive; kept for the next flush. A process that has exited is
@@ -58,6 +80,7 @@ int session__read_memory(struct session *s, uint64_t mono_ns)
 
 		if (memory__read(proc->pid, &m) < 0)
 			continue;
+		read_maps(s, proc, &m, mono_ns);
 		m.time_ns = real_ns;
 		m.pid = proc->pid;
 		if (grow_array((void **)&s->memory_rows, &s->memory_cap, s->memory_nrows,
@@ -244,6 +267,263 @@ void session__on_malloc(struct session *s, const struct malloc_event *e, const u
 	}
 }
 
+/* Address-space changes of one (pid, stack, change, mapping) since the last flush. */
+struct vm_acc {
+	int pid;
+	struct raw_stack *stack;
+	unsigned change; /* VM_* */
+	enum memory_map_kind mapping; /* MEMORY_MAP_NR_KINDS: 'touch' (faults) */
+	uint64_t events;
+	int64_t bytes;
+};
+
+/* A mapping made during the session: who made it, for the munmap that undoes it. */
+struct vm_region {
+	int pid;
+	uint64_t start, len;
+	struct raw_stack *stack;
+	enum memory_map_kind mapping;
+	bool gone;
+};
+
+static const char *const vm_change_names[VM_NR_KINDS] = {
+    [VM_BRK] = "brk", [VM_MMAP] = "mmap", [VM_MUNMAP] = "munmap", [VM_MREMAP] = "mremap",
+    [VM_FAULT] = "fault",
+};
+
+static bool vm_acc_eq(const void *entry, const void *key)
+{
+	const struct vm_acc *a = entry, *b = key;
+
+	return a->pid == b->pid && a->stack == b->stack && a->change == b->change &&
+	       a->mapping == b->mapping;
+}
+
+static uint64_t vm_acc_hash(const struct vm_acc *a)
+{
+	uint64_t h = hash64(HASH64_INIT, &a->pid, sizeof(a->pid));
+
+	h = hash64(h, &a->stack, sizeof(a->stack));
+	h = hash64(h, &a->change, sizeof(a->change));
+	return hash64(h, &a->mapping, sizeof(a->mapping));
+}
+
+/* Add @bytes to (pid, @stack, @change, @mapping); an accumulator that cannot be made is lost. */
+static void vm_account(struct session *s, int pid, struct raw_stack *stack, unsigned change,
+		       enum memory_map_kind mapping, int64_t bytes)
+{
+	struct vm_acc key = { .pid = pid, .stack = stack, .change = change, .mapping = mapping };
+	uint64_t h = vm_acc_hash(&key);
+	struct vm_acc *a = hashmap__find(&s->vm_acc, h, vm_acc_eq, &key);
+
+	if (!a) {
+		a = malloc(sizeof(*a));
+		if (!a || hashmap__insert(&s->vm_acc, h, a) < 0) {
+			free(a);
+			s->vm_untracked++;
+			return;
+		}
+		*a = key;
+	}
+	a->events++;
+	a->bytes += bytes;
+}
+
+struct region_key {
+	int pid;
+	uint64_t start;
+};
+
+static uint64_t region_hash(int pid, uint64_t start)
+{
+	return hash64(hash64(HASH64_INIT, &pid, sizeof(pid)), &start, sizeof(start));
+}
+
+static bool region_eq(const void *entry, const void *key)
+{
+	const struct vm_region *r = entry;
+	const struct region_key *k = key;
+
+	return r->pid == k->pid && r->start == k->start && !r->gone;
+}
+
+static struct vm_region *region_find(struct session *s, int pid, uint64_t start)
+{
+	struct region_key k = { pid, start };
+
+	return hashmap__find(&s->vm_regions, region_hash(pid, start), region_eq, &k);
+}
+
+static void region_add(struct session *s, int pid, uint64_t start, uint64_t len,
+		       struct raw_stack *stack, enum memory_map_kind mapping)
+{
+	struct vm_region *r;
+
+	if (s->vm_regions.len - s->vm_regions_gone >= SESSION_VM_MAX_REGIONS ||
+	    !(r = malloc(sizeof(*r)))) {
+		s->vm_untracked++;
+		return;
+	}
+	*r = (struct vm_region){ pid, start, len, stack, mapping, false };
+	if (hashmap__insert(&s->vm_regions, region_hash(pid, start), r) < 0) {
+		free(r);
+		s->vm_untracked++;
+	}
+}
+
+static uint64_t page_round(uint64_t n)
+{
+	return (n + 4095) & ~4095ull;
+}
+
+/* The kind of an mmap: anonymous, shared anonymous, or the file behind @fd (shm or not). */
+static enum memory_map_kind mmap_kind(int pid, const struct vm_change *vm)
+{
+	char path[64], target[256];
+	ssize_t n;
+
+	if (vm->flags & MAP_ANONYMOUS || vm->fd < 0)
+		return vm->flags & MAP_SHARED ? MEMORY_MAP_SHMEM : MEMORY_MAP_ANON;
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, vm->fd);
+	n = readlink(path, target, sizeof(target) - 1);
+	target[n > 0 ? n : 0] = '\0';
+	return memory__map_kind(target, vm->flags & MAP_SHARED);
+}
+
+/*
+ * session__on_vm() - an address-space change of one of the session's
+ * processes (a PROFILE_EVENT_VM record, user stack already unwound): what
+ * it adds to (or takes from) the address space, on its call stack; an
+ * munmap or mremap of a mapping made during the session counts against the
+ * stack that mapped it. Allocates; reads /proc/PID/fd for file mappings;
+ * does not log.
+ */
+void session__on_vm(struct session *s, const struct sample_event *e)
+{
+	const struct vm_change *vm = &e->vm;
+	struct raw_stack *stack = session__sample_stack(s, e, NULL);
+	int pid = (int)e->pid;
+	struct vm_region *r;
+
+	if (!stack || vm->kind >= VM_NR_KINDS) {
+		s->vm_untracked++;
+		return;
+	}
+	switch (vm->kind) {
+	case VM_BRK:
+		vm_account(s, pid, stack, VM_BRK, MEMORY_MAP_HEAP,
+			   (int64_t)(vm->addr - vm->old_addr));
+		break;
+	case VM_MMAP: {
+		enum memory_map_kind k = mmap_kind(pid, vm);
+
+		vm_account(s, pid, stack, VM_MMAP, k, (int64_t)page_round(vm->len));
+		region_add(s, pid, vm->addr, page_round(vm->len), stack, k);
+		break;
+	}
+	case VM_MUNMAP: {
+		uint64_t len = page_round(vm->len);
+
+		r = region_find(s, pid, vm->addr);
+		if (!r) { /* mapped before the session, or not from its start */
+			vm_account(s, pid, stack, VM_MUNMAP, MEMORY_MAP_ANON, -(int64_t)len);
+			break;
+		}
+		if (len > r->len)
+			len = r->len;
+		vm_account(s, pid, r->stack, VM_MUNMAP, r->mapping, -(int64_t)len);
+		r->gone = true;
+		s->vm_regions_gone++;
+		if (len < r->len)
+			region_add(s, pid, r->start + len, r->len - len, r->stack, r->mapping);
+		break;
+	}
+	case VM_MREMAP: {
+		int64_t delta = (int64_t)page_round(vm->len) - (int64_t)page_round(vm->old_len);
+
+		r = region_find(s, pid, vm->old_addr);
+		if (!r) {
+			vm_account(s, pid, stack, VM_MREMAP, MEMORY_MAP_ANON, delta);
+			break;
+		}
+		vm_account(s, pid, r->stack, VM_MREMAP, r->mapping, delta);
+		r->gone = true;
+		s->vm_regions_gone++;
+		region_add(s, pid, vm->addr, page_round(vm->len), r->stack, r->mapping);
+		break;
+	}
+	case VM_FAULT:
+		vm_account(s, pid, stack, VM_FAULT, MEMORY_MAP_NR_KINDS, (int64_t)vm->len);
+		break;
+	}
+}
+
+/* Store the changes since the last flush; their accumulators are emptied once committed. */
+static int flush_vm(struct session *s, const struct session_env *env, bool *refreshed)
+{
+	struct vm_stats st = { 0 };
+	struct vm_acc *a;
+	int r;
+
+	if (!s->vm_fault_period)
+		return 0;
+	hashmap__for_each(&s->vm_acc, i, a)
+	{
+		struct store_vm_change c = {
+		    .pid = a->pid,
+		    .change = vm_change_names[a->change],
+		    .mapping = a->mapping == MEMORY_MAP_NR_KINDS ? "touch"
+								 : memory__map_kind_name(a->mapping),
+		    .events = a->events,
+		    .bytes = a->bytes,
+		};
+
+		if (!a->events)
+			continue;
+		r = session__resolve_stack(s, env, a->stack, refreshed);
+		if (r < 0)
+			return r;
+		c.stack_id = a->stack->stack_id;
+		r = store__vm_change_add(env->store, s->id, &c);
+		if (r < 0)
+			return r;
+	}
+	if (env->sampler && sampler__vm_stats(env->sampler, s->slot, &st) < 0)
+		memset(&st, 0, sizeof(st));
+	{
+		uint64_t events = 0;
+
+		for (unsigned k = 0; k < VM_NR_KINDS; k++)
+			events += st.events[k];
+		return store__session_vm(env->store, s->id, events, st.unsent + s->vm_untracked,
+					 s->vm_fault_period);
+	}
+}
+
+/* The flush committed: empty the accumulators, and forget unmapped regions now and then. */
+static void flush_vm_done(struct session *s)
+{
+	struct hashmap keep = { 0 };
+	struct vm_acc *a;
+	struct vm_region *r;
+
+	hashmap__for_each(&s->vm_acc, i, a)
+	{
+		a->events = 0;
+		a->bytes = 0;
+	}
+	if (s->vm_regions_gone < s->vm_regions.len / 2)
+		return;
+	hashmap__for_each(&s->vm_regions, i, r)
+	{
+		if (r->gone || hashmap__insert(&keep, region_hash(r->pid, r->start), r) < 0)
+			free(r);
+	}
+	hashmap__free(&s->vm_regions);
+	s->vm_regions = keep;
+	s->vm_regions_gone = 0;
+}
+
 /*
  * session__flush_memory() - the memory part of session__flush(): readings,
  * new sampled blocks, frees of stored blocks, the probes' totals. Returns 0
@@ -259,6 +539,9 @@ int session__flush_memory(struct session *s, const struct session_env *env, bool
 		if (r < 0)
 			return r;
 	}
+	r = flush_vm(s, env, refreshed);
+	if (r < 0)
+		return r;
 	if (!s->malloc_sample_bytes)
 		return 0;
 	hashmap__for_each(&s->alloc_blocks, i, b)
@@ -305,6 +588,7 @@ void session__flush_memory_done(struct session *s)
 	struct alloc_block *b;
 
 	s->memory_nrows = 0;
+	flush_vm_done(s);
 	hashmap__for_each(&s->alloc_blocks, i, b)
 	{
 		if (b->new_row_id) {
@@ -338,8 +622,14 @@ void session__flush_memory_failed(struct session *s)
 void session__free_memory(struct session *s)
 {
 	struct alloc_block *b;
+	struct vm_acc *a;
+	struct vm_region *r;
 
 	free(s->memory_rows);
+	hashmap__for_each(&s->vm_acc, i, a) free(a);
+	hashmap__free(&s->vm_acc);
+	hashmap__for_each(&s->vm_regions, i, r) free(r);
+	hashmap__free(&s->vm_regions);
 	hashmap__for_each(&s->alloc_inflight, i, b) free(b);
 	hashmap__free(&s->alloc_inflight);
 	hashmap__for_each(&s->alloc_blocks, i, b) free(b);

@@ -177,9 +177,15 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	    .copy_stack_bytes = p->unwind == UNWIND_MODE_FP ? 0 : p->stack_bytes,
 	    .fp_stack = p->unwind != UNWIND_MODE_DWARF,
 	    .follow_children = p->follow_children,
+	    .vm_fault_period = (s->events & EVENT_RSS) && env->sampler &&
+				       sampler__vm_supported(env->sampler)
+				   ? SESSION_VM_FAULT_PERIOD
+				   : 0,
 	};
 	const char *python_status = "off";
 	struct python_interp interp = {0};
+
+	s->vm_fault_period = cfg.vm_fault_period;
 
 	if (p->python) {
 		r = python__find(p->pid, s->main->as, &interp);
@@ -439,8 +445,13 @@ struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint
 	return st;
 }
 
-static struct raw_stack *stack_get(struct session *s, const struct sample_event *e,
-				   bool *ret_limited)
+/*
+ * session__sample_stack() - the session's copy of @e's stack, Python frames
+ * merged where the interpreter's are; NULL without memory or at the stack
+ * limit (*@ret_limited set).
+ */
+struct raw_stack *session__sample_stack(struct session *s, const struct sample_event *e,
+					bool *ret_limited)
 {
 	uint32_t flags = e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED);
 	uint64_t ips[2 * PROFILE_MAX_FRAMES];
@@ -586,7 +597,7 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 		s->limit_dropped++;
 		return;
 	}
-	key.stack = stack_get(s, e, &limited);
+	key.stack = session__sample_stack(s, e, &limited);
 	if (!key.stack && limited) {
 		s->limit_dropped++;
 		return;

@@ -63,6 +63,7 @@ struct proc {
 	struct perfmap *jit; /* /tmp/perf-PID.map, for code outside any file mapping */
 	unsigned probes_tried; /* a child: bit (1 << feature) once that probe feature was attached
 				* to it, or tried (daemon/service/features.c) */
+	uint64_t maps_next_ns; /* CLOCK_MONOTONIC of the next /proc/PID/smaps read (memory.c) */
 };
 
 /* struct session is private to daemon/session/ (session_internal.h): use the session__*() calls. */
@@ -77,6 +78,7 @@ int session__discover_children(struct session *s, int targets_fd);
 int session__read_memory(struct session *s, uint64_t mono_ns);
 void session__on_malloc(struct session *s, const struct malloc_event *e, const uint64_t *ips,
 			unsigned n);
+void session__on_vm(struct session *s, const struct sample_event *e);
 
 /*
  * session__new() - check and open @p->pid, insert the session row, start

@@ -11,6 +11,15 @@
 
 #include "session/session.h"
 
+/*
+ * One write fault to a page not present in this many is sampled with its
+ * stack when a session follows address-space changes: 256 KiB of first
+ * touches per sample.
+ */
+#define SESSION_VM_FAULT_PERIOD 64
+/* Mappings remembered per session for the munmap that undoes them. */
+#define SESSION_VM_MAX_REGIONS 65536
+
 /* One profiling session (session.h says what it is). */
 struct session {
 	int64_t id;
@@ -63,6 +72,14 @@ struct session {
 	    malloc_totals;	/* the allocation probes' counters, set before each flush */
 	uint64_t alloc_orphans; /* samples lost in user space (RETURN without ALLOC...), total */
 	uint64_t malloc_max_hits_per_s; /* 0: no limit */
+	unsigned vm_fault_period;	/* address-space changes followed (one write fault in this
+					 * many sampled); 0: not followed */
+	struct hashmap vm_acc;		/* struct vm_acc: changes per (pid, stack, change, mapping),
+					 * not yet flushed */
+	struct hashmap vm_regions;	/* struct vm_region by (pid, start): mappings made in the
+					 * session, for the munmap that undoes them */
+	size_t vm_regions_gone;		/* entries of vm_regions unmapped since */
+	uint64_t vm_untracked;		/* mmaps not remembered (vm_regions at its bound) */
 	/* Limits (bounded memory): samples past them are counted, not kept. */
 	unsigned max_threads, max_stacks;
 	struct hashmap tids;	/* tids sampled so far, as (void *)(tid + 1) */
@@ -102,6 +119,8 @@ struct raw_stack {
 /* Documented where they are defined, in session.c. */
 struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint64_t *ips,
 					unsigned klen, unsigned ulen, uint32_t flags,
+					bool *ret_limited);
+struct raw_stack *session__sample_stack(struct session *s, const struct sample_event *e,
 					bool *ret_limited);
 int session__resolve_stack(struct session *s, const struct session_env *env, struct raw_stack *st,
 			   bool *refreshed);

@@ -83,8 +83,17 @@ static const char *const stmt_sql[_STMT_MAX] = {
 			     "status) VALUES (?1, ?2, ?3)",
     [STMT_SESSION_OFFCPU_LOST] = "UPDATE sessions SET offcpu_lost = offcpu_lost + ?2 WHERE id = ?1",
     [STMT_MEMORY_ADD] = "INSERT OR REPLACE INTO memory_samples (session_id, time_ns, pid, "
-			"rss_bytes, pss_bytes, anon_bytes, file_bytes, shmem_bytes, swap_bytes) "
-			"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+			"rss_bytes, pss_bytes, anon_bytes, file_bytes, shmem_bytes, swap_bytes, "
+			"map_heap_bytes, map_anon_bytes, map_stack_bytes, map_shmem_bytes, "
+			"map_file_bytes, map_other_bytes) "
+			"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    [STMT_VM_CHANGE_ADD] =
+	"INSERT INTO vm_changes (session_id, pid, stack_id, change, mapping, events, bytes) "
+	"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
+	"ON CONFLICT (session_id, pid, stack_id, change, mapping) DO UPDATE SET "
+	"events = events + excluded.events, bytes = bytes + excluded.bytes",
+    [STMT_SESSION_VM] = "UPDATE sessions SET vm_events = ?2, vm_unsent = ?3, "
+			"vm_fault_period = ?4 WHERE id = ?1",
     [STMT_ALLOCATION_ADD] =
 	"INSERT INTO allocations (session_id, pid, tid, stack_id, func, size_bytes, "
 	"weight_bytes, address, alloc_ns, free_ns, untracked) "
@@ -868,6 +877,34 @@ int store__memory_add(struct store *st, int64_t session_id, const struct store_m
 	sqlite3_bind_int64(stmt, 7, (int64_t)m->file_bytes);
 	sqlite3_bind_int64(stmt, 8, (int64_t)m->shmem_bytes);
 	sqlite3_bind_int64(stmt, 9, (int64_t)m->swap_bytes);
+	for (int k = 0; k < MEMORY_MAP_NR_KINDS; k++)
+		bind_int64_if(stmt, 10 + k, m->has_maps, (int64_t)m->map_bytes[k]);
+	return store__step_done(stmt);
+}
+
+int store__vm_change_add(struct store *st, int64_t session_id, const struct store_vm_change *c)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_VM_CHANGE_ADD];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int(stmt, 2, c->pid);
+	sqlite3_bind_int64(stmt, 3, c->stack_id);
+	sqlite3_bind_text(stmt, 4, c->change, -1, SQLITE_STATIC);
+	sqlite3_bind_text(stmt, 5, c->mapping, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(stmt, 6, (int64_t)c->events);
+	sqlite3_bind_int64(stmt, 7, c->bytes);
+	return store__step_done(stmt);
+}
+
+int store__session_vm(struct store *st, int64_t session_id, uint64_t events, uint64_t unsent,
+		      unsigned fault_period)
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_VM];
+
+	sqlite3_bind_int64(stmt, 1, session_id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)events);
+	sqlite3_bind_int64(stmt, 3, (int64_t)unsent);
+	sqlite3_bind_int(stmt, 4, (int)fault_period);
 	return store__step_done(stmt);
 }
 

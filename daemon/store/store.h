@@ -169,11 +169,34 @@ int store__session_counter(struct store *st, int64_t session_id, const char *nam
 int store__session_add_offcpu_lost(struct store *st, int64_t session_id, uint64_t lost);
 
 /* One reading of a process's memory (bytes; time_ns: CLOCK_REALTIME). */
+/* Mapping kinds of a memory reading (memory_samples.map_*_bytes; names: memory__map_kind_name()). */
+enum memory_map_kind {
+	MEMORY_MAP_HEAP,  /* [heap]: the brk heap */
+	MEMORY_MAP_ANON,  /* anonymous mappings */
+	MEMORY_MAP_STACK, /* [stack] */
+	MEMORY_MAP_SHMEM, /* /dev/shm, memfd, SysV shm, shared anonymous */
+	MEMORY_MAP_FILE,  /* other files */
+	MEMORY_MAP_OTHER, /* [vdso], [vvar], ... */
+	MEMORY_MAP_NR_KINDS
+};
+
 struct store_memory {
 	uint64_t time_ns;
 	int pid;
 	uint64_t rss_bytes, pss_bytes, anon_bytes, file_bytes, shmem_bytes, swap_bytes;
-	bool has_pss; /* smaps_rollup was readable */
+	bool has_pss;  /* smaps_rollup was readable */
+	bool has_maps; /* map_bytes[] were read (smaps) */
+	uint64_t map_bytes[MEMORY_MAP_NR_KINDS]; /* resident bytes by enum memory_map_kind */
+};
+
+/* Address-space changes of one process and stack (vm_changes): static strings. */
+struct store_vm_change {
+	int pid;
+	int64_t stack_id;
+	const char *change;  /* "brk", "mmap", "munmap", "mremap", "fault" */
+	const char *mapping; /* "heap", "anon", "shmem", "file", "touch" */
+	uint64_t events;
+	int64_t bytes;       /* signed: added to the address space */
 };
 
 /* One sampled allocation (times: CLOCK_REALTIME ns; free_ns 0: live). */
@@ -195,6 +218,11 @@ struct store_malloc {
 
 /* store__memory_add() - add one reading of a process's memory (replaces one at the same time). */
 int store__memory_add(struct store *st, int64_t session_id, const struct store_memory *m);
+/* store__vm_change_add() - add @c's events and bytes to its row of vm_changes. */
+int store__vm_change_add(struct store *st, int64_t session_id, const struct store_vm_change *c);
+/* store__session_vm() - set the session's address-space totals (running totals, struct vm_stats). */
+int store__session_vm(struct store *st, int64_t session_id, uint64_t events, uint64_t unsent,
+		      unsigned fault_period);
 /* store__allocation_add() - add a sampled allocation; *@ret_id gets its row id. */
 int store__allocation_add(struct store *st, int64_t session_id, const struct store_allocation *a,
 			  int64_t *ret_id);
