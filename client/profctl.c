@@ -103,7 +103,7 @@ static const struct command commands[] = {
 	.name = "memory",
 	.operand = OPERAND_SESSION,
 	.synopsis = "SESSION [--limit N] [--ascii]",
-	.summary = "memory growth: RSS over time, live bytes per stack, leak suspects",
+	.summary = "memory growth explained: a diagnosis, RSS by mapping, the stacks that grow it",
 	.options = "limit ascii",
 	.run = run_memory,
     },

@@ -116,8 +116,9 @@ def run_as_users():
         rc, r, _ = user_sql('SELECT count(*) FROM stacks')
         own = d.json('sql', 'SELECT count(*) FROM (SELECT stack_id FROM samples WHERE session_id = %d'
                      ' UNION SELECT stack_id FROM offcpu WHERE session_id = %d'
-                     ' UNION SELECT stack_id FROM event_samples WHERE session_id = %d)'
-                     % (user_sid, user_sid, user_sid))['rows'][0][0]
+                     ' UNION SELECT stack_id FROM event_samples WHERE session_id = %d'
+                     ' UNION SELECT stack_id FROM vm_changes WHERE session_id = %d)'
+                     % (user_sid, user_sid, user_sid, user_sid))['rows'][0][0]
         check(rc == 0 and r['rows'][0][0] == own, 'user sees %r stacks, owns %d' % (r and r['rows'], own))
         for sql in ('SELECT count(*) FROM main.samples', 'SELECT * FROM main.sessions'):
             rc, _, err = user_sql(sql)
