@@ -33,6 +33,7 @@ static uint64_t test_self_vdso(uint64_t *ret_start);
 #include "check.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <ftw.h>
 #include <netinet/in.h>
 #include <signal.h>

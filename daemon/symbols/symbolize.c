@@ -11,7 +11,6 @@
  * an unsymbolized frame, never an error of the caller's. Not thread-safe:
  * one symbolizer and its address spaces belong to one thread.
  */
-#include <dlfcn.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwelf.h>
@@ -29,7 +28,6 @@
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "symbols/elf_util.h"
@@ -39,6 +37,8 @@
 #include "symbols/kallsyms.h"
 #include "symbols/strpool.h"
 #include "symbols/symbolize.h"
+#include "symbols/symbolize_internal.h"
+#include "symbols/symindex.h"
 #include "util.h"
 
 /* libstdc++'s demangler (the build links libstdc++); <cxxabi.h> is C++ only. */
@@ -68,30 +68,8 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
  */
 #define SCOPE_MAX_DEPTH 128
 #define INLINE_MAX 32
-/* A file that could not be opened is tried again after this long. */
-#define MODULE_RETRY_NS (10 * NSEC_PER_SEC)
-
 /* ---------------------------------------------------------------------- */
 /* The symbolizer */
-
-/*
- * One ELF file, by path + build ID, opened in a Dwfl of its own: a file
- * mapped by a process, or (@file) a file named by symbolizer__file().
- */
-struct module {
-	const char *path;     /* interned; the path in the maps */
-	const char *build_id; /* interned */
-	/* part of the key only when there is no build ID */
-	uint64_t dev_major, dev_minor, ino;
-	/* [vdso]: the mapping's size, whether it is our own image; 0/false for files */
-	uint64_t vdso_bytes;
-	bool vdso_self;
-	bool file;  /* opened by symbolizer__file(): by path, else debug info by build ID */
-	Dwfl *dwfl; /* NULL: no usable ELF */
-	Dwfl_Module *mod;
-	Dwarf_Addr bias;   /* Dwfl address - ELF virtual address */
-	uint64_t retry_ns; /* CLOCK_MONOTONIC time to try opening again when dwfl is NULL */
-};
 
 /* One level of inlining at an address: the inlined function and where in it. */
 struct inline_frame {
@@ -109,25 +87,6 @@ struct result {
 	/* the inlined calls at the address, innermost first; malloc'd, owned by the entry */
 	struct inline_frame *inlined;
 	size_t n_inlined;
-};
-
-struct symbolizer {
-	struct strpool pool;
-
-	struct hashmap modules; /* struct module, by path + build ID (+ inode) */
-	struct hashmap results; /* struct result, by module + address; emptied when full */
-
-	struct kallsyms kallsyms; /* loaded on first use */
-
-	/*
-	 * Where separate debug files are looked for (debuginfo.h); with
-	 * @debuginfod, libdwfl's standard callbacks replace its own. The Dwfls
-	 * point at debuginfo.callbacks.
-	 */
-	struct debuginfo debuginfo;
-	bool debuginfod;
-	/* symbolizer__file() with debuginfod: a Dwfl kept only for its debuginfod client */
-	Dwfl *debuginfod_dwfl;
 };
 
 /*
@@ -181,6 +140,7 @@ static void module_free(struct module *m)
 {
 	if (!m)
 		return;
+	symindex__free(m->index); /* before the Dwfl: it points at libdwfl's strings */
 	if (m->dwfl)
 		dwfl_end(m->dwfl); /* closes the fd dwfl_report_elf() consumed */
 	free(m);
@@ -216,15 +176,6 @@ void symbolizer__free(struct symbolizer *s)
 	free(s);
 }
 
-/* What identifies a module: interned strings compare by address. Hashed as bytes. */
-struct module_key {
-	const char *path, *build_id;
-	uint64_t dev_major, dev_minor, ino;
-	uint64_t vdso_bytes;
-	bool vdso_self;
-	bool file;
-};
-
 static bool module_eq(const void *entry, const void *key)
 {
 	const struct module *m = entry;
@@ -236,10 +187,10 @@ static bool module_eq(const void *entry, const void *key)
 }
 
 /*
- * module_intern() - the module of @key, created (fields from the key, not
+ * symbolizer__module_intern() - the module of @key, created (fields from the key, not
  * opened, first try at @retry_ns) if new. NULL only on out-of-memory.
  */
-static struct module *module_intern(struct symbolizer *s, const struct module_key *key,
+struct module *symbolizer__module_intern(struct symbolizer *s, const struct module_key *key,
 				    uint64_t retry_ns)
 {
 	uint64_t h = hash64(HASH64_INIT, key, sizeof(*key));
@@ -269,11 +220,11 @@ static struct module *module_intern(struct symbolizer *s, const struct module_ke
 }
 
 /*
- * module_report() - give @mod a Dwfl of its own, with @s's callbacks, with
+ * symbolizer__module_report() - give @mod a Dwfl of its own, with @s's callbacks, with
  * the ELF file @fd (consumed) named @file_name. Returns 0, -ENOMEM, or
  * -EINVAL if libdwfl cannot use the file.
  */
-static int module_report(struct symbolizer *s, struct module *mod, const char *file_name, int fd)
+int symbolizer__module_report(struct symbolizer *s, struct module *mod, const char *file_name, int fd)
 {
 	Dwarf_Addr bias, dwarf_bias;
 	Dwfl_Module *dm;
@@ -300,6 +251,9 @@ static int module_report(struct symbolizer *s, struct module *mod, const char *f
 	 * /proc/PID/root still leads to it.
 	 */
 	(void)dwfl_module_getdwarf(dm, &dwarf_bias);
+	/* the symbol table libdwfl settled on (the debug file's, if any), sorted once */
+	if (symindex__build(dm, &mod->index) < 0)
+		mod->index = NULL; /* libdwfl's own search then: slower, same names */
 	mod->dwfl = dwfl;
 	mod->mod = dm;
 	mod->bias = bias;
@@ -332,7 +286,7 @@ static void module_open(struct symbolizer *s, struct module *mod, const struct a
 		 * (next to it, in .debug/, under /usr/lib/debug): the path the
 		 * process sees, through its root while that exists.
 		 */
-		r = module_report(s, mod, how == OPEN_ROOT ? buf : mod->path, TAKE_FD(fd));
+		r = symbolizer__module_report(s, mod, how == OPEN_ROOT ? buf : mod->path, TAKE_FD(fd));
 		if (r == 0 || r == -ENOMEM)
 			return;
 	}
@@ -356,7 +310,7 @@ static void module_open_vdso(struct symbolizer *s, struct module *mod)
 	fd = debuginfo__vdso_open(&bytes);
 	if (fd < 0 || mod->vdso_bytes != bytes || !elf_fd_matches(fd, mod->build_id))
 		return;
-	(void)module_report(s, mod, mod->path, TAKE_FD(fd));
+	(void)symbolizer__module_report(s, mod, mod->path, TAKE_FD(fd));
 }
 
 /*
@@ -388,7 +342,7 @@ static struct module *symbolizer_module(struct symbolizer *s, const struct addrs
 		key.vdso_self = f->vdso_self;
 	}
 	/* [vdso] is opened from our own copy, once; nothing else has a file */
-	mod = module_intern(s, &key, key.path[0] == '/' || key.vdso_self ? 0 : UINT64_MAX);
+	mod = symbolizer__module_intern(s, &key, key.path[0] == '/' || key.vdso_self ? 0 : UINT64_MAX);
 	if (!mod)
 		return NULL;
 	if (!mod->dwfl && mod->retry_ns != UINT64_MAX) {
@@ -617,6 +571,36 @@ static int module_inline(struct symbolizer *s, const struct module *mod, Dwarf_A
 }
 
 /*
+ * module_symbol() - the name of the symbol that holds Dwfl address @addr
+ * of @mod, as dwfl_module_addrinfo() gives it: from the module's sorted
+ * index (symindex.c), or from libdwfl's linear search where the index does
+ * not decide or could not be built. NULL if no symbol holds it.
+ */
+static const char *module_symbol(const struct module *mod, Dwarf_Addr addr)
+{
+	const char *name = NULL;
+	Dwarf_Addr start;
+	GElf_Off off;
+	GElf_Sym sym;
+
+	if (mod->index) {
+		switch (symindex__lookup(mod->index, addr, &name, &start)) {
+		case SYMINDEX_FOUND:
+			return name;
+		case SYMINDEX_NONE:
+			return NULL;
+		case SYMINDEX_ASK_LIBDW:
+			break;
+		}
+	}
+	name = dwfl_module_addrinfo(mod->mod, addr, &off, &sym, NULL, NULL, NULL);
+	if (!name || !name[0] || GELF_ST_TYPE(sym.st_info) == STT_SECTION ||
+	    GELF_ST_TYPE(sym.st_info) == STT_FILE || GELF_ST_TYPE(sym.st_info) == STT_TLS)
+		return NULL;
+	return name;
+}
+
+/*
  * module_lookup() - what ELF virtual address @vaddr of @mod is: the function
  * the symbol table names (demangled), the file and line in it (of the
  * outermost inlined call when @vaddr is in inlined code), and the inlined
@@ -629,8 +613,6 @@ static int module_lookup(struct symbolizer *s, const struct module *mod, uint64_
 	Dwarf_Addr addr = vaddr + mod->bias;
 	const char *name, *src = NULL, *src_comp_dir = NULL, *file, *comp_dir;
 	Dwfl_Line *dl;
-	GElf_Off off;
-	GElf_Sym sym;
 	int src_line = 0, line, r;
 
 	ret->function = NULL;
@@ -639,9 +621,8 @@ static int module_lookup(struct symbolizer *s, const struct module *mod, uint64_
 	ret->inlined = NULL;
 	ret->n_inlined = 0;
 
-	name = dwfl_module_addrinfo(mod->mod, addr, &off, &sym, NULL, NULL, NULL);
-	if (name && name[0] && GELF_ST_TYPE(sym.st_info) != STT_SECTION &&
-	    GELF_ST_TYPE(sym.st_info) != STT_FILE && GELF_ST_TYPE(sym.st_info) != STT_TLS) {
+	name = module_symbol(mod, addr);
+	if (name) {
 		ret->function = intern_symbol(s, name);
 		if (!ret->function)
 			return -ENOMEM;
@@ -708,12 +689,12 @@ static void results_add(struct symbolizer *s, const struct result *r)
 }
 
 /*
- * module_frames() - the frames of ELF virtual address @vaddr of @mod (whose
+ * symbolizer__module_frames() - the frames of ELF virtual address @vaddr of @mod (whose
  * Dwfl is open), looked up at @lookup (@vaddr or @vaddr - 1), into @ret as
  * symbolizer__user_inline() documents, from the result cache or looked up
  * and cached. Returns the number of frames (1..@max, @max >= 1) or -ENOMEM.
  */
-static int module_frames(struct symbolizer *s, const struct module *mod, uint64_t vaddr,
+int symbolizer__module_frames(struct symbolizer *s, const struct module *mod, uint64_t vaddr,
 			 uint64_t lookup, struct frame_info *ret, size_t max)
 {
 	struct result r = {.mod = mod, .vaddr = lookup}, *cached;
@@ -811,7 +792,7 @@ int symbolizer__user_inline(struct symbolizer *s, const struct addrspace *as, ui
 	ret[0].rel_addr = rel;
 	if (!mod->dwfl)
 		return 1;
-	return module_frames(s, mod, rel, return_addr && rel > 0 ? rel - 1 : rel, ret, max);
+	return symbolizer__module_frames(s, mod, rel, return_addr && rel > 0 ? rel - 1 : rel, ret, max);
 }
 
 /*
@@ -850,214 +831,6 @@ int symbolizer__user(struct symbolizer *s, const struct addrspace *as, uint64_t 
 	int r = symbolizer__user_inline(s, as, addr, return_addr, ret, 1);
 
 	return r < 0 ? r : 0;
-}
-
-/* build_id_bytes() - lowercase hex @hex as bytes into @buf; their count, 0 if not such hex. */
-static size_t build_id_bytes(const char *hex, unsigned char buf[static BUILD_ID_MAX_BYTES])
-{
-	size_t len = strnlen(hex, 2 * BUILD_ID_MAX_BYTES + 1);
-
-	if (len < 2 || len % 2 || len > 2 * BUILD_ID_MAX_BYTES)
-		return 0;
-	for (size_t i = 0; i < len; i++) {
-		int d = hex[i] >= '0' && hex[i] <= '9'	 ? hex[i] - '0'
-			: hex[i] >= 'a' && hex[i] <= 'f' ? hex[i] - 'a' + 10
-							 : -1;
-
-		if (d < 0)
-			return 0;
-		if (i % 2)
-			buf[i / 2] |= (unsigned char)d;
-		else
-			buf[i / 2] = (unsigned char)(d << 4);
-	}
-	return len / 2;
-}
-
-/* The libdebuginfod call we make ourselves (elfutils debuginfod/debuginfod.h). */
-typedef int debuginfod_find_fn(debuginfod_client *client, const unsigned char *build_id,
-			       int build_id_len, char **path);
-
-/*
- * debuginfod_fetch() - the debug file with build ID @id (@len bytes) from
- * libdebuginfod, as an fd; -1 if there is no client (no DEBUGINFOD_URLS, no
- * libdebuginfod) or it has nothing. libdwfl loads libdebuginfod with
- * dlopen() for its own client (dwfl_get_debuginfod_client()); we borrow
- * that client, from a Dwfl kept for it, and look the function up in the
- * library already loaded. Blocks on the network.
- */
-static int debuginfod_fetch(struct symbolizer *s, const unsigned char *id, size_t len)
-{
-	debuginfod_find_fn *find;
-	debuginfod_client *client;
-	char *path = NULL;
-	void *so;
-	int fd;
-
-	if (!s->debuginfod_dwfl) {
-		s->debuginfod_dwfl = dwfl_begin(&s->debuginfo.callbacks);
-		if (!s->debuginfod_dwfl)
-			return -1;
-	}
-	client = dwfl_get_debuginfod_client(s->debuginfod_dwfl);
-	if (!client)
-		return -1;
-	so = dlopen("libdebuginfod.so.1", RTLD_LAZY | RTLD_NOLOAD);
-	if (!so)
-		return -1;
-	find = (debuginfod_find_fn *)dlsym(so, "debuginfod_find_debuginfo");
-	fd = find ? find(client, id, (int)len, &path) : -1;
-	free(path);
-	dlclose(so);
-	return fd;
-}
-
-/*
- * module_open_file() - open the file module @mod (symbolizer__file()): the
- * file at its path if its build ID is the module's (any ELF when the module
- * has none), its separate debug info found from there as for a mapping;
- * else the debug file with the module's build ID, under each root's
- * .build-id/ (@s's debug path, then /usr/lib/debug), then from debuginfod
- * when @s may use it. The debug file alone has the symbol table and DWARF
- * (objcopy --only-keep-debug keeps .symtab and the program headers). Leaves
- * mod->dwfl NULL when nothing is found.
- */
-static void module_open_file(struct symbolizer *s, struct module *mod)
-{
-	unsigned char id[BUILD_ID_MAX_BYTES];
-	const char *p = s->debuginfo.path, *root;
-	size_t id_len;
-	ssize_t len;
-	int fd;
-
-	fd = open_regular(mod->path);
-	if (fd >= 0 && elf_fd_matches(fd, mod->build_id)) {
-		int r = module_report(s, mod, mod->path, fd);
-
-		if (r == 0 || r == -ENOMEM)
-			return;
-	} else if (fd >= 0) {
-		close(fd);
-	}
-	id_len = build_id_bytes(mod->build_id, id);
-	if (id_len == 0)
-		return;
-	while ((len = debuginfo__path_next(&p, &root)) >= 0) {
-		char path[PATH_MAX];
-		int n;
-
-		if (len == 0 || root[0] != '/')
-			continue;
-		n = snprintf(path, sizeof(path), "%.*s/.build-id/%.2s/%s.debug", (int)len, root,
-			     mod->build_id, mod->build_id + 2);
-		if (n < 0 || (size_t)n >= sizeof(path))
-			continue;
-		fd = open_regular(path);
-		if (fd >= 0 && elf_fd_matches(fd, mod->build_id)) {
-			int r = module_report(s, mod, path, fd);
-
-			if (r == 0 || r == -ENOMEM)
-				return;
-		} else if (fd >= 0) {
-			close(fd);
-		}
-	}
-	if (!s->debuginfod)
-		return;
-	fd = debuginfod_fetch(s, id, id_len);
-	if (fd >= 0 && elf_fd_matches(fd, mod->build_id))
-		(void)module_report(s, mod, mod->path, fd);
-	else if (fd >= 0)
-		close(fd);
-}
-
-/*
- * symbolizer_file_module() - the module of file @path with build ID
- * @build_id for symbolizer__file(), opened on first use (and again after
- * MODULE_RETRY_NS while it cannot be); NULL on OOM. Without a build ID the
- * file's inode is part of the key, as for mappings. Kept apart from the
- * modules of mappings, which are opened only from the file.
- */
-static struct module *symbolizer_file_module(struct symbolizer *s, const char *path,
-					     const char *build_id)
-{
-	struct module_key key;
-	struct module *mod;
-
-	memset(&key, 0, sizeof(key)); /* padding too: the key is hashed as bytes */
-	key.path = strpool_intern(&s->pool, path);
-	key.build_id = strpool_intern(&s->pool, build_id);
-	key.file = true;
-	if (!key.path || !key.build_id)
-		return NULL;
-	if (!key.build_id[0]) {
-		struct stat st;
-
-		if (stat(path, &st) == 0) {
-			key.dev_major = major(st.st_dev);
-			key.dev_minor = minor(st.st_dev);
-			key.ino = st.st_ino;
-		}
-	}
-	mod = module_intern(s, &key, 0);
-	if (!mod)
-		return NULL;
-	if (!mod->dwfl) {
-		uint64_t now = now_ns(CLOCK_MONOTONIC);
-
-		if (now >= mod->retry_ns) {
-			module_open_file(s, mod);
-			mod->retry_ns = now + MODULE_RETRY_NS;
-		}
-	}
-	return mod;
-}
-
-/*
- * symbolizer__file() - symbolize ELF virtual address @rel_addr of the file
- * @path whose GNU build ID is @build_id, without a process: for frames
- * stored earlier (profctl resymbolize).
- * @path: absolute path of the file in our mount namespace.
- * @build_id: lowercase hex, "" if unknown (then any ELF file at @path is
- *   taken, and nothing else).
- * @rel_addr: looked up as given: for a return address the caller passes the
- *   stored rel_addr - 1 if it wants the call's line (there is no
- *   return_addr here).
- * @ret, @max: as symbolizer__user_inline(); module is @path, build_id
- *   @build_id (interned), rel_addr @rel_addr.
- *
- * The file is used only if its build ID is @build_id (a file rebuilt or
- * upgraded since would give silently wrong names); else, and for a file
- * gone, the separate debug file with that build ID is used alone: under
- * DIR/.build-id/ of the symbolizer's debug path and /usr/lib/debug, then
- * fetched by libdebuginfod when the symbolizer was made with debuginfod.
- * Opened files are cached by (path, build ID) like those of mappings; one
- * not found is looked for again after MODULE_RETRY_NS.
- *
- * Returns the number of frames (1..@max; function NULL when the file has no
- * symbol there), -ENOENT when neither a matching file nor its debug info
- * was found (ret[0] has module, build_id, rel_addr and function NULL),
- * -ENOMEM, -EINVAL for @max 0. Blocks on file I/O (and on the network with
- * debuginfod); does not log.
- */
-int symbolizer__file(struct symbolizer *s, const char *path, const char *build_id,
-		     uint64_t rel_addr, struct frame_info *ret, size_t max)
-{
-	struct module *mod;
-
-	if (max < 1)
-		return -EINVAL;
-	ret[0] = (struct frame_info){.module = "[unknown]", .build_id = "", .rel_addr = rel_addr};
-	if (!path || path[0] != '/' || strnlen(path, PATH_MAX) >= PATH_MAX)
-		return -ENOENT;
-	mod = symbolizer_file_module(s, path, build_id ? build_id : "");
-	if (!mod)
-		return -ENOMEM;
-	ret[0].module = mod->path;
-	ret[0].build_id = mod->build_id;
-	if (!mod->dwfl)
-		return -ENOENT;
-	return module_frames(s, mod, rel_addr, rel_addr, ret, max);
 }
 
 /*
