@@ -161,12 +161,10 @@ static bool near(uint64_t value, uint64_t want, double tolerance)
 #define CHECK_NEAR(value, want, tol)                                                               \
 	do {                                                                                       \
 		uint64_t _v = (value), _w = (want);                                                \
-		if (!near(_v, _w, tol)) {                                                          \
-			fprintf(stderr, "%s:%d: %s ~ %s (+-%.0f%%) failed: %llu vs %llu\n",        \
-				__FILE__, __LINE__, #value, #want, (tol) * 100,                    \
-				(unsigned long long)_v, (unsigned long long)_w);                   \
-			check_failures++;                                                          \
-		}                                                                                  \
+		if (!near(_v, _w, tol))                                                            \
+			check_fail(__FILE__, __LINE__, "%s ~ %s (+-%.0f%%) failed: %llu vs %llu",  \
+				   #value, #want, (tol)*100, (unsigned long long)_v,               \
+				   (unsigned long long)_w);                                        \
 	} while (0)
 
 static void test_names(void)

@@ -50,21 +50,17 @@ static char debuginfod_cache[] = "/tmp/test-symbolize-debuginfod.XXXXXX";
 #define CHECK_HEX_EQ(a, b)                                                                         \
 	do {                                                                                       \
 		uint64_t _a = (uint64_t)(a), _b = (uint64_t)(b);                                   \
-		if (_a != _b) {                                                                    \
-			fprintf(stderr, "%s:%d: %s == %s failed: %#" PRIx64 " != %#" PRIx64 "\n",  \
-				__FILE__, __LINE__, #a, #b, _a, _b);                               \
-			check_failures++;                                                          \
-		}                                                                                  \
+		if (_a != _b)                                                                      \
+			check_fail(__FILE__, __LINE__,                                             \
+				   "%s == %s failed: %#" PRIx64 " != %#" PRIx64, #a, #b, _a, _b);  \
 	} while (0)
 
 #define CHECK_STR_SUFFIX(a, suffix)                                                                \
 	do {                                                                                       \
 		const char *_a = (a), *_s = (suffix);                                              \
-		if (!_a || strlen(_a) < strlen(_s) || strcmp(_a + strlen(_a) - strlen(_s), _s)) {  \
-			fprintf(stderr, "%s:%d: %s ends with \"%s\" failed: \"%s\"\n", __FILE__,   \
-				__LINE__, #a, _s, _a ? _a : "(null)");                             \
-			check_failures++;                                                          \
-		}                                                                                  \
+		if (!_a || strlen(_a) < strlen(_s) || strcmp(_a + strlen(_a) - strlen(_s), _s))    \
+			check_fail(__FILE__, __LINE__, "%s ends with \"%s\" failed: \"%s\"", #a,   \
+				   _s, _a ? _a : "(null)");                                        \
 	} while (0)
 
 static void skip(const char *part, const char *reason)
@@ -286,11 +282,9 @@ static void test_maps_parser(void)
 	    "7f0000001000-7f0000002000 r-xp 00001000 fd:01 123456    /usr/lib/a b.so\n";
 
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
-		if (maps_parse_line(bad[i], strlen(bad[i]), &ml) != -EINVAL) {
-			fprintf(stderr, "%s:%d: bad maps line %zu accepted: %s", __FILE__, __LINE__,
-				i, bad[i]);
-			check_failures++;
-		}
+		if (maps_parse_line(bad[i], strlen(bad[i]), &ml) != -EINVAL)
+			check_fail(__FILE__, __LINE__, "bad maps line %zu accepted: %.*s", i,
+				   (int)strcspn(bad[i], "\n"), bad[i]);
 	}
 	/* a NUL inside the line */
 	CHECK_INT_EQ(maps_parse_line("1000-2000 r-xp 0 0:0 1 /a\0b\n", 26, &ml), -EINVAL);
@@ -831,9 +825,8 @@ static void vdso_check_fake(struct symbolizer *s, const struct vdso_copy *v, pid
 		CHECK_STR_EQ(fi.function, "__vdso_clock_gettime");
 		CHECK_STR_EQ(fi.build_id, v->build_id);
 	} else if (fi.function) {
-		fprintf(stderr, "%s:%d: %s: [vdso] named \"%s\", not our image\n", __FILE__,
-			__LINE__, what, fi.function);
-		check_failures++;
+		check_fail(__FILE__, __LINE__, "%s: [vdso] named \"%s\", not our image", what,
+			   fi.function);
 	}
 	addrspace__free(as);
 }
