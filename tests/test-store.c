@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "check_store.h"
 #include "store/store.h"
 #include "util.h"
 
@@ -29,15 +30,7 @@ static long long query_int(struct store *st, const char *sql)
 /* A session row started at @started_ns, ended at @ended_ns (0: still running). */
 static int64_t add_session(struct store *st, uint64_t started_ns, uint64_t ended_ns)
 {
-	struct store_session row = {.pid = 1,
-				    .pid_start_ticks = 1,
-				    .comm = "ret",
-				    .uid = 0,
-				    .event = "cpu-clock",
-				    .events = "cpu",
-				    .freq_hz = 99,
-				    .unwind = "fp",
-				    .started_at_ns = started_ns};
+	struct store_session row = test_session_row(1, "ret", "cpu", started_ns);
 	int64_t id = 0;
 
 	CHECK_INT_EQ(store__session_insert(st, &row, &id), 0);
@@ -50,10 +43,9 @@ static int64_t add_session(struct store *st, uint64_t started_ns, uint64_t ended
 static int64_t add_stack_samples(struct store *st, int64_t sid, const char *module, uint64_t addr,
 				 uint64_t count)
 {
-	struct frame_info f = {.module = module, .build_id = "", .rel_addr = addr};
 	int64_t fid = 0, stack = 0;
 
-	CHECK_INT_EQ(store__frame_id(st, &f, &fid), 0);
+	CHECK_INT_EQ(test_frame_id(st, module, addr, NULL, &fid), 0);
 	CHECK_INT_EQ(store__stack_id(st, &fid, 1, false, true, &stack), 0);
 	CHECK_INT_EQ(store__sample_add(st, sid, 1000, 1, stack, count, 0), 0);
 	return stack;
@@ -315,9 +307,7 @@ int main(void)
 	int64_t sid, f1, f2, f3, s1, s2;
 	int fd;
 
-	if (!mkdtemp(dir))
-		return 99;
-	snprintf(path, sizeof(path), "%s/profd.db", dir);
+	test_db_path(dir, path, sizeof(path));
 
 	/* Empty database: every migration applied, WAL, not world-readable. */
 	CHECK_INT_EQ(store__open(path, &st), 0);
@@ -331,15 +321,7 @@ int main(void)
 	CHECK_INT_EQ(sb.st_mode & 0077, 0);
 
 	/* Writes: a session, deduplicated frames and stacks, samples that add up. */
-	struct store_session row = {.pid = 1234,
-				    .pid_start_ticks = 99,
-				    .comm = "spin",
-				    .uid = 0,
-				    .event = "cpu-clock",
-				    .events = "cpu",
-				    .freq_hz = 99,
-				    .unwind = "fp",
-				    .started_at_ns = 1000};
+	struct store_session row = test_session_row(1234, "spin", "cpu", 1000);
 	struct frame_info a = {.module = "/bin/a",
 			       .build_id = "ab",
 			       .rel_addr = 0x10,
@@ -352,6 +334,7 @@ int main(void)
 			       .build_id = "",
 			       .rel_addr = 0xffffffff81000000ULL,
 			       .function = "schedule"};
+	row.pid_start_ticks = 99;
 	CHECK_INT_EQ(store__begin(st), 0);
 	CHECK_INT_EQ(store__session_insert(st, &row, &sid), 0);
 	CHECK_INT_EQ(store__frame_id(st, &a, &f1), 0);
