@@ -257,6 +257,23 @@ static char *real_path(const char *path)
 /* ---------------------------------------------------------------------- */
 /* Part: /proc/PID/maps parsing */
 
+/*
+ * as_read_text() - as_read_maps() of @as from the maps text @maps (a
+ * string) instead of /proc/PID/maps: the number of new mappings it
+ * returns. A stream that cannot be opened is a setup error.
+ */
+static int as_read_text(struct addrspace *as, const char *maps)
+{
+	FILE *f = fmemopen((void *)maps, strlen(maps), "r");
+	int r;
+
+	if (!f)
+		SETUP_FAIL("fmemopen: %m");
+	r = as_read_maps(as, f);
+	fclose(f);
+	return r;
+}
+
 static void test_maps_parser(void)
 {
 	static const char *const bad[] = {
@@ -321,15 +338,10 @@ static void test_maps_parser(void)
 	struct addrspace *as = calloc(1, sizeof(*as));
 	const struct mapping *m;
 	size_t n;
-	FILE *f;
 
 	if (!as)
 		SETUP_FAIL("calloc");
-	f = fmemopen((void *)maps, sizeof(maps) - 1, "r");
-	if (!f)
-		SETUP_FAIL("fmemopen: %m");
-	CHECK_INT_EQ(as_read_maps(as, f), 3);
-	fclose(f);
+	CHECK_INT_EQ(as_read_text(as, maps), 3);
 	m = addrspace__mappings(as, &n);
 	CHECK_INT_EQ(n, 3);
 	if (n == 3) {
@@ -355,11 +367,7 @@ static void test_maps_parser(void)
 	static const char maps2[] =
 	    "00401000-00402000 r-xp 00001000 08:01 10 /nonexistent/prog\n"
 	    "7f0000008000-7f0000020000 r-xp 00000000 08:01 12 /nonexistent/new.so\n";
-	f = fmemopen((void *)maps2, sizeof(maps2) - 1, "r");
-	if (!f)
-		SETUP_FAIL("fmemopen: %m");
-	CHECK_INT_EQ(as_read_maps(as, f), 1);
-	fclose(f);
+	CHECK_INT_EQ(as_read_text(as, maps2), 1);
 	m = addrspace__mappings(as, &n);
 	CHECK_INT_EQ(n, 3);
 	if (n == 3) {
@@ -791,16 +799,11 @@ static void vdso_copy_free(struct vdso_copy *v)
 static struct addrspace *as_from_text(pid_t pid, const char *maps)
 {
 	struct addrspace *as = calloc(1, sizeof(*as));
-	FILE *f;
 
 	if (!as)
 		SETUP_FAIL("calloc");
 	as->pid = pid;
-	f = fmemopen((void *)maps, strlen(maps), "r");
-	if (!f)
-		SETUP_FAIL("fmemopen: %m");
-	CHECK_INT_EQ(as_read_maps(as, f), 1);
-	fclose(f);
+	CHECK_INT_EQ(as_read_text(as, maps), 1);
 	return as;
 }
 
@@ -1108,7 +1111,6 @@ static void test_corrupt_fuzz(const char *dir, const unsigned char *pie, size_t 
 		size_t len = pie_len;
 		char maps[PATH_MAX + 128];
 		struct frame_info fi;
-		FILE *f;
 
 		if (!as || !s)
 			SETUP_FAIL("calloc");
@@ -1139,11 +1141,7 @@ static void test_corrupt_fuzz(const char *dir, const unsigned char *pie, size_t 
 		/* mapped at 0x1000 from offset 0x1000: the bias is 0 if the headers survived */
 		snprintf(maps, sizeof(maps), "1000-100000 r-xp 00001000 00:00 %d %s\n", it + 1,
 			 path);
-		f = fmemopen(maps, strlen(maps), "r");
-		if (!f)
-			SETUP_FAIL("fmemopen: %m");
-		CHECK_INT_EQ(as_read_maps(as, f), 1);
-		fclose(f);
+		CHECK_INT_EQ(as_read_text(as, maps), 1);
 		CHECK_INT_EQ(symbolizer__user(s, as, alpha_vaddr, false, &fi), 0);
 		if (fi.function && strcmp(fi.function, "fixture_alpha") == 0)
 			named++;
@@ -1171,7 +1169,6 @@ static void test_replaced(const char *dir, const void *pie, size_t pie_len, uint
 	struct symbolizer *s;
 	struct frame_info fi;
 	size_t id_len;
-	FILE *f;
 
 	other = malloc(pie_len);
 	if (!as || !other)
@@ -1189,11 +1186,7 @@ static void test_replaced(const char *dir, const void *pie, size_t pie_len, uint
 	hit[0] ^= 0xff;
 
 	snprintf(maps, sizeof(maps), "1000-100000 r-xp 00001000 00:00 1 %s\n", path);
-	f = fmemopen(maps, strlen(maps), "r");
-	if (!f)
-		SETUP_FAIL("fmemopen: %m");
-	CHECK_INT_EQ(as_read_maps(as, f), 1);
-	fclose(f);
+	CHECK_INT_EQ(as_read_text(as, maps), 1);
 
 	s = symbolizer__new();
 	if (!s)
