@@ -41,6 +41,7 @@
 #include <bpf/bpf.h>
 
 #include "check.h"
+#include "check_workload.h"
 #include "collect/offcpu.h"
 #include "symbols/symbolize.h"
 #include "util.h"
@@ -87,17 +88,6 @@ struct collected {
 	uint64_t unwind_ns, unwinds; /* CPU time of offcpu__user_stack() */
 	uint64_t stack_bytes;        /* user stack bytes carried by the records */
 };
-
-static pid_t workload_pid;
-
-static void kill_workload(void)
-{
-	if (workload_pid > 0) {
-		kill(workload_pid, SIGKILL);
-		waitpid(workload_pid, NULL, 0);
-		workload_pid = 0;
-	}
-}
 
 static void on_event(void *ctx, const struct offcpu_event *e, size_t size)
 {
@@ -291,29 +281,14 @@ static double pct(uint64_t part, uint64_t whole)
 static pid_t start_workload(const char *path, int seconds)
 {
 	char arg[16], line[32] = "";
-	int out[2];
 	FILE *f;
-	pid_t pid;
 
-	if (pipe2(out, O_CLOEXEC) < 0)
-		SETUP_FAIL("pipe2: %m");
-	pid = fork();
-	if (pid < 0)
-		SETUP_FAIL("fork: %m");
-	if (pid == 0) {
-		dup2(out[1], STDOUT_FILENO);
-		snprintf(arg, sizeof(arg), "%d", seconds);
-		execl(path, path, arg, (char *)NULL);
-		_exit(127);
-	}
-	close(out[1]);
-	workload_pid = pid;
-	atexit(kill_workload);
-	f = fdopen(out[0], "r");
+	snprintf(arg, sizeof(arg), "%d", seconds);
+	f = fdopen(workload_start((char *[]){(char *)path, arg, NULL}, NULL, STDOUT_FILENO), "r");
 	if (!f || !fgets(line, sizeof(line), f) || strcmp(line, "ready\n") != 0)
 		SETUP_FAIL("%s did not start", path);
 	fclose(f);
-	return pid;
+	return workload_pid;
 }
 
 int main(int argc, char **argv)
@@ -610,7 +585,7 @@ int main(int argc, char **argv)
 	CHECK_INT_EQ(c.stack_overflow, 0);
 	CHECK(n_window > 0);
 
-	kill_workload();
+	workload_kill();
 	if (stats_fd >= 0)
 		close(stats_fd);
 	symbolizer__free(sym);
