@@ -429,7 +429,7 @@ static void copy_file_flipped(const char *from, const char *to)
 	close(fd);
 }
 
-/* The unwind through a copy of the fixture at @lib_copy, with a fresh unwinder. */
+/* Unwinds through a copy of the fixture at @lib_copy into a cleared @st, with a fresh unwinder. */
 static void unwind_copy(struct symbolizer *s, struct addrspace *as, const char *lib_copy,
 			struct stack *st)
 {
@@ -437,6 +437,7 @@ static void unwind_copy(struct symbolizer *s, struct addrspace *as, const char *
 
 	if (!u)
 		SETUP_FAIL("out of memory");
+	*st = (struct stack){};
 	run_nocfi(u, s, as, lib_copy, st);
 	unwinder__free(u);
 }
@@ -506,7 +507,6 @@ __attribute__((noipa)) static void test_debug_lookup(struct symbolizer *s, struc
 		snprintf(debug, sizeof(debug), "%s/unwind-nocfi-noid.debug", libdir);
 		copy_file(noid, path);
 		copy_file(src, debug);
-		st = (struct stack){};
 		unwind_copy(s, as, path, &st);
 		CHECK_INT_EQ(st.status, UNWIND_END);
 		CHECK(fn_is(&st, 2, "nocfi_inner") && fn_is(&st, 3, "nocfi_call"));
@@ -514,7 +514,6 @@ __attribute__((noipa)) static void test_debug_lookup(struct symbolizer *s, struc
 		snprintf(path, sizeof(path), "%s/noid2.so", libdir);
 		copy_file(noid, path);
 		copy_file_flipped(src, debug);
-		st = (struct stack){};
 		unwind_copy(s, as, path, &st);
 		CHECK_INT_EQ(st.status, UNWIND_NO_CFI);
 		CHECK(st.n == 3 && fn_is(&st, st.n - 1, "nocfi_inner"));
