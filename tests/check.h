@@ -3,48 +3,62 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int check_failures;
 
+/*
+ * check_fail() - report one failed check: "@file:@line: " and the
+ * printf-style message on stderr, a newline added, and count it in
+ * check_failures. Every CHECK_* macro ends here, so the format of a
+ * failure is the same for all of them.
+ */
+static inline __attribute__((format(printf, 3, 4))) void check_fail(const char *file, int line,
+								    const char *fmt, ...)
+{
+	va_list ap;
+
+	flockfile(stderr);
+	fprintf(stderr, "%s:%d: ", file, line);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	funlockfile(stderr);
+	check_failures++;
+}
+
 #define CHECK(cond)                                                                                \
 	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
-			check_failures++;                                                          \
-		}                                                                                  \
+		if (!(cond))                                                                       \
+			check_fail(__FILE__, __LINE__, "CHECK failed: %s", #cond);                 \
 	} while (0)
 
 #define CHECK_INT_EQ(a, b)                                                                         \
 	do {                                                                                       \
 		long long _a = (long long)(a), _b = (long long)(b);                                \
-		if (_a != _b) {                                                                    \
-			fprintf(stderr, "%s:%d: %s == %s failed: %lld != %lld\n", __FILE__,        \
-				__LINE__, #a, #b, _a, _b);                                         \
-			check_failures++;                                                          \
-		}                                                                                  \
+		if (_a != _b)                                                                      \
+			check_fail(__FILE__, __LINE__, "%s == %s failed: %lld != %lld", #a, #b,    \
+				   _a, _b);                                                        \
 	} while (0)
 
 #define CHECK_STR_EQ(a, b)                                                                         \
 	do {                                                                                       \
 		const char *_a = (a), *_b = (b);                                                   \
-		if (!_a || !_b || strcmp(_a, _b) != 0) {                                           \
-			fprintf(stderr, "%s:%d: %s == %s failed: \"%s\" != \"%s\"\n", __FILE__,    \
-				__LINE__, #a, #b, _a ? _a : "(null)", _b ? _b : "(null)");         \
-			check_failures++;                                                          \
-		}                                                                                  \
+		if (!_a || !_b || strcmp(_a, _b) != 0)                                             \
+			check_fail(__FILE__, __LINE__, "%s == %s failed: \"%s\" != \"%s\"", #a,    \
+				   #b, _a ? _a : "(null)", _b ? _b : "(null)");                    \
 	} while (0)
 
 #define CHECK_REAL_EQ(a, b)                                                                        \
 	do {                                                                                       \
 		double _a = (a), _b = (b);                                                         \
-		if (!(fabs(_a - _b) < 1e-9)) {                                                     \
-			fprintf(stderr, "%s:%d: %s == %s failed: %.17g != %.17g\n", __FILE__,      \
-				__LINE__, #a, #b, _a, _b);                                         \
-			check_failures++;                                                          \
-		}                                                                                  \
+		if (!(fabs(_a - _b) < 1e-9))                                                       \
+			check_fail(__FILE__, __LINE__, "%s == %s failed: %.17g != %.17g", #a, #b,  \
+				   _a, _b);                                                        \
 	} while (0)
 
 /* A test that cannot set itself up exits 99, as meson reads it. */

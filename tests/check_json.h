@@ -53,14 +53,3 @@ static inline void exec_sql(sqlite3 *db, const char *sql)
 		exit(99);
 	}
 }
-
-/*
- * test_db_path() - a new temporary directory from @dir (a mkdtemp()
- * template, changed in place) and in @path (@size bytes) the database file
- * to create in it. A failure is a setup error (exit 99).
- */
-static inline void test_db_path(char *dir, char *path, size_t size)
-{
-	if (!mkdtemp(dir) || snprintf(path, size, "%s/profd.db", dir) >= (int)size)
-		SETUP_FAIL("cannot make a temporary directory from %s", dir);
-}

@@ -112,6 +112,22 @@ static void worker_stop(struct worker *w)
 	sem_destroy(&w->done);
 }
 
+/*
+ * workers_run_phase() - let each of the @n workers @w run its next phase,
+ * and return when all are done: all at once (@together), or one after the
+ * other, so that none runs while another does.
+ */
+static void workers_run_phase(struct worker *const *w, size_t n, bool together)
+{
+	for (size_t i = 0; i < n; i++) {
+		sem_post(&w[i]->go);
+		if (!together)
+			sem_wait(&w[i]->done);
+	}
+	for (size_t i = 0; together && i < n; i++)
+		sem_wait(&w[i]->done);
+}
+
 static int count_fds(void)
 {
 	DIR *d = opendir("/proc/self/fd");
@@ -161,12 +177,10 @@ static bool near(uint64_t value, uint64_t want, double tolerance)
 #define CHECK_NEAR(value, want, tol)                                                               \
 	do {                                                                                       \
 		uint64_t _v = (value), _w = (want);                                                \
-		if (!near(_v, _w, tol)) {                                                          \
-			fprintf(stderr, "%s:%d: %s ~ %s (+-%.0f%%) failed: %llu vs %llu\n",        \
-				__FILE__, __LINE__, #value, #want, (tol) * 100,                    \
-				(unsigned long long)_v, (unsigned long long)_w);                   \
-			check_failures++;                                                          \
-		}                                                                                  \
+		if (!near(_v, _w, tol))                                                            \
+			check_fail(__FILE__, __LINE__, "%s ~ %s (+-%.0f%%) failed: %llu vs %llu",  \
+				   #value, #want, (tol)*100, (unsigned long long)_v,               \
+				   (unsigned long long)_w);                                        \
 	} while (0)
 
 static void test_names(void)
@@ -276,6 +290,7 @@ static bool test_probe(struct counters_support *sup)
 static void test_threads(const struct counters_support *sup)
 {
 	struct worker spinner, sleeper, faulter;
+	struct worker *const all[] = {&spinner, &sleeper, &faulter};
 	struct thread_counters *tc_spin = NULL, *tc_sleep = NULL, *tc_fault = NULL;
 	struct counter_values a1, a2, s1, s2, f1, f2;
 	struct counter_derived d;
@@ -293,12 +308,7 @@ static void test_threads(const struct counters_support *sup)
 	}
 
 	/* Interval 1: all three work at once. */
-	sem_post(&spinner.go);
-	sem_post(&sleeper.go);
-	sem_post(&faulter.go);
-	sem_wait(&spinner.done);
-	sem_wait(&sleeper.done);
-	sem_wait(&faulter.done);
+	workers_run_phase(all, ARRAY_SIZE(all), true);
 	CHECK_INT_EQ(thread_counters__read(tc_spin, &a1), 0);
 	CHECK_INT_EQ(thread_counters__read(tc_sleep, &s1), 0);
 	CHECK_INT_EQ(thread_counters__read(tc_fault, &f1), 0);
@@ -355,12 +365,7 @@ static void test_threads(const struct counters_support *sup)
 		       counter_status__name(a1.v[COUNTER_INSTRUCTIONS].status));
 
 	/* Interval 2: only the spinner works; deltas cover this interval only. */
-	sem_post(&spinner.go);
-	sem_wait(&spinner.done);
-	sem_post(&sleeper.go);
-	sem_wait(&sleeper.done);
-	sem_post(&faulter.go);
-	sem_wait(&faulter.done);
+	workers_run_phase(all, ARRAY_SIZE(all), false);
 	CHECK_INT_EQ(thread_counters__read(tc_spin, &a2), 0);
 	CHECK_INT_EQ(thread_counters__read(tc_sleep, &s2), 0);
 	printf("interval 2:\n");
@@ -384,9 +389,8 @@ static void test_threads(const struct counters_support *sup)
 	thread_counters__free(tc_spin);
 	thread_counters__free(tc_sleep);
 	thread_counters__free(tc_fault);
-	worker_stop(&spinner);
-	worker_stop(&sleeper);
-	worker_stop(&faulter);
+	for (size_t i = 0; i < ARRAY_SIZE(all); i++)
+		worker_stop(all[i]);
 }
 
 struct short_arg {

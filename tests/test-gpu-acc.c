@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "check_json.h"
+#include "check_store.h"
 #include "report/gpu.h"
 #include "session/gpu_acc.h"
 #include "store/store.h"
@@ -64,15 +65,9 @@ static int resolve(void *ctx, const struct session_env *env, struct raw_stack *s
 {
 	int64_t ids[4];
 
-	for (unsigned i = 0; i < s->n; i++) {
-		struct frame_info fi = {.module = "/app/train",
-					.build_id = "",
-					.rel_addr = s->ips[i],
-					.function = frame_name(s->ips[i])};
-
-		if (store__frame_id(st, &fi, &ids[i]) < 0)
+	for (unsigned i = 0; i < s->n; i++)
+		if (test_frame_id(st, "/app/train", s->ips[i], frame_name(s->ips[i]), &ids[i]) < 0)
 			return -EIO;
-	}
 	if (store__stack_id(st, ids, s->n, false, true, &s->id) < 0)
 		return -EIO;
 	*ret_id = s->id;
@@ -180,15 +175,7 @@ static const json_t *find(const json_t *list, const char *key, const char *value
 int main(void)
 {
 	char dir[] = "/tmp/test-gpu-acc-XXXXXX", path[64];
-	struct store_session row = {.pid = 77,
-				    .pid_start_ticks = 1,
-				    .comm = "train",
-				    .uid = 0,
-				    .event = "cpu-clock",
-				    .events = "cpu,cuda,nvtx",
-				    .freq_hz = 99,
-				    .unwind = "fp",
-				    .started_at_ns = real0};
+	struct store_session row = test_session_row(77, "train", "cpu,cuda,nvtx", real0);
 	struct gpu_acc_owner owner = {.intern = intern, .resolve = resolve};
 	json_t *g = NULL, *r = NULL;
 	const json_t *mem, *x;
@@ -293,7 +280,6 @@ int main(void)
 	json_decref(r);
 	gpu_acc__free(a);
 	store__close(st);
-	unlink(path);
-	rmdir(dir);
+	test_db_remove(dir, path);
 	return check_exit("gpu-acc");
 }

@@ -41,6 +41,7 @@
 #include <bpf/bpf.h>
 
 #include "check.h"
+#include "check_workload.h"
 #include "collect/offcpu.h"
 #include "symbols/symbolize.h"
 #include "util.h"
@@ -87,17 +88,6 @@ struct collected {
 	uint64_t unwind_ns, unwinds; /* CPU time of offcpu__user_stack() */
 	uint64_t stack_bytes;        /* user stack bytes carried by the records */
 };
-
-static pid_t workload_pid;
-
-static void kill_workload(void)
-{
-	if (workload_pid > 0) {
-		kill(workload_pid, SIGKILL);
-		waitpid(workload_pid, NULL, 0);
-		workload_pid = 0;
-	}
-}
 
 static void on_event(void *ctx, const struct offcpu_event *e, size_t size)
 {
@@ -238,6 +228,19 @@ static const char *frame_name(struct symbolizer *sym, const struct addrspace *as
 	return fi.function;
 }
 
+/*
+ * Where a role's SLEEPING time is expected: under its own function (@own)
+ * in the stack completed by CFI, and under the wait the kernel or libc
+ * names (@kernel, @user; spelled for the report in the *_desc strings).
+ * The *_ns sums are what the stacks show.
+ */
+struct sleep_expect {
+	int role;
+	const char *const *own, *const *kernel, *const *user;
+	const char *wait_desc, *kernel_desc, *user_desc;
+	uint64_t sleeping_ns, ok_ns, walk_ns, kernel_ns, user_ns;
+};
+
 /* Does a frame of part @p of @s name a function containing one of @subs? */
 static bool stack_has(struct symbolizer *sym, const struct addrspace *as, const struct stack *s,
 		      enum part p, const char *const *subs)
@@ -291,29 +294,14 @@ static double pct(uint64_t part, uint64_t whole)
 static pid_t start_workload(const char *path, int seconds)
 {
 	char arg[16], line[32] = "";
-	int out[2];
 	FILE *f;
-	pid_t pid;
 
-	if (pipe2(out, O_CLOEXEC) < 0)
-		SETUP_FAIL("pipe2: %m");
-	pid = fork();
-	if (pid < 0)
-		SETUP_FAIL("fork: %m");
-	if (pid == 0) {
-		dup2(out[1], STDOUT_FILENO);
-		snprintf(arg, sizeof(arg), "%d", seconds);
-		execl(path, path, arg, (char *)NULL);
-		_exit(127);
-	}
-	close(out[1]);
-	workload_pid = pid;
-	atexit(kill_workload);
-	f = fdopen(out[0], "r");
+	snprintf(arg, sizeof(arg), "%d", seconds);
+	f = fdopen(workload_start((char *[]){(char *)path, arg, NULL}, NULL, STDOUT_FILENO), "r");
 	if (!f || !fgets(line, sizeof(line), f) || strcmp(line, "ready\n") != 0)
 		SETUP_FAIL("%s did not start", path);
 	fclose(f);
-	return pid;
+	return workload_pid;
 }
 
 int main(int argc, char **argv)
@@ -332,6 +320,22 @@ int main(int argc, char **argv)
 	struct symbolizer *sym;
 	pid_t tids[NR_ROLES] = { 0 };
 	struct schedstat ss0[NR_ROLES], ss1[NR_ROLES];
+	struct sleep_expect expect[] = {
+	    {.role = SLEEPER,
+	     .own = sleep_half,
+	     .kernel = nanosleep_kernel,
+	     .user = nanosleep_user,
+	     .wait_desc = "nanosleep",
+	     .kernel_desc = "do_nanosleep/hrtimer_nanosleep",
+	     .user_desc = "*nanosleep"},
+	    {.role = WAITER,
+	     .own = wait_for_lock,
+	     .kernel = futex_kernel,
+	     .user = futex_user,
+	     .wait_desc = "futex wait",
+	     .kernel_desc = "futex_wait*",
+	     .user_desc = "__lll_lock_wait/pthread_mutex_lock"},
+	};
 	uint64_t t0, t1, window_ns, run_cnt = 0, run_ns = 0, n_short = 0, n_window = 0;
 	bool have_schedstat = true;
 	int r, stats_fd, epfd;
@@ -515,9 +519,7 @@ int main(int argc, char **argv)
 		SETUP_FAIL("out of memory");
 	qsort(c.stacks, c.n_stacks, sizeof(*c.stacks), by_total_desc);
 	{
-		uint64_t sleeping[NR_ROLES] = { 0 }, sleep_ok = 0, sleep_walk = 0, sleep_kernel = 0,
-			 sleep_libc = 0, wait_ok = 0, wait_walk = 0, wait_kfutex = 0, wait_ufutex = 0,
-			 unchecked = 0, fixed = 0, all = 0;
+		uint64_t unchecked = 0, fixed = 0, all = 0;
 
 		for (size_t i = 0; i < c.n_stacks; i++) {
 			const struct stack *s = &c.stacks[i];
@@ -527,47 +529,48 @@ int main(int argc, char **argv)
 			unchecked += s->uflags & OFFCPU_USTACK_UNCHECKED ? s->count : 0;
 			if (s->state != OFFCPU_STATE_SLEEPING)
 				continue;
-			if (s->tid == (uint32_t)tids[SLEEPER]) {
-				bool k = stack_has(sym, as, s, KERNEL, nanosleep_kernel);
-				bool u = stack_has(sym, as, s, FIXED, nanosleep_user);
+			for (size_t j = 0; j < ARRAY_SIZE(expect); j++) {
+				struct sleep_expect *e = &expect[j];
+				bool k, u;
 
-				sleeping[SLEEPER] += s->total_ns;
-				sleep_kernel += k ? s->total_ns : 0;
-				sleep_libc += u ? s->total_ns : 0;
-				if (stack_has(sym, as, s, FIXED, sleep_half) && (k || u))
-					sleep_ok += s->total_ns;
-				if (stack_has(sym, as, s, WALK, sleep_half))
-					sleep_walk += s->total_ns;
-			} else if (s->tid == (uint32_t)tids[WAITER]) {
-				bool kf = stack_has(sym, as, s, KERNEL, futex_kernel);
-				bool uf = stack_has(sym, as, s, FIXED, futex_user);
-
-				sleeping[WAITER] += s->total_ns;
-				wait_kfutex += kf ? s->total_ns : 0;
-				wait_ufutex += uf ? s->total_ns : 0;
-				if (stack_has(sym, as, s, FIXED, wait_for_lock) && (kf || uf))
-					wait_ok += s->total_ns;
-				if (stack_has(sym, as, s, WALK, wait_for_lock))
-					wait_walk += s->total_ns;
+				if (s->tid != (uint32_t)tids[e->role])
+					continue;
+				k = stack_has(sym, as, s, KERNEL, e->kernel);
+				u = stack_has(sym, as, s, FIXED, e->user);
+				e->sleeping_ns += s->total_ns;
+				e->kernel_ns += k ? s->total_ns : 0;
+				e->user_ns += u ? s->total_ns : 0;
+				if (stack_has(sym, as, s, FIXED, e->own) && (k || u))
+					e->ok_ns += s->total_ns;
+				if (stack_has(sym, as, s, WALK, e->own))
+					e->walk_ns += s->total_ns;
 			}
 		}
-		printf("sleeper SLEEPING time under sleep_half + nanosleep: %.1f%% (kernel "
-		       "do_nanosleep/hrtimer_nanosleep %.1f%%, user *nanosleep %.1f%%; "
-		       "sleep_half in the frame-pointer walk alone: %.1f%%)\n",
-		       pct(sleep_ok, sleeping[SLEEPER]), pct(sleep_kernel, sleeping[SLEEPER]),
-		       pct(sleep_libc, sleeping[SLEEPER]), pct(sleep_walk, sleeping[SLEEPER]));
-		printf("waiter SLEEPING time under wait_for_lock + futex wait: %.1f%% (kernel "
-		       "futex_wait* %.1f%%, user __lll_lock_wait/pthread_mutex_lock %.1f%%; "
-		       "wait_for_lock in the frame-pointer walk alone: %.1f%%)\n",
-		       pct(wait_ok, sleeping[WAITER]), pct(wait_kfutex, sleeping[WAITER]),
-		       pct(wait_ufutex, sleeping[WAITER]), pct(wait_walk, sleeping[WAITER]));
+		for (size_t j = 0; j < ARRAY_SIZE(expect); j++) {
+			const struct sleep_expect *e = &expect[j];
+
+			printf("%s SLEEPING time under %s + %s: %.1f%% (kernel %s %.1f%%, user %s "
+			       "%.1f%%; %s in the frame-pointer walk alone: %.1f%%)\n",
+			       role_names[e->role], e->own[0], e->wait_desc,
+			       pct(e->ok_ns, e->sleeping_ns), e->kernel_desc,
+			       pct(e->kernel_ns, e->sleeping_ns), e->user_desc,
+			       pct(e->user_ns, e->sleeping_ns), e->own[0],
+			       pct(e->walk_ns, e->sleeping_ns));
+		}
 		printf("user stacks: %.1f%% of records completed by CFI, %.1f%% unchecked; "
 		       "offcpu__user_stack() %.1f us of CPU per record, %.0f stack bytes per record\n",
 		       pct(fixed, all), pct(unchecked, all),
 		       c.unwinds ? (double)c.unwind_ns / 1e3 / (double)c.unwinds : 0,
 		       c.unwinds ? (double)c.stack_bytes / (double)c.unwinds : 0);
-		CHECK(pct(sleep_ok, sleeping[SLEEPER]) >= 90);
-		CHECK(pct(wait_ok, sleeping[WAITER]) >= 90);
+		for (size_t j = 0; j < ARRAY_SIZE(expect); j++) {
+			const struct sleep_expect *e = &expect[j];
+
+			if (!(pct(e->ok_ns, e->sleeping_ns) >= 90))
+				check_fail(__FILE__, __LINE__,
+					   "%s: SLEEPING time under %s + %s %.1f%%, want >= 90%%",
+					   role_names[e->role], e->own[0], e->wait_desc,
+					   pct(e->ok_ns, e->sleeping_ns));
+		}
 	}
 	for (int k = 0; k < NR_ROLES; k++) {
 		int shown = 0;
@@ -610,7 +613,7 @@ int main(int argc, char **argv)
 	CHECK_INT_EQ(c.stack_overflow, 0);
 	CHECK(n_window > 0);
 
-	kill_workload();
+	workload_kill();
 	if (stats_fd >= 0)
 		close(stats_fd);
 	symbolizer__free(sym);

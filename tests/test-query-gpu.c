@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "check_json.h"
+#include "check_store.h"
 #include "report/gpu.h"
 #include "store/store.h"
 
@@ -32,23 +33,13 @@ int main(void)
 
 	/* A session of 10 s, two allocating stacks: cudaMalloc < alloc_cache < main,
 	 * cudaMalloc < alloc_temp < main. */
-	struct store_session row = { .pid = 77, .pid_start_ticks = 1, .comm = "train", .uid = 0,
-				     .event = "cpu-clock", .events = "cpu,cuda,nvtx", .freq_hz = 99,
-				     .unwind = "fp", .started_at_ns = (uint64_t)t0 };
-	struct frame_info fm = { .module = "/lib/libcudart.so.13", .build_id = "", .rel_addr = 0x100,
-				 .function = "cudaMalloc" };
-	struct frame_info fc = { .module = "/app/train", .build_id = "", .rel_addr = 0x200,
-				 .function = "alloc_cache" };
-	struct frame_info ft = { .module = "/app/train", .build_id = "", .rel_addr = 0x300,
-				 .function = "alloc_temp" };
-	struct frame_info fn = { .module = "/app/train", .build_id = "", .rel_addr = 0x400,
-				 .function = "main" };
+	struct store_session row = test_session_row(77, "train", "cpu,cuda,nvtx", (uint64_t)t0);
 	CHECK_INT_EQ(store__begin(st), 0);
 	CHECK_INT_EQ(store__session_insert(st, &row, &sid), 0);
-	CHECK_INT_EQ(store__frame_id(st, &fm, &f_malloc), 0);
-	CHECK_INT_EQ(store__frame_id(st, &fc, &f_cache), 0);
-	CHECK_INT_EQ(store__frame_id(st, &ft, &f_temp), 0);
-	CHECK_INT_EQ(store__frame_id(st, &fn, &f_main), 0);
+	CHECK_INT_EQ(test_frame_id(st, "/lib/libcudart.so.13", 0x100, "cudaMalloc", &f_malloc), 0);
+	CHECK_INT_EQ(test_frame_id(st, "/app/train", 0x200, "alloc_cache", &f_cache), 0);
+	CHECK_INT_EQ(test_frame_id(st, "/app/train", 0x300, "alloc_temp", &f_temp), 0);
+	CHECK_INT_EQ(test_frame_id(st, "/app/train", 0x400, "main", &f_main), 0);
 	CHECK_INT_EQ(store__stack_id(st, (int64_t[]){ f_malloc, f_cache, f_main }, 3, false, true,
 				     &s_cache),
 		     0);
@@ -188,11 +179,6 @@ int main(void)
 	CHECK_INT_EQ(query__ranges(db, sid + 100, &r), -ENOENT);
 
 	store__close(st);
-	unlink(path);
-	snprintf(sql, sizeof(sql), "%s/profd.db-wal", dir);
-	unlink(sql);
-	snprintf(sql, sizeof(sql), "%s/profd.db-shm", dir);
-	unlink(sql);
-	rmdir(dir);
+	test_db_remove(dir, path);
 	return check_exit("test-query-gpu");
 }

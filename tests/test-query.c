@@ -157,6 +157,19 @@ static void populate(sqlite3 *db)
 		 " (1, 1700000002000000000, 14), (2, 1700000100000000000, 5)");
 }
 
+/*
+ * check_list() - checks a report call that returned @r and *@o: @r is 0
+ * and the list @key of *@o has @n entries. Frees *@o and sets it to NULL,
+ * ready for the next call.
+ */
+static void check_list(int r, json_t **o, const char *key, size_t n)
+{
+	CHECK_INT(r, 0);
+	CHECK_INT(json_array_size(get(*o, key)), n);
+	json_decref(*o);
+	*o = NULL;
+}
+
 /* Checks one "functions" entry. */
 static void check_fn(json_t *f, const char *name, const char *module, int self, int total,
 		     double self_pct, double total_pct)
@@ -211,12 +224,9 @@ static void test_top(sqlite3 *db)
 	json_decref(o);
 
 	o = NULL;
-	CHECK_INT(query__top(db, 1, 3, NULL, NULL, 0, &o), 0);
-	CHECK_INT(json_array_size(get(o, "functions")), 3);
-	json_decref(o);
+	check_list(query__top(db, 1, 3, NULL, NULL, 0, &o), &o, "functions", 3);
 
 	/* Session 2 sees only its own 5 samples of S1. */
-	o = NULL;
 	CHECK_INT(query__top(db, 2, 20, NULL, NULL, 0, &o), 0);
 	CHECK_INT(gi(o, "total_samples"), 5);
 	check_fn(at(o, "functions", 0), "hot_loop", "/usr/bin/spin", 5, 5, 100.0, 100.0);
@@ -276,9 +286,7 @@ static void test_hotpaths(sqlite3 *db)
 	json_decref(o);
 
 	o = NULL;
-	CHECK_INT(query__hotpaths(db, 1, 2, NULL, NULL, 0, &o), 0);
-	CHECK_INT(json_array_size(get(o, "paths")), 2);
-	json_decref(o);
+	check_list(query__hotpaths(db, 1, 2, NULL, NULL, 0, &o), &o, "paths", 2);
 }
 
 static void test_threads(sqlite3 *db)
@@ -351,13 +359,8 @@ static void test_empty(sqlite3 *db)
 	CHECK(json_is_null(get(imb, "straggler_tid")));
 	json_decref(o);
 	o = NULL;
-	CHECK_INT(query__top(db, 3, 20, NULL, NULL, 0, &o), 0);
-	CHECK_INT(json_array_size(get(o, "functions")), 0);
-	json_decref(o);
-	o = NULL;
-	CHECK_INT(query__hotpaths(db, 3, 10, NULL, NULL, 0, &o), 0);
-	CHECK_INT(json_array_size(get(o, "paths")), 0);
-	json_decref(o);
+	check_list(query__top(db, 3, 20, NULL, NULL, 0, &o), &o, "functions", 0);
+	check_list(query__hotpaths(db, 3, 10, NULL, NULL, 0, &o), &o, "paths", 0);
 	exec_sql(db, "DELETE FROM sessions WHERE id = 3");
 }
 

@@ -12,6 +12,17 @@ static int parse(const char *s, struct request *req, char *err, size_t errlen)
 	return request__parse(s, strlen(s), req, err, errlen);
 }
 
+/* parse() of @s into @req, expected to succeed: 0, or the error, with its message on stderr. */
+static int parse_ok(const char *s, struct request *req)
+{
+	char err[256] = "";
+	int r = parse(s, req, err, sizeof(err));
+
+	if (r < 0)
+		fprintf(stderr, "input %s: %s\n", s, err);
+	return r;
+}
+
 static void expect_error(const char *s, int want, const char *needle)
 {
 	struct request req;
@@ -64,7 +75,7 @@ int main(int argc, char **argv)
 	expect_error("{\"cmd\":\"\xff\xfe\"}", -EINVAL, NULL); /* invalid UTF-8 */
 
 	/* Valid requests and their defaults. */
-	CHECK_INT_EQ(parse("{\"v\":1,\"cmd\":\"attach\",\"pid\":42}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("{\"v\":1,\"cmd\":\"attach\",\"pid\":42}", &req), 0);
 	CHECK_INT_EQ(req.cmd, CMD_ATTACH);
 	CHECK_INT_EQ(req.pid, 42);
 	CHECK_INT_EQ(req.freq_hz, 0); /* profd's default_freq_hz */
@@ -74,25 +85,24 @@ int main(int argc, char **argv)
 	CHECK_INT_EQ(req.malloc_sample_bytes, PROFD_DEFAULT_MALLOC_SAMPLE_BYTES);
 
 	/* Memory: the events, their settings, the report. */
-	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":7,\"events\":[\"cpu\",\"malloc\"],"
-			   "\"memory_interval_s\":0.5,\"malloc_sample_bytes\":4096}",
-			   &req, err, sizeof(err)),
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"attach\",\"pid\":7,\"events\":[\"cpu\",\"malloc\"],"
+			      "\"memory_interval_s\":0.5,\"malloc_sample_bytes\":4096}",
+			      &req),
 		     0);
 	CHECK_INT_EQ(req.events, EVENT_CPU | EVENT_MALLOC);
 	CHECK_INT_EQ(req.memory_interval_ns, 500000000LL);
 	CHECK_INT_EQ(req.malloc_sample_bytes, 4096);
 	CHECK_INT_EQ(req.malloc_max_hits_per_s, PROFD_DEFAULT_MALLOC_MAX_HITS_PER_S);
-	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":7,\"malloc_max_hits_per_s\":0}", &req, err,
-			   sizeof(err)),
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"attach\",\"pid\":7,\"malloc_max_hits_per_s\":0}", &req),
 		     0);
 	CHECK_INT_EQ(req.malloc_max_hits_per_s, 0);
-	CHECK_INT_EQ(parse("{\"cmd\":\"memory\",\"session\":3}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"memory\",\"session\":3}", &req), 0);
 	CHECK_INT_EQ(req.cmd, CMD_MEMORY);
 	CHECK_INT_EQ(req.limit, 10);
 
-	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":7,\"duration_s\":1.5,\"freq_hz\":250,"
-			   "\"events\":[\"cpu\"]}",
-			   &req, err, sizeof(err)),
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"attach\",\"pid\":7,\"duration_s\":1.5,\"freq_hz\":250,"
+			      "\"events\":[\"cpu\"]}",
+			      &req),
 		     0);
 	CHECK_INT_EQ(req.duration_ns, 1500000000LL);
 	CHECK_INT_EQ(req.freq_hz, 250);
@@ -100,9 +110,9 @@ int main(int argc, char **argv)
 	CHECK_INT_EQ(req.pid_start_ticks, 0);
 
 	/* A snapshot's label and the start time of the process it means. */
-	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":7,\"label\":\"timer:trainer \u00e9\","
-			   "\"pid_start_ticks\":123456789}",
-			   &req, err, sizeof(err)),
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"attach\",\"pid\":7,\"label\":\"timer:trainer \u00e9\","
+			      "\"pid_start_ticks\":123456789}",
+			      &req),
 		     0);
 	CHECK_STR_EQ(req.label, "timer:trainer \xc3\xa9");
 	CHECK_INT_EQ(req.pid_start_ticks, 123456789);
@@ -114,47 +124,40 @@ int main(int argc, char **argv)
 		expect_error(long_label, -EINVAL, "at most 256 bytes");
 	}
 
-	CHECK_INT_EQ(parse("{\"cmd\":\"top\",\"session\":3}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"top\",\"session\":3}", &req), 0);
 	CHECK_INT_EQ(req.limit, 20);
-	CHECK_INT_EQ(
-	    parse("{\"cmd\":\"hotpaths\",\"session\":3,\"limit\":5}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"hotpaths\",\"session\":3,\"limit\":5}", &req), 0);
 	CHECK_INT_EQ(req.limit, 5);
-	CHECK_INT_EQ(parse("  {\"cmd\":\"ping\"}  \r", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("  {\"cmd\":\"ping\"}  \r", &req), 0);
 
 	/* Time ranges (top, hotpaths, profile), and the commands of exports and SQL. */
-	CHECK_INT_EQ(parse("{\"cmd\":\"top\",\"session\":3,\"from_s\":1.5,\"to_s\":4}", &req, err,
-			   sizeof(err)),
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"top\",\"session\":3,\"from_s\":1.5,\"to_s\":4}", &req),
 		     0);
 	CHECK_INT_EQ(req.has_range, 1);
 	CHECK_INT_EQ(req.from_ns, 1500000000LL);
 	CHECK_INT_EQ(req.to_ns, 4000000000LL);
-	CHECK_INT_EQ(
-	    parse("{\"cmd\":\"profile\",\"session\":3,\"from_s\":2}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"profile\",\"session\":3,\"from_s\":2}", &req), 0);
 	CHECK_INT_EQ(req.cmd, CMD_PROFILE);
 	CHECK_INT_EQ(req.to_ns, INT64_MAX);
 	CHECK_INT_EQ(req.per_window, 1);
-	CHECK_INT_EQ(parse("{\"cmd\":\"profile\",\"session\":3,\"per_window\":false}", &req, err,
-			   sizeof(err)),
-		     0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"profile\",\"session\":3,\"per_window\":false}", &req), 0);
 	CHECK_INT_EQ(req.per_window, 0);
-	CHECK_INT_EQ(parse("{\"cmd\":\"hotpaths\",\"session\":3}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"hotpaths\",\"session\":3}", &req), 0);
 	CHECK_INT_EQ(req.has_range, 0);
-	CHECK_INT_EQ(parse("{\"cmd\":\"analyze\",\"session\":9}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"analyze\",\"session\":9}", &req), 0);
 	CHECK_INT_EQ(req.cmd, CMD_ANALYZE);
-	CHECK_INT_EQ(parse("{\"cmd\":\"sql\",\"query\":\"SELECT 1\"}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"sql\",\"query\":\"SELECT 1\"}", &req), 0);
 	CHECK_INT_EQ(req.cmd, CMD_SQL);
 	CHECK_STR_EQ(req.sql, "SELECT 1");
 	CHECK_INT_EQ(req.max_rows, 10000);
-	CHECK_INT_EQ(parse("{\"cmd\":\"sql\",\"query\":\"SELECT 1\",\"max_rows\":5}", &req, err,
-			   sizeof(err)),
-		     0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"sql\",\"query\":\"SELECT 1\",\"max_rows\":5}", &req), 0);
 	CHECK_INT_EQ(req.max_rows, 5);
 
 	/* attach: unwinding, children, events with a second sampled event. */
 	CHECK_INT_EQ(
-	    parse("{\"cmd\":\"attach\",\"pid\":9,\"unwind\":\"dwarf\",\"stack_bytes\":8192,"
-		  "\"children\":true,\"events\":[\"cpu\",\"page-faults\"]}",
-		  &req, err, sizeof(err)),
+	    parse_ok("{\"cmd\":\"attach\",\"pid\":9,\"unwind\":\"dwarf\",\"stack_bytes\":8192,"
+		     "\"children\":true,\"events\":[\"cpu\",\"page-faults\"]}",
+		     &req),
 	    0);
 	CHECK_INT_EQ(req.stack_bytes, 8192);
 	CHECK(req.children);
@@ -162,45 +165,40 @@ int main(int argc, char **argv)
 	CHECK_STR_EQ(req.events_str, "cpu,page-faults");
 	/* attach: Python frames, on unless "off". */
 	CHECK(req.python);
-	CHECK_INT_EQ(
-	    parse("{\"cmd\":\"attach\",\"pid\":9,\"python\":\"off\"}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"attach\",\"pid\":9,\"python\":\"off\"}", &req), 0);
 	CHECK(!req.python);
-	CHECK_INT_EQ(
-	    parse("{\"cmd\":\"attach\",\"pid\":9,\"python\":\"auto\"}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"attach\",\"pid\":9,\"python\":\"auto\"}", &req), 0);
 	CHECK(req.python);
 
 	/* threads, offcpu, top --event, resymbolize options. */
 	CHECK_INT_EQ(
-	    parse("{\"cmd\":\"threads\",\"session\":2,\"group_by\":\"name\",\"window_s\":0.5}",
-		  &req, err, sizeof(err)),
+	    parse_ok("{\"cmd\":\"threads\",\"session\":2,\"group_by\":\"name\",\"window_s\":0.5}",
+		     &req),
 	    0);
 	CHECK(req.group_by_name);
-	CHECK_INT_EQ(
-	    parse("{\"cmd\":\"offcpu\",\"session\":2,\"limit\":3}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"offcpu\",\"session\":2,\"limit\":3}", &req), 0);
 	CHECK_INT_EQ(req.limit, 3);
-	CHECK_INT_EQ(parse("{\"cmd\":\"top\",\"session\":2,\"event\":\"page-faults\"}", &req, err,
-			   sizeof(err)),
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"top\",\"session\":2,\"event\":\"page-faults\"}", &req),
 		     0);
 	CHECK_STR_EQ(req.sampled_event, "page-faults");
-	CHECK_INT_EQ(parse("{\"cmd\":\"resymbolize\",\"session\":2,\"debuginfod\":true}", &req, err,
-			   sizeof(err)),
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"resymbolize\",\"session\":2,\"debuginfod\":true}", &req),
 		     0);
 	CHECK(req.debuginfod);
 
 	/* cuda, nvtx and generic uprobes. */
-	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":1,\"events\":[\"cpu\",\"cuda\",\"nvtx\"],"
-			   "\"uprobes\":\"libc.so.6:malloc,myprog:step\"}",
-			   &req, err, sizeof(err)),
-		     0);
+	CHECK_INT_EQ(
+	    parse_ok("{\"cmd\":\"attach\",\"pid\":1,\"events\":[\"cpu\",\"cuda\",\"nvtx\"],"
+		     "\"uprobes\":\"libc.so.6:malloc,myprog:step\"}",
+		     &req),
+	    0);
 	CHECK_INT_EQ(req.events, EVENT_CPU | EVENT_CUDA | EVENT_NVTX);
 	CHECK_STR_EQ(req.events_str, "cpu,cuda,nvtx");
 	CHECK_STR_EQ(req.uprobes, "libc.so.6:malloc,myprog:step");
 	CHECK_INT_EQ(req.uprobe_max_calls_per_s, DEFAULT_UPROBE_MAX_CALLS_PER_S);
-	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":1,\"uprobe_max_calls_per_s\":0}", &req, err,
-			   sizeof(err)),
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"attach\",\"pid\":1,\"uprobe_max_calls_per_s\":0}", &req),
 		     0);
 	CHECK_INT_EQ(req.uprobe_max_calls_per_s, 0);
-	CHECK_INT_EQ(parse("{\"cmd\":\"attach\",\"pid\":1}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"attach\",\"pid\":1}", &req), 0);
 	CHECK_STR_EQ(req.uprobes, "");
 	{
 		char many[400] = "";
@@ -213,13 +211,12 @@ int main(int argc, char **argv)
 			 many);
 		expect_error(line, -EINVAL, "at most 16");
 	}
-	CHECK_INT_EQ(parse("{\"cmd\":\"gpu\",\"session\":4}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"gpu\",\"session\":4}", &req), 0);
 	CHECK_INT_EQ(req.cmd, CMD_GPU);
 	CHECK_INT_EQ(req.limit, 10);
-	CHECK_INT_EQ(parse("{\"cmd\":\"gpu\",\"session\":4,\"limit\":2}", &req, err, sizeof(err)),
-		     0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"gpu\",\"session\":4,\"limit\":2}", &req), 0);
 	CHECK_INT_EQ(req.limit, 2);
-	CHECK_INT_EQ(parse("{\"cmd\":\"ranges\",\"session\":4}", &req, err, sizeof(err)), 0);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"ranges\",\"session\":4}", &req), 0);
 	CHECK_INT_EQ(req.cmd, CMD_RANGES);
 
 	/* Invalid UTF-8 and embedded NUL. */

@@ -18,6 +18,7 @@
 
 #include "check.h"
 #include "check_json.h"
+#include "check_store.h"
 #include "report/query.h"
 #include "service/request.h"
 #include "session/session.h"
@@ -204,7 +205,6 @@ int main(void)
 	session__free(s);
 	symbolizer__free(env.sym);
 	store__close(env.store);
-	unlink(path);
-	rmdir(dir);
+	test_db_remove(dir, path);
 	return check_exit("session");
 }

@@ -18,6 +18,7 @@
 
 #include "check.h"
 #include "check_json.h"
+#include "check_store.h"
 #include "report/sql.h"
 #include "store/store.h"
 #include "util.h"
@@ -71,23 +72,14 @@ static void refused(const char *sql, bool admin, int want_r)
 /* A session of @uid with @n samples on one stack, and a thread. */
 static int64_t add_session(struct store *st, uid_t uid, const char *comm, int64_t n)
 {
-	struct store_session row = {.pid = 100 + (int)uid,
-				    .pid_start_ticks = 1,
-				    .comm = comm,
-				    .uid = uid,
-				    .event = "cpu-clock",
-				    .events = "cpu",
-				    .freq_hz = 99,
-				    .unwind = "fp",
-				    .started_at_ns = 1000000000ULL};
-	struct frame_info fi = {
-	    .module = "/bin/app", .build_id = "", .rel_addr = 0x10 * uid, .function = comm};
+	struct store_session row = test_session_row(100 + (int)uid, comm, "cpu", 1000000000ULL);
 	struct store_counts c = {.samples = (uint64_t)n};
 	int64_t sid = 0, fid, stack;
 
+	row.uid = uid;
 	CHECK_INT_EQ(store__begin(st), 0);
 	CHECK_INT_EQ(store__session_insert(st, &row, &sid), 0);
-	CHECK_INT_EQ(store__frame_id(st, &fi, &fid), 0);
+	CHECK_INT_EQ(test_frame_id(st, "/bin/app", 0x10 * uid, comm, &fid), 0);
 	CHECK_INT_EQ(store__stack_id(st, &fid, 1, false, true, &stack), 0);
 	CHECK_INT_EQ(store__sample_add(st, sid, 0, row.pid, stack, (uint64_t)n, 0), 0);
 	CHECK_INT_EQ(
@@ -239,15 +231,6 @@ int main(void)
 	CHECK_INT_EQ(scalar("SELECT count(*) FROM sessions", true, 0), 2);
 	CHECK_INT_EQ(scalar("SELECT sum(count) FROM samples", true, 0), 100);
 
-	unlink(path);
-	{
-		char wal[160];
-
-		snprintf(wal, sizeof(wal), "%s-wal", path);
-		unlink(wal);
-		snprintf(wal, sizeof(wal), "%s-shm", path);
-		unlink(wal);
-	}
-	rmdir(dir);
+	test_db_remove(dir, path);
 	return check_exit("sql-confine");
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "check_store.h"
 #include "store/store.h"
 #include "util.h"
 
@@ -26,18 +27,29 @@ static long long query_int(struct store *st, const char *sql)
 	return v;
 }
 
+/*
+ * make_old_db() - a new database at @path as a profd at schema @version left
+ * it: migrations 0 to @version - 1 applied, user_version @version, then
+ * @sql (its rows) run.
+ */
+static void make_old_db(const char *path, int version, const char *sql)
+{
+	char pragma[64];
+	sqlite3 *db;
+
+	CHECK_INT_EQ(sqlite3_open(path, &db), SQLITE_OK);
+	for (int v = 0; v < version; v++)
+		CHECK_INT_EQ(sqlite3_exec(db, store_migrations[v], NULL, NULL, NULL), SQLITE_OK);
+	snprintf(pragma, sizeof(pragma), "PRAGMA user_version = %d", version);
+	CHECK_INT_EQ(sqlite3_exec(db, pragma, NULL, NULL, NULL), SQLITE_OK);
+	CHECK_INT_EQ(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+}
+
 /* A session row started at @started_ns, ended at @ended_ns (0: still running). */
 static int64_t add_session(struct store *st, uint64_t started_ns, uint64_t ended_ns)
 {
-	struct store_session row = {.pid = 1,
-				    .pid_start_ticks = 1,
-				    .comm = "ret",
-				    .uid = 0,
-				    .event = "cpu-clock",
-				    .events = "cpu",
-				    .freq_hz = 99,
-				    .unwind = "fp",
-				    .started_at_ns = started_ns};
+	struct store_session row = test_session_row(1, "ret", "cpu", started_ns);
 	int64_t id = 0;
 
 	CHECK_INT_EQ(store__session_insert(st, &row, &id), 0);
@@ -50,10 +62,9 @@ static int64_t add_session(struct store *st, uint64_t started_ns, uint64_t ended
 static int64_t add_stack_samples(struct store *st, int64_t sid, const char *module, uint64_t addr,
 				 uint64_t count)
 {
-	struct frame_info f = {.module = module, .build_id = "", .rel_addr = addr};
 	int64_t fid = 0, stack = 0;
 
-	CHECK_INT_EQ(store__frame_id(st, &f, &fid), 0);
+	CHECK_INT_EQ(test_frame_id(st, module, addr, NULL, &fid), 0);
 	CHECK_INT_EQ(store__stack_id(st, &fid, 1, false, true, &stack), 0);
 	CHECK_INT_EQ(store__sample_add(st, sid, 1000, 1, stack, count, 0), 0);
 	return stack;
@@ -270,27 +281,16 @@ static void test_rollups(const char *dir)
 	/* Schema 12 with samples: the migration builds the rollups from them. */
 	{
 		char old[160];
-		sqlite3 *db;
 
 		snprintf(old, sizeof(old), "%s/v12.db", dir);
-		CHECK_INT_EQ(sqlite3_open(old, &db), SQLITE_OK);
-		for (int v = 0; v < 12; v++)
-			CHECK_INT_EQ(sqlite3_exec(db, store_migrations[v], NULL, NULL, NULL),
-				     SQLITE_OK);
-		CHECK_INT_EQ(
-		    sqlite3_exec(
-			db,
-			"PRAGMA user_version = 12;"
-			"INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
-			"events, freq_hz, started_at_ns, state) VALUES "
-			"(9, 1, 'old', 0, 'cpu-clock', 'cpu', 99, 5, 'ended');"
-			"INSERT INTO stacks (frame_ids, depth) VALUES (x'01', 1), (x'02', 1);"
-			"INSERT INTO samples VALUES (1, 1000, 7, 1, 3), (1, 2000, 7, 1, 4),"
-			" (1, 2000, 8, 2, 5), (1, 3000, 7, 2, 6);"
-			"INSERT INTO event_samples VALUES (1, 1000, 7, 1, 2);",
-			NULL, NULL, NULL),
-		    SQLITE_OK);
-		sqlite3_close(db);
+		make_old_db(old, 12,
+			    "INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
+			    "events, freq_hz, started_at_ns, state) VALUES "
+			    "(9, 1, 'old', 0, 'cpu-clock', 'cpu', 99, 5, 'ended');"
+			    "INSERT INTO stacks (frame_ids, depth) VALUES (x'01', 1), (x'02', 1);"
+			    "INSERT INTO samples VALUES (1, 1000, 7, 1, 3), (1, 2000, 7, 1, 4),"
+			    " (1, 2000, 8, 2, 5), (1, 3000, 7, 2, 6);"
+			    "INSERT INTO event_samples VALUES (1, 1000, 7, 1, 2);");
 		CHECK_INT_EQ(store__open(old, &st), 0);
 		CHECK_INT_EQ(store__schema_version(st), store__latest_version());
 		CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
@@ -315,9 +315,7 @@ int main(void)
 	int64_t sid, f1, f2, f3, s1, s2;
 	int fd;
 
-	if (!mkdtemp(dir))
-		return 99;
-	snprintf(path, sizeof(path), "%s/profd.db", dir);
+	test_db_path(dir, path, sizeof(path));
 
 	/* Empty database: every migration applied, WAL, not world-readable. */
 	CHECK_INT_EQ(store__open(path, &st), 0);
@@ -331,15 +329,7 @@ int main(void)
 	CHECK_INT_EQ(sb.st_mode & 0077, 0);
 
 	/* Writes: a session, deduplicated frames and stacks, samples that add up. */
-	struct store_session row = {.pid = 1234,
-				    .pid_start_ticks = 99,
-				    .comm = "spin",
-				    .uid = 0,
-				    .event = "cpu-clock",
-				    .events = "cpu",
-				    .freq_hz = 99,
-				    .unwind = "fp",
-				    .started_at_ns = 1000};
+	struct store_session row = test_session_row(1234, "spin", "cpu", 1000);
 	struct frame_info a = {.module = "/bin/a",
 			       .build_id = "ab",
 			       .rel_addr = 0x10,
@@ -352,6 +342,7 @@ int main(void)
 			       .build_id = "",
 			       .rel_addr = 0xffffffff81000000ULL,
 			       .function = "schedule"};
+	row.pid_start_ticks = 99;
 	CHECK_INT_EQ(store__begin(st), 0);
 	CHECK_INT_EQ(store__session_insert(st, &row, &sid), 0);
 	CHECK_INT_EQ(store__frame_id(st, &a, &f1), 0);
@@ -402,22 +393,14 @@ int main(void)
 	 * in place, data kept, new columns at their defaults. */
 	{
 		char old[160];
-		sqlite3 *db;
 
 		store__close(st);
 		snprintf(old, sizeof(old), "%s/v1.db", dir);
-		CHECK_INT_EQ(sqlite3_open(old, &db), SQLITE_OK);
-		CHECK_INT_EQ(sqlite3_exec(db, store_migrations[0], NULL, NULL, NULL), SQLITE_OK);
-		CHECK_INT_EQ(
-		    sqlite3_exec(db,
-				 "PRAGMA user_version = 1;"
-				 "INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
-				 "events, freq_hz, started_at_ns, state, samples) VALUES "
-				 "(9, 1, 'old', 0, 'cpu-clock', 'cpu', 99, 5, 'ended', 42);"
-				 "INSERT INTO stacks (frame_ids, depth) VALUES (x'01', 1);",
-				 NULL, NULL, NULL),
-		    SQLITE_OK);
-		sqlite3_close(db);
+		make_old_db(old, 1,
+			    "INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
+			    "events, freq_hz, started_at_ns, state, samples) VALUES "
+			    "(9, 1, 'old', 0, 'cpu-clock', 'cpu', 99, 5, 'ended', 42);"
+			    "INSERT INTO stacks (frame_ids, depth) VALUES (x'01', 1);");
 		CHECK_INT_EQ(store__open(old, &st), 0);
 		CHECK_INT_EQ(store__schema_version(st), store__latest_version());
 		CHECK_INT_EQ(query_int(st, "SELECT samples FROM sessions WHERE comm = 'old'"), 42);

@@ -51,21 +51,17 @@ static char debuginfod_cache[] = "/tmp/test-symbolize-debuginfod.XXXXXX";
 #define CHECK_HEX_EQ(a, b)                                                                         \
 	do {                                                                                       \
 		uint64_t _a = (uint64_t)(a), _b = (uint64_t)(b);                                   \
-		if (_a != _b) {                                                                    \
-			fprintf(stderr, "%s:%d: %s == %s failed: %#" PRIx64 " != %#" PRIx64 "\n",  \
-				__FILE__, __LINE__, #a, #b, _a, _b);                               \
-			check_failures++;                                                          \
-		}                                                                                  \
+		if (_a != _b)                                                                      \
+			check_fail(__FILE__, __LINE__,                                             \
+				   "%s == %s failed: %#" PRIx64 " != %#" PRIx64, #a, #b, _a, _b);  \
 	} while (0)
 
 #define CHECK_STR_SUFFIX(a, suffix)                                                                \
 	do {                                                                                       \
 		const char *_a = (a), *_s = (suffix);                                              \
-		if (!_a || strlen(_a) < strlen(_s) || strcmp(_a + strlen(_a) - strlen(_s), _s)) {  \
-			fprintf(stderr, "%s:%d: %s ends with \"%s\" failed: \"%s\"\n", __FILE__,   \
-				__LINE__, #a, _s, _a ? _a : "(null)");                             \
-			check_failures++;                                                          \
-		}                                                                                  \
+		if (!_a || strlen(_a) < strlen(_s) || strcmp(_a + strlen(_a) - strlen(_s), _s))    \
+			check_fail(__FILE__, __LINE__, "%s ends with \"%s\" failed: \"%s\"", #a,   \
+				   _s, _a ? _a : "(null)");                                        \
 	} while (0)
 
 static void skip(const char *part, const char *reason)
@@ -262,6 +258,23 @@ static char *real_path(const char *path)
 /* ---------------------------------------------------------------------- */
 /* Part: /proc/PID/maps parsing */
 
+/*
+ * as_read_text() - as_read_maps() of @as from the maps text @maps (a
+ * string) instead of /proc/PID/maps: the number of new mappings it
+ * returns. A stream that cannot be opened is a setup error.
+ */
+static int as_read_text(struct addrspace *as, const char *maps)
+{
+	FILE *f = fmemopen((void *)maps, strlen(maps), "r");
+	int r;
+
+	if (!f)
+		SETUP_FAIL("fmemopen: %m");
+	r = as_read_maps(as, f);
+	fclose(f);
+	return r;
+}
+
 static void test_maps_parser(void)
 {
 	static const char *const bad[] = {
@@ -287,11 +300,9 @@ static void test_maps_parser(void)
 	    "7f0000001000-7f0000002000 r-xp 00001000 fd:01 123456    /usr/lib/a b.so\n";
 
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
-		if (maps_parse_line(bad[i], strlen(bad[i]), &ml) != -EINVAL) {
-			fprintf(stderr, "%s:%d: bad maps line %zu accepted: %s", __FILE__, __LINE__,
-				i, bad[i]);
-			check_failures++;
-		}
+		if (maps_parse_line(bad[i], strlen(bad[i]), &ml) != -EINVAL)
+			check_fail(__FILE__, __LINE__, "bad maps line %zu accepted: %.*s", i,
+				   (int)strcspn(bad[i], "\n"), bad[i]);
 	}
 	/* a NUL inside the line */
 	CHECK_INT_EQ(maps_parse_line("1000-2000 r-xp 0 0:0 1 /a\0b\n", 26, &ml), -EINVAL);
@@ -328,15 +339,10 @@ static void test_maps_parser(void)
 	struct addrspace *as = calloc(1, sizeof(*as));
 	const struct mapping *m;
 	size_t n;
-	FILE *f;
 
 	if (!as)
 		SETUP_FAIL("calloc");
-	f = fmemopen((void *)maps, sizeof(maps) - 1, "r");
-	if (!f)
-		SETUP_FAIL("fmemopen: %m");
-	CHECK_INT_EQ(as_read_maps(as, f), 3);
-	fclose(f);
+	CHECK_INT_EQ(as_read_text(as, maps), 3);
 	m = addrspace__mappings(as, &n);
 	CHECK_INT_EQ(n, 3);
 	if (n == 3) {
@@ -362,11 +368,7 @@ static void test_maps_parser(void)
 	static const char maps2[] =
 	    "00401000-00402000 r-xp 00001000 08:01 10 /nonexistent/prog\n"
 	    "7f0000008000-7f0000020000 r-xp 00000000 08:01 12 /nonexistent/new.so\n";
-	f = fmemopen((void *)maps2, sizeof(maps2) - 1, "r");
-	if (!f)
-		SETUP_FAIL("fmemopen: %m");
-	CHECK_INT_EQ(as_read_maps(as, f), 1);
-	fclose(f);
+	CHECK_INT_EQ(as_read_text(as, maps2), 1);
 	m = addrspace__mappings(as, &n);
 	CHECK_INT_EQ(n, 3);
 	if (n == 3) {
@@ -798,16 +800,11 @@ static void vdso_copy_free(struct vdso_copy *v)
 static struct addrspace *as_from_text(pid_t pid, const char *maps)
 {
 	struct addrspace *as = calloc(1, sizeof(*as));
-	FILE *f;
 
 	if (!as)
 		SETUP_FAIL("calloc");
 	as->pid = pid;
-	f = fmemopen((void *)maps, strlen(maps), "r");
-	if (!f)
-		SETUP_FAIL("fmemopen: %m");
-	CHECK_INT_EQ(as_read_maps(as, f), 1);
-	fclose(f);
+	CHECK_INT_EQ(as_read_text(as, maps), 1);
 	return as;
 }
 
@@ -832,9 +829,8 @@ static void vdso_check_fake(struct symbolizer *s, const struct vdso_copy *v, pid
 		CHECK_STR_EQ(fi.function, "__vdso_clock_gettime");
 		CHECK_STR_EQ(fi.build_id, v->build_id);
 	} else if (fi.function) {
-		fprintf(stderr, "%s:%d: %s: [vdso] named \"%s\", not our image\n", __FILE__,
-			__LINE__, what, fi.function);
-		check_failures++;
+		check_fail(__FILE__, __LINE__, "%s: [vdso] named \"%s\", not our image", what,
+			   fi.function);
 	}
 	addrspace__free(as);
 }
@@ -1116,7 +1112,6 @@ static void test_corrupt_fuzz(const char *dir, const unsigned char *pie, size_t 
 		size_t len = pie_len;
 		char maps[PATH_MAX + 128];
 		struct frame_info fi;
-		FILE *f;
 
 		if (!as || !s)
 			SETUP_FAIL("calloc");
@@ -1147,11 +1142,7 @@ static void test_corrupt_fuzz(const char *dir, const unsigned char *pie, size_t 
 		/* mapped at 0x1000 from offset 0x1000: the bias is 0 if the headers survived */
 		snprintf(maps, sizeof(maps), "1000-100000 r-xp 00001000 00:00 %d %s\n", it + 1,
 			 path);
-		f = fmemopen(maps, strlen(maps), "r");
-		if (!f)
-			SETUP_FAIL("fmemopen: %m");
-		CHECK_INT_EQ(as_read_maps(as, f), 1);
-		fclose(f);
+		CHECK_INT_EQ(as_read_text(as, maps), 1);
 		CHECK_INT_EQ(symbolizer__user(s, as, alpha_vaddr, false, &fi), 0);
 		if (fi.function && strcmp(fi.function, "fixture_alpha") == 0)
 			named++;
@@ -1179,7 +1170,6 @@ static void test_replaced(const char *dir, const void *pie, size_t pie_len, uint
 	struct symbolizer *s;
 	struct frame_info fi;
 	size_t id_len;
-	FILE *f;
 
 	other = malloc(pie_len);
 	if (!as || !other)
@@ -1197,11 +1187,7 @@ static void test_replaced(const char *dir, const void *pie, size_t pie_len, uint
 	hit[0] ^= 0xff;
 
 	snprintf(maps, sizeof(maps), "1000-100000 r-xp 00001000 00:00 1 %s\n", path);
-	f = fmemopen(maps, strlen(maps), "r");
-	if (!f)
-		SETUP_FAIL("fmemopen: %m");
-	CHECK_INT_EQ(as_read_maps(as, f), 1);
-	fclose(f);
+	CHECK_INT_EQ(as_read_text(as, maps), 1);
 
 	s = symbolizer__new();
 	if (!s)

@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "check_workload.h"
 #include "symbols/symbolize.h"
 #include "symbols/unwind.h"
 #include "util.h"
@@ -63,17 +64,6 @@
 #define COLLECT_TIMEOUT_NS (20 * NSEC_PER_SEC)
 
 static int skipped;
-static pid_t workload_pid; /* killed at exit, even after a setup error */
-
-static void kill_workload(void)
-{
-	if (workload_pid > 0) {
-		kill(workload_pid, SIGKILL);
-		waitpid(workload_pid, NULL, 0);
-		workload_pid = 0;
-	}
-}
-
 static void skip(const char *part, const char *reason)
 {
 	printf("SKIP %s: %s\n", part, reason);
@@ -439,7 +429,7 @@ static void copy_file_flipped(const char *from, const char *to)
 	close(fd);
 }
 
-/* The unwind through a copy of the fixture at @lib_copy, with a fresh unwinder. */
+/* Unwinds through a copy of the fixture at @lib_copy into a cleared @st, with a fresh unwinder. */
 static void unwind_copy(struct symbolizer *s, struct addrspace *as, const char *lib_copy,
 			struct stack *st)
 {
@@ -447,6 +437,7 @@ static void unwind_copy(struct symbolizer *s, struct addrspace *as, const char *
 
 	if (!u)
 		SETUP_FAIL("out of memory");
+	*st = (struct stack){};
 	run_nocfi(u, s, as, lib_copy, st);
 	unwinder__free(u);
 }
@@ -516,7 +507,6 @@ __attribute__((noipa)) static void test_debug_lookup(struct symbolizer *s, struc
 		snprintf(debug, sizeof(debug), "%s/unwind-nocfi-noid.debug", libdir);
 		copy_file(noid, path);
 		copy_file(src, debug);
-		st = (struct stack){};
 		unwind_copy(s, as, path, &st);
 		CHECK_INT_EQ(st.status, UNWIND_END);
 		CHECK(fn_is(&st, 2, "nocfi_inner") && fn_is(&st, 3, "nocfi_call"));
@@ -524,7 +514,6 @@ __attribute__((noipa)) static void test_debug_lookup(struct symbolizer *s, struc
 		snprintf(path, sizeof(path), "%s/noid2.so", libdir);
 		copy_file(noid, path);
 		copy_file_flipped(src, debug);
-		st = (struct stack){};
 		unwind_copy(s, as, path, &st);
 		CHECK_INT_EQ(st.status, UNWIND_NO_CFI);
 		CHECK(st.n == 3 && fn_is(&st, st.n - 1, "nocfi_inner"));
@@ -921,24 +910,13 @@ static int collect(const char *path, struct sample *samples, struct addrspace **
 	static struct ring rings[MAX_CPUS];
 	size_t page = (size_t)sysconf(_SC_PAGESIZE), n = 0, map_size = (RING_PAGES + 1) * page;
 	long n_cpus = sysconf(_SC_NPROCESSORS_CONF);
-	int go[2], r, n_rings = 0, first_errno = 0;
+	int go, r, n_rings = 0, first_errno = 0;
 	uint64_t deadline;
 	pid_t pid;
 
-	if (pipe2(go, O_CLOEXEC) < 0)
-		SETUP_FAIL("pipe2: %m");
-	pid = fork();
-	if (pid < 0)
-		SETUP_FAIL("fork: %m");
-	if (pid == 0) {
-		dup2(go[0], STDIN_FILENO);
-		setenv("DEEP_NOFP_WAIT", "1", 1);
-		execl(path, path, "30", (char *)NULL);
-		_exit(127);
-	}
-	close(go[0]);
-	workload_pid = pid;
-	atexit(kill_workload);
+	/* It waits for a byte on stdin before it starts working. */
+	go = workload_start((char *[]){(char *)path, "30", NULL}, "DEEP_NOFP_WAIT=1", STDIN_FILENO);
+	pid = workload_pid;
 	if (!wait_blocked_in_read(pid))
 		SETUP_FAIL("%s did not start (or does not wait on stdin)", path);
 	r = addrspace__new(pid, ret_as);
@@ -972,15 +950,15 @@ static int collect(const char *path, struct sample *samples, struct addrspace **
 		snprintf(reason, sizeof(reason), "perf_event_open(task-clock, pid, cpu): %s",
 			 strerror(first_errno));
 		skip("samples", reason);
-		close(go[1]);
+		close(go);
 		return -1;
 	}
 	for (int i = 0; i < n_rings; i++)
 		if (ioctl(rings[i].fd, PERF_EVENT_IOC_ENABLE, 0) < 0)
 			SETUP_FAIL("PERF_EVENT_IOC_ENABLE: %m");
-	if (write(go[1], "g", 1) != 1)
+	if (write(go, "g", 1) != 1)
 		SETUP_FAIL("write to the workload: %m");
-	close(go[1]);
+	close(go);
 
 	deadline = now_ns(CLOCK_MONOTONIC) + COLLECT_TIMEOUT_NS;
 	while (n < N_SAMPLES && now_ns(CLOCK_MONOTONIC) < deadline) {
@@ -1318,7 +1296,7 @@ out:
 	for (int i = 0; i < n; i++)
 		free(samples[i].stack);
 	addrspace__free(as);
-	kill_workload();
+	workload_kill();
 }
 
 int main(int argc, char **argv)
