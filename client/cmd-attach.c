@@ -151,7 +151,8 @@ static json_t *attach_request(const struct args *a)
 	if (a->label)
 		request = request_set(request, "label", json_string(a->label));
 	if (a->memory_interval_s > 0)
-		request = request_set(request, "memory_interval_s", json_real(a->memory_interval_s));
+		request =
+		    request_set(request, "memory_interval_s", json_real(a->memory_interval_s));
 	if (a->malloc_max_rate >= 0)
 		request = request_set(request, "malloc_max_hits_per_s",
 				      json_integer((json_int_t)a->malloc_max_rate));
