@@ -207,6 +207,24 @@ static int parse_operand(const char *operand, struct args *a, bool *have_operand
 }
 
 /*
+ * common_option() - the common option getopt_long() returned as @c, -s or
+ * -j, into @a; false if @c is another. Before the command or after it alike.
+ */
+static bool common_option(int c, struct args *a)
+{
+	switch (c) {
+	case 's':
+		a->socket_path = optarg;
+		return true;
+	case 'j':
+		a->json = true;
+		return true;
+	default:
+		return false;
+	}
+}
+
+/*
  * parse_command_line() - fill @a from @argv. Returns 0 to run a command, 1
  * when help or the version was printed (exit 0), -EINVAL on a usage error
  * (already reported, on stderr). getopt_long() reports unknown options itself.
@@ -230,13 +248,9 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 	/* Global options end at the command name ('+'). */
 	optind = 0;
 	while ((c = getopt_long(argc, argv, "+s:jhV", global_options, NULL)) != -1) {
+		if (common_option(c, a))
+			continue;
 		switch (c) {
-		case 's':
-			a->socket_path = optarg;
-			break;
-		case 'j':
-			a->json = true;
-			break;
 		case 'h':
 			help_global(stdout);
 			return 1;
@@ -282,13 +296,9 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 
 	optind = 0;
 	while ((c = getopt_long(sub_argc, sub_argv, shortopts, options, NULL)) != -1) {
+		if (common_option(c, a))
+			continue;
 		switch (c) {
-		case 's':
-			a->socket_path = optarg;
-			break;
-		case 'j':
-			a->json = true;
-			break;
 		case 'h':
 			help_command(stdout, a->command);
 			return 1;
