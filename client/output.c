@@ -78,8 +78,8 @@ static int get_field(const json_t *o, const char *key, unsigned types, const cha
  * Field readers: each returns 0 with the value in *ret, or -EBADMSG (and
  * records why) when @key is absent or of another type; *ret is then
  * unchanged. The get_opt_*() forms also accept an absent key or null,
- * reported as *ret_set false (*ret unchanged) or, for strings, NULL.
- * Strings are borrowed from @o.
+ * reported as *ret_set false (*ret unchanged) or, for strings, NULL; given
+ * a NULL @ret_set they are the get_*() forms. Strings are borrowed from @o.
  */
 int get_opt_int(const json_t *o, const char *key, long long *ret, bool *ret_set)
 {
