@@ -220,25 +220,37 @@ int call_and_render(struct conn *c, const struct args *a, json_t *request, rende
 }
 
 /*
+ * request_set() - @request with member @key set to @value; consumes both
+ * (either may be NULL after a failed allocation). Returns @request, or NULL
+ * with @request freed when it cannot be set, so that a chain of these ends
+ * in call()'s -ENOMEM. Does not log.
+ */
+json_t *request_set(json_t *request, const char *key, json_t *value)
+{
+	if (!request) {
+		json_decref(value);
+		return NULL;
+	}
+	/* jansson takes @value even when it fails. */
+	if (json_object_set_new(request, key, value) < 0) {
+		json_decref(request);
+		return NULL;
+	}
+	return request;
+}
+
+/*
  * request_range() - @request with "from_s"/"to_s" from --from/--to and
  * "python_frames" from --python-frames; consumes @request.
  */
 json_t *request_range(json_t *request, const struct args *a)
 {
-	if (request && a->python_frames &&
-	    json_object_set_new(request, "python_frames", json_string(a->python_frames)) < 0) {
-		json_decref(request);
-		return NULL;
-	}
-	if (request && a->has_from &&
-	    json_object_set_new(request, "from_s", json_real(a->from_s)) < 0) {
-		json_decref(request);
-		return NULL;
-	}
-	if (request && a->has_to && json_object_set_new(request, "to_s", json_real(a->to_s)) < 0) {
-		json_decref(request);
-		return NULL;
-	}
+	if (a->python_frames)
+		request = request_set(request, "python_frames", json_string(a->python_frames));
+	if (a->has_from)
+		request = request_set(request, "from_s", json_real(a->from_s));
+	if (a->has_to)
+		request = request_set(request, "to_s", json_real(a->to_s));
 	return request;
 }
 
@@ -247,16 +259,10 @@ json_t *request_report(const char *cmd, const struct args *a)
 {
 	json_t *request = request_session(cmd, a->id);
 
-	if (request && a->limit > 0 &&
-	    json_object_set_new(request, "limit", json_integer((json_int_t)a->limit)) < 0) {
-		json_decref(request);
-		return NULL;
-	}
-	if (request && a->event &&
-	    json_object_set_new(request, "event", json_string(a->event)) < 0) {
-		json_decref(request);
-		return NULL;
-	}
+	if (a->limit > 0)
+		request = request_set(request, "limit", json_integer((json_int_t)a->limit));
+	if (a->event)
+		request = request_set(request, "event", json_string(a->event));
 	return request_range(request, a);
 }
 

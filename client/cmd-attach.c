@@ -124,52 +124,48 @@ static json_t *attach_request(const struct args *a)
 			    (json_int_t)a->id);
 	if (!request)
 		return NULL;
-	if (a->has_duration &&
-	    json_object_set_new(request, "duration_s",
-				a->duration_s == floor(a->duration_s) && a->duration_s < 1e15
-				    ? json_integer((json_int_t)a->duration_s)
-				    : json_real(a->duration_s)) < 0)
-		return NULL;
+	if (a->has_duration)
+		request = request_set(request, "duration_s",
+				      a->duration_s == floor(a->duration_s) && a->duration_s < 1e15
+					  ? json_integer((json_int_t)a->duration_s)
+					  : json_real(a->duration_s));
 	/* Without --freq, profd's default_freq_hz (profd.conf). */
-	if (a->freq_hz && json_object_set_new(request, "freq_hz", json_integer(a->freq_hz)) < 0)
-		return NULL;
-	if (a->unwind && json_object_set_new(request, "unwind", json_string(a->unwind)) < 0)
-		return NULL;
-	if (a->children && json_object_set_new(request, "children", json_true()) < 0)
-		return NULL;
-	if (a->python && json_object_set_new(request, "python", json_string(a->python)) < 0)
-		return NULL;
-	if (a->uprobes && json_object_set_new(request, "uprobes", json_string(a->uprobes)) < 0)
-		return NULL;
-	if (a->uprobe_max_rate >= 0 &&
-	    json_object_set_new(request, "uprobe_max_calls_per_s",
-				json_integer((json_int_t)a->uprobe_max_rate)) < 0)
-		return NULL;
-	if (a->stack_bytes &&
-	    json_object_set_new(request, "stack_bytes", json_integer(a->stack_bytes)) < 0)
-		return NULL;
-	if (a->pid_start_ticks &&
-	    json_object_set_new(request, "pid_start_ticks",
-				json_integer((json_int_t)a->pid_start_ticks)) < 0)
-		return NULL;
-	if (a->label && json_object_set_new(request, "label", json_string(a->label)) < 0)
-		return NULL;
-	if (a->memory_interval_s > 0 &&
-	    json_object_set_new(request, "memory_interval_s", json_real(a->memory_interval_s)) < 0)
-		return NULL;
-	if (a->malloc_max_rate >= 0 &&
-	    json_object_set_new(request, "malloc_max_hits_per_s",
-				json_integer((json_int_t)a->malloc_max_rate)) < 0)
-		return NULL;
-	if (a->malloc_sample_bytes > 0 &&
-	    json_object_set_new(request, "malloc_sample_bytes",
-				json_integer((json_int_t)a->malloc_sample_bytes)) < 0)
-		return NULL;
+	if (a->freq_hz)
+		request = request_set(request, "freq_hz", json_integer(a->freq_hz));
+	if (a->unwind)
+		request = request_set(request, "unwind", json_string(a->unwind));
+	if (a->children)
+		request = request_set(request, "children", json_true());
+	if (a->python)
+		request = request_set(request, "python", json_string(a->python));
+	if (a->uprobes)
+		request = request_set(request, "uprobes", json_string(a->uprobes));
+	if (a->uprobe_max_rate >= 0)
+		request = request_set(request, "uprobe_max_calls_per_s",
+				      json_integer((json_int_t)a->uprobe_max_rate));
+	if (a->stack_bytes)
+		request = request_set(request, "stack_bytes", json_integer(a->stack_bytes));
+	if (a->pid_start_ticks)
+		request = request_set(request, "pid_start_ticks",
+				      json_integer((json_int_t)a->pid_start_ticks));
+	if (a->label)
+		request = request_set(request, "label", json_string(a->label));
+	if (a->memory_interval_s > 0)
+		request =
+		    request_set(request, "memory_interval_s", json_real(a->memory_interval_s));
+	if (a->malloc_max_rate >= 0)
+		request = request_set(request, "malloc_max_hits_per_s",
+				      json_integer((json_int_t)a->malloc_max_rate));
+	if (a->malloc_sample_bytes > 0)
+		request = request_set(request, "malloc_sample_bytes",
+				      json_integer((json_int_t)a->malloc_sample_bytes));
 	/* Without --events, profd's default set (cpu,offcpu,rss). */
 	if (!a->events)
 		return TAKE_PTR(request);
 	events = json_array();
-	if (json_object_set_new(request, "events", events) < 0)
+	/* The request holds @events once set; it is filled in place. */
+	request = request_set(request, "events", events);
+	if (!request)
 		return NULL;
 	while (events_next(a->events, &pos, &name, &len))
 		if (json_array_append_new(events, json_stringn(name, len)) < 0)

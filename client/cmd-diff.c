@@ -55,9 +55,7 @@ int run_diff(struct conn *c, const struct args *a)
 	for (int k = 0; k < 2; k++) {
 		json_t *request = request_range(request_session("top", ids[k]), a);
 
-		if (request && json_object_set_new(request, "limit", json_integer(LIMIT_MAX)) < 0)
-			request = NULL;
-		r = call(c, request, top[k]);
+		r = call(c, request_set(request, "limit", json_integer(LIMIT_MAX)), top[k]);
 		if (r < 0)
 			return r;
 		totals[k] = json_integer_value(json_object_get(*top[k], "total_samples"));

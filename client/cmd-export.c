@@ -48,14 +48,12 @@ static int load_profile(struct conn *c, const struct args *a, bool per_window, s
 	int r;
 
 	/* Only the Chrome trace places samples in time: the others take them summed. */
-	if (request && !per_window && json_object_set_new(request, "per_window", json_false()) < 0)
-		request = NULL;
-	if (request && a->event && json_object_set_new(request, "event", json_string(a->event)) < 0)
-		request = NULL;
+	if (!per_window)
+		request = request_set(request, "per_window", json_false());
+	if (a->event)
+		request = request_set(request, "event", json_string(a->event));
 	/* The rows as one string: a few bytes a row in profd's memory, not hundreds. */
-	if (request && json_object_set_new(request, "packed", json_true()) < 0)
-		request = NULL;
-	r = call(c, request, &reply);
+	r = call(c, request_set(request, "packed", json_true()), &reply);
 	if (r < 0)
 		return r;
 	r = call(c, request_session("session", a->id), &session);

@@ -46,14 +46,12 @@ int run_threads(struct conn *c, const struct args *a)
 	{
 		json_t *request = request_session("threads", a->id);
 
-		if (request && a->group_by &&
-		    json_object_set_new(request, "group_by", json_string("name")) < 0)
-			request = NULL;
-		if (request && a->window_s > 0 &&
-		    json_object_set_new(request, "window_s", json_real(a->window_s)) < 0)
-			request = NULL;
-		if (request && a->all && json_object_set_new(request, "all", json_true()) < 0)
-			request = NULL;
+		if (a->group_by)
+			request = request_set(request, "group_by", json_string("name"));
+		if (a->window_s > 0)
+			request = request_set(request, "window_s", json_real(a->window_s));
+		if (a->all)
+			request = request_set(request, "all", json_true());
 		r = call(c, request, &reply);
 	}
 	if (r < 0)
@@ -92,8 +90,8 @@ int run_resymbolize(struct conn *c, const struct args *a)
 	long long checked, named, left;
 	int r;
 
-	if (request && a->debuginfod && json_object_set_new(request, "debuginfod", json_true()) < 0)
-		request = NULL;
+	if (a->debuginfod)
+		request = request_set(request, "debuginfod", json_true());
 	r = call(c, request, &reply);
 	if (r < 0)
 		return r;

@@ -18,9 +18,8 @@ int run_sql(struct conn *c, const struct args *a)
 	struct render out;
 	int r;
 
-	if (request && a->max_rows &&
-	    json_object_set_new(request, "max_rows", json_integer(a->max_rows)) < 0)
-		request = NULL;
+	if (a->max_rows)
+		request = request_set(request, "max_rows", json_integer(a->max_rows));
 	r = call(c, request, &reply);
 	if (r < 0)
 		return r;

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,24 +89,21 @@ static void fnode__sort(const struct xprofile *p, struct fnode *n)
 
 static void xml_escape(FILE *f, const char *s)
 {
+	static const char *const entities[UCHAR_MAX + 1] = {
+	    ['&'] = "&amp;",
+	    ['<'] = "&lt;",
+	    ['>'] = "&gt;",
+	    ['"'] = "&quot;",
+	};
+
 	for (; *s; s++) {
-		switch (*s) {
-		case '&':
-			fputs("&amp;", f);
-			break;
-		case '<':
-			fputs("&lt;", f);
-			break;
-		case '>':
-			fputs("&gt;", f);
-			break;
-		case '"':
-			fputs("&quot;", f);
-			break;
-		default:
+		unsigned char c = (unsigned char)*s;
+
+		if (entities[c])
+			fputs(entities[c], f);
+		else
 			/* Control characters are not allowed in XML 1.0. */
-			fputc((unsigned char)*s < 0x20 ? '?' : *s, f);
-		}
+			fputc(c < 0x20 ? '?' : c, f);
 	}
 }
 

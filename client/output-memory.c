@@ -31,6 +31,12 @@ static void format_bytes(char *buf, size_t size, double bytes, bool sign)
 		 v, units[u]);
 }
 
+/* Member @key of @o, a number of bytes, as format_bytes() writes it. */
+static void format_member_bytes(char *buf, size_t size, const json_t *o, const char *key, bool sign)
+{
+	format_bytes(buf, size, json_number_value(json_object_get(o, key)), sign);
+}
+
 /*
  * A sparkline of the numbers of @values, at most @width characters (each
  * the largest value of its bucket), scaled from 0 to the largest value: 8
@@ -84,12 +90,9 @@ static void print_alloc_stack(FILE *f, const json_t *x, bool ascii, json_t *prin
 	const char *fn = json_string_value(json_object_get(x, "function"));
 	char live[32], growth[32], allocated[32];
 
-	format_bytes(live, sizeof(live), json_number_value(json_object_get(x, "live_bytes")),
-		     false);
-	format_bytes(growth, sizeof(growth),
-		     json_number_value(json_object_get(x, "growth_bytes_per_s")), true);
-	format_bytes(allocated, sizeof(allocated),
-		     json_number_value(json_object_get(x, "allocated_bytes")), false);
+	format_member_bytes(live, sizeof(live), x, "live_bytes", false);
+	format_member_bytes(growth, sizeof(growth), x, "growth_bytes_per_s", true);
+	format_member_bytes(allocated, sizeof(allocated), x, "allocated_bytes", false);
 	fprintf(f, "\n  %s: %s live, %s/s, %s allocated (%lld samples, %lld live)  ", fn ? fn : "?",
 		live, growth, allocated,
 		(long long)json_integer_value(json_object_get(x, "samples")),
@@ -136,8 +139,7 @@ static void print_by_mapping(FILE *f, const json_t *rows, const char *indent)
 			continue;
 		format_bytes(a, sizeof(a), start, false);
 		format_bytes(b, sizeof(b), end, false);
-		format_bytes(c, sizeof(c),
-			     json_number_value(json_object_get(row, "growth_bytes_per_s")), true);
+		format_member_bytes(c, sizeof(c), row, "growth_bytes_per_s", true);
 		fprintf(f, "%s%-6s %10s -> %10s  %s/s\n", indent,
 			json_string_value(json_object_get(row, "kind")), a, b, c);
 	}
@@ -164,8 +166,7 @@ static void print_growth(FILE *f, const json_t *g)
 		fprintf(f, "\n%s: %s\n", titles[l], json_array_size(list) ? "" : "none");
 		json_array_foreach(list, i, x)
 		{
-			format_bytes(a, sizeof(a), json_number_value(json_object_get(x, "bytes")),
-				     true);
+			format_member_bytes(a, sizeof(a), x, "bytes", true);
 			fprintf(f, "\n  %s: %s in pid %lld (%s, %lld events)\n",
 				json_string_value(json_object_get(x, "function")) ?: "?", a,
 				(long long)json_integer_value(json_object_get(x, "pid")),
@@ -198,14 +199,10 @@ int output__memory(FILE *f, const json_t *reply, bool ascii)
 		const json_t *last = json_array_get(series, json_array_size(series) - 1);
 		size_t i;
 
-		format_bytes(a, sizeof(a), json_number_value(json_object_get(rss, "start_bytes")),
-			     false);
-		format_bytes(b, sizeof(b), json_number_value(json_object_get(rss, "end_bytes")),
-			     false);
-		format_bytes(c, sizeof(c), json_number_value(json_object_get(rss, "peak_bytes")),
-			     false);
-		format_bytes(d, sizeof(d),
-			     json_number_value(json_object_get(rss, "growth_bytes_per_s")), true);
+		format_member_bytes(a, sizeof(a), rss, "start_bytes", false);
+		format_member_bytes(b, sizeof(b), rss, "end_bytes", false);
+		format_member_bytes(c, sizeof(c), rss, "peak_bytes", false);
+		format_member_bytes(d, sizeof(d), rss, "growth_bytes_per_s", true);
 		fprintf(f,
 			"\nRSS %s -> %s (peak %s), growth %s/s (least squares over %lld readings, "
 			"every %.1f s)\n  ",
@@ -214,18 +211,13 @@ int output__memory(FILE *f, const json_t *reply, bool ascii)
 		print_sparkline(f, series, "rss_bytes", 60, ascii);
 		fprintf(f, "  0..%.1f s\n",
 			json_number_value(json_object_get(rss, "last_reading_s")));
-		format_bytes(a, sizeof(a), json_number_value(json_object_get(last, "anon_bytes")),
-			     false);
-		format_bytes(b, sizeof(b), json_number_value(json_object_get(last, "file_bytes")),
-			     false);
-		format_bytes(c, sizeof(c), json_number_value(json_object_get(last, "shmem_bytes")),
-			     false);
-		format_bytes(d, sizeof(d), json_number_value(json_object_get(last, "swap_bytes")),
-			     false);
+		format_member_bytes(a, sizeof(a), last, "anon_bytes", false);
+		format_member_bytes(b, sizeof(b), last, "file_bytes", false);
+		format_member_bytes(c, sizeof(c), last, "shmem_bytes", false);
+		format_member_bytes(d, sizeof(d), last, "swap_bytes", false);
 		fprintf(f, "  last reading: anon %s, file %s, shmem %s, swap %s", a, b, c, d);
 		if (json_is_number(json_object_get(last, "pss_bytes"))) {
-			format_bytes(a, sizeof(a),
-				     json_number_value(json_object_get(last, "pss_bytes")), false);
+			format_member_bytes(a, sizeof(a), last, "pss_bytes", false);
 			fprintf(f, ", PSS %s", a);
 		}
 		fputc('\n', f);
@@ -237,16 +229,9 @@ int output__memory(FILE *f, const json_t *reply, bool ascii)
 		if (json_array_size(procs) > 1)
 			json_array_foreach(procs, i, p)
 			{
-				format_bytes(a, sizeof(a),
-					     json_number_value(json_object_get(p, "start_bytes")),
-					     false);
-				format_bytes(b, sizeof(b),
-					     json_number_value(json_object_get(p, "end_bytes")),
-					     false);
-				format_bytes(
-				    c, sizeof(c),
-				    json_number_value(json_object_get(p, "growth_bytes_per_s")),
-				    true);
+				format_member_bytes(a, sizeof(a), p, "start_bytes", false);
+				format_member_bytes(b, sizeof(b), p, "end_bytes", false);
+				format_member_bytes(c, sizeof(c), p, "growth_bytes_per_s", true);
 				fprintf(f, "  pid %lld: %s -> %s, %s/s, %.1f..%.1f s\n",
 					(long long)json_integer_value(json_object_get(p, "pid")), a,
 					b, c, json_number_value(json_object_get(p, "first_s")),
@@ -270,12 +255,9 @@ int output__memory(FILE *f, const json_t *reply, bool ascii)
 
 		if (!printed)
 			return -ENOMEM;
-		format_bytes(a, sizeof(a), json_number_value(json_object_get(al, "sample_bytes")),
-			     false);
-		format_bytes(b, sizeof(b), json_number_value(json_object_get(al, "bytes_per_s")),
-			     false);
-		format_bytes(c, sizeof(c), json_number_value(json_object_get(al, "live_bytes")),
-			     false);
+		format_member_bytes(a, sizeof(a), al, "sample_bytes", false);
+		format_member_bytes(b, sizeof(b), al, "bytes_per_s", false);
+		format_member_bytes(c, sizeof(c), al, "live_bytes", false);
 		fprintf(f, "\nallocations: sampled every %s on average; probes: %s\n", a,
 			json_string_value(json_object_get(al, "probes")) ?: "?");
 		fprintf(f,

@@ -83,6 +83,67 @@ static void print_stragglers(FILE *f, const json_t *imbalance)
 	fputc('\n', f);
 }
 
+/* The imbalance cells of a group or a window: MAX/MEAN, CV, STRAGGLER. */
+static int cell_imbalance(struct table *t, const json_t *x)
+{
+	const json_t *imb = json_object_get(x, "imbalance");
+	const char *sn = json_string_value(json_object_get(imb, "straggler_name"));
+
+	if (cell_num(t, json_object_get(imb, "max_over_mean"), "%.2f") < 0 ||
+	    cell_num(t, json_object_get(imb, "cv"), "%.2f") < 0)
+		return -ENOMEM;
+	return table__cellf(t, "%s", sn ? sn : "-");
+}
+
+/* A row of the table by thread name (threads --group-by name). */
+static int group_row(struct table *t, const json_t *x)
+{
+	if (table__cellf(t, "%s", json_string_value(json_object_get(x, "group"))) < 0 ||
+	    cell_num(t, json_object_get(x, "threads"), "%.0f") < 0 ||
+	    cell_num(t, json_object_get(x, "samples"), "%.0f") < 0 ||
+	    cell_num(t, json_object_get(x, "share_pct"), "%.1f") < 0 || cell_spread(t, x) < 0)
+		return -ENOMEM;
+	return cell_imbalance(t, x);
+}
+
+/* A row of the table of imbalance per window (threads --window). */
+static int window_row(struct table *t, const json_t *x)
+{
+	if (cell_num(t, json_object_get(x, "start_s"), "%.1f") < 0 ||
+	    cell_num(t, json_object_get(x, "end_s"), "%.1f") < 0 ||
+	    cell_num(t, json_object_get(x, "samples"), "%.0f") < 0)
+		return -ENOMEM;
+	return cell_imbalance(t, x);
+}
+
+/*
+ * print_rows() - @title, then @rows as a table of @columns (@n_columns), a
+ * row each from @add_row; nothing if @rows is not an array. Returns 0, or
+ * -ENOMEM with nothing printed.
+ */
+static int print_rows(FILE *f, const char *title, const json_t *rows,
+		      const struct table_column *columns, size_t n_columns,
+		      int (*add_row)(struct table *t, const json_t *row))
+{
+	_cleanup_(table__freep) struct table *t = NULL;
+	const json_t *x;
+	size_t i;
+
+	if (!json_is_array(rows))
+		return 0;
+	t = table__new(columns, n_columns);
+	if (!t)
+		return -ENOMEM;
+	json_array_foreach(rows, i, x)
+	{
+		if (add_row(t, x) < 0)
+			return -ENOMEM;
+	}
+	fputs(title, f);
+	table__print(t, f);
+	return 0;
+}
+
 /*
  * threads_details() - what newer daemons add to "threads": stragglers, time
  * on and off the CPU and counters per thread, groups, windows. Each part only
@@ -110,6 +171,7 @@ static int threads_details(FILE *f, const json_t *reply)
 	const json_t *groups = json_object_get(reply, "groups");
 	const json_t *windows = json_object_get(reply, "windows");
 	size_t i;
+	int r;
 
 	print_stragglers(f, json_object_get(reply, "imbalance"));
 	if (json_object_get(json_array_get(threads, 0), "on_cpu_s")) {
@@ -164,55 +226,14 @@ static int threads_details(FILE *f, const json_t *reply)
 			source ? source : "?");
 		table__print(t, f);
 	}
-	if (json_is_array(groups)) {
-		_cleanup_(table__freep) struct table *t =
-		    table__new(group_columns, ARRAY_SIZE(group_columns));
-
-		if (!t)
-			return -ENOMEM;
-		json_array_foreach(groups, i, x)
-		{
-			const json_t *imb = json_object_get(x, "imbalance");
-			const char *sn = json_string_value(json_object_get(imb, "straggler_name"));
-
-			if (table__cellf(t, "%s", json_string_value(json_object_get(x, "group"))) <
-				0 ||
-			    cell_num(t, json_object_get(x, "threads"), "%.0f") < 0 ||
-			    cell_num(t, json_object_get(x, "samples"), "%.0f") < 0 ||
-			    cell_num(t, json_object_get(x, "share_pct"), "%.1f") < 0 ||
-			    cell_spread(t, x) < 0 ||
-			    cell_num(t, json_object_get(imb, "max_over_mean"), "%.2f") < 0 ||
-			    cell_num(t, json_object_get(imb, "cv"), "%.2f") < 0 ||
-			    table__cellf(t, "%s", sn ? sn : "-") < 0)
-				return -ENOMEM;
-		}
-		fprintf(f, "\nby thread name (digits as *; MIN-MAX: samples of the pool's least and "
-			   "busiest thread):\n");
-		table__print(t, f);
-	}
-	if (json_is_array(windows)) {
-		_cleanup_(table__freep) struct table *t =
-		    table__new(window_columns, ARRAY_SIZE(window_columns));
-
-		if (!t)
-			return -ENOMEM;
-		json_array_foreach(windows, i, x)
-		{
-			const json_t *imb = json_object_get(x, "imbalance");
-			const char *sn = json_string_value(json_object_get(imb, "straggler_name"));
-
-			if (cell_num(t, json_object_get(x, "start_s"), "%.1f") < 0 ||
-			    cell_num(t, json_object_get(x, "end_s"), "%.1f") < 0 ||
-			    cell_num(t, json_object_get(x, "samples"), "%.0f") < 0 ||
-			    cell_num(t, json_object_get(imb, "max_over_mean"), "%.2f") < 0 ||
-			    cell_num(t, json_object_get(imb, "cv"), "%.2f") < 0 ||
-			    table__cellf(t, "%s", sn ? sn : "-") < 0)
-				return -ENOMEM;
-		}
-		fprintf(f, "\nimbalance per window:\n");
-		table__print(t, f);
-	}
-	return 0;
+	if ((r = print_rows(
+		 f,
+		 "\nby thread name (digits as *; MIN-MAX: samples of the pool's least and "
+		 "busiest thread):\n",
+		 groups, group_columns, ARRAY_SIZE(group_columns), group_row)) < 0)
+		return r;
+	return print_rows(f, "\nimbalance per window:\n", windows, window_columns,
+			  ARRAY_SIZE(window_columns), window_row);
 }
 
 int output__threads(FILE *f, const json_t *reply, const json_t *session)

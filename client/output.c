@@ -41,91 +41,107 @@ int bad_field(const char *key, const char *expected)
 	return -EBADMSG;
 }
 
+/* The JSON types a field reader takes, as bits of 1 << json_typeof(). */
+enum {
+	FIELD_INTEGER = 1u << JSON_INTEGER,
+	FIELD_NUMBER = 1u << JSON_INTEGER | 1u << JSON_REAL,
+	FIELD_STRING = 1u << JSON_STRING,
+	FIELD_ARRAY = 1u << JSON_ARRAY,
+};
+
 /*
- * Field readers: each returns 0 with the value in *ret, or -EBADMSG (and
- * records why) when @key is absent or of another type. The get_opt_*()
- * forms also accept an absent key or null, reported as NULL / *ret_set false.
- * Strings are borrowed from @o.
+ * get_field() - @o's member @key in *@ret if its type is one of @types. With
+ * @ret_set (an optional field), an absent or null member is 0 with *@ret
+ * NULL and *@ret_set false. Otherwise -EBADMSG, *@ret NULL, and the reason
+ * recorded: @key is missing or not @expected (" or null" if optional).
  */
-int get_int(const json_t *o, const char *key, long long *ret)
-{
-	const json_t *v = json_object_get(o, key);
-
-	if (!json_is_integer(v))
-		return bad_field(key, "an integer");
-	*ret = json_integer_value(v);
-	return 0;
-}
-
-int get_opt_int(const json_t *o, const char *key, long long *ret, bool *ret_set)
-{
-	const json_t *v = json_object_get(o, key);
-
-	*ret_set = false;
-	if (!v || json_is_null(v))
-		return 0;
-	if (!json_is_integer(v))
-		return bad_field(key, "an integer or null");
-	*ret = json_integer_value(v);
-	*ret_set = true;
-	return 0;
-}
-
-int get_num(const json_t *o, const char *key, double *ret)
-{
-	const json_t *v = json_object_get(o, key);
-
-	if (!json_is_number(v))
-		return bad_field(key, "a number");
-	*ret = json_number_value(v);
-	return 0;
-}
-
-int get_opt_num(const json_t *o, const char *key, double *ret, bool *ret_set)
-{
-	const json_t *v = json_object_get(o, key);
-
-	*ret_set = false;
-	if (!v || json_is_null(v))
-		return 0;
-	if (!json_is_number(v))
-		return bad_field(key, "a number or null");
-	*ret = json_number_value(v);
-	*ret_set = true;
-	return 0;
-}
-
-int get_str(const json_t *o, const char *key, const char **ret)
-{
-	const json_t *v = json_object_get(o, key);
-
-	if (!json_is_string(v))
-		return bad_field(key, "a string");
-	*ret = json_string_value(v);
-	return 0;
-}
-
-int get_opt_str(const json_t *o, const char *key, const char **ret)
+static int get_field(const json_t *o, const char *key, unsigned types, const char *expected,
+		     bool *ret_set, const json_t **ret)
 {
 	const json_t *v = json_object_get(o, key);
 
 	*ret = NULL;
-	if (!v || json_is_null(v))
+	if (ret_set)
+		*ret_set = false;
+	if (ret_set && (!v || json_is_null(v)))
 		return 0;
-	if (!json_is_string(v))
-		return bad_field(key, "a string or null");
-	*ret = json_string_value(v);
+	if (!v || !(types & 1u << json_typeof(v)))
+		return bad_message("field \"%s\" is missing or not %s%s", key, expected,
+				   ret_set ? " or null" : "");
+	*ret = v;
+	if (ret_set)
+		*ret_set = true;
 	return 0;
+}
+
+/*
+ * Field readers: each returns 0 with the value in *ret, or -EBADMSG (and
+ * records why) when @key is absent or of another type; *ret is then
+ * unchanged. The get_opt_*() forms also accept an absent key or null,
+ * reported as *ret_set false (*ret unchanged) or, for strings, NULL; given
+ * a NULL @ret_set they are the get_*() forms. Strings are borrowed from @o.
+ */
+int get_opt_int(const json_t *o, const char *key, long long *ret, bool *ret_set)
+{
+	const json_t *v;
+	int r = get_field(o, key, FIELD_INTEGER, "an integer", ret_set, &v);
+
+	if (v)
+		*ret = json_integer_value(v);
+	return r;
+}
+
+int get_int(const json_t *o, const char *key, long long *ret)
+{
+	return get_opt_int(o, key, ret, NULL);
+}
+
+int get_opt_num(const json_t *o, const char *key, double *ret, bool *ret_set)
+{
+	const json_t *v;
+	int r = get_field(o, key, FIELD_NUMBER, "a number", ret_set, &v);
+
+	if (v)
+		*ret = json_number_value(v);
+	return r;
+}
+
+int get_num(const json_t *o, const char *key, double *ret)
+{
+	return get_opt_num(o, key, ret, NULL);
+}
+
+static int get_string(const json_t *o, const char *key, const char **ret, bool *ret_set)
+{
+	const json_t *v;
+	int r = get_field(o, key, FIELD_STRING, "a string", ret_set, &v);
+
+	if (v)
+		*ret = json_string_value(v);
+	return r;
+}
+
+int get_str(const json_t *o, const char *key, const char **ret)
+{
+	return get_string(o, key, ret, NULL);
+}
+
+int get_opt_str(const json_t *o, const char *key, const char **ret)
+{
+	bool set;
+
+	*ret = NULL;
+	return get_string(o, key, ret, &set);
 }
 
 int get_array(const json_t *o, const char *key, const json_t **ret)
 {
-	const json_t *v = json_object_get(o, key);
+	const json_t *v;
+	int r = get_field(o, key, FIELD_ARRAY, "an array", NULL, &v);
 
-	if (!json_is_array(v))
-		return bad_field(key, "an array");
-	*ret = v;
-	return 0;
+	if (v)
+		*ret = v;
+	return r;
 }
 
 int check_object(const json_t *v, const char *what)

@@ -26,165 +26,93 @@
 #include "profctl-help.h"
 #include "util.h"
 
+/*
+ * The commands, in the order "profctl --help" lists them, a row each (not
+ * reflowed: each .options stays one literal, as tests/test-profctl-help.py
+ * reads it from here).
+ */
+/* clang-format off */
 static const struct command commands[] = {
-    {
-	.name = "attach",
-	.operand = OPERAND_PID,
-	.synopsis = "PID [--duration SECONDS] [--freq HZ] [--events LIST] [--unwind MODE]\n"
-		    "        [--children] [--python auto|off] [--uprobe LIB:SYMBOL[,...]] [--wait]",
-	.summary = "start sampling a process; prints the new session's ID",
-	.options = "duration freq events wait unwind stack-bytes children memory-interval malloc-sample-bytes malloc-max-rate python uprobe uprobe-max-rate",
-	.run = run_attach,
-    },
-    {
-	.name = "snapshot",
-	.operand = OPERAND_TARGET,
-	.synopsis = "(PID | --comm NAME | --cgroup PATH) --duration SECONDS\n"
-		    "        [--label TEXT] [--freq HZ] [--events LIST] [--unwind MODE]",
-	.summary = "profile for a while and print the session ID(s); for cron",
-	.options = "duration comm cgroup label freq events unwind stack-bytes children python uprobe uprobe-max-rate",
-	.run = run_snapshot,
-    },
-    {
-	.name = "detach",
-	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION",
-	.summary = "stop a running session",
-	.run = run_detach,
-    },
-    {
-	.name = "sessions",
-	.operand = OPERAND_NONE,
-	.synopsis = "",
-	.summary = "list all sessions, newest first",
-	.run = run_sessions,
-    },
-    {
-	.name = "session",
-	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION",
-	.summary = "show one session's settings and counters",
-	.run = run_session,
-    },
-    {
-	.name = "top",
-	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION [--limit N] [--event NAME] [--from S] [--to S] [--python-frames V]",
-	.summary = "hottest functions, by samples in the function itself",
-	.options = "limit event from to python-frames",
-	.run = run_top,
-    },
-    {
-	.name = "hotpaths",
-	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION [--limit N] [--ascii] [--event NAME] [--from S] [--to S]\n"
-		    "        [--python-frames clean|all]",
-	.summary = "hottest call paths, merged into a call tree",
-	.options = "limit ascii event from to python-frames",
-	.run = run_hotpaths,
-    },
-    {
-	.name = "threads",
-	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION [--all] [--group-by name] [--window SECONDS]",
-	.summary = "samples per thread and load imbalance",
-	.options = "all group-by window",
-	.run = run_threads,
-    },
-    {
-	.name = "offcpu",
-	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION [--limit N]",
-	.summary = "where threads wait: the top blocking stacks by off-CPU time",
-	.options = "limit",
-	.run = run_offcpu,
-    },
-    {
-	.name = "memory",
-	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION [--limit N] [--ascii]",
-	.summary = "memory growth explained: a diagnosis, RSS by mapping, the stacks that grow it",
-	.options = "limit ascii",
-	.run = run_memory,
-    },
-    {
-	.name = "export",
-	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION --format FORMAT [-o FILE] [--from S] [--to S] [--thread TID]",
-	.summary = "the profile for other tools: pprof, folded, chrome-trace",
-	.options = "format output from to thread event python-frames",
-	.run = run_export,
-    },
-    {
-	.name = "flamegraph",
-	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION [-o FILE.svg] [--thread TID] [--inverted] [--from S] [--to S]",
-	.summary = "an SVG flame graph of the call stacks, for a web browser",
-	.options = "output from to thread inverted event python-frames",
-	.run = run_flamegraph,
-    },
-    {
-	.name = "diff",
-	.operand = OPERAND_TWO_SESSIONS,
-	.synopsis = "SESSION_A SESSION_B [--limit N] [--from S] [--to S] [--python-frames V]",
-	.summary = "compare two sessions: which functions' shares changed most",
-	.options = "limit from to python-frames",
-	.run = run_diff,
-    },
-    {
-	.name = "analyze",
-	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION [--python-frames clean|all]",
-	.summary = "findings: bottlenecks with evidence and a suggestion",
-	.options = "python-frames",
-	.run = run_analyze,
-    },
-    {
-	.name = "sql",
-	.operand = OPERAND_SQL,
-	.synopsis = "\"SELECT ...\" [--csv] [--max-rows N]",
-	.summary = "run a read-only SQL query over the stored profiles",
-	.options = "csv max-rows",
-	.run = run_sql,
-    },
-    {
-	.name = "gpu",
-	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION [--limit N]",
-	.summary = "kernel launches, CUDA API times, copies, GPU memory growth",
-	.options = "limit",
-	.run = run_gpu,
-    },
-    {
-	.name = "ranges",
-	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION",
-	.summary = "NVTX ranges as a tree: calls, total/avg/min/max time, % of session",
-	.run = run_ranges,
-    },
-    {
-	.name = "resymbolize",
-	.operand = OPERAND_SESSION,
-	.synopsis = "SESSION [--debuginfod]",
-	.summary = "name frames left unsymbolized, from debug info found since",
-	.options = "debuginfod",
-	.run = run_resymbolize,
-    },
-    {
-	.name = "ping",
-	.operand = OPERAND_NONE,
-	.synopsis = "",
-	.summary = "check that profd answers; prints its version",
-	.run = run_ping,
-    },
-    {
+	{.name = "attach", .operand = OPERAND_PID, .run = run_attach,
+	 .synopsis = "PID [--duration SECONDS] [--freq HZ] [--events LIST] [--unwind MODE]\n"
+		     "        [--children] [--python auto|off] [--uprobe LIB:SYMBOL[,...]] [--wait]",
+	 .summary = "start sampling a process; prints the new session's ID",
+	 .options = "duration freq events wait unwind stack-bytes children memory-interval malloc-sample-bytes malloc-max-rate python uprobe uprobe-max-rate"},
+	{.name = "snapshot", .operand = OPERAND_TARGET, .run = run_snapshot,
+	 .synopsis = "(PID | --comm NAME | --cgroup PATH) --duration SECONDS\n"
+		     "        [--label TEXT] [--freq HZ] [--events LIST] [--unwind MODE]",
+	 .summary = "profile for a while and print the session ID(s); for cron",
+	 .options = "duration comm cgroup label freq events unwind stack-bytes children python uprobe uprobe-max-rate"},
+	{.name = "detach", .operand = OPERAND_SESSION, .run = run_detach,
+	 .synopsis = "SESSION",
+	 .summary = "stop a running session"},
+	{.name = "sessions", .operand = OPERAND_NONE, .run = run_sessions,
+	 .synopsis = "",
+	 .summary = "list all sessions, newest first"},
+	{.name = "session", .operand = OPERAND_SESSION, .run = run_session,
+	 .synopsis = "SESSION",
+	 .summary = "show one session's settings and counters"},
+	{.name = "top", .operand = OPERAND_SESSION, .run = run_top,
+	 .synopsis = "SESSION [--limit N] [--event NAME] [--from S] [--to S] [--python-frames V]",
+	 .summary = "hottest functions, by samples in the function itself",
+	 .options = "limit event from to python-frames"},
+	{.name = "hotpaths", .operand = OPERAND_SESSION, .run = run_hotpaths,
+	 .synopsis = "SESSION [--limit N] [--ascii] [--event NAME] [--from S] [--to S]\n"
+		     "        [--python-frames clean|all]",
+	 .summary = "hottest call paths, merged into a call tree",
+	 .options = "limit ascii event from to python-frames"},
+	{.name = "threads", .operand = OPERAND_SESSION, .run = run_threads,
+	 .synopsis = "SESSION [--all] [--group-by name] [--window SECONDS]",
+	 .summary = "samples per thread and load imbalance",
+	 .options = "all group-by window"},
+	{.name = "offcpu", .operand = OPERAND_SESSION, .run = run_offcpu,
+	 .synopsis = "SESSION [--limit N]",
+	 .summary = "where threads wait: the top blocking stacks by off-CPU time",
+	 .options = "limit"},
+	{.name = "memory", .operand = OPERAND_SESSION, .run = run_memory,
+	 .synopsis = "SESSION [--limit N] [--ascii]",
+	 .summary = "memory growth explained: a diagnosis, RSS by mapping, the stacks that grow it",
+	 .options = "limit ascii"},
+	{.name = "export", .operand = OPERAND_SESSION, .run = run_export,
+	 .synopsis = "SESSION --format FORMAT [-o FILE] [--from S] [--to S] [--thread TID]",
+	 .summary = "the profile for other tools: pprof, folded, chrome-trace",
+	 .options = "format output from to thread event python-frames"},
+	{.name = "flamegraph", .operand = OPERAND_SESSION, .run = run_flamegraph,
+	 .synopsis = "SESSION [-o FILE.svg] [--thread TID] [--inverted] [--from S] [--to S]",
+	 .summary = "an SVG flame graph of the call stacks, for a web browser",
+	 .options = "output from to thread inverted event python-frames"},
+	{.name = "diff", .operand = OPERAND_TWO_SESSIONS, .run = run_diff,
+	 .synopsis = "SESSION_A SESSION_B [--limit N] [--from S] [--to S] [--python-frames V]",
+	 .summary = "compare two sessions: which functions' shares changed most",
+	 .options = "limit from to python-frames"},
+	{.name = "analyze", .operand = OPERAND_SESSION, .run = run_analyze,
+	 .synopsis = "SESSION [--python-frames clean|all]",
+	 .summary = "findings: bottlenecks with evidence and a suggestion",
+	 .options = "python-frames"},
+	{.name = "sql", .operand = OPERAND_SQL, .run = run_sql,
+	 .synopsis = "\"SELECT ...\" [--csv] [--max-rows N]",
+	 .summary = "run a read-only SQL query over the stored profiles",
+	 .options = "csv max-rows"},
+	{.name = "gpu", .operand = OPERAND_SESSION, .run = run_gpu,
+	 .synopsis = "SESSION [--limit N]",
+	 .summary = "kernel launches, CUDA API times, copies, GPU memory growth",
+	 .options = "limit"},
+	{.name = "ranges", .operand = OPERAND_SESSION, .run = run_ranges,
+	 .synopsis = "SESSION",
+	 .summary = "NVTX ranges as a tree: calls, total/avg/min/max time, % of session"},
+	{.name = "resymbolize", .operand = OPERAND_SESSION, .run = run_resymbolize,
+	 .synopsis = "SESSION [--debuginfod]",
+	 .summary = "name frames left unsymbolized, from debug info found since",
+	 .options = "debuginfod"},
+	{.name = "ping", .operand = OPERAND_NONE, .run = run_ping,
+	 .synopsis = "",
+	 .summary = "check that profd answers; prints its version"},
 	/* No .run: main() prints the help. */
-	.name = "help",
-	.operand = OPERAND_TOPIC,
-	.synopsis = "[COMMAND]",
-	.summary = "show this help, or a command's",
-    },
+	{.name = "help", .operand = OPERAND_TOPIC,
+	 .synopsis = "[COMMAND]",
+	 .summary = "show this help, or a command's"},
 };
+/* clang-format on */
 static const size_t n_commands = ARRAY_SIZE(commands);
 
 static const char common_options_help[] =
@@ -299,6 +227,24 @@ static int parse_operand(const char *operand, struct args *a, bool *have_operand
 }
 
 /*
+ * common_option() - the common option getopt_long() returned as @c, -s or
+ * -j, into @a; false if @c is another. Before the command or after it alike.
+ */
+static bool common_option(int c, struct args *a)
+{
+	switch (c) {
+	case 's':
+		a->socket_path = optarg;
+		return true;
+	case 'j':
+		a->json = true;
+		return true;
+	default:
+		return false;
+	}
+}
+
+/*
  * parse_command_line() - fill @a from @argv. Returns 0 to run a command, 1
  * when help or the version was printed (exit 0), -EINVAL on a usage error
  * (already reported, on stderr). getopt_long() reports unknown options itself.
@@ -322,13 +268,9 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 	/* Global options end at the command name ('+'). */
 	optind = 0;
 	while ((c = getopt_long(argc, argv, "+s:jhV", global_options, NULL)) != -1) {
+		if (common_option(c, a))
+			continue;
 		switch (c) {
-		case 's':
-			a->socket_path = optarg;
-			break;
-		case 'j':
-			a->json = true;
-			break;
 		case 'h':
 			help_global(stdout);
 			return 1;
@@ -374,13 +316,9 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 
 	optind = 0;
 	while ((c = getopt_long(sub_argc, sub_argv, shortopts, options, NULL)) != -1) {
+		if (common_option(c, a))
+			continue;
 		switch (c) {
-		case 's':
-			a->socket_path = optarg;
-			break;
-		case 'j':
-			a->json = true;
-			break;
 		case 'h':
 			help_command(stdout, a->command);
 			return 1;

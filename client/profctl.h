@@ -138,6 +138,7 @@ void on_sigint(int sig);
 void sleep_ns(uint64_t ns);
 int call_and_render(struct conn *c, const struct args *a, json_t *request, render_fn fn,
 		    const char *member);
+json_t *request_set(json_t *request, const char *key, json_t *value);
 json_t *request_range(json_t *request, const struct args *a);
 json_t *request_report(const char *cmd, const struct args *a);
 bool want_ascii(const struct args *a);

@@ -17,12 +17,19 @@
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
 
-static int target_add(struct target **v, size_t *n, size_t *cap, pid_t pid)
+/*
+ * target_add() - append process @pid, as listed by /proc or cgroup.procs, to
+ * @v (*@n of *@cap used); skips a number that is no PID, profctl itself and
+ * a process gone since. Returns 0 or -ENOMEM.
+ */
+static int target_add(struct target **v, size_t *n, size_t *cap, long pid)
 {
-	struct target t = {.pid = pid};
+	struct target t = {.pid = (pid_t)pid};
 
+	if (pid <= 0 || pid > INT_MAX || pid == getpid())
+		return 0;
 	/* Gone since it was listed: not a target. */
-	if (proc_start_ticks(pid, &t.start_ticks) < 0)
+	if (proc_start_ticks(t.pid, &t.start_ticks) < 0)
 		return 0;
 	if (*n == *cap) {
 		size_t ncap = *cap ? *cap * 2 : 16;
@@ -79,7 +86,7 @@ int targets__by_comm(const char *name, struct target **ret, size_t *ret_n)
 		if (!isdigit((unsigned char)de->d_name[0]))
 			continue;
 		pid = strtol(de->d_name, &end, 10);
-		if (*end || pid <= 0 || pid > INT_MAX || pid == getpid())
+		if (*end)
 			continue;
 		snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -93,7 +100,7 @@ int targets__by_comm(const char *name, struct target **ret, size_t *ret_n)
 		/* The kernel keeps 15 bytes of the name: match a longer NAME by its prefix. */
 		if (strncmp(comm, name, 15) != 0 || (strlen(name) < 15 && strcmp(comm, name) != 0))
 			continue;
-		r = target_add(&v, &n, &cap, (pid_t)pid);
+		r = target_add(&v, &n, &cap, pid);
 		if (r < 0)
 			break;
 	}
@@ -123,11 +130,7 @@ int targets__by_cgroup(const char *path, struct target **ret, size_t *ret_n)
 		return -errno;
 	r = 0;
 	while (fgets(line, sizeof(line), f)) {
-		long pid = strtol(line, NULL, 10);
-
-		if (pid <= 0 || pid > INT_MAX || pid == getpid())
-			continue;
-		r = target_add(&v, &n, &cap, (pid_t)pid);
+		r = target_add(&v, &n, &cap, strtol(line, NULL, 10));
 		if (r < 0)
 			break;
 	}
