@@ -38,7 +38,6 @@
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 #define MAP_ANONYMOUS 0x20 /* include/uapi/asm-generic/mman-common.h */
-#define PAGE_BYTES 4096
 
 /*
  * Quantiles of the exponential distribution of mean 1, in 1/65536 units:
@@ -49,11 +48,7 @@ const volatile __u32 intervals_q16[MALLOC_INTERVALS] = {};
 
 #include "stack.bpf.h"
 #include "targets.bpf.h"
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4 * 1024 * 1024); /* resized by user space before load */
-} events SEC(".maps");
+#include "events.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -184,7 +179,7 @@ static __always_inline int send_alloc(struct pt_regs *ctx, __u32 tgid, __u32 tid
 	bytes = offsetof(struct malloc_alloc_event, ips) + ulen * sizeof(__u64) + e->stack_size;
 	if (bytes < 0 || bytes > sizeof(*a))
 		return -1;
-	return bpf_ringbuf_output(&events, a, bytes, 0) == 0 ? 0 : -1;
+	return events_output(a, bytes) == 0 ? 0 : -1;
 }
 
 /* The entry of an allocating call of @size bytes. @arg: kept for its return. */
@@ -274,7 +269,7 @@ static __always_inline int alloc_return(__u64 addr, bool memptr)
 				cnt->live_full++;
 		}
 	}
-	if (bpf_ringbuf_output(&events, &e, sizeof(e), 0) != 0 && cnt)
+	if (events_output(&e, sizeof(e)) != 0 && cnt)
 		cnt->ringbuf_full++;
 	return 0;
 }
@@ -306,7 +301,7 @@ static __always_inline int free_entry(__u32 func, __u64 addr)
 	e.slot = slot;
 	e.kind = MALLOC_EV_FREE;
 	e.func = func;
-	if (bpf_ringbuf_output(&events, &e, sizeof(e), 0) != 0 && cnt)
+	if (events_output(&e, sizeof(e)) != 0 && cnt)
 		cnt->ringbuf_full++;
 	return 0;
 }

@@ -52,22 +52,11 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 /* Intervals shorter than this are not sent (nanoseconds). Set by user space before load. */
 const volatile __u64 min_block_ns = 0;
-/*
- * Wake the reader only once this many bytes wait in the ring buffer (0: at
- * every record); user space also polls on a timer. A wakeup per record feeds
- * itself: the woken reader preempts a target thread, whose switch back in is
- * a new record, which wakes the reader... (measured: ~37000 records/s of
- * sub-10-us RUNNABLE intervals from offcpu-mix's sleeper alone).
- */
-const volatile __u64 wakeup_bytes = 0;
 
 #include "stack.bpf.h"
 #include "targets.bpf.h"
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 * 1024 * 1024); /* resized by user space before load */
-} events SEC(".maps");
+#include "events.bpf.h"
+#include "drops.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -105,8 +94,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct offcpu_start);
 } scratch SEC(".maps");
-
-#define PAGE_BYTES 4096
 
 /*
  * Copy the user registers (DWARF order) and the user stack from rsp up to
@@ -159,23 +146,10 @@ static __always_inline __u32 task_state(struct task_struct *t)
 	return (__u32)BPF_CORE_READ(old, state);
 }
 
-#define DROP_RINGBUF 0
-#define DROP_TID_MAP 1
-#define DROP_MISSED 2
-
-static __always_inline void count_drop(__u32 slot, int why)
-{
-	struct offcpu_counters *cnt = bpf_map_lookup_elem(&drops, &slot);
-
-	if (!cnt)
-		return;
-	if (why == DROP_RINGBUF)
-		cnt->ringbuf_full++;
-	else if (why == DROP_TID_MAP)
-		cnt->tid_map_full++;
-	else
-		cnt->switch_in_missed++;
-}
+/* What 'drops' counts (count_drop()). */
+#define DROP_RINGBUF COUNTER_INDEX(struct offcpu_counters, ringbuf_full)
+#define DROP_TID_MAP COUNTER_INDEX(struct offcpu_counters, tid_map_full)
+#define DROP_MISSED COUNTER_INDEX(struct offcpu_counters, switch_in_missed)
 
 /*
  * An entry left in 'starts' for @tid means that its switch back in was
@@ -187,7 +161,7 @@ static __always_inline void count_stale(__u32 tid)
 	struct offcpu_start *old = bpf_map_lookup_elem(&starts, &tid);
 
 	if (old)
-		count_drop(old->e.slot, DROP_MISSED);
+		count_drop(&drops, old->e.slot, DROP_MISSED);
 }
 
 static __always_inline void switch_out(__u64 *ctx, bool preempt, struct task_struct *prev,
@@ -264,7 +238,7 @@ static __always_inline void switch_out(__u64 *ctx, bool preempt, struct task_str
 		r = bpf_map_update_elem(&starts, &tid, s, BPF_ANY);
 	}
 	if (r)
-		count_drop(slot, DROP_TID_MAP);
+		count_drop(&drops, slot, DROP_TID_MAP);
 }
 
 static __always_inline void switch_in(struct task_struct *next, __u64 now)
@@ -272,7 +246,7 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now)
 	__u32 tid = BPF_CORE_READ(next, pid), *target;
 	struct offcpu_start *s;
 	struct offcpu_event *e;
-	long size, flags;
+	long size;
 
 	s = bpf_map_lookup_elem(&starts, &tid);
 	if (!s)
@@ -292,13 +266,9 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now)
 		}
 		size = offsetof(struct offcpu_event, ips) +
 		       ((long)e->kstack_len + e->ustack_len) * sizeof(__u64) + e->stack_size;
-		flags = 0; /* the default: wake the reader if it has caught up */
-		if (wakeup_bytes)
-			flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size < wakeup_bytes ?
-					BPF_RB_NO_WAKEUP : BPF_RB_FORCE_WAKEUP;
 		if (size >= offsetof(struct offcpu_event, ips) && size <= sizeof(*e) &&
-		    bpf_ringbuf_output(&events, e, size, flags))
-			count_drop(e->slot, DROP_RINGBUF);
+		    events_output(e, size))
+			count_drop(&drops, e->slot, DROP_RINGBUF);
 	}
 	/* The value is not used after this: without preallocation it is freed
 	 * for reuse at once. */

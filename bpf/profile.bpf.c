@@ -23,11 +23,8 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 #include "stack.bpf.h"
 #include "targets.bpf.h"
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 * 1024 * 1024); /* resized by user space before load */
-} events SEC(".maps");
+#include "events.bpf.h"
+#include "drops.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -55,8 +52,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct sample_event);
 } scratch SEC(".maps");
-
-#define PAGE_BYTES 4096
 
 /*
  * Copy the user registers (DWARF order) and the user stack from the page
@@ -248,7 +243,6 @@ static __always_inline void start_record(struct sample_event *e, __u64 id, __u32
 /* Send @e with its @klen kernel and @ulen user frames; a full ring buffer is counted. */
 static __always_inline void send_record(struct sample_event *e, long klen, long ulen, __u32 slot)
 {
-	struct slot_counters *cnt;
 	long size;
 
 	e->kstack_len = klen;
@@ -259,11 +253,8 @@ static __always_inline void send_record(struct sample_event *e, long klen, long 
 		size = offsetof(struct sample_event, ips) + (klen + ulen) * sizeof(__u64);
 	if (size < offsetof(struct sample_event, ips) || size > sizeof(*e))
 		return;
-	if (bpf_ringbuf_output(&events, e, size, 0)) {
-		cnt = bpf_map_lookup_elem(&drops, &slot);
-		if (cnt)
-			cnt->ringbuf_full++;
-	}
+	if (events_output(e, size))
+		count_drop(&drops, slot, COUNTER_INDEX(struct slot_counters, ringbuf_full));
 }
 
 SEC("perf_event")
@@ -481,59 +472,60 @@ static __always_inline struct pt_regs *syscall_regs(void)
 	return (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 }
 
-SEC("tracepoint/syscalls/sys_exit_mmap")
-int vm_mmap_exit(struct trace_event_raw_sys_exit *ctx)
+/*
+ * The exit of mmap, munmap or mremap (@kind: VM_MMAP, VM_MUNMAP,
+ * VM_MREMAP), which returned @ret: sent if the call succeeded and the
+ * process's session follows address-space changes. @kind is a constant in
+ * each caller, so each program keeps only its own case.
+ */
+static __always_inline int vm_syscall_exit(void *ctx, __u32 kind, long ret)
 {
-	struct vm_change vm = { .kind = VM_MMAP };
+	struct vm_change vm = { .kind = kind, .fd = -1 };
 	struct slot_config *cfg;
 	int slot = vm_slot(&cfg);
 	struct pt_regs *regs;
 
-	if (slot < 0 || SYSCALL_FAILED(ctx->ret))
+	if (slot < 0 || (kind == VM_MUNMAP ? ret != 0 : SYSCALL_FAILED(ret)))
 		return 0;
 	regs = syscall_regs();
-	vm.addr = (__u64)ctx->ret;
-	vm.len = BPF_CORE_READ(regs, si);
-	vm.flags = (__u32)BPF_CORE_READ(regs, r10);
-	vm.fd = (__s32)BPF_CORE_READ(regs, r8);
+	switch (kind) {
+	case VM_MMAP: /* mmap(addr, len, prot, flags, fd, off) */
+		vm.addr = (__u64)ret;
+		vm.len = BPF_CORE_READ(regs, si);
+		vm.flags = (__u32)BPF_CORE_READ(regs, r10);
+		vm.fd = (__s32)BPF_CORE_READ(regs, r8);
+		break;
+	case VM_MUNMAP: /* munmap(addr, len) */
+		vm.addr = BPF_CORE_READ(regs, di);
+		vm.len = BPF_CORE_READ(regs, si);
+		break;
+	case VM_MREMAP: /* mremap(old_addr, old_len, new_len, flags, new_addr) */
+		vm.addr = (__u64)ret;
+		vm.old_addr = BPF_CORE_READ(regs, di);
+		vm.old_len = BPF_CORE_READ(regs, si);
+		vm.len = BPF_CORE_READ(regs, dx);
+		break;
+	}
 	vm_send(ctx, (__u32)slot, cfg, &vm);
 	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_mmap")
+int vm_mmap_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	return vm_syscall_exit(ctx, VM_MMAP, ctx->ret);
 }
 
 SEC("tracepoint/syscalls/sys_exit_munmap")
 int vm_munmap_exit(struct trace_event_raw_sys_exit *ctx)
 {
-	struct vm_change vm = { .kind = VM_MUNMAP, .fd = -1 };
-	struct slot_config *cfg;
-	int slot = vm_slot(&cfg);
-	struct pt_regs *regs;
-
-	if (slot < 0 || ctx->ret != 0)
-		return 0;
-	regs = syscall_regs();
-	vm.addr = BPF_CORE_READ(regs, di);
-	vm.len = BPF_CORE_READ(regs, si);
-	vm_send(ctx, (__u32)slot, cfg, &vm);
-	return 0;
+	return vm_syscall_exit(ctx, VM_MUNMAP, ctx->ret);
 }
 
 SEC("tracepoint/syscalls/sys_exit_mremap")
 int vm_mremap_exit(struct trace_event_raw_sys_exit *ctx)
 {
-	struct vm_change vm = { .kind = VM_MREMAP, .fd = -1 };
-	struct slot_config *cfg;
-	int slot = vm_slot(&cfg);
-	struct pt_regs *regs;
-
-	if (slot < 0 || SYSCALL_FAILED(ctx->ret))
-		return 0;
-	regs = syscall_regs();
-	vm.addr = (__u64)ctx->ret;
-	vm.old_addr = BPF_CORE_READ(regs, di);
-	vm.old_len = BPF_CORE_READ(regs, si);
-	vm.len = BPF_CORE_READ(regs, dx);
-	vm_send(ctx, (__u32)slot, cfg, &vm);
-	return 0;
+	return vm_syscall_exit(ctx, VM_MREMAP, ctx->ret);
 }
 
 /* x86 page fault error code bits (arch/x86/include/asm/trap_pf.h). */
@@ -614,19 +606,11 @@ int BPF_PROG(profile_exit, struct task_struct *task)
 	/* Tell user space the thread ended: a record with no stack, event 2. */
 	e = bpf_ringbuf_reserve(&events, offsetof(struct sample_event, ips), 0);
 	if (e) {
-		e->time_ns = bpf_ktime_get_ns();
-		e->pid = tgid;
-		e->tid = BPF_CORE_READ(task, pid);
-		e->slot = *target - 1;
-		e->cpu = bpf_get_smp_processor_id();
-		e->flags = 0;
-		e->event = PROFILE_EVENT_THREAD_EXIT;
+		/* @task is current: do_exit() traces its own task (kernel/exit.c). */
+		start_record(e, bpf_get_current_pid_tgid(), *target - 1, bpf_get_smp_processor_id(),
+			     PROFILE_EVENT_THREAD_EXIT);
 		e->kstack_len = 0;
 		e->ustack_len = 0;
-		e->stack_size = 0;
-		e->stack_offset = 0;
-		e->py_len = 0;
-		bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), task->comm);
 		bpf_ringbuf_submit(e, 0);
 	}
 	if (BPF_CORE_READ(task, signal, live.counter) > 0)

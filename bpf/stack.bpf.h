@@ -5,6 +5,9 @@
  */
 #pragma once
 
+/* x86-64's page size: user stacks are copied by the page, since a read that faults fails whole. */
+#define PAGE_BYTES 4096
+
 /*
  * get_stack() - the stack of @ctx (kernel, or user with BPF_F_USER_STACK in
  * @flags) into @ips, room for @max frames: the number of frames, 0..@max

@@ -26,18 +26,8 @@
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
-/*
- * Wake the reader only once this many bytes wait in the ring buffer (0: at
- * every record); user space also polls on a timer. A wakeup per record
- * makes a call-heavy target pay for a context switch to profd per call
- * (as offcpu.bpf.c found). Set by user space before load.
- */
-const volatile __u64 wakeup_bytes = 0;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4 * 1024 * 1024); /* resized by user space before load */
-} events SEC(".maps");
+#include "events.bpf.h"
+#include "drops.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -80,23 +70,10 @@ struct {
 	__type(value, struct call_state);
 } scratch SEC(".maps");
 
-#define DROP_RINGBUF 0
-#define DROP_MAP 1
-#define DROP_RECURSIVE 2
-
-static __always_inline void count_drop(__u32 slot, int why)
-{
-	struct uprobe_counters *c = bpf_map_lookup_elem(&drops, &slot);
-
-	if (!c)
-		return;
-	if (why == DROP_RINGBUF)
-		c->ringbuf_full++;
-	else if (why == DROP_MAP)
-		c->entry_map_full++;
-	else
-		c->recursive++;
-}
+/* What 'drops' counts (count_drop()). */
+#define DROP_RINGBUF COUNTER_INDEX(struct uprobe_counters, ringbuf_full)
+#define DROP_MAP COUNTER_INDEX(struct uprobe_counters, entry_map_full)
+#define DROP_RECURSIVE COUNTER_INDEX(struct uprobe_counters, recursive)
 
 SEC("uprobe")
 int uprobe_entry(struct pt_regs *ctx)
@@ -112,7 +89,7 @@ int uprobe_entry(struct pt_regs *ctx)
 	cs = bpf_map_lookup_elem(&calls, &key);
 	if (cs) {
 		cs->nest++;
-		count_drop(slot, DROP_RECURSIVE);
+		count_drop(&drops, slot, DROP_RECURSIVE);
 		return 0;
 	}
 	cs = bpf_map_lookup_elem(&scratch, &zero);
@@ -176,7 +153,7 @@ int uprobe_entry(struct pt_regs *ctx)
 	/* Last, so that the timed interval leaves out the work above. */
 	e->entry_ns = bpf_ktime_get_ns();
 	if (bpf_map_update_elem(&calls, &key, cs, BPF_NOEXIST))
-		count_drop(slot, DROP_MAP);
+		count_drop(&drops, slot, DROP_MAP);
 	return 0;
 }
 
@@ -189,7 +166,7 @@ int uprobe_return(struct pt_regs *ctx)
 	struct call_key key = {.tid = (__u32)id, .probe = (__u32)cookie};
 	struct call_state *cs;
 	struct uprobe_event *e;
-	long size, wake;
+	long size;
 	__u32 n;
 
 	cs = bpf_map_lookup_elem(&calls, &key);
@@ -217,13 +194,8 @@ int uprobe_return(struct pt_regs *ctx)
 	if (n > UPROBE_MAX_FRAMES)
 		n = UPROBE_MAX_FRAMES;
 	size = offsetof(struct uprobe_event, ips) + n * sizeof(__u64);
-	wake = 0; /* the default: wake the reader if it has caught up */
-	if (wakeup_bytes)
-		wake = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size < wakeup_bytes
-			   ? BPF_RB_NO_WAKEUP
-			   : BPF_RB_FORCE_WAKEUP;
-	if (bpf_ringbuf_output(&events, e, size, wake))
-		count_drop(slot, DROP_RINGBUF);
+	if (events_output(e, size))
+		count_drop(&drops, slot, DROP_RINGBUF);
 	bpf_map_delete_elem(&calls, &key);
 	return 0;
 }

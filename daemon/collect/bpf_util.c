@@ -25,6 +25,9 @@ int collector__load(struct bpf_object_skeleton *s, struct bpf_map *events, size_
 
 	if (!ringbuf_size_ok(ringbuf_bytes))
 		return -EINVAL;
+	r = possible_cpus();
+	if (r < 0)
+		return r;
 	r = bpf_map__set_max_entries(events, (__u32)ringbuf_bytes);
 	if (r == 0 && targets_fd >= 0)
 		r = bpf_map__reuse_fd(targets, targets_fd);
@@ -58,10 +61,14 @@ uint64_t record_reader__bad_records(const struct record_reader *r)
 	return r->bad_records;
 }
 
-int percpu_sum(struct bpf_map *map, uint32_t key, int nr_cpus, uint64_t *ret, size_t nr_u64)
+int percpu_sum(struct bpf_map *map, uint32_t key, uint64_t *ret, size_t nr_u64)
 {
-	_cleanup_free_ uint64_t *vals = calloc((size_t)nr_cpus * nr_u64, sizeof(*vals));
+	int nr_cpus = possible_cpus();
+	_cleanup_free_ uint64_t *vals = NULL;
 
+	if (nr_cpus < 0)
+		return nr_cpus;
+	vals = calloc((size_t)nr_cpus * nr_u64, sizeof(*vals));
 	if (!vals)
 		return -ENOMEM;
 	if (bpf_map_lookup_elem(bpf_map__fd(map), &key, vals) < 0)
@@ -73,10 +80,14 @@ int percpu_sum(struct bpf_map *map, uint32_t key, int nr_cpus, uint64_t *ret, si
 	return 0;
 }
 
-int percpu_zero(struct bpf_map *map, uint32_t key, int nr_cpus, size_t value_size)
+int percpu_zero(struct bpf_map *map, uint32_t key, size_t value_size)
 {
-	_cleanup_free_ void *zero = calloc((size_t)nr_cpus, value_size);
+	int nr_cpus = possible_cpus();
+	_cleanup_free_ void *zero = NULL;
 
+	if (nr_cpus < 0)
+		return nr_cpus;
+	zero = calloc((size_t)nr_cpus, value_size);
 	if (!zero)
 		return -ENOMEM;
 	return bpf_map_update_elem(bpf_map__fd(map), &key, zero, BPF_ANY) < 0 ? -errno : 0;

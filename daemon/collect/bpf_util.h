@@ -19,7 +19,10 @@ static inline bool ringbuf_size_ok(size_t bytes)
 	return bytes != 0 && bytes <= UINT32_MAX && (bytes & (bytes - 1)) == 0;
 }
 
-/* The CPUs the kernel may bring up (per-CPU maps have this many values): >= 1, or -errno. */
+/*
+ * The CPUs the kernel may bring up (per-CPU maps have this many values): >= 1,
+ * or -errno. libbpf reads the count once and keeps it.
+ */
 static inline int possible_cpus(void)
 {
 	int n = libbpf_num_possible_cpus();
@@ -51,8 +54,10 @@ struct record_reader {
  *   share that map (another object's targets) instead of having its own.
  * @fn, @ctx: called from record_reader__poll() for each record.
  * Returns 0, -EINVAL for a bad size, or the -errno libbpf gave (-EPERM
- * without CAP_BPF + CAP_PERFMON). On failure the caller destroys the
- * skeleton and calls record_reader__close(). Does not log.
+ * without CAP_BPF + CAP_PERFMON; possible_cpus()' when the CPUs cannot be
+ * counted, which percpu_sum() and percpu_zero() then rely on). On failure
+ * the caller destroys the skeleton and calls record_reader__close(). Does
+ * not log.
  */
 int collector__load(struct bpf_object_skeleton *s, struct bpf_map *events, size_t ringbuf_bytes,
 		    struct bpf_map *targets, int targets_fd, record_fn fn, void *ctx,
@@ -83,11 +88,11 @@ uint64_t record_reader__bad_records(const struct record_reader *r);
 
 /*
  * percpu_sum() - the value of @key in per-CPU array map @map, a struct of
- * @nr_u64 __u64 counters per CPU (@nr_cpus of them), summed over CPUs into
- * @ret[0..nr_u64-1]. Returns 0, -ENOMEM, or bpf()'s -errno (then @ret is
- * unchanged).
+ * @nr_u64 __u64 counters per CPU (possible_cpus() of them), summed over
+ * CPUs into @ret[0..nr_u64-1]. Returns 0, -ENOMEM, or possible_cpus()' or
+ * bpf()'s -errno (then @ret is unchanged).
  */
-int percpu_sum(struct bpf_map *map, uint32_t key, int nr_cpus, uint64_t *ret, size_t nr_u64);
+int percpu_sum(struct bpf_map *map, uint32_t key, uint64_t *ret, size_t nr_u64);
 
 /* percpu_zero() - set @key of per-CPU map @map (@value_size bytes a CPU) to zeros. 0 or -errno. */
-int percpu_zero(struct bpf_map *map, uint32_t key, int nr_cpus, size_t value_size);
+int percpu_zero(struct bpf_map *map, uint32_t key, size_t value_size);

@@ -26,9 +26,10 @@ struct malloc_probes {
 	struct record_reader reader;
 	malloc_probes_fn fn;
 	void *ctx;
-	int nr_cpus;
 	struct heap_proc *procs[MALLOC_MAX_SLOTS]; /* the processes each slot probes */
 };
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct malloc_probes *, malloc_probes__free)
 
 /* One probed process: its uprobes (the returns first, then the entries). */
 struct heap_proc {
@@ -122,7 +123,7 @@ static bool handle_record(void *ctx, const void *data, size_t size)
 int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn, void *ctx,
 		       struct malloc_probes **ret)
 {
-	struct malloc_probes *h;
+	_cleanup_(malloc_probes__freep) struct malloc_probes *h = NULL;
 	int r;
 
 	if (!ringbuf_size_ok(ringbuf_bytes) || targets_fd < 0)
@@ -132,31 +133,21 @@ int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn
 		return -ENOMEM;
 	h->fn = fn;
 	h->ctx = ctx;
-	r = h->nr_cpus = possible_cpus();
-	if (r < 0)
-		goto fail;
 	h->skel = malloc_bpf__open();
-	if (!h->skel) {
-		r = -errno;
-		goto fail;
-	}
+	if (!h->skel)
+		return -errno;
 	for (unsigned i = 0; i < MALLOC_INTERVALS; i++)
 		h->skel->rodata->intervals_q16[i] =
 		    (__u32)lround(-log((i + 0.5) / MALLOC_INTERVALS) * 65536.0);
 	r = collector__load(h->skel->skeleton, h->skel->maps.events, ringbuf_bytes,
 			    h->skel->maps.targets, targets_fd, handle_record, h, &h->reader);
 	if (r < 0)
-		goto fail;
+		return r;
 	h->skel->links.malloc_thread_exit = bpf_program__attach(h->skel->progs.malloc_thread_exit);
-	if (!h->skel->links.malloc_thread_exit) {
-		r = -errno;
-		goto fail;
-	}
-	*ret = h;
+	if (!h->skel->links.malloc_thread_exit)
+		return -errno;
+	*ret = TAKE_PTR(h);
 	return 0;
-fail:
-	malloc_probes__free(h);
-	return r < 0 ? r : -EIO;
 }
 
 /* malloc_probes__free() - detach every probe and free everything. Accepts NULL and a half-built
@@ -208,47 +199,28 @@ static int probed_offsets(int fd, uint64_t ret_offsets[MALLOC_NR_FUNCS])
 	return r < 0 ? r : found;
 }
 
-/* What each probed function gets: an entry program, and a return program for allocating ones. */
+/*
+ * What each probed function (@func < MALLOC_NR_FUNCS) gets: an entry
+ * program, and a return program for allocating ones.
+ */
 static void probe_progs(struct malloc_bpf *skel, unsigned func, struct bpf_program **ret_entry,
 			struct bpf_program **ret_return)
 {
-	struct bpf_program *entry = NULL, *ret = skel->progs.ptr_return;
+	struct bpf_program *progs[MALLOC_NR_FUNCS][2] = {
+	    [MALLOC_FUNC_MALLOC] = {skel->progs.malloc_entry, skel->progs.ptr_return},
+	    [MALLOC_FUNC_CALLOC] = {skel->progs.calloc_entry, skel->progs.ptr_return},
+	    [MALLOC_FUNC_REALLOC] = {skel->progs.realloc_entry, skel->progs.ptr_return},
+	    [MALLOC_FUNC_POSIX_MEMALIGN] = {skel->progs.posix_memalign_entry,
+					    skel->progs.posix_memalign_return},
+	    [MALLOC_FUNC_ALIGNED_ALLOC] = {skel->progs.aligned_alloc_entry, skel->progs.ptr_return},
+	    [MALLOC_FUNC_MEMALIGN] = {skel->progs.memalign_entry, skel->progs.ptr_return},
+	    [MALLOC_FUNC_MMAP] = {skel->progs.mmap_entry, skel->progs.mmap_return},
+	    [MALLOC_FUNC_FREE] = {skel->progs.free_probe, NULL},
+	    [MALLOC_FUNC_MUNMAP] = {skel->progs.munmap_entry, NULL},
+	};
 
-	switch (func) {
-	case MALLOC_FUNC_MALLOC:
-		entry = skel->progs.malloc_entry;
-		break;
-	case MALLOC_FUNC_CALLOC:
-		entry = skel->progs.calloc_entry;
-		break;
-	case MALLOC_FUNC_REALLOC:
-		entry = skel->progs.realloc_entry;
-		break;
-	case MALLOC_FUNC_POSIX_MEMALIGN:
-		entry = skel->progs.posix_memalign_entry;
-		ret = skel->progs.posix_memalign_return;
-		break;
-	case MALLOC_FUNC_ALIGNED_ALLOC:
-		entry = skel->progs.aligned_alloc_entry;
-		break;
-	case MALLOC_FUNC_MEMALIGN:
-		entry = skel->progs.memalign_entry;
-		break;
-	case MALLOC_FUNC_MMAP:
-		entry = skel->progs.mmap_entry;
-		ret = skel->progs.mmap_return;
-		break;
-	case MALLOC_FUNC_FREE:
-		entry = skel->progs.free_probe;
-		ret = NULL;
-		break;
-	case MALLOC_FUNC_MUNMAP:
-		entry = skel->progs.munmap_entry;
-		ret = NULL;
-		break;
-	}
-	*ret_entry = entry;
-	*ret_return = ret;
+	*ret_entry = progs[func][0];
+	*ret_return = progs[func][1];
 }
 
 /* Whether @path (a mapping of the target) is an allocator library. */
@@ -330,7 +302,7 @@ static int reset_stats(struct malloc_probes *h, unsigned slot, uint64_t sample_b
 {
 	__u32 key = slot;
 	__u64 mean = sample_bytes;
-	int r = percpu_zero(h->skel->maps.stats, slot, h->nr_cpus, sizeof(struct malloc_stats));
+	int r = percpu_zero(h->skel->maps.stats, slot, sizeof(struct malloc_stats));
 
 	if (r == 0 &&
 	    bpf_map_update_elem(bpf_map__fd(h->skel->maps.sample_bytes), &key, &mean, BPF_ANY) < 0)
@@ -509,5 +481,5 @@ int malloc_probes__stats(struct malloc_probes *h, unsigned slot, struct malloc_s
 {
 	if (slot >= MALLOC_MAX_SLOTS)
 		return -EINVAL;
-	return percpu_sum(h->skel->maps.stats, slot, h->nr_cpus, (uint64_t *)ret, U64S(*ret));
+	return percpu_sum(h->skel->maps.stats, slot, (uint64_t *)ret, U64S(*ret));
 }

@@ -20,10 +20,11 @@ struct offcpu {
 	struct record_reader reader;
 	offcpu_fn fn;
 	void *ctx;
-	int nr_cpus;
 	unsigned nr_targets[OFFCPU_MAX_SLOTS]; /* processes added to each slot and not removed */
 	bool shared_targets;		       /* targets is another object's map */
 };
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct offcpu *, offcpu__free)
 
 bool offcpu_event__valid(const void *data, size_t size)
 {
@@ -104,7 +105,7 @@ int offcpu__new(size_t ringbuf_bytes, uint64_t min_block_ns, offcpu_fn fn, void 
 int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_fd, offcpu_fn fn,
 		       void *ctx, struct offcpu **ret)
 {
-	struct offcpu *o;
+	_cleanup_(offcpu__freep) struct offcpu *o = NULL;
 	int r;
 
 	if (!ringbuf_size_ok(ringbuf_bytes))
@@ -114,38 +115,29 @@ int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_
 		return -ENOMEM;
 	o->fn = fn;
 	o->ctx = ctx;
-	r = o->nr_cpus = possible_cpus();
-	if (r < 0)
-		goto fail;
-
-	o->skel = offcpu_bpf__open();
-	if (!o->skel) {
-		r = -errno;
-		goto fail;
-	}
-	o->skel->rodata->min_block_ns = min_block_ns;
 	o->shared_targets = targets_fd >= 0;
+	o->skel = offcpu_bpf__open();
+	if (!o->skel)
+		return -errno;
+	o->skel->rodata->min_block_ns = min_block_ns;
 	o->skel->rodata->wakeup_bytes = ringbuf_bytes / 16;
 	r = bpf_map__set_max_entries(o->skel->maps.starts, OFFCPU_MAX_THREADS);
 	if (r < 0)
-		goto fail;
+		return r;
 	if (!kernel_allocates_in_tracing()) {
 		r = bpf_map__set_map_flags(o->skel->maps.starts, 0);
 		if (r < 0)
-			goto fail;
+			return r;
 	}
 	r = collector__load(o->skel->skeleton, o->skel->maps.events, ringbuf_bytes,
 			    o->skel->maps.targets, targets_fd, handle_record, o, &o->reader);
 	if (r < 0)
-		goto fail;
+		return r;
 	r = offcpu_bpf__attach(o->skel);
 	if (r < 0)
-		goto fail;
-	*ret = o;
+		return r;
+	*ret = TAKE_PTR(o);
 	return 0;
-fail:
-	offcpu__free(o);
-	return r < 0 ? r : -EIO;
 }
 
 /*
@@ -188,8 +180,7 @@ int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid)
 	if (kill(pid, 0) < 0 && errno == ESRCH)
 		return -ESRCH;
 	if (o->nr_targets[slot] == 0) {
-		r = percpu_zero(o->skel->maps.drops, slot, o->nr_cpus,
-				sizeof(struct offcpu_counters));
+		r = percpu_zero(o->skel->maps.drops, slot, sizeof(struct offcpu_counters));
 		if (r < 0)
 			return r;
 	}
@@ -244,7 +235,7 @@ int offcpu__counters(struct offcpu *o, unsigned slot, struct offcpu_counters *re
 {
 	if (slot >= OFFCPU_MAX_SLOTS)
 		return -EINVAL;
-	return percpu_sum(o->skel->maps.drops, slot, o->nr_cpus, (uint64_t *)ret, U64S(*ret));
+	return percpu_sum(o->skel->maps.drops, slot, (uint64_t *)ret, U64S(*ret));
 }
 
 /*

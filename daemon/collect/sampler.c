@@ -37,6 +37,8 @@ struct sampler {
 	struct slot slots[PROFILE_MAX_SLOTS];
 };
 
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct sampler *, sampler__free)
+
 bool sample_event__valid(const void *data, size_t size)
 {
 	const struct sample_event *e = data;
@@ -136,61 +138,57 @@ bool sampler__vm_supported(const struct sampler *s)
 
 int sampler__vm_stats(struct sampler *s, unsigned slot, struct vm_stats *ret)
 {
-	return percpu_sum(s->skel->maps.vm_stats, slot, s->nr_cpus, (uint64_t *)ret, U64S(*ret));
+	return percpu_sum(s->skel->maps.vm_stats, slot, (uint64_t *)ret, U64S(*ret));
+}
+
+/* The maps indexed by CPU number (a scratch record and its busy flag) get @nr_cpus entries. */
+static int cpu_maps_resize(struct profile_bpf *skel, int nr_cpus)
+{
+	struct bpf_map *maps[] = {skel->maps.scratch, skel->maps.vm_scratch, skel->maps.vm_busy};
+
+	for (size_t i = 0; i < ARRAY_SIZE(maps); i++) {
+		int r = bpf_map__set_max_entries(maps[i], (__u32)nr_cpus);
+
+		if (r < 0)
+			return r;
+	}
+	return 0;
 }
 
 int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler **ret)
 {
-	struct sampler *s;
+	_cleanup_(sampler__freep) struct sampler *s = calloc(1, sizeof(*s));
 	int r;
 
-	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->fn = fn;
 	s->ctx = ctx;
 	r = s->nr_cpus = possible_cpus();
 	if (r < 0)
-		goto fail;
-
+		return r;
 	s->skel = profile_bpf__open();
-	if (!s->skel) {
-		r = -errno;
-		goto fail;
-	}
-	/* One scratch record per CPU, indexed by CPU number. */
-	r = bpf_map__set_max_entries(s->skel->maps.scratch, (__u32)s->nr_cpus);
+	if (!s->skel)
+		return -errno;
+	r = cpu_maps_resize(s->skel, s->nr_cpus);
 	if (r < 0)
-		goto fail;
-	r = bpf_map__set_max_entries(s->skel->maps.vm_scratch, (__u32)s->nr_cpus);
-	if (r < 0)
-		goto fail;
-	r = bpf_map__set_max_entries(s->skel->maps.vm_busy, (__u32)s->nr_cpus);
-	if (r < 0)
-		goto fail;
+		return r;
 	vm_programs_load(s);
 	r = collector__load(s->skel->skeleton, s->skel->maps.events, ringbuf_bytes, NULL, -1,
 			    handle_record, s, &s->reader);
 	if (r < 0)
-		goto fail;
+		return r;
 	/* Process lifetime: children of targets become targets (when the slot
 	 * follows children), and exited targets are forgotten (PID reuse). */
 	s->fork_link = bpf_program__attach(s->skel->progs.profile_fork);
-	if (!s->fork_link) {
-		r = -errno;
-		goto fail;
-	}
+	if (!s->fork_link)
+		return -errno;
 	s->exit_link = bpf_program__attach(s->skel->progs.profile_exit);
-	if (!s->exit_link) {
-		r = -errno;
-		goto fail;
-	}
+	if (!s->exit_link)
+		return -errno;
 	vm_programs_attach(s);
-	*ret = s;
+	*ret = TAKE_PTR(s);
 	return 0;
-fail:
-	sampler__free(s);
-	return r < 0 ? r : -EIO;
 }
 
 void sampler__free(struct sampler *s)
@@ -291,11 +289,11 @@ int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz
 		sl->fds[cpu] = -1;
 
 	/* The slot's drop counters start from zero for each session. */
-	r = percpu_zero(s->skel->maps.drops, slot, s->nr_cpus, sizeof(struct slot_counters));
+	r = percpu_zero(s->skel->maps.drops, slot, sizeof(struct slot_counters));
 	if (r == 0)
-		r = percpu_zero(s->skel->maps.vm_stats, slot, s->nr_cpus, sizeof(struct vm_stats));
+		r = percpu_zero(s->skel->maps.vm_stats, slot, sizeof(struct vm_stats));
 	if (r == 0)
-		r = percpu_zero(s->skel->maps.vm_budget, slot, s->nr_cpus, 3 * sizeof(uint64_t));
+		r = percpu_zero(s->skel->maps.vm_budget, slot, 3 * sizeof(uint64_t));
 	if (r < 0)
 		goto fail;
 	/* Settings before the target: no sample of this slot is taken before both exist. */
@@ -428,7 +426,7 @@ uint64_t sampler__lost(struct sampler *s, unsigned slot)
 {
 	struct slot_counters sum;
 
-	if (percpu_sum(s->skel->maps.drops, slot, s->nr_cpus, (uint64_t *)&sum, U64S(sum)) < 0)
+	if (percpu_sum(s->skel->maps.drops, slot, (uint64_t *)&sum, U64S(sum)) < 0)
 		return 0;
 	return sum.ringbuf_full;
 }

@@ -34,6 +34,8 @@ struct unwind_worker {
 	const struct addrspace *forget; /* handed to the thread to drop from its cache */
 };
 
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct unwind_worker *, unwind_worker__free)
+
 const char *unwind_mode_name(enum unwind_mode mode)
 {
 	static const char *const names[] = { "fp", "dwarf", "auto" };
@@ -125,10 +127,9 @@ static void *worker_main(void *arg)
 
 int unwind_worker__new(size_t capacity, struct unwind_worker **ret)
 {
-	struct unwind_worker *w;
+	_cleanup_(unwind_worker__freep) struct unwind_worker *w = calloc(1, sizeof(*w));
 	int r;
 
-	w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
 	w->capacity = capacity;
@@ -139,19 +140,14 @@ int unwind_worker__new(size_t capacity, struct unwind_worker **ret)
 	pthread_cond_init(&w->idle, NULL);
 	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	w->unwinder = unwinder__new();
-	if (w->efd < 0 || !w->unwinder) {
-		r = w->efd < 0 ? -errno : -ENOMEM;
-		goto fail;
-	}
+	if (w->efd < 0 || !w->unwinder)
+		return w->efd < 0 ? -errno : -ENOMEM;
 	r = -pthread_create(&w->thread, NULL, worker_main, w);
 	if (r < 0)
-		goto fail;
+		return r;
 	w->started = true;
-	*ret = w;
+	*ret = TAKE_PTR(w);
 	return 0;
-fail:
-	unwind_worker__free(w);
-	return r;
 }
 
 static void free_list(struct job *j)

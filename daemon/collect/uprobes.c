@@ -137,12 +137,13 @@ struct uprobes {
 	struct record_reader reader;
 	uprobes_event_fn fn;
 	void *ctx;
-	int nr_cpus;
 	struct probe_entry *probes; /* by probe id; kept for the daemon's life (records of a
 				     * detached session may still be in the ring buffer) */
 	size_t nr_probes, cap_probes;
 	struct slot_links slots[UPROBE_MAX_SLOTS];
 };
+
+DEFINE_TRIVIAL_CLEANUP_FUNC(struct uprobes *, uprobes__free)
 
 /*
  * uprobe_event__valid() - whether the @size bytes at @data are a well-formed
@@ -184,7 +185,7 @@ static bool handle_record(void *ctx, const void *data, size_t size)
  */
 int uprobes__new(size_t ringbuf_bytes, uprobes_event_fn fn, void *ctx, struct uprobes **ret)
 {
-	struct uprobes *g;
+	_cleanup_(uprobes__freep) struct uprobes *g = NULL;
 	int r;
 
 	if (!ringbuf_size_ok(ringbuf_bytes))
@@ -194,24 +195,16 @@ int uprobes__new(size_t ringbuf_bytes, uprobes_event_fn fn, void *ctx, struct up
 		return -ENOMEM;
 	g->fn = fn;
 	g->ctx = ctx;
-	r = g->nr_cpus = possible_cpus();
-	if (r < 0)
-		goto fail;
 	g->skel = uprobes_bpf__open();
-	if (!g->skel) {
-		r = -errno;
-		goto fail;
-	}
+	if (!g->skel)
+		return -errno;
 	g->skel->rodata->wakeup_bytes = ringbuf_bytes / 16;
 	r = collector__load(g->skel->skeleton, g->skel->maps.events, ringbuf_bytes, NULL, -1,
 			    handle_record, g, &g->reader);
 	if (r < 0)
-		goto fail;
-	*ret = g;
+		return r;
+	*ret = TAKE_PTR(g);
 	return 0;
-fail:
-	uprobes__free(g);
-	return r < 0 ? r : -EIO;
 }
 
 /* uprobes__free() - detach every probe and free everything. Accepts NULL. */
@@ -747,7 +740,7 @@ uint64_t uprobes__lost(struct uprobes *g, unsigned slot)
 	struct uprobe_counters sum;
 
 	if (slot >= UPROBE_MAX_SLOTS ||
-	    percpu_sum(g->skel->maps.drops, slot, g->nr_cpus, (uint64_t *)&sum, U64S(sum)) < 0)
+	    percpu_sum(g->skel->maps.drops, slot, (uint64_t *)&sum, U64S(sum)) < 0)
 		return 0;
 	return sum.ringbuf_full + sum.entry_map_full;
 }

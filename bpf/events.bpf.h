@@ -1,0 +1,40 @@
+/*
+ * events.bpf.h - the ring buffer map 'events' through which every BPF
+ * program sends its records to user space, and when the reader is woken.
+ * One definition, so that collector__load() (daemon/collect/bpf_util.c)
+ * finds the same map in each object.
+ */
+#pragma once
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 * 1024 * 1024); /* resized by user space before load */
+} events SEC(".maps");
+
+/*
+ * Wake the reader only once this many bytes wait in the ring buffer (0: at
+ * every record, once the reader has caught up); user space then polls on a
+ * timer too. Set by user space before load, for offcpu.bpf.c and
+ * uprobes.bpf.c. A wakeup per record feeds itself off the CPU: the woken
+ * reader preempts a target thread, whose switch back in is a new record,
+ * which wakes the reader... (measured: ~37000 records/s of sub-10-us
+ * RUNNABLE intervals from offcpu-mix's sleeper alone). With uprobes, it
+ * makes a call-heavy target pay for a context switch to profd per call.
+ */
+const volatile __u64 wakeup_bytes = 0;
+
+/*
+ * events_output() - send the @size bytes at @data to 'events', waking the
+ * reader as wakeup_bytes says. The caller bounds @size for the verifier.
+ * Returns 0, or a negative error if the ring buffer had no room.
+ */
+static __always_inline long events_output(void *data, __u64 size)
+{
+	long flags = 0; /* the default: wake the reader if it has caught up */
+
+	if (wakeup_bytes)
+		flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size < wakeup_bytes
+			    ? BPF_RB_NO_WAKEUP
+			    : BPF_RB_FORCE_WAKEUP;
+	return bpf_ringbuf_output(&events, data, size, flags);
+}
