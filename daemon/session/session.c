@@ -15,6 +15,7 @@
 #include "protocol.h"
 #include "service/request.h"
 #include "service/authz.h"
+#include "session/owned_map.h"
 #include "session/session.h"
 #include "session/session_internal.h"
 #include "util.h"
@@ -299,12 +300,13 @@ static bool pending_eq(const void *entry, const void *key)
 
 static bool thread_eq(const void *entry, const void *key)
 {
-	return ((const struct thread_acc *)entry)->tid == *(const int *)key;
+	return ((const struct thread_acc *)entry)->tid == ((const struct thread_acc *)key)->tid;
 }
 
 static bool window_eq(const void *entry, const void *key)
 {
-	return ((const struct window_acc *)entry)->window == *(const uint64_t *)key;
+	return ((const struct window_acc *)entry)->window ==
+	       ((const struct window_acc *)key)->window;
 }
 
 static bool frame_eq(const void *entry, const void *key)
@@ -317,44 +319,33 @@ static bool frame_eq(const void *entry, const void *key)
 
 static struct window_acc *window_get(struct session *s, uint64_t window)
 {
+	const struct window_acc key = {.window = window};
 	uint64_t h = hash64(HASH64_INIT, &window, sizeof(window));
-	struct window_acc *w = hashmap__find(&s->windows, h, window_eq, &window);
 
-	if (w)
-		return w;
-	w = calloc(1, sizeof(*w));
-	if (!w)
-		return NULL;
-	w->window = window;
-	if (hashmap__insert(&s->windows, h, w) < 0) {
-		free(w);
-		return NULL;
-	}
-	return w;
+	return hashmap_find_or_add_copy(&s->windows, h, window_eq, &key, sizeof(key));
 }
 
-/* Intern the stack of @e; NULL only on out-of-memory. */
-/* Note thread @tid (name @comm, 16 bytes) as seen at @time_ns, with @samples more samples. */
-static void thread_seen(struct session *s, int pid, int tid, const char *comm, uint64_t time_ns,
-			uint64_t samples)
+/*
+ * Note thread @tid (name @comm, 16 bytes) as seen at @time_ns, with @samples
+ * more samples. Returns its entry, or NULL when it could not be made (out
+ * of memory: the thread is not listed).
+ */
+static struct thread_acc *thread_seen(struct session *s, int pid, int tid, const char *comm,
+				      uint64_t time_ns, uint64_t samples)
 {
+	const struct thread_acc key = {.pid = pid, .tid = tid};
 	uint64_t h = hash64(HASH64_INIT, &tid, sizeof(tid));
-	struct thread_acc *th = hashmap__find(&s->threads, h, thread_eq, &tid);
+	struct thread_acc *th =
+	    hashmap_find_or_add_copy(&s->threads, h, thread_eq, &key, sizeof(key));
 
-	if (!th) {
-		th = calloc(1, sizeof(*th));
-		if (!th || hashmap__insert(&s->threads, h, th) < 0) {
-			free(th);
-			return;
-		}
-		th->tid = tid;
-		th->pid = pid;
-	}
+	if (!th)
+		return NULL;
 	memcpy(th->name, comm, sizeof(th->name));
 	th->name[sizeof(th->name) - 1] = '\0';
 	if (time_ns > th->last_seen_ns)
 		th->last_seen_ns = time_ns;
 	th->samples += samples;
+	return th;
 }
 
 /*
@@ -419,6 +410,7 @@ struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint
 	key->klen = (uint16_t)klen;
 	key->ulen = (uint16_t)ulen;
 	key->flags = flags;
+	key->stack_id = 0;
 	memcpy(key->ips, ips, n * sizeof(uint64_t));
 	h = hash64(HASH64_INIT, key->ips, n * sizeof(uint64_t));
 	h = hash64(h, &key->klen, sizeof(key->klen));
@@ -433,16 +425,7 @@ struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint
 			*ret_limited = true;
 		return NULL;
 	}
-	st = malloc(sizeof(*st) + n * sizeof(uint64_t));
-	if (!st)
-		return NULL;
-	memcpy(st, key, sizeof(*st) + n * sizeof(uint64_t));
-	st->stack_id = 0;
-	if (hashmap__insert(&s->stacks, h, st) < 0) {
-		free(st);
-		return NULL;
-	}
-	return st;
+	return hashmap_add_copy(&s->stacks, h, key, sizeof(*key) + n * sizeof(uint64_t));
 }
 
 /*
@@ -534,15 +517,10 @@ void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *com
 	h = hash64(h, &key.tid, sizeof(key.tid));
 	h = hash64(h, &key.stack, sizeof(key.stack));
 	h = hash64(h, &key.state, sizeof(key.state));
-	acc = hashmap__find(&s->offcpu, h, offcpu_eq, &key);
+	acc = hashmap_find_or_add_copy(&s->offcpu, h, offcpu_eq, &key, sizeof(key));
 	if (!acc) {
-		acc = malloc(sizeof(*acc));
-		if (!acc || hashmap__insert(&s->offcpu, h, acc) < 0) {
-			free(acc);
-			s->offcpu_lost++;
-			return;
-		}
-		*acc = key;
+		s->offcpu_lost++;
+		return;
 	}
 	acc->count++;
 	acc->total_ns += total_ns;
@@ -555,15 +533,10 @@ void session__count_offcpu_lost(struct session *s, uint64_t n)
 	s->offcpu_lost += n;
 }
 
-/* One thread's counters. */
 void session__on_thread_exit(struct session *s, const struct sample_event *e)
 {
-	uint64_t h = hash64(HASH64_INIT, &e->tid, sizeof(int));
-	int tid = (int)e->tid;
-	struct thread_acc *th;
+	struct thread_acc *th = thread_seen(s, (int)e->pid, (int)e->tid, e->comm, e->time_ns, 0);
 
-	thread_seen(s, (int)e->pid, tid, e->comm, e->time_ns, 0);
-	th = hashmap__find(&s->threads, h, thread_eq, &tid);
 	if (th)
 		th->exited_ns = e->time_ns;
 }
@@ -590,6 +563,7 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 	key.window = t / PROFD_WINDOW_NS;
 	key.tid = tid;
 	key.event = e->event ? 1 : 0;
+	key.count = 0;
 	w = window_get(s, key.window);
 	if (!w)
 		return;
@@ -617,15 +591,11 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 		s->limit_dropped++;
 		return;
 	}
+	if (!ps)
+		ps = hashmap_add_copy(&s->pending, h, &key, sizeof(key));
 	if (!ps) {
-		ps = malloc(sizeof(*ps));
-		if (!ps || hashmap__insert(&s->pending, h, ps) < 0) {
-			free(ps);
-			w->counts.lost_samples++;
-			return;
-		}
-		*ps = key;
-		ps->count = 0;
+		w->counts.lost_samples++;
+		return;
 	}
 	ps->count++;
 	/* The second event's samples are its own: they count in no CPU figure. */
@@ -757,15 +727,9 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 	key.n = (unsigned)n;
 	/* The function the symbol table names is last; it decides rootness. */
 	key.root = !kernel && is_thread_root(fi[n - 1].function);
-	fc = malloc(sizeof(*fc));
+	fc = hashmap_add_copy(&s->frames, h, &key, sizeof(key));
 	if (!fc)
 		return -ENOMEM;
-	*fc = key;
-	r = hashmap__insert(&s->frames, h, fc);
-	if (r < 0) {
-		free(fc);
-		return r;
-	}
 	*ret = fc;
 	return 0;
 }
@@ -976,56 +940,38 @@ int session__flush(struct session *s, const struct session_env *env)
 
 void session__flush_done(struct session *s)
 {
-	struct pending_sample *ps;
-	struct window_acc *w;
-	struct thread_acc *th;
-
 	s->lost_seen = s->lost_flushing;
 	s->procs_added = false;
 	s->offcpu_lost -= s->offcpu_lost_flushing;
 	if (s->gpu)
 		gpu_acc__flush_done(s->gpu);
-	{
-		void *v;
-
-		hashmap__for_each(&s->offcpu, i, v) free(v);
-		hashmap__clear(&s->offcpu);
-		hashmap__for_each(&s->counter_rows, i, v) free(v);
-		hashmap__clear(&s->counter_rows);
-	}
+	hashmap_clear_free(&s->offcpu);
+	hashmap_clear_free(&s->counter_rows);
 	s->unsymbolized_pending = 0;
 	s->frames_pending = 0;
 	s->unwind_dropped -= s->unwind_dropped_flushing;
 	s->limit_dropped -= s->limit_dropped_flushing;
 	s->python_samples -= s->python_samples_flushing;
 	s->python_unmerged -= s->python_unmerged_flushing;
-	hashmap__for_each(&s->pending, i, ps) free(ps);
-	hashmap__clear(&s->pending);
-	hashmap__for_each(&s->threads, i, th) free(th);
-	hashmap__clear(&s->threads);
-	hashmap__for_each(&s->windows, i, w) free(w);
-	hashmap__clear(&s->windows);
+	hashmap_clear_free(&s->pending);
+	hashmap_clear_free(&s->threads);
+	hashmap_clear_free(&s->windows);
 	session__flush_memory_done(s);
 }
 
 void session__forget_row_ids(struct session *s)
 {
 	struct raw_stack *st;
-	void *v;
 
 	hashmap__for_each(&s->stacks, i, st) st->stack_id = 0;
-	hashmap__for_each(&s->frames, i, v) free(v);
-	hashmap__clear(&s->frames);
+	hashmap_clear_free(&s->frames);
 }
 
 void session__flush_failed(struct session *s)
 {
-	void *v;
-
 	/* Rows written in the rolled-back transaction do not exist: forget their ids. */
 	session__forget_row_ids(s);
-	hashmap__for_each(&s->mappings_stored, i, v) free(v);
-	hashmap__clear(&s->mappings_stored);
+	hashmap_clear_free(&s->mappings_stored);
 	s->unsymbolized_pending = 0;
 	s->frames_pending = 0;
 	session__flush_memory_failed(s);
@@ -1047,28 +993,20 @@ bool session__expired(const struct session *s, uint64_t mono_ns)
 	return s->duration_ns && mono_ns - s->started_mono_ns >= s->duration_ns;
 }
 
-static void free_all(struct hashmap *m)
-{
-	void *v;
-
-	hashmap__for_each(m, i, v) free(v);
-	hashmap__free(m);
-}
-
 void session__free(struct session *s)
 {
 	if (!s)
 		return;
 	if (s->pidfd >= 0)
 		close(s->pidfd);
-	free_all(&s->mappings_stored);
-	free_all(&s->stacks);
-	free_all(&s->frames);
-	free_all(&s->pending);
-	free_all(&s->threads);
-	free_all(&s->windows);
-	free_all(&s->offcpu);
-	free_all(&s->counter_rows);
+	hashmap_free_all(&s->mappings_stored);
+	hashmap_free_all(&s->stacks);
+	hashmap_free_all(&s->frames);
+	hashmap_free_all(&s->pending);
+	hashmap_free_all(&s->threads);
+	hashmap_free_all(&s->windows);
+	hashmap_free_all(&s->offcpu);
+	hashmap_free_all(&s->counter_rows);
 	session__free_memory(s);
 	hashmap__free(&s->tids); /* values are not pointers */
 	gpu_acc__free(s->gpu);
@@ -1076,7 +1014,7 @@ void session__free(struct session *s)
 		struct counters_entry *ce;
 
 		hashmap__for_each(&s->counters, i, ce) thread_counters__free(ce->tc);
-		free_all(&s->counters);
+		hashmap_free_all(&s->counters);
 	}
 	{
 		struct proc *proc;
