@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "session/gpu_acc.h"
+#include "session/owned_map.h"
 #include "protocol.h"
 #include "bpf/profile.h"
 #include "hashmap.h"
@@ -182,7 +183,7 @@ static bool agg_eq(const void *entry, const void *key)
 static struct agg *agg_get(struct gpu_acc *a, int table, const char *key1, const char *key2,
 			   const char *grid, const char *block, struct raw_stack *stack)
 {
-	struct agg key = { .table = table, .stack = stack }, *g;
+	struct agg key = { .table = table, .stack = stack, .min_ns = UINT64_MAX }, *g;
 	uint64_t h;
 
 	snprintf(key.key1, sizeof(key.key1), "%s", key1);
@@ -200,15 +201,9 @@ static struct agg *agg_get(struct gpu_acc *a, int table, const char *key1, const
 		return g;
 	if (grow_array((void **)&a->aggs, &a->cap_aggs, a->nr_aggs, sizeof(*a->aggs)) < 0)
 		return NULL;
-	g = malloc(sizeof(*g));
+	g = hashmap_add_copy(&a->agg_index, h, &key, sizeof(key));
 	if (!g)
 		return NULL;
-	*g = key;
-	g->min_ns = UINT64_MAX;
-	if (hashmap__insert(&a->agg_index, h, g) < 0) {
-		free(g);
-		return NULL;
-	}
 	a->aggs[a->nr_aggs++] = g;
 	return g;
 }

@@ -14,6 +14,7 @@
 
 #include "collect/malloc_probes.h"
 #include "collect/memory.h"
+#include "session/owned_map.h"
 #include "session/session.h"
 #include "session/session_internal.h"
 #include "util.h"
@@ -102,12 +103,13 @@ static bool inflight_eq(const void *entry, const void *key)
 	return ((const struct alloc_block *)entry)->tid == *(const int *)key;
 }
 
-struct block_key {
+/* The key of a live block (at addr) or of a mapping (starting at addr) of process pid. */
+struct pid_addr {
 	int pid;
 	uint64_t addr;
 };
 
-static uint64_t block_hash(int pid, uint64_t addr)
+static uint64_t pid_addr_hash(int pid, uint64_t addr)
 {
 	return hash64(hash64(HASH64_INIT, &pid, sizeof(pid)), &addr, sizeof(addr));
 }
@@ -115,7 +117,7 @@ static uint64_t block_hash(int pid, uint64_t addr)
 static bool block_eq(const void *entry, const void *key)
 {
 	const struct alloc_block *b = entry;
-	const struct block_key *k = key;
+	const struct pid_addr *k = key;
 
 	return b->pid == k->pid && b->addr == k->addr && !b->freed;
 }
@@ -152,7 +154,7 @@ static uint64_t inflight_hash_of(const struct alloc_block *b)
 
 static uint64_t block_hash_of(const struct alloc_block *b)
 {
-	return block_hash(b->pid, b->addr);
+	return pid_addr_hash(b->pid, b->addr);
 }
 
 /* An ALLOC record: the sampled call waits for its RETURN in alloc_inflight. */
@@ -203,7 +205,7 @@ static void on_return(struct session *s, const struct malloc_event *e)
 {
 	int tid = (int)e->tid;
 	struct alloc_block *b = hashmap__find(&s->alloc_inflight, tid_hash(tid), inflight_eq, &tid);
-	struct block_key key = { (int)e->pid, e->addr };
+	struct pid_addr key = { (int)e->pid, e->addr };
 	struct alloc_block *prev;
 
 	if (!b) {
@@ -219,7 +221,7 @@ static void on_return(struct session *s, const struct malloc_event *e)
 	b->addr = e->addr;
 	b->untracked = e->flags & MALLOC_UNTRACKED;
 	/* A live block at the same address: its free was not seen (it was untracked). */
-	prev = hashmap__find(&s->alloc_blocks, block_hash(key.pid, key.addr), block_eq, &key);
+	prev = hashmap__find(&s->alloc_blocks, pid_addr_hash(key.pid, key.addr), block_eq, &key);
 	if (prev) {
 		prev->freed = true;
 		prev->free_ns = e->time_ns;
@@ -233,9 +235,9 @@ static void on_return(struct session *s, const struct malloc_event *e)
 /* A FREE record: the sampled block at e->addr is no longer live. */
 static void on_free(struct session *s, const struct malloc_event *e)
 {
-	struct block_key key = { (int)e->pid, e->addr };
+	struct pid_addr key = { (int)e->pid, e->addr };
 	struct alloc_block *b =
-		hashmap__find(&s->alloc_blocks, block_hash(key.pid, key.addr), block_eq, &key);
+		hashmap__find(&s->alloc_blocks, pid_addr_hash(key.pid, key.addr), block_eq, &key);
 
 	if (!b)
 		return; /* sampled before the session, or its RETURN was lost */
@@ -314,61 +316,39 @@ static void vm_account(struct session *s, int pid, struct raw_stack *stack, unsi
 {
 	struct vm_acc key = { .pid = pid, .stack = stack, .change = change, .mapping = mapping };
 	uint64_t h = vm_acc_hash(&key);
-	struct vm_acc *a = hashmap__find(&s->vm_acc, h, vm_acc_eq, &key);
+	struct vm_acc *a = hashmap_find_or_add_copy(&s->vm_acc, h, vm_acc_eq, &key, sizeof(key));
 
 	if (!a) {
-		a = malloc(sizeof(*a));
-		if (!a || hashmap__insert(&s->vm_acc, h, a) < 0) {
-			free(a);
-			s->vm_untracked++;
-			return;
-		}
-		*a = key;
+		s->vm_untracked++;
+		return;
 	}
 	a->events++;
 	a->bytes += bytes;
 }
 
-struct region_key {
-	int pid;
-	uint64_t start;
-};
-
-static uint64_t region_hash(int pid, uint64_t start)
-{
-	return hash64(hash64(HASH64_INIT, &pid, sizeof(pid)), &start, sizeof(start));
-}
-
 static bool region_eq(const void *entry, const void *key)
 {
 	const struct vm_region *r = entry;
-	const struct region_key *k = key;
+	const struct pid_addr *k = key;
 
-	return r->pid == k->pid && r->start == k->start && !r->gone;
+	return r->pid == k->pid && r->start == k->addr && !r->gone;
 }
 
 static struct vm_region *region_find(struct session *s, int pid, uint64_t start)
 {
-	struct region_key k = { pid, start };
+	struct pid_addr k = { pid, start };
 
-	return hashmap__find(&s->vm_regions, region_hash(pid, start), region_eq, &k);
+	return hashmap__find(&s->vm_regions, pid_addr_hash(pid, start), region_eq, &k);
 }
 
 static void region_add(struct session *s, int pid, uint64_t start, uint64_t len,
 		       struct raw_stack *stack, enum memory_map_kind mapping)
 {
-	struct vm_region *r;
+	const struct vm_region r = { pid, start, len, stack, mapping, false };
 
 	if (s->vm_regions.len - s->vm_regions_gone >= SESSION_VM_MAX_REGIONS ||
-	    !(r = malloc(sizeof(*r)))) {
+	    !hashmap_add_copy(&s->vm_regions, pid_addr_hash(pid, start), &r, sizeof(r)))
 		s->vm_untracked++;
-		return;
-	}
-	*r = (struct vm_region){ pid, start, len, stack, mapping, false };
-	if (hashmap__insert(&s->vm_regions, region_hash(pid, start), r) < 0) {
-		free(r);
-		s->vm_untracked++;
-	}
 }
 
 static uint64_t page_round(uint64_t n)
@@ -516,7 +496,7 @@ static void flush_vm_done(struct session *s)
 		return;
 	hashmap__for_each(&s->vm_regions, i, r)
 	{
-		if (r->gone || hashmap__insert(&keep, region_hash(r->pid, r->start), r) < 0)
+		if (r->gone || hashmap__insert(&keep, pid_addr_hash(r->pid, r->start), r) < 0)
 			free(r);
 	}
 	hashmap__free(&s->vm_regions);
@@ -621,19 +601,11 @@ void session__flush_memory_failed(struct session *s)
 /* session__free_memory() - free the memory state. */
 void session__free_memory(struct session *s)
 {
-	struct alloc_block *b;
-	struct vm_acc *a;
-	struct vm_region *r;
-
 	free(s->memory_rows);
-	hashmap__for_each(&s->vm_acc, i, a) free(a);
-	hashmap__free(&s->vm_acc);
-	hashmap__for_each(&s->vm_regions, i, r) free(r);
-	hashmap__free(&s->vm_regions);
-	hashmap__for_each(&s->alloc_inflight, i, b) free(b);
-	hashmap__free(&s->alloc_inflight);
-	hashmap__for_each(&s->alloc_blocks, i, b) free(b);
-	hashmap__free(&s->alloc_blocks);
+	hashmap_free_all(&s->vm_acc);
+	hashmap_free_all(&s->vm_regions);
+	hashmap_free_all(&s->alloc_inflight);
+	hashmap_free_all(&s->alloc_blocks);
 }
 
 /*

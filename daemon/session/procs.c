@@ -15,6 +15,7 @@
 
 #include "protocol.h"
 #include "service/request.h"
+#include "session/owned_map.h"
 #include "session/session.h"
 #include "session/session_internal.h"
 #include "util.h"
@@ -58,23 +59,15 @@ int session__store_mappings(struct session *s, struct proc *proc, struct store *
 		struct mapping_key key = {maps[i].start, maps[i].end, maps[i].file_offset,
 					  maps[i].path, proc->pid};
 		uint64_t h = mapping_key_hash(&key);
-		struct mapping_key *k;
 
 		if (hashmap__find(&s->mappings_stored, h, mapping_key_eq, &key))
 			continue;
 		r = store__mapping_insert(store, s->id, proc->pid, &maps[i]);
 		if (r < 0)
 			return r;
-		k = malloc(sizeof(*k));
-		if (!k)
-			return -ENOMEM;
 		/* The path string is owned by the address space, which outlives this map. */
-		*k = key;
-		r = hashmap__insert(&s->mappings_stored, h, k);
-		if (r < 0) {
-			free(k);
-			return r;
-		}
+		if (!hashmap_add_copy(&s->mappings_stored, h, &key, sizeof(key)))
+			return -ENOMEM;
 	}
 	return 0;
 }

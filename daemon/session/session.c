@@ -1,4 +1,7 @@
-/* session.c - a profiling session: attach checks, per-sample aggregation, flush to the store. */
+/*
+ * session.c - a profiling session: attach checks, per-sample aggregation,
+ * flush to the store (its stacks' rows: stacks.c).
+ */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -15,6 +18,7 @@
 #include "protocol.h"
 #include "service/request.h"
 #include "service/authz.h"
+#include "session/owned_map.h"
 #include "session/session.h"
 #include "session/session_internal.h"
 #include "util.h"
@@ -25,21 +29,6 @@ struct pending_sample {
 	int event; /* 0: CPU event; 1: the second sampled event */
 	struct raw_stack *stack;
 	uint64_t count;
-};
-
-/* Inlined calls kept per address; deeper inlining keeps the innermost (symbolize.h). */
-#define MAX_INLINE 8
-/* Frames per stored stack, inline frames included: more are cut, and the stack marked truncated. */
-#define MAX_STACK_FRAMES 512
-
-struct frame_cache {
-	uint64_t addr;
-	pid_t pid; /* 0 for kernel frames */
-	bool kernel;
-	bool return_addr;	 /* looked up as a return address (at addr - 1) */
-	bool root;		 /* the address's function is a thread root (is_thread_root()) */
-	unsigned n;		 /* frames at this address: 1, or more with inlined calls */
-	int64_t ids[MAX_INLINE]; /* frame rows, innermost first */
 };
 
 struct thread_acc {
@@ -280,15 +269,6 @@ fail:
 	return r;
 }
 
-static bool raw_stack_eq(const void *entry, const void *key)
-{
-	const struct raw_stack *a = entry, *b = key;
-
-	return a->klen == b->klen && a->ulen == b->ulen && a->flags == b->flags &&
-	       a->pid == b->pid &&
-	       memcmp(a->ips, b->ips, sizeof(uint64_t) * (a->klen + a->ulen)) == 0;
-}
-
 static bool pending_eq(const void *entry, const void *key)
 {
 	const struct pending_sample *a = entry, *b = key;
@@ -299,62 +279,44 @@ static bool pending_eq(const void *entry, const void *key)
 
 static bool thread_eq(const void *entry, const void *key)
 {
-	return ((const struct thread_acc *)entry)->tid == *(const int *)key;
+	return ((const struct thread_acc *)entry)->tid == ((const struct thread_acc *)key)->tid;
 }
 
 static bool window_eq(const void *entry, const void *key)
 {
-	return ((const struct window_acc *)entry)->window == *(const uint64_t *)key;
-}
-
-static bool frame_eq(const void *entry, const void *key)
-{
-	const struct frame_cache *a = entry, *b = key;
-
-	return a->addr == b->addr && a->kernel == b->kernel && a->pid == b->pid &&
-	       a->return_addr == b->return_addr;
+	return ((const struct window_acc *)entry)->window ==
+	       ((const struct window_acc *)key)->window;
 }
 
 static struct window_acc *window_get(struct session *s, uint64_t window)
 {
+	const struct window_acc key = {.window = window};
 	uint64_t h = hash64(HASH64_INIT, &window, sizeof(window));
-	struct window_acc *w = hashmap__find(&s->windows, h, window_eq, &window);
 
-	if (w)
-		return w;
-	w = calloc(1, sizeof(*w));
-	if (!w)
-		return NULL;
-	w->window = window;
-	if (hashmap__insert(&s->windows, h, w) < 0) {
-		free(w);
-		return NULL;
-	}
-	return w;
+	return hashmap_find_or_add_copy(&s->windows, h, window_eq, &key, sizeof(key));
 }
 
-/* Intern the stack of @e; NULL only on out-of-memory. */
-/* Note thread @tid (name @comm, 16 bytes) as seen at @time_ns, with @samples more samples. */
-static void thread_seen(struct session *s, int pid, int tid, const char *comm, uint64_t time_ns,
-			uint64_t samples)
+/*
+ * Note thread @tid (name @comm, 16 bytes) as seen at @time_ns, with @samples
+ * more samples. Returns its entry, or NULL when it could not be made (out
+ * of memory: the thread is not listed).
+ */
+static struct thread_acc *thread_seen(struct session *s, int pid, int tid, const char *comm,
+				      uint64_t time_ns, uint64_t samples)
 {
+	const struct thread_acc key = {.pid = pid, .tid = tid};
 	uint64_t h = hash64(HASH64_INIT, &tid, sizeof(tid));
-	struct thread_acc *th = hashmap__find(&s->threads, h, thread_eq, &tid);
+	struct thread_acc *th =
+	    hashmap_find_or_add_copy(&s->threads, h, thread_eq, &key, sizeof(key));
 
-	if (!th) {
-		th = calloc(1, sizeof(*th));
-		if (!th || hashmap__insert(&s->threads, h, th) < 0) {
-			free(th);
-			return;
-		}
-		th->tid = tid;
-		th->pid = pid;
-	}
+	if (!th)
+		return NULL;
 	memcpy(th->name, comm, sizeof(th->name));
 	th->name[sizeof(th->name) - 1] = '\0';
 	if (time_ns > th->last_seen_ns)
 		th->last_seen_ns = time_ns;
 	th->samples += samples;
+	return th;
 }
 
 /*
@@ -389,93 +351,6 @@ static void threads_scan(struct session *s)
 		comm[strcspn(comm, "\n")] = '\0';
 		thread_seen(s, s->pid, tid, comm, now, 0);
 	}
-}
-
-/*
- * session__stack_intern() - the session's one copy of a stack of process
- * @pid (@klen kernel then @ulen user frames, leaf first each, at most
- * PROFILE_MAX_FRAMES each), owned by the session; NULL on out-of-memory or
- * a length out of range, or with *@ret_limited set (if not NULL) when the
- * session has max_stacks already.
- */
-struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint64_t *ips,
-					unsigned klen, unsigned ulen, uint32_t flags,
-					bool *ret_limited)
-{
-	size_t n = (size_t)klen + ulen;
-	struct raw_stack *key, *st;
-	uint64_t h;
-	/* A stack-sized key on the heap would cost a malloc per sample; this is 2 KiB. */
-	union {
-		struct raw_stack rs;
-		char buf[sizeof(struct raw_stack) + 2 * PROFILE_MAX_FRAMES * sizeof(uint64_t)];
-	} k;
-
-	/* Python frames merged in can make the user part longer than BPF's. */
-	if (klen > PROFILE_MAX_FRAMES || n > 2 * PROFILE_MAX_FRAMES)
-		return NULL;
-	key = &k.rs;
-	key->pid = pid;
-	key->klen = (uint16_t)klen;
-	key->ulen = (uint16_t)ulen;
-	key->flags = flags;
-	memcpy(key->ips, ips, n * sizeof(uint64_t));
-	h = hash64(HASH64_INIT, key->ips, n * sizeof(uint64_t));
-	h = hash64(h, &key->klen, sizeof(key->klen));
-	h = hash64(h, &key->pid, sizeof(key->pid));
-	key->hash = h;
-
-	st = hashmap__find(&s->stacks, h, raw_stack_eq, key);
-	if (st)
-		return st;
-	if (s->stacks.len >= s->max_stacks) {
-		if (ret_limited)
-			*ret_limited = true;
-		return NULL;
-	}
-	st = malloc(sizeof(*st) + n * sizeof(uint64_t));
-	if (!st)
-		return NULL;
-	memcpy(st, key, sizeof(*st) + n * sizeof(uint64_t));
-	st->stack_id = 0;
-	if (hashmap__insert(&s->stacks, h, st) < 0) {
-		free(st);
-		return NULL;
-	}
-	return st;
-}
-
-/*
- * session__sample_stack() - the session's copy of @e's stack, Python frames
- * merged where the interpreter's are; NULL without memory or at the stack
- * limit (*@ret_limited set).
- */
-struct raw_stack *session__sample_stack(struct session *s, const struct sample_event *e,
-					bool *ret_limited)
-{
-	uint32_t flags = e->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED);
-	uint64_t ips[2 * PROFILE_MAX_FRAMES];
-	size_t n;
-	bool cut;
-	int r;
-
-	if (!s->python || !e->py_len)
-		return session__stack_intern(s, (pid_t)e->pid, (const uint64_t *)e->ips,
-					     e->kstack_len, e->ustack_len, flags, ret_limited);
-	/* Python frames in place of the interpreter's: kernel frames, then the merged user part. */
-	memcpy(ips, e->ips, e->kstack_len * sizeof(uint64_t));
-	r = python_reader__merge(s->python, e, ips + e->kstack_len, ARRAY_SIZE(ips) - e->kstack_len,
-				 &n, &cut);
-	if (r == -ENOMEM)
-		return NULL;
-	if (r == -EPROTO && !e->event)
-		s->python_unmerged++;
-	if (r > 0 && !e->event)
-		s->python_samples++;
-	if (r > 0 && (cut || (e->flags & SAMPLE_PY_TRUNCATED)))
-		flags |= SAMPLE_USER_TRUNCATED;
-	return session__stack_intern(s, (pid_t)e->pid, ips, e->kstack_len, (unsigned)n, flags,
-				     ret_limited);
 }
 
 static bool tid_eq(const void *entry, const void *key)
@@ -534,15 +409,10 @@ void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *com
 	h = hash64(h, &key.tid, sizeof(key.tid));
 	h = hash64(h, &key.stack, sizeof(key.stack));
 	h = hash64(h, &key.state, sizeof(key.state));
-	acc = hashmap__find(&s->offcpu, h, offcpu_eq, &key);
+	acc = hashmap_find_or_add_copy(&s->offcpu, h, offcpu_eq, &key, sizeof(key));
 	if (!acc) {
-		acc = malloc(sizeof(*acc));
-		if (!acc || hashmap__insert(&s->offcpu, h, acc) < 0) {
-			free(acc);
-			s->offcpu_lost++;
-			return;
-		}
-		*acc = key;
+		s->offcpu_lost++;
+		return;
 	}
 	acc->count++;
 	acc->total_ns += total_ns;
@@ -555,15 +425,10 @@ void session__count_offcpu_lost(struct session *s, uint64_t n)
 	s->offcpu_lost += n;
 }
 
-/* One thread's counters. */
 void session__on_thread_exit(struct session *s, const struct sample_event *e)
 {
-	uint64_t h = hash64(HASH64_INIT, &e->tid, sizeof(int));
-	int tid = (int)e->tid;
-	struct thread_acc *th;
+	struct thread_acc *th = thread_seen(s, (int)e->pid, (int)e->tid, e->comm, e->time_ns, 0);
 
-	thread_seen(s, (int)e->pid, tid, e->comm, e->time_ns, 0);
-	th = hashmap__find(&s->threads, h, thread_eq, &tid);
 	if (th)
 		th->exited_ns = e->time_ns;
 }
@@ -590,6 +455,7 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 	key.window = t / PROFD_WINDOW_NS;
 	key.tid = tid;
 	key.event = e->event ? 1 : 0;
+	key.count = 0;
 	w = window_get(s, key.window);
 	if (!w)
 		return;
@@ -617,15 +483,11 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 		s->limit_dropped++;
 		return;
 	}
+	if (!ps)
+		ps = hashmap_add_copy(&s->pending, h, &key, sizeof(key));
 	if (!ps) {
-		ps = malloc(sizeof(*ps));
-		if (!ps || hashmap__insert(&s->pending, h, ps) < 0) {
-			free(ps);
-			w->counts.lost_samples++;
-			return;
-		}
-		*ps = key;
-		ps->count = 0;
+		w->counts.lost_samples++;
+		return;
 	}
 	ps->count++;
 	/* The second event's samples are its own: they count in no CPU figure. */
@@ -640,192 +502,6 @@ void session__on_sample(struct session *s, const struct sample_event *e)
 		w->counts.missing_user_stacks++;
 
 	thread_seen(s, (int)e->pid, tid, e->comm, e->time_ns, 1);
-}
-
-/*
- * Functions where a thread's stack begins: a stack whose outermost user
- * frame is one of them is complete (glibc: _start -> __libc_start_main ->
- * __libc_start_call_main -> main; threads: clone3/clone -> start_thread).
- */
-static bool is_thread_root(const char *function)
-{
-	static const char *const roots[] = {
-	    "_start",	    "__libc_start_main", "__libc_start_call_main",
-	    "main",	    "start_thread",	 "clone",
-	    "clone3",	    "__clone",		 "__clone3",
-	    "thread_start",
-	};
-
-	if (!function)
-		return false;
-	for (size_t i = 0; i < ARRAY_SIZE(roots); i++)
-		if (strcmp(function, roots[i]) == 0)
-			return true;
-	return false;
-}
-
-/*
- * Frame rows of one address, symbolizing and storing them the first time:
- * one row, or one per inlined call and one for the function around them.
- * Returns the cache entry (owned by the session) in *@ret.
- */
-static int frame_ids(struct session *s, const struct session_env *env, struct proc *proc,
-		     uint64_t addr, bool kernel, bool return_addr, bool *refreshed,
-		     const struct frame_cache **ret)
-{
-	/* The same address is a leaf in one stack and a return address in
-	 * another (a function's entry, where an allocation probe stops, is also
-	 * the user IP of a CPU sample taken in the probe's kernel handler):
-	 * looked up at addr and at addr - 1, they may be different functions. */
-	struct frame_cache key = {.addr = addr,
-				  .kernel = kernel,
-				  .return_addr = return_addr,
-				  .pid = kernel ? 0 : proc->pid},
-			   *fc;
-	uint64_t h = hash64(hash64(HASH64_INIT, &addr, sizeof(addr)), &key.pid, sizeof(key.pid)) ^
-		     kernel ^ ((uint64_t)return_addr << 1);
-	struct frame_info fi[MAX_INLINE] = {0};
-	int r, n = 1;
-
-	fc = hashmap__find(&s->frames, h, frame_eq, &key);
-	if (fc) {
-		*ret = fc;
-		return 0;
-	}
-	if (kernel) {
-		r = symbolizer__kernel(env->sym, addr, return_addr, &fi[0]);
-	} else if (s->python && python_token(addr)) {
-		r = python_reader__frame(s->python, addr, &fi[0]);
-	} else {
-		r = symbolizer__user_inline(env->sym, proc->as, addr, return_addr, fi, MAX_INLINE);
-		/* Code mapped after the last read of /proc/PID/maps (dlopen): read it again, once a
-		 * flush. */
-		if (r == -ENOENT && !*refreshed) {
-			int added;
-
-			*refreshed = true;
-			pthread_rwlock_wrlock(&proc->as_lock);
-			added = addrspace__refresh(proc->as);
-			pthread_rwlock_unlock(&proc->as_lock);
-			if (added > 0) {
-				r = session__store_mappings(s, proc, env->store);
-				if (r < 0)
-					return r;
-				r = symbolizer__user_inline(env->sym, proc->as, addr, return_addr,
-							    fi, MAX_INLINE);
-			}
-		}
-		/* Outside every file mapping: JIT code, named by the JIT's perf map. */
-		if (r == -ENOENT) {
-			const char *name, *path;
-
-			if (perfmap__lookup(proc->jit, addr, &name, &path) == 0) {
-				fi[0].module = path;
-				fi[0].function = name;
-				fi[0].rel_addr = addr;
-				fi[0].build_id = "";
-			}
-		}
-		if (r > 0)
-			n = MIN(r, MAX_INLINE);
-	}
-	if (r < 0 && r != -ENOENT)
-		return r;
-	/*
-	 * A user return address is stored minus one, at the address it was
-	 * looked up at (the last byte of the call): the row then symbolizes as
-	 * it is (profctl resymbolize), and the entry of a function, a leaf in an
-	 * allocation stack, is another row than the same address as a return
-	 * address (a CPU sample's user IP under a uprobe handler's kernel frames,
-	 * looked up in the function before). Rows are shared across sessions by
-	 * (module, build ID, rel_addr). Python frames keep their rel_addr: a
-	 * number naming a (function, line), not an address.
-	 */
-	if (!kernel && return_addr && !(s->python && python_token(addr)))
-		for (int i = 0; i < n; i++)
-			if (fi[i].rel_addr > 0)
-				fi[i].rel_addr--;
-	/* Kernel frames and lookups that failed have no inlining: depth 0, from the zeroing. */
-	for (int i = 0; i < n; i++) {
-		r = store__frame_id(env->store, &fi[i], &key.ids[i]);
-		if (r < 0)
-			return r;
-		if (!fi[i].function)
-			s->unsymbolized_pending++;
-		s->frames_pending++;
-	}
-	key.n = (unsigned)n;
-	/* The function the symbol table names is last; it decides rootness. */
-	key.root = !kernel && is_thread_root(fi[n - 1].function);
-	fc = malloc(sizeof(*fc));
-	if (!fc)
-		return -ENOMEM;
-	*fc = key;
-	r = hashmap__insert(&s->frames, h, fc);
-	if (r < 0) {
-		free(fc);
-		return r;
-	}
-	*ret = fc;
-	return 0;
-}
-
-/* The placeholder frame of a sample that has no stack at all: visible, never dropped. */
-static const struct frame_info missing_frame = {
-    .module = "[missing]",
-    .build_id = "",
-    .function = "[missing stack]",
-};
-
-/*
- * session__resolve_stack() - give @st its row in the store (st->stack_id),
- * symbolizing its new addresses; @refreshed: whether the process's mappings
- * were re-read in this flush already (in/out). Returns 0 or the store's
- * -errno. Call only inside the flush's transaction.
- */
-int session__resolve_stack(struct session *s, const struct session_env *env, struct raw_stack *st,
-			   bool *refreshed)
-{
-	int64_t ids[MAX_STACK_FRAMES];
-	size_t n = (size_t)st->klen + st->ulen, depth = 0;
-	bool root = false, cut = false;
-	struct proc *proc;
-	int r;
-
-	if (st->stack_id)
-		return 0;
-	proc = session__proc(s, st->pid);
-	if (!proc)
-		return -ESRCH; /* cannot happen: a stack is taken only with its process */
-	for (size_t i = 0; i < n && !cut; i++) {
-		const struct frame_cache *fc;
-		bool kernel = i < st->klen;
-		/* Every frame but the sampled instruction holds a return address.
-		 * A user frame under kernel frames is the address after the syscall. */
-		bool return_addr = i > 0;
-
-		r = frame_ids(s, env, proc, st->ips[i], kernel, return_addr, refreshed, &fc);
-		if (r < 0)
-			return r;
-		for (unsigned k = 0; k < fc->n; k++) {
-			if (depth == MAX_STACK_FRAMES) {
-				cut = true;
-				break;
-			}
-			ids[depth++] = fc->ids[k];
-		}
-		root = fc->root;
-	}
-	/* @root now holds the outermost address's answer. */
-	if (st->ulen == 0 || cut)
-		root = false;
-	if (depth == 0) {
-		r = store__frame_id(env->store, &missing_frame, &ids[0]);
-		if (r < 0)
-			return r;
-		depth = 1;
-	}
-	return store__stack_id(env->store, ids, depth, st->flags != 0 || cut, root, &st->stack_id);
 }
 
 int session__flush(struct session *s, const struct session_env *env)
@@ -976,56 +652,30 @@ int session__flush(struct session *s, const struct session_env *env)
 
 void session__flush_done(struct session *s)
 {
-	struct pending_sample *ps;
-	struct window_acc *w;
-	struct thread_acc *th;
-
 	s->lost_seen = s->lost_flushing;
 	s->procs_added = false;
 	s->offcpu_lost -= s->offcpu_lost_flushing;
 	if (s->gpu)
 		gpu_acc__flush_done(s->gpu);
-	{
-		void *v;
-
-		hashmap__for_each(&s->offcpu, i, v) free(v);
-		hashmap__clear(&s->offcpu);
-		hashmap__for_each(&s->counter_rows, i, v) free(v);
-		hashmap__clear(&s->counter_rows);
-	}
+	hashmap_clear_free(&s->offcpu);
+	hashmap_clear_free(&s->counter_rows);
 	s->unsymbolized_pending = 0;
 	s->frames_pending = 0;
 	s->unwind_dropped -= s->unwind_dropped_flushing;
 	s->limit_dropped -= s->limit_dropped_flushing;
 	s->python_samples -= s->python_samples_flushing;
 	s->python_unmerged -= s->python_unmerged_flushing;
-	hashmap__for_each(&s->pending, i, ps) free(ps);
-	hashmap__clear(&s->pending);
-	hashmap__for_each(&s->threads, i, th) free(th);
-	hashmap__clear(&s->threads);
-	hashmap__for_each(&s->windows, i, w) free(w);
-	hashmap__clear(&s->windows);
+	hashmap_clear_free(&s->pending);
+	hashmap_clear_free(&s->threads);
+	hashmap_clear_free(&s->windows);
 	session__flush_memory_done(s);
-}
-
-void session__forget_row_ids(struct session *s)
-{
-	struct raw_stack *st;
-	void *v;
-
-	hashmap__for_each(&s->stacks, i, st) st->stack_id = 0;
-	hashmap__for_each(&s->frames, i, v) free(v);
-	hashmap__clear(&s->frames);
 }
 
 void session__flush_failed(struct session *s)
 {
-	void *v;
-
 	/* Rows written in the rolled-back transaction do not exist: forget their ids. */
 	session__forget_row_ids(s);
-	hashmap__for_each(&s->mappings_stored, i, v) free(v);
-	hashmap__clear(&s->mappings_stored);
+	hashmap_clear_free(&s->mappings_stored);
 	s->unsymbolized_pending = 0;
 	s->frames_pending = 0;
 	session__flush_memory_failed(s);
@@ -1047,28 +697,20 @@ bool session__expired(const struct session *s, uint64_t mono_ns)
 	return s->duration_ns && mono_ns - s->started_mono_ns >= s->duration_ns;
 }
 
-static void free_all(struct hashmap *m)
-{
-	void *v;
-
-	hashmap__for_each(m, i, v) free(v);
-	hashmap__free(m);
-}
-
 void session__free(struct session *s)
 {
 	if (!s)
 		return;
 	if (s->pidfd >= 0)
 		close(s->pidfd);
-	free_all(&s->mappings_stored);
-	free_all(&s->stacks);
-	free_all(&s->frames);
-	free_all(&s->pending);
-	free_all(&s->threads);
-	free_all(&s->windows);
-	free_all(&s->offcpu);
-	free_all(&s->counter_rows);
+	hashmap_free_all(&s->mappings_stored);
+	hashmap_free_all(&s->stacks);
+	hashmap_free_all(&s->frames);
+	hashmap_free_all(&s->pending);
+	hashmap_free_all(&s->threads);
+	hashmap_free_all(&s->windows);
+	hashmap_free_all(&s->offcpu);
+	hashmap_free_all(&s->counter_rows);
 	session__free_memory(s);
 	hashmap__free(&s->tids); /* values are not pointers */
 	gpu_acc__free(s->gpu);
@@ -1076,7 +718,7 @@ void session__free(struct session *s)
 		struct counters_entry *ce;
 
 		hashmap__for_each(&s->counters, i, ce) thread_counters__free(ce->tc);
-		free_all(&s->counters);
+		hashmap_free_all(&s->counters);
 	}
 	{
 		struct proc *proc;

@@ -71,7 +71,7 @@ struct session;
 
 
 
-/* Documented in session.c. */
+/* Documented in procs.c. */
 int session__discover_children(struct session *s, int targets_fd);
 
 /* Documented in memory.c. */

@@ -1,6 +1,6 @@
 /*
- * session_internal.h - what session.c shares with the other files of the
- * session (memory.c): interned stacks and their resolution into the
+ * session_internal.h - what the files of daemon/session/ share: the session
+ * itself, its interned stacks (stacks.c) and their resolution into the
  * store. Not for the rest of the daemon.
  */
 #pragma once
@@ -116,7 +116,7 @@ struct raw_stack {
 	uint64_t ips[];
 };
 
-/* Documented where they are defined, in session.c. */
+/* Documented where they are defined, in stacks.c. */
 struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint64_t *ips,
 					unsigned klen, unsigned ulen, uint32_t flags,
 					bool *ret_limited);

@@ -22,6 +22,7 @@
 
 #include <elfutils/libdwelf.h>
 
+#include "symbols/addr_bound.h"
 #include "symbols/addrspace_internal.h"
 #include "symbols/debuginfo.h"
 #include "symbols/elf_util.h"
@@ -458,16 +459,9 @@ static int pending_cmp(const void *a, const void *b)
 /* as_index() - index of the mapping holding @addr, or -1. */
 ssize_t as_index(const struct addrspace *as, uint64_t addr)
 {
-	size_t lo = 0, hi = as->n_maps;
+	size_t lo = addr_upper_bound(as->maps, as->n_maps, sizeof(*as->maps),
+				     offsetof(struct mapping, start), addr);
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (as->maps[mid].start <= addr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
 	if (lo == 0 || addr >= as->maps[lo - 1].end)
 		return -1;
 	return (ssize_t)lo - 1;
@@ -475,17 +469,9 @@ ssize_t as_index(const struct addrspace *as, uint64_t addr)
 
 static bool as_overlaps(const struct pending *p, size_t n, const struct mapping *m)
 {
-	size_t lo = 0, hi = n;
-
 	/* first pending entry ending after m->start; @p is sorted and disjoint */
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
+	size_t lo = addr_upper_bound(p, n, sizeof(*p), offsetof(struct pending, m.end), m->start);
 
-		if (p[mid].m.end <= m->start)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
 	return lo < n && p[lo].m.start < m->end;
 }
 
@@ -573,14 +559,8 @@ static int as_read_maps(struct addrspace *as, FILE *f)
 		file = as_file_get(as, &ml);
 		if (!file)
 			return -ENOMEM;
-		if (n == cap) {
-			struct pending *np = reallocarray(p, cap ? cap * 2 : 64, sizeof(*p));
-
-			if (!np)
-				return -ENOMEM;
-			p = np;
-			cap = cap ? cap * 2 : 64;
-		}
+		if (grow_array((void **)&p, &cap, n, sizeof(*p)) < 0)
+			return -ENOMEM;
 		p[n].file = file;
 		p[n].m = (struct mapping){
 		    .start = ml.start,

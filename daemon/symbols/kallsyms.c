@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "symbols/addr_bound.h"
 #include "symbols/addrspace_internal.h"
 #include "symbols/kallsyms.h"
 #include "util.h"
@@ -117,14 +118,8 @@ int kallsyms__load_file(struct kallsyms *k, const char *path)
 			if (!sym.module)
 				return -ENOMEM;
 		}
-		if (n == cap) {
-			struct ksym *ns = reallocarray(syms, cap ? cap * 2 : 4096, sizeof(*syms));
-
-			if (!ns)
-				return -ENOMEM;
-			syms = ns;
-			cap = cap ? cap * 2 : 4096;
-		}
+		if (grow_array((void **)&syms, &cap, n, sizeof(*syms)) < 0)
+			return -ENOMEM;
 		syms[n++] = sym;
 	}
 	if (ferror(f))
@@ -157,8 +152,8 @@ int kallsyms__load_file(struct kallsyms *k, const char *path)
 int kallsyms__lookup(struct kallsyms *ks, uint64_t addr, bool return_addr, struct frame_info *ret)
 {
 	uint64_t lookup = return_addr && addr > 0 ? addr - 1 : addr;
-	size_t lo = 0, hi;
 	const struct ksym *k;
+	size_t lo;
 
 	*ret = (struct frame_info){
 	    .kernel = true,
@@ -175,15 +170,8 @@ int kallsyms__lookup(struct kallsyms *ks, uint64_t addr, bool return_addr, struc
 	}
 	if (ks->hidden)
 		return 0;
-	hi = ks->n;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (ks->syms[mid].addr <= lookup)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
+	lo = addr_upper_bound(ks->syms, ks->n, sizeof(*ks->syms), offsetof(struct ksym, addr),
+			      lookup);
 	if (lo == 0)
 		return 0;
 	k = &ks->syms[lo - 1];

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "symbols/addr_bound.h"
 #include "symbols/perfmap.h"
 #include "util.h"
 
@@ -95,16 +96,9 @@ static int load(struct perfmap *pm, const char *path, const struct stat *st)
 
 		if (len > 4096 || parse_line(line, &e) < 0)
 			continue;
-		if (pm->n == alloc) {
-			size_t na = alloc ? alloc * 2 : 256;
-			struct perfmap_entry *ne = realloc(pm->entries, na * sizeof(*ne));
-
-			if (!ne) {
-				free(e.name);
-				return -ENOMEM;
-			}
-			pm->entries = ne;
-			alloc = na;
+		if (grow_array((void **)&pm->entries, &alloc, pm->n, sizeof(*pm->entries)) < 0) {
+			free(e.name);
+			return -ENOMEM;
 		}
 		pm->entries[pm->n++] = e;
 	}
@@ -139,22 +133,15 @@ static int refresh(struct perfmap *pm)
 int perfmap__lookup(struct perfmap *pm, uint64_t addr, const char **ret_name,
 		    const char **ret_path)
 {
-	size_t lo = 0, hi;
+	size_t lo;
 	int r;
 
 	r = refresh(pm);
 	if (r < 0)
 		return r == -ENOMEM ? r : -ENOENT;
 	/* The last entry starting at or below @addr. */
-	hi = pm->n;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (pm->entries[mid].start <= addr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
+	lo = addr_upper_bound(pm->entries, pm->n, sizeof(*pm->entries),
+			      offsetof(struct perfmap_entry, start), addr);
 	if (lo == 0 || addr >= pm->entries[lo - 1].end)
 		return -ENOENT;
 	*ret_name = pm->entries[lo - 1].name;
