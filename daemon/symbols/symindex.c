@@ -26,8 +26,10 @@
 #include <errno.h>
 #include <gelf.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 
+#include "symbols/addr_bound.h"
 #include "symbols/symindex.h"
 #include "util.h"
 
@@ -201,33 +203,14 @@ int symindex__build(Dwfl_Module *mod, struct symindex **ret)
 /* syms_at_or_below() - how many of the sized symbols of @p start at or below @addr. */
 static size_t syms_at_or_below(const struct pass *p, Dwarf_Addr addr)
 {
-	size_t lo = 0, hi = p->n_sized;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (p->sized[mid].start <= addr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return addr_upper_bound(p->sized, p->n_sized, sizeof(*p->sized), offsetof(struct sym, start),
+				addr);
 }
 
 /* labels_at_or_below() - how many of the sizeless symbols of @p start at or below @addr. */
 static size_t labels_at_or_below(const struct pass *p, Dwarf_Addr addr)
 {
-	size_t lo = 0, hi = p->n_labels;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (p->labels[mid] <= addr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return addr_upper_bound(p->labels, p->n_labels, sizeof(*p->labels), 0, addr);
 }
 
 /*
