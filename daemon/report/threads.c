@@ -43,10 +43,9 @@ static int thread_rows(sqlite3 *db, int64_t session_id, json_t **ret)
 	int64_t total = 0;
 	int fail = 0, r;
 
-	r = report__snapshot_begin(db);
+	r = report__snapshot_begin(db, &snap);
 	if (r < 0)
 		return r;
-	snap = db;
 	r = report__row(db, "SELECT 1 FROM sessions WHERE id = ?1", session_id, &st);
 	if (r < 0)
 		return r;
