@@ -28,6 +28,7 @@
 #include <sqlite3.h>
 
 #include "report/sql.h"
+#include "report/report.h"
 #include "util.h"
 #include "store/sqlite_util.h"
 
@@ -140,11 +141,6 @@ static int progress(void *arg)
 	return now_ns(CLOCK_MONOTONIC) > c->deadline_ns || (c->cancel && atomic_load(c->cancel));
 }
 
-static int sqlite_errno(int rc)
-{
-	return (rc & 0xff) == SQLITE_NOMEM ? -ENOMEM : -EIO;
-}
-
 /* Whether main table @table has a column named @col. */
 static bool has_column(sqlite3 *db, const char *table, const char *col)
 {
@@ -180,7 +176,7 @@ static int filter_view(sqlite3 *db, struct sql_ctx *c, const char *name, const c
 	rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
 	sqlite3_free(sql);
 	if (rc != SQLITE_OK)
-		return sqlite_errno(rc);
+		return report__errno(rc);
 	c->filter_views[c->n_filter_views] = strdup(name);
 	if (!c->filter_views[c->n_filter_views])
 		return -ENOMEM;
@@ -213,7 +209,7 @@ static int confine(sqlite3 *db, struct sql_ctx *c, uid_t uid)
 				" AND name NOT LIKE 'sqlite%' ORDER BY name",
 				-1, &st, NULL);
 	if (rc != SQLITE_OK)
-		return sqlite_errno(rc);
+		return report__errno(rc);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *name = (const char *)sqlite3_column_text(st, 0);
 
@@ -243,7 +239,7 @@ static int confine(sqlite3 *db, struct sql_ctx *c, uid_t uid)
 		}
 	}
 	if (rc != SQLITE_DONE)
-		return sqlite_errno(rc);
+		return report__errno(rc);
 	sqlite3_finalize(TAKE_PTR(st));
 
 	/* The shared tables: only the stacks and frames the caller's samples use. */
@@ -270,7 +266,7 @@ static int confine(sqlite3 *db, struct sql_ctx *c, uid_t uid)
 				" AND sql LIKE 'CREATE VIEW %'",
 				-1, &st, NULL);
 	if (rc != SQLITE_OK)
-		return sqlite_errno(rc);
+		return report__errno(rc);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *sql = (const char *)sqlite3_column_text(st, 0);
 		char *temp = sqlite3_mprintf("CREATE TEMP VIEW%s", sql + strlen("CREATE VIEW"));
@@ -280,9 +276,9 @@ static int confine(sqlite3 *db, struct sql_ctx *c, uid_t uid)
 		rc = sqlite3_exec(db, temp, NULL, NULL, NULL);
 		sqlite3_free(temp);
 		if (rc != SQLITE_OK)
-			return sqlite_errno(rc);
+			return report__errno(rc);
 	}
-	return rc == SQLITE_DONE ? 0 : sqlite_errno(rc);
+	return rc == SQLITE_DONE ? 0 : report__errno(rc);
 }
 
 /* Column @i of the current row as JSON; @bytes grows by its size. NULL only on OOM. */
@@ -375,7 +371,7 @@ int sql__run(const char *db_path, const char *query, bool admin, uid_t uid, size
 	if (rc != SQLITE_OK) {
 		snprintf(errbuf, errlen, "cannot open the database: %s",
 			 db ? sqlite3_errmsg(db) : "out of memory");
-		return sqlite_errno(rc);
+		return report__errno(rc);
 	}
 	sqlite3_busy_timeout(db, 2000);
 	/* No single value (a randomblob(), a group_concat()) beyond the result cap. */
@@ -470,7 +466,7 @@ int sql__run(const char *db_path, const char *query, bool admin, uid_t uid, size
 			r = -ETIMEDOUT;
 		} else {
 			snprintf(errbuf, errlen, "%s", c.reason[0] ? c.reason : sqlite3_errmsg(db));
-			r = c.reason[0] ? -EPERM : sqlite_errno(rc);
+			r = c.reason[0] ? -EPERM : report__errno(rc);
 		}
 		goto out;
 	}
