@@ -154,14 +154,24 @@ static bool has_column(sqlite3 *db, const char *table, const char *col)
 	return sqlite3_step(st) == SQLITE_ROW;
 }
 
-/* CREATE TEMP VIEW "@name" AS @body; remembers @name as a filtering view. */
-static int filter_view(sqlite3 *db, struct sql_ctx *c, const char *name, const char *body)
+/*
+ * CREATE TEMP VIEW "@name" AS the body sqlite3_mprintf(@body_fmt, ...)
+ * makes; remembers @name as a filtering view. 0, -E2BIG (too many views),
+ * -EIO, -ENOMEM.
+ */
+static int filter_view(sqlite3 *db, struct sql_ctx *c, const char *name, const char *body_fmt, ...)
 {
-	char *sql;
+	char *body, *sql;
+	va_list ap;
 	int rc;
 
 	if (c->n_filter_views == MAX_FILTER_VIEWS)
 		return -E2BIG;
+	va_start(ap, body_fmt);
+	body = sqlite3_vmprintf(body_fmt, ap);
+	va_end(ap);
+	if (!body)
+		return -ENOMEM;
 	/*
 	 * "LIMIT -1 OFFSET 0" keeps the view from being flattened into the
 	 * client's query (a subquery with an OFFSET is never flattened:
@@ -171,6 +181,7 @@ static int filter_view(sqlite3 *db, struct sql_ctx *c, const char *name, const c
 	 * refused.
 	 */
 	sql = sqlite3_mprintf("CREATE TEMP VIEW \"%w\" AS %s LIMIT -1 OFFSET 0", name, body);
+	sqlite3_free(body);
 	if (!sql)
 		return -ENOMEM;
 	rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
@@ -192,36 +203,29 @@ static int confine(sqlite3 *db, struct sql_ctx *c, uid_t uid)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	_cleanup_free_ char *stack_union = NULL;
-	char *body;
 	int r, rc;
 
-	body = sqlite3_mprintf("SELECT * FROM main.sessions WHERE uid = %lld", (long long)uid);
-	if (!body)
-		return -ENOMEM;
-	r = filter_view(db, c, "sessions", body);
-	sqlite3_free(body);
+	r = filter_view(db, c, "sessions", "SELECT * FROM main.sessions WHERE uid = %lld",
+			(long long)uid);
 	if (r < 0)
 		return r;
 
 	/* Every table with a session_id column: the rows of the caller's sessions. */
-	rc = sqlite3_prepare_v2(db,
-				"SELECT name FROM main.sqlite_schema WHERE type = 'table'"
-				" AND name NOT LIKE 'sqlite%' ORDER BY name",
-				-1, &st, NULL);
-	if (rc != SQLITE_OK)
-		return report__errno(rc);
+	r = report__prepare(db,
+			    "SELECT name FROM main.sqlite_schema WHERE type = 'table'"
+			    " AND name NOT LIKE 'sqlite%' ORDER BY name",
+			    &st);
+	if (r < 0)
+		return r;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *name = (const char *)sqlite3_column_text(st, 0);
 
 		if (!name || !has_column(db, name, "session_id"))
 			continue;
-		body = sqlite3_mprintf("SELECT * FROM main.\"%w\" WHERE session_id IN"
-				       " (SELECT id FROM temp.sessions)",
-				       name);
-		if (!body)
-			return -ENOMEM;
-		r = filter_view(db, c, name, body);
-		sqlite3_free(body);
+		r = filter_view(db, c, name,
+				"SELECT * FROM main.\"%w\" WHERE session_id IN"
+				" (SELECT id FROM temp.sessions)",
+				name);
 		if (r < 0)
 			return r;
 		if (has_column(db, name, "stack_id")) {
@@ -243,12 +247,8 @@ static int confine(sqlite3 *db, struct sql_ctx *c, uid_t uid)
 	sqlite3_finalize(TAKE_PTR(st));
 
 	/* The shared tables: only the stacks and frames the caller's samples use. */
-	body = sqlite3_mprintf("SELECT * FROM main.stacks WHERE id IN (%s)",
-			       stack_union ? stack_union : "SELECT NULL WHERE 0");
-	if (!body)
-		return -ENOMEM;
-	r = filter_view(db, c, "stacks", body);
-	sqlite3_free(body);
+	r = filter_view(db, c, "stacks", "SELECT * FROM main.stacks WHERE id IN (%s)",
+			stack_union ? stack_union : "SELECT NULL WHERE 0");
 	if (r >= 0)
 		r = filter_view(db, c, "stack_frames",
 				"SELECT * FROM main.stack_frames WHERE stack_id IN"
@@ -261,12 +261,12 @@ static int confine(sqlite3 *db, struct sql_ctx *c, uid_t uid)
 		return r;
 
 	/* The documented views, again in temp, so that they read the filtered tables. */
-	rc = sqlite3_prepare_v2(db,
-				"SELECT sql FROM main.sqlite_schema WHERE type = 'view'"
-				" AND sql LIKE 'CREATE VIEW %'",
-				-1, &st, NULL);
-	if (rc != SQLITE_OK)
-		return report__errno(rc);
+	r = report__prepare(db,
+			    "SELECT sql FROM main.sqlite_schema WHERE type = 'view'"
+			    " AND sql LIKE 'CREATE VIEW %'",
+			    &st);
+	if (r < 0)
+		return r;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *sql = (const char *)sqlite3_column_text(st, 0);
 		char *temp = sqlite3_mprintf("CREATE TEMP VIEW%s", sql + strlen("CREATE VIEW"));
