@@ -17,6 +17,7 @@
 #include "report/analyze.h"
 #include "report/memory.h"
 #include "report/query.h"
+#include "report/report.h"
 #include "util.h"
 #include "store/sqlite_util.h"
 
@@ -52,11 +53,6 @@ struct analysis {
 	json_t *skipped;
 };
 
-static int sqlite_errno(int rc)
-{
-	return (rc & 0xff) == SQLITE_NOMEM ? -ENOMEM : -EIO;
-}
-
 /*
  * Runs @sql with ?1 = the session and reads column 0 of the first row as a
  * double into *@ret (0 with no row or NULL). Returns 1 with a value, 0 without, -errno.
@@ -69,14 +65,14 @@ static int scalar(struct analysis *a, const char *sql, double *ret)
 	*ret = 0;
 	rc = sqlite3_prepare_v2(a->db, sql, -1, &st, NULL);
 	if (rc != SQLITE_OK)
-		return sqlite_errno(rc);
+		return report__errno(rc);
 	sqlite3_bind_int64(st, 1, a->session);
 	sqlite3_bind_int64(st, 2, a->pid);
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_DONE)
 		return 0;
 	if (rc != SQLITE_ROW)
-		return sqlite_errno(rc);
+		return report__errno(rc);
 	if (sqlite3_column_type(st, 0) == SQLITE_NULL)
 		return 0;
 	*ret = sqlite3_column_double(st, 0);
@@ -353,38 +349,42 @@ static int rule_memory(struct analysis *a)
 }
 
 /*
- * Whether the session traced CUDA: its probes' outcomes are in gpu_probes
- * (attached, missing or failed). 1 yes, 0 no, or -errno; *@ret_attached:
- * probes that attached.
+ * Whether @rule has CUDA records to read: the session's probes' outcomes
+ * are in gpu_probes (attached, missing or failed), and one attached at
+ * least. 1 if so; else @rule is checked "no data" (with @not_recorded, what
+ * a session without CUDA tracing lacks) and 0 returned; or -errno.
  */
-static int cuda_traced(struct analysis *a, double *ret_attached)
+static int cuda_recorded(struct analysis *a, const char *rule, const char *not_recorded)
 {
-	double n;
+	double n, attached;
 	int r = scalar(a, "SELECT count(*) FROM gpu_probes WHERE session_id = ?1", &n);
 
 	if (r < 0)
 		return r;
 	r = scalar(a,
 		   "SELECT count(*) FROM gpu_probes WHERE session_id = ?1 AND status = 'attached'",
-		   ret_attached);
-	return r < 0 ? r : n > 0;
+		   &attached);
+	if (r < 0)
+		return r;
+	if (n == 0)
+		return checked(a, rule, "no data",
+			       "%s not recorded in this session (attach --events cpu,cuda)",
+			       not_recorded);
+	if (attached == 0)
+		return checked(a, rule, "no data",
+			       "no CUDA function could be probed (see profctl gpu)");
+	return 1;
 }
 
 /* Threads blocked in cudaDeviceSynchronize & co. for a large share of the session. */
 static int rule_cuda_sync(struct analysis *a)
 {
 	const char *rule = "cuda-synchronize";
-	double attached, ns, calls, pct;
-	int r = cuda_traced(a, &attached);
+	double ns, calls, pct;
+	int r = cuda_recorded(a, rule, "CUDA calls");
 
 	if (r <= 0)
-		return r < 0 ? r
-			     : checked(a, rule, "no data",
-				       "CUDA calls not recorded in this session (attach --events "
-				       "cpu,cuda)");
-	if (attached == 0)
-		return checked(a, rule, "no data",
-			       "no CUDA function could be probed (see profctl gpu)");
+		return r;
 	if ((r = scalar(a, "SELECT sum(total_ns) FROM gpu_syncs WHERE session_id = ?1", &ns)) < 0 ||
 	    (r = scalar(a, "SELECT sum(calls) FROM gpu_syncs WHERE session_id = ?1", &calls)) < 0)
 		return r;
@@ -409,17 +409,11 @@ static int rule_cuda_sync(struct analysis *a)
 static int rule_tiny_launches(struct analysis *a)
 {
 	const char *rule = "tiny-kernel-launches";
-	double attached, launches, per_s;
-	int r = cuda_traced(a, &attached);
+	double launches, per_s;
+	int r = cuda_recorded(a, rule, "CUDA kernel launches");
 
 	if (r <= 0)
-		return r < 0 ? r
-			     : checked(a, rule, "no data",
-				       "CUDA kernel launches not recorded in this session (attach "
-				       "--events cpu,cuda)");
-	if (attached == 0)
-		return checked(a, rule, "no data",
-			       "no CUDA function could be probed (see profctl gpu)");
+		return r;
 	if ((r = scalar(a, "SELECT sum(launches) FROM gpu_kernels WHERE session_id = ?1",
 			&launches)) < 0)
 		return r;

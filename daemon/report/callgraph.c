@@ -361,10 +361,9 @@ int callgraph__load(sqlite3 *db, int64_t session_id, const char *event,
 	int r;
 
 	/* One read transaction for all of the report (report__snapshot_begin()). */
-	r = report__snapshot_begin(db);
+	r = report__snapshot_begin(db, ret_snap);
 	if (r < 0)
 		return r;
-	*ret_snap = db;
 	r = window_bounds__get(db, session_id, range, &wb);
 	if (r < 0)
 		return r;

@@ -110,15 +110,14 @@ static int by_mapping_json(sqlite3 *db, int64_t session_id, int64_t start_ns, in
 
 	if (!arr || json_object_set_new(o, "by_mapping", arr) < 0)
 		return -ENOMEM;
-	if (sqlite3_prepare_v2(db,
+	if (report__prepare_id(db,
 			       "SELECT time_ns, sum(map_heap_bytes), sum(map_anon_bytes), "
 			       "sum(map_stack_bytes), sum(map_shmem_bytes), sum(map_file_bytes), "
 			       "sum(map_other_bytes) FROM memory_samples WHERE session_id = ?1 "
 			       "AND (?2 = 0 OR pid = ?2) AND map_heap_bytes IS NOT NULL "
 			       "GROUP BY time_ns ORDER BY time_ns",
-			       -1, &st, NULL) != SQLITE_OK)
+			       session_id, &st) < 0)
 		return -EIO;
-	sqlite3_bind_int64(st, 1, session_id);
 	sqlite3_bind_int(st, 2, pid);
 	/* x: time; y: MEMORY_MAP_NR_KINDS values per reading. */
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -167,14 +166,13 @@ static int rss_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t i
 		return -ENOMEM;
 	series = json_object_get(o, "series");
 	procs = json_object_get(o, "processes");
-	if (sqlite3_prepare_v2(db,
+	if (report__prepare_id(db,
 			       "SELECT time_ns, sum(rss_bytes), sum(pss_bytes), sum(anon_bytes), "
 			       "sum(file_bytes), sum(shmem_bytes), sum(swap_bytes), count(*) "
 			       "FROM memory_samples WHERE session_id = ?1 GROUP BY time_ns "
 			       "ORDER BY time_ns",
-			       -1, &st, NULL) != SQLITE_OK)
+			       session_id, &st) < 0)
 		goto fail_io;
-	sqlite3_bind_int64(st, 1, session_id);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		double t = (double)(sqlite3_column_int64(st, 0) - start_ns) / 1e9;
 		double rss = (double)sqlite3_column_int64(st, 1);
@@ -193,10 +191,8 @@ static int rss_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t i
 		n++;
 		row = json_pack("{s:f, s:I, s:o, s:I, s:I, s:I, s:I, s:i}", "t_s",
 				round(t * 1000) / 1000, "rss_bytes", (json_int_t)rss, "pss_bytes",
-				sqlite3_column_type(st, 2) == SQLITE_NULL
-				    ? json_null()
-				    : json_integer(sqlite3_column_int64(st, 2)),
-				"anon_bytes", (json_int_t)sqlite3_column_int64(st, 3), "file_bytes",
+				report__col_int(st, 2), "anon_bytes",
+				(json_int_t)sqlite3_column_int64(st, 3), "file_bytes",
 				(json_int_t)sqlite3_column_int64(st, 4), "shmem_bytes",
 				(json_int_t)sqlite3_column_int64(st, 5), "swap_bytes",
 				(json_int_t)sqlite3_column_int64(st, 6), "processes",
@@ -217,14 +213,12 @@ static int rss_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t i
 		goto fail_oom;
 
 	/* Per process: the same figures, from its own readings. */
-	sqlite3_finalize(st);
-	st = NULL;
-	if (sqlite3_prepare_v2(db,
+	sqlite3_finalize(TAKE_PTR(st));
+	if (report__prepare_id(db,
 			       "SELECT pid, time_ns, rss_bytes FROM memory_samples "
 			       "WHERE session_id = ?1 ORDER BY pid, time_ns",
-			       -1, &st, NULL) != SQLITE_OK)
+			       session_id, &st) < 0)
 		goto fail_io;
-	sqlite3_bind_int64(st, 1, session_id);
 	rc = sqlite3_step(st);
 	while (rc == SQLITE_ROW) {
 		int pid = sqlite3_column_int(st, 0);
@@ -371,12 +365,11 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 		windows = MEMORY_MIN_WINDOWS;
 	if (windows > MEMORY_MAX_WINDOWS)
 		windows = MEMORY_MAX_WINDOWS;
-	if (sqlite3_prepare_v2(db,
+	if (report__prepare_id(db,
 			       "SELECT stack_id, weight_bytes, alloc_ns, free_ns, untracked "
 			       "FROM allocations WHERE session_id = ?1 ORDER BY stack_id",
-			       -1, &st, NULL) != SQLITE_OK)
+			       session_id, &st) < 0)
 		return -EIO;
-	sqlite3_bind_int64(st, 1, session_id);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int64_t id = sqlite3_column_int64(st, 0), alloc = sqlite3_column_int64(st, 2);
 		double w = sqlite3_column_double(st, 1);
@@ -552,12 +545,11 @@ static int growth_json(sqlite3 *db, int64_t session_id, int limit, json_t *o,
 	json_t *g, *by_change, *stacks, *touch;
 	int rc;
 
-	if (sqlite3_prepare_v2(db,
+	if (report__prepare_id(db,
 			       "SELECT vm_events, vm_unsent, vm_fault_period FROM sessions "
 			       "WHERE id = ?1 AND vm_fault_period IS NOT NULL",
-			       -1, &st, NULL) != SQLITE_OK)
+			       session_id, &st) < 0)
 		return -EIO;
-	sqlite3_bind_int64(st, 1, session_id);
 	rc = sqlite3_step(st);
 	if (rc != SQLITE_ROW)
 		return rc == SQLITE_DONE ? json_object_set_new(o, "growth", json_null()) : -EIO;
@@ -572,14 +564,12 @@ static int growth_json(sqlite3 *db, int64_t session_id, int limit, json_t *o,
 	by_change = json_object_get(g, "by_change");
 	stacks = json_object_get(g, "top_growth");
 	touch = json_object_get(g, "top_touch");
-	sqlite3_finalize(st);
-	st = NULL;
-	if (sqlite3_prepare_v2(db,
+	sqlite3_finalize(TAKE_PTR(st));
+	if (report__prepare_id(db,
 			       "SELECT change, mapping, sum(events), sum(bytes) FROM vm_changes "
 			       "WHERE session_id = ?1 GROUP BY change, mapping",
-			       -1, &st, NULL) != SQLITE_OK)
+			       session_id, &st) < 0)
 		return -EIO;
-	sqlite3_bind_int64(st, 1, session_id);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *change = (const char *)sqlite3_column_text(st, 0);
 		const char *mapping = (const char *)sqlite3_column_text(st, 1);
@@ -609,21 +599,18 @@ static int growth_json(sqlite3 *db, int64_t session_id, int limit, json_t *o,
 		return -EIO;
 	/* Per stack: net bytes added (every change but faults), and first touches. */
 	for (int pass = 0; pass < 2; pass++) {
-		sqlite3_finalize(st);
-		st = NULL;
-		if (sqlite3_prepare_v2(
+		sqlite3_finalize(TAKE_PTR(st));
+		if (report__prepare_id(
 			db,
-			pass == 0
-			    ? "SELECT stack_id, pid, sum(bytes) AS b, sum(events), "
-			      "group_concat(DISTINCT mapping) FROM vm_changes WHERE session_id = ?1 "
-			      "AND change <> 'fault' GROUP BY stack_id, pid HAVING b > 0 "
-			      "ORDER BY b DESC LIMIT ?2"
-			    : "SELECT stack_id, pid, sum(bytes) AS b, sum(events), 'touch' "
-			      "FROM vm_changes WHERE session_id = ?1 AND change = 'fault' "
-			      "GROUP BY stack_id, pid ORDER BY b DESC LIMIT ?2",
-			-1, &st, NULL) != SQLITE_OK)
+			pass == 0 ? "SELECT stack_id, pid, sum(bytes) AS b, sum(events), "
+				    "group_concat(DISTINCT mapping) FROM vm_changes "
+				    "WHERE session_id = ?1 AND change <> 'fault' "
+				    "GROUP BY stack_id, pid HAVING b > 0 ORDER BY b DESC LIMIT ?2"
+				  : "SELECT stack_id, pid, sum(bytes) AS b, sum(events), 'touch' "
+				    "FROM vm_changes WHERE session_id = ?1 AND change = 'fault' "
+				    "GROUP BY stack_id, pid ORDER BY b DESC LIMIT ?2",
+			session_id, &st) < 0)
 			return -EIO;
-		sqlite3_bind_int64(st, 1, session_id);
 		sqlite3_bind_int(st, 2, limit);
 		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 			const char *fn;
@@ -794,14 +781,6 @@ static int diagnosis_json(json_t *o, const struct growth_totals *t)
 	return 0;
 }
 
-/* A column as a JSON integer, or null. */
-static json_t *col_int_or_null(sqlite3_stmt *st, int i)
-{
-	return sqlite3_column_type(st, i) == SQLITE_NULL
-		   ? json_null()
-		   : json_integer(sqlite3_column_int64(st, i));
-}
-
 int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -811,16 +790,15 @@ int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 	json_t *o = NULL, *rss = NULL, *allocs;
 	int r;
 
-	if (sqlite3_prepare_v2(
+	if (report__prepare_id(
 		db,
 		"SELECT started_at_ns, COALESCE(ended_at_ns, ?2), memory_interval_ns, "
 		"malloc_sample_bytes, malloc_calls, free_calls, malloc_bytes, "
 		"malloc_sampled, malloc_lost, malloc_probes, state, "
 		"malloc_max_hits_per_s, malloc_stopped_ns "
 		"FROM sessions WHERE id = ?1",
-		-1, &st, NULL) != SQLITE_OK)
+		session_id, &st) < 0)
 		return -EIO;
-	sqlite3_bind_int64(st, 1, session_id);
 	sqlite3_bind_int64(st, 2, (int64_t)now_ns(CLOCK_REALTIME));
 	r = sqlite3_step(st);
 	if (r == SQLITE_DONE)
@@ -869,11 +847,11 @@ int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 		allocs = json_pack(
 		    "{s:I, s:s?, s:o, s:o, s:o, s:o, s:o, s:f, s:f, s:o, s:o}", "sample_bytes",
 		    (json_int_t)sqlite3_column_int64(st, 3), "probes",
-		    (const char *)sqlite3_column_text(st, 9), "calls", col_int_or_null(st, 4),
-		    "free_calls", col_int_or_null(st, 5), "bytes", col_int_or_null(st, 6),
-		    "sampled", col_int_or_null(st, 7), "lost", col_int_or_null(st, 8),
+		    (const char *)sqlite3_column_text(st, 9), "calls", report__col_int(st, 4),
+		    "free_calls", report__col_int(st, 5), "bytes", report__col_int(st, 6),
+		    "sampled", report__col_int(st, 7), "lost", report__col_int(st, 8),
 		    "calls_per_s", round((double)calls / traced_s * 10) / 10, "bytes_per_s",
-		    round((double)bytes / traced_s), "max_hits_per_s", col_int_or_null(st, 11),
+		    round((double)bytes / traced_s), "max_hits_per_s", report__col_int(st, 11),
 		    "stopped_at_s",
 		    stopped ? json_real(round(traced_s * 1000) / 1000) : json_null());
 	}

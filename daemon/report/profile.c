@@ -312,11 +312,9 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 	uint64_t period = 0;
 	int fail = 0, r;
 
-	r = report__snapshot_begin(db);
-	if (r < 0)
-		return r;
-	snap = db;
-	r = window_bounds__get(db, session_id, range, &wb);
+	r = report__snapshot_begin(db, &snap);
+	if (r >= 0)
+		r = window_bounds__get(db, session_id, range, &wb);
 	if (r >= 0)
 		r = report__samples_table(db, session_id, event, &table);
 	if (r >= 0)

@@ -77,12 +77,20 @@ int report__row(sqlite3 *db, const char *sql, int64_t id, sqlite3_stmt **ret)
  * snapshot even while the daemon flushes a window (WAL). Outside a
  * transaction SAVEPOINT is a BEGIN DEFERRED; inside one it nests. Nothing is
  * written either way.
+ *
+ * report__snapshot_begin() - begin it on @db and set *@ret_snap to @db, for
+ * the caller to end with report__snapshot_endp(@ret_snap) (a cleanup
+ * attribute), also on its own failures. Returns 0, -EIO or -ENOMEM;
+ * *@ret_snap is left as it is on failure.
  */
-int report__snapshot_begin(sqlite3 *db)
+int report__snapshot_begin(sqlite3 *db, sqlite3 **ret_snap)
 {
 	int rc = sqlite3_exec(db, "SAVEPOINT profd_query", NULL, NULL, NULL);
 
-	return rc == SQLITE_OK ? 0 : report__errno(rc);
+	if (rc != SQLITE_OK)
+		return report__errno(rc);
+	*ret_snap = db;
+	return 0;
 }
 
 void report__snapshot_endp(sqlite3 **db)

@@ -75,7 +75,7 @@ int report__prepare(sqlite3 *db, const char *sql, sqlite3_stmt **ret);
 int report__bind_int64(sqlite3_stmt *st, int i, int64_t v);
 int report__step(sqlite3_stmt *st);
 int report__row(sqlite3 *db, const char *sql, int64_t id, sqlite3_stmt **ret);
-int report__snapshot_begin(sqlite3 *db);
+int report__snapshot_begin(sqlite3 *db, sqlite3 **ret_snap);
 void report__snapshot_endp(sqlite3 **db);
 json_t *report__json_text(const char *s, size_t len);
 json_t *report__col_text(sqlite3_stmt *st, int i);

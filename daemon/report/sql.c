@@ -28,6 +28,7 @@
 #include <sqlite3.h>
 
 #include "report/sql.h"
+#include "report/report.h"
 #include "util.h"
 #include "store/sqlite_util.h"
 
@@ -140,11 +141,6 @@ static int progress(void *arg)
 	return now_ns(CLOCK_MONOTONIC) > c->deadline_ns || (c->cancel && atomic_load(c->cancel));
 }
 
-static int sqlite_errno(int rc)
-{
-	return (rc & 0xff) == SQLITE_NOMEM ? -ENOMEM : -EIO;
-}
-
 /* Whether main table @table has a column named @col. */
 static bool has_column(sqlite3 *db, const char *table, const char *col)
 {
@@ -158,14 +154,24 @@ static bool has_column(sqlite3 *db, const char *table, const char *col)
 	return sqlite3_step(st) == SQLITE_ROW;
 }
 
-/* CREATE TEMP VIEW "@name" AS @body; remembers @name as a filtering view. */
-static int filter_view(sqlite3 *db, struct sql_ctx *c, const char *name, const char *body)
+/*
+ * CREATE TEMP VIEW "@name" AS the body sqlite3_mprintf(@body_fmt, ...)
+ * makes; remembers @name as a filtering view. 0, -E2BIG (too many views),
+ * -EIO, -ENOMEM.
+ */
+static int filter_view(sqlite3 *db, struct sql_ctx *c, const char *name, const char *body_fmt, ...)
 {
-	char *sql;
+	char *body, *sql;
+	va_list ap;
 	int rc;
 
 	if (c->n_filter_views == MAX_FILTER_VIEWS)
 		return -E2BIG;
+	va_start(ap, body_fmt);
+	body = sqlite3_vmprintf(body_fmt, ap);
+	va_end(ap);
+	if (!body)
+		return -ENOMEM;
 	/*
 	 * "LIMIT -1 OFFSET 0" keeps the view from being flattened into the
 	 * client's query (a subquery with an OFFSET is never flattened:
@@ -175,12 +181,13 @@ static int filter_view(sqlite3 *db, struct sql_ctx *c, const char *name, const c
 	 * refused.
 	 */
 	sql = sqlite3_mprintf("CREATE TEMP VIEW \"%w\" AS %s LIMIT -1 OFFSET 0", name, body);
+	sqlite3_free(body);
 	if (!sql)
 		return -ENOMEM;
 	rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
 	sqlite3_free(sql);
 	if (rc != SQLITE_OK)
-		return sqlite_errno(rc);
+		return report__errno(rc);
 	c->filter_views[c->n_filter_views] = strdup(name);
 	if (!c->filter_views[c->n_filter_views])
 		return -ENOMEM;
@@ -196,36 +203,29 @@ static int confine(sqlite3 *db, struct sql_ctx *c, uid_t uid)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	_cleanup_free_ char *stack_union = NULL;
-	char *body;
 	int r, rc;
 
-	body = sqlite3_mprintf("SELECT * FROM main.sessions WHERE uid = %lld", (long long)uid);
-	if (!body)
-		return -ENOMEM;
-	r = filter_view(db, c, "sessions", body);
-	sqlite3_free(body);
+	r = filter_view(db, c, "sessions", "SELECT * FROM main.sessions WHERE uid = %lld",
+			(long long)uid);
 	if (r < 0)
 		return r;
 
 	/* Every table with a session_id column: the rows of the caller's sessions. */
-	rc = sqlite3_prepare_v2(db,
-				"SELECT name FROM main.sqlite_schema WHERE type = 'table'"
-				" AND name NOT LIKE 'sqlite%' ORDER BY name",
-				-1, &st, NULL);
-	if (rc != SQLITE_OK)
-		return sqlite_errno(rc);
+	r = report__prepare(db,
+			    "SELECT name FROM main.sqlite_schema WHERE type = 'table'"
+			    " AND name NOT LIKE 'sqlite%' ORDER BY name",
+			    &st);
+	if (r < 0)
+		return r;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *name = (const char *)sqlite3_column_text(st, 0);
 
 		if (!name || !has_column(db, name, "session_id"))
 			continue;
-		body = sqlite3_mprintf("SELECT * FROM main.\"%w\" WHERE session_id IN"
-				       " (SELECT id FROM temp.sessions)",
-				       name);
-		if (!body)
-			return -ENOMEM;
-		r = filter_view(db, c, name, body);
-		sqlite3_free(body);
+		r = filter_view(db, c, name,
+				"SELECT * FROM main.\"%w\" WHERE session_id IN"
+				" (SELECT id FROM temp.sessions)",
+				name);
 		if (r < 0)
 			return r;
 		if (has_column(db, name, "stack_id")) {
@@ -243,16 +243,12 @@ static int confine(sqlite3 *db, struct sql_ctx *c, uid_t uid)
 		}
 	}
 	if (rc != SQLITE_DONE)
-		return sqlite_errno(rc);
+		return report__errno(rc);
 	sqlite3_finalize(TAKE_PTR(st));
 
 	/* The shared tables: only the stacks and frames the caller's samples use. */
-	body = sqlite3_mprintf("SELECT * FROM main.stacks WHERE id IN (%s)",
-			       stack_union ? stack_union : "SELECT NULL WHERE 0");
-	if (!body)
-		return -ENOMEM;
-	r = filter_view(db, c, "stacks", body);
-	sqlite3_free(body);
+	r = filter_view(db, c, "stacks", "SELECT * FROM main.stacks WHERE id IN (%s)",
+			stack_union ? stack_union : "SELECT NULL WHERE 0");
 	if (r >= 0)
 		r = filter_view(db, c, "stack_frames",
 				"SELECT * FROM main.stack_frames WHERE stack_id IN"
@@ -265,12 +261,12 @@ static int confine(sqlite3 *db, struct sql_ctx *c, uid_t uid)
 		return r;
 
 	/* The documented views, again in temp, so that they read the filtered tables. */
-	rc = sqlite3_prepare_v2(db,
-				"SELECT sql FROM main.sqlite_schema WHERE type = 'view'"
-				" AND sql LIKE 'CREATE VIEW %'",
-				-1, &st, NULL);
-	if (rc != SQLITE_OK)
-		return sqlite_errno(rc);
+	r = report__prepare(db,
+			    "SELECT sql FROM main.sqlite_schema WHERE type = 'view'"
+			    " AND sql LIKE 'CREATE VIEW %'",
+			    &st);
+	if (r < 0)
+		return r;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const char *sql = (const char *)sqlite3_column_text(st, 0);
 		char *temp = sqlite3_mprintf("CREATE TEMP VIEW%s", sql + strlen("CREATE VIEW"));
@@ -280,9 +276,9 @@ static int confine(sqlite3 *db, struct sql_ctx *c, uid_t uid)
 		rc = sqlite3_exec(db, temp, NULL, NULL, NULL);
 		sqlite3_free(temp);
 		if (rc != SQLITE_OK)
-			return sqlite_errno(rc);
+			return report__errno(rc);
 	}
-	return rc == SQLITE_DONE ? 0 : sqlite_errno(rc);
+	return rc == SQLITE_DONE ? 0 : report__errno(rc);
 }
 
 /* Column @i of the current row as JSON; @bytes grows by its size. NULL only on OOM. */
@@ -375,7 +371,7 @@ int sql__run(const char *db_path, const char *query, bool admin, uid_t uid, size
 	if (rc != SQLITE_OK) {
 		snprintf(errbuf, errlen, "cannot open the database: %s",
 			 db ? sqlite3_errmsg(db) : "out of memory");
-		return sqlite_errno(rc);
+		return report__errno(rc);
 	}
 	sqlite3_busy_timeout(db, 2000);
 	/* No single value (a randomblob(), a group_concat()) beyond the result cap. */
@@ -470,7 +466,7 @@ int sql__run(const char *db_path, const char *query, bool admin, uid_t uid, size
 			r = -ETIMEDOUT;
 		} else {
 			snprintf(errbuf, errlen, "%s", c.reason[0] ? c.reason : sqlite3_errmsg(db));
-			r = c.reason[0] ? -EPERM : sqlite_errno(rc);
+			r = c.reason[0] ? -EPERM : report__errno(rc);
 		}
 		goto out;
 	}

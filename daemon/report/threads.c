@@ -43,10 +43,9 @@ static int thread_rows(sqlite3 *db, int64_t session_id, json_t **ret)
 	int64_t total = 0;
 	int fail = 0, r;
 
-	r = report__snapshot_begin(db);
+	r = report__snapshot_begin(db, &snap);
 	if (r < 0)
 		return r;
-	snap = db;
 	r = report__row(db, "SELECT 1 FROM sessions WHERE id = ?1", session_id, &st);
 	if (r < 0)
 		return r;
@@ -205,13 +204,68 @@ static json_t *thread_by_tid(json_t *threads, int64_t tid)
 	return NULL;
 }
 
+/*
+ * Runs @sql with ?1 = @session_id, whose column 0 is a tid, and calls
+ * @add_row for each row of a thread listed in @threads (rows of other tids
+ * are skipped) with that thread's object. Returns 0 or -EIO.
+ */
+static int each_thread_row(sqlite3 *db, int64_t session_id, const char *sql, json_t *threads,
+			   void (*add_row)(sqlite3_stmt *st, json_t *thread))
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	int rc, r;
+
+	r = report__prepare_id(db, sql, session_id, &st);
+	if (r < 0)
+		return r;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		json_t *t = thread_by_tid(threads, sqlite3_column_int64(st, 0));
+
+		if (t)
+			add_row(st, t);
+	}
+	return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+/* A row (tid, counter, status, value) of thread_counters into @t's "counters". */
+static void add_counter(sqlite3_stmt *st, json_t *t)
+{
+	const char *counter = (const char *)sqlite3_column_text(st, 1);
+	const char *status = (const char *)sqlite3_column_text(st, 2);
+	bool ok = status && strcmp(status, "ok") == 0;
+	json_t *c;
+
+	if (!counter || !status)
+		return;
+	c = json_pack("{s:o, s:s}", "value",
+		      ok ? json_integer(sqlite3_column_int64(st, 3)) : json_null(), "status",
+		      status);
+	json_object_set_new(json_object_get(t, "counters"), counter, c);
+	if (ok && strcmp(counter, "task-clock") == 0) {
+		json_object_set_new(
+		    t, "on_cpu_s",
+		    json_real(round((double)sqlite3_column_int64(st, 3) / 1e6) / 1000.0));
+		json_object_set_new(t, "on_cpu_source", json_string("task-clock"));
+	}
+}
+
+/* A row (tid, state, total_ns) of offcpu into @t's "off_cpu_s". */
+static void add_off_cpu(sqlite3_stmt *st, json_t *t)
+{
+	const char *state = (const char *)sqlite3_column_text(st, 1);
+
+	if (!state)
+		return;
+	json_object_set_new(json_object_get(t, "off_cpu_s"), state,
+			    json_real(round((double)sqlite3_column_int64(st, 2) / 1e6) / 1000.0));
+}
+
 static int add_times(sqlite3 *db, int64_t session_id, json_t *threads, double freq_hz,
 		     bool offcpu_on)
 {
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	size_t i;
 	json_t *t;
-	int rc, r;
+	int r;
 
 	/* Estimates from samples first; the task-clock counter replaces them below. */
 	json_array_foreach(threads, i, t)
@@ -228,55 +282,16 @@ static int add_times(sqlite3 *db, int64_t session_id, json_t *threads, double fr
 		json_object_set_new(t, "counters", json_object());
 	}
 
-	r = report__prepare_id(db,
-			       "SELECT tid, counter, status, sum(value) FROM thread_counters "
-			       "WHERE session_id = ?1 GROUP BY tid, counter, status",
-			       session_id, &st);
-	if (r < 0)
+	r = each_thread_row(db, session_id,
+			    "SELECT tid, counter, status, sum(value) FROM thread_counters "
+			    "WHERE session_id = ?1 GROUP BY tid, counter, status",
+			    threads, add_counter);
+	if (r < 0 || !offcpu_on)
 		return r;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		const char *counter = (const char *)sqlite3_column_text(st, 1);
-		const char *status = (const char *)sqlite3_column_text(st, 2);
-		bool ok = status && strcmp(status, "ok") == 0;
-		json_t *c;
-
-		t = thread_by_tid(threads, sqlite3_column_int64(st, 0));
-		if (!t || !counter || !status)
-			continue;
-		c = json_pack("{s:o, s:s}", "value",
-			      ok ? json_integer(sqlite3_column_int64(st, 3)) : json_null(),
-			      "status", status);
-		json_object_set_new(json_object_get(t, "counters"), counter, c);
-		if (ok && strcmp(counter, "task-clock") == 0) {
-			json_object_set_new(
-			    t, "on_cpu_s",
-			    json_real(round((double)sqlite3_column_int64(st, 3) / 1e6) / 1000.0));
-			json_object_set_new(t, "on_cpu_source", json_string("task-clock"));
-		}
-	}
-	if (rc != SQLITE_DONE)
-		return -EIO;
-	sqlite3_finalize(TAKE_PTR(st));
-
-	if (!offcpu_on)
-		return 0;
-	r = report__prepare_id(db,
+	return each_thread_row(db, session_id,
 			       "SELECT tid, state, sum(total_ns) FROM offcpu WHERE session_id = ?1 "
 			       "GROUP BY tid, state",
-			       session_id, &st);
-	if (r < 0)
-		return r;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		const char *state = (const char *)sqlite3_column_text(st, 1);
-
-		t = thread_by_tid(threads, sqlite3_column_int64(st, 0));
-		if (!t || !state)
-			continue;
-		json_object_set_new(
-		    json_object_get(t, "off_cpu_s"), state,
-		    json_real(round((double)sqlite3_column_int64(st, 2) / 1e6) / 1000.0));
-	}
-	return rc == SQLITE_DONE ? 0 : -EIO;
+			       threads, add_off_cpu);
 }
 
 /* Derived figures from a thread's counters; null where an input is missing or a divisor 0. */

@@ -1,5 +1,6 @@
 /* request.c - parse and validate protocol requests (untrusted input). */
 #include <errno.h>
+#include <float.h>
 #include <jansson.h>
 #include <linux/perf_event.h>
 #include <math.h>
@@ -93,6 +94,50 @@ static int get_int(json_t *obj, const char *key, int64_t min, int64_t max, int64
 		return fail(errbuf, errlen, -EINVAL, "\"%s\" must be between %lld and %lld", key,
 			    (long long)min, (long long)max);
 	*ret = json_integer_value(v);
+	return 0;
+}
+
+/* An optional integer field in [min, max] into *@ret; absent or null leaves *@ret as it is. */
+static int get_u64(json_t *obj, const char *key, int64_t min, int64_t max, uint64_t *ret,
+		   char *errbuf, size_t errlen)
+{
+	int64_t n;
+	int r = get_int(obj, key, min, max, &n, errbuf, errlen);
+
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0)
+		return r;
+	*ret = (uint64_t)n;
+	return 0;
+}
+
+/* get_u64() for an unsigned field: [min, max] must fit in unsigned. */
+static int get_uint(json_t *obj, const char *key, int64_t min, int64_t max, unsigned *ret,
+		    char *errbuf, size_t errlen)
+{
+	uint64_t n = *ret;
+	int r = get_u64(obj, key, min, max, &n, errbuf, errlen);
+
+	*ret = (unsigned)n;
+	return r;
+}
+
+/*
+ * An optional number of seconds in [min, max] into *@ret; absent or null
+ * leaves *@ret as it is. Otherwise -EINVAL with @errmsg for the client.
+ */
+static int get_seconds(json_t *obj, const char *key, double min, double max, const char *errmsg,
+		       double *ret, char *errbuf, size_t errlen)
+{
+	json_t *v = json_object_get(obj, key);
+	double d = json_number_value(v);
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_number(v) || !isfinite(d) || d < min || d > max)
+		return fail(errbuf, errlen, -EINVAL, "%s", errmsg);
+	*ret = d;
 	return 0;
 }
 
@@ -216,6 +261,7 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 	const char *cmd;
 	json_t *v;
 	int64_t n;
+	double d;
 	size_t i;
 	int r;
 
@@ -260,23 +306,19 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 			return fail(errbuf, errlen, -EINVAL, "missing \"pid\"");
 		if (r < 0)
 			return r;
-		r = get_int(root, "freq_hz", 1, PROFD_MAX_FREQ_HZ, &n, errbuf, errlen);
-		if (r == 0)
-			req.freq_hz = (unsigned)n;
-		else if (r != -ENOENT)
+		r = get_uint(root, "freq_hz", 1, PROFD_MAX_FREQ_HZ, &req.freq_hz, errbuf, errlen);
+		if (r < 0)
 			return r;
-		v = json_object_get(root, "duration_s");
-		if (v && !json_is_null(v)) {
-			double d = json_number_value(v);
-
-			/* At most a year: a bound that keeps the nanoseconds in range. */
-			if (!json_is_number(v) || !isfinite(d) || d <= 0 || d > 366 * 86400.0)
-				return fail(errbuf, errlen, -EINVAL,
-					    "\"duration_s\" must be a number of seconds > 0");
-			req.duration_ns = (uint64_t)(d * NSEC_PER_SEC);
-			if (req.duration_ns == 0)
-				req.duration_ns = 1;
-		}
+		/* > 0 (the least double above it) and at most a year: a bound that keeps
+		 * the nanoseconds in range. */
+		d = 0;
+		r = get_seconds(root, "duration_s", DBL_TRUE_MIN, 366 * 86400.0,
+				"\"duration_s\" must be a number of seconds > 0", &d, errbuf,
+				errlen);
+		if (r < 0)
+			return r;
+		if (d > 0)
+			req.duration_ns = MAX((uint64_t)(d * NSEC_PER_SEC), 1);
 		v = json_object_get(root, "unwind");
 		if (v && !json_is_null(v)) {
 			r = json_is_string(v) ? unwind_mode_parse(json_string_value(v)) : -EINVAL;
@@ -298,29 +340,24 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 					    "\"python\" must be \"auto\" or \"off\"");
 			req.python = strcmp(mode, "auto") == 0;
 		}
-		r = get_int(root, "stack_bytes", 512, PROFILE_MAX_STACK_BYTES, &n, errbuf, errlen);
-		if (r == 0)
-			req.stack_bytes = (unsigned)n;
-		else if (r != -ENOENT)
+		r = get_uint(root, "stack_bytes", 512, PROFILE_MAX_STACK_BYTES, &req.stack_bytes,
+			     errbuf, errlen);
+		if (r < 0)
 			return r;
-		v = json_object_get(root, "memory_interval_s");
-		if (v && !json_is_null(v)) {
-			double d = json_number_value(v);
-
-			if (!json_is_number(v) || !isfinite(d) || d < 0.1 || d > 3600)
-				return fail(errbuf, errlen, -EINVAL,
-					    "\"memory_interval_s\" must be a number of seconds, 0.1..3600");
+		d = 0;
+		r = get_seconds(root, "memory_interval_s", 0.1, 3600,
+				"\"memory_interval_s\" must be a number of seconds, 0.1..3600", &d,
+				errbuf, errlen);
+		if (r < 0)
+			return r;
+		if (d > 0)
 			req.memory_interval_ns = (uint64_t)(d * NSEC_PER_SEC);
-		}
-		r = get_int(root, "malloc_sample_bytes", 1, 1LL << 40, &n, errbuf, errlen);
-		if (r == 0)
-			req.malloc_sample_bytes = (uint64_t)n;
-		else if (r != -ENOENT)
-			return r;
-		r = get_int(root, "malloc_max_hits_per_s", 0, 1000000000, &n, errbuf, errlen);
-		if (r == 0)
-			req.malloc_max_hits_per_s = (uint64_t)n;
-		else if (r != -ENOENT)
+		r = get_u64(root, "malloc_sample_bytes", 1, 1LL << 40, &req.malloc_sample_bytes,
+			    errbuf, errlen);
+		if (r >= 0)
+			r = get_u64(root, "malloc_max_hits_per_s", 0, 1000000000,
+				    &req.malloc_max_hits_per_s, errbuf, errlen);
+		if (r < 0)
 			return r;
 		v = json_object_get(root, "uprobes");
 		if (v && !json_is_null(v)) {
@@ -332,10 +369,9 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 				return r;
 			snprintf(req.uprobes, sizeof(req.uprobes), "%s", json_string_value(v));
 		}
-		r = get_int(root, "uprobe_max_calls_per_s", 0, 1000000000, &n, errbuf, errlen);
-		if (r == 0)
-			req.uprobe_max_calls_per_s = (uint64_t)n;
-		else if (r != -ENOENT)
+		r = get_u64(root, "uprobe_max_calls_per_s", 0, 1000000000,
+			    &req.uprobe_max_calls_per_s, errbuf, errlen);
+		if (r < 0)
 			return r;
 		v = json_object_get(root, "events");
 		if (v && !json_is_null(v)) {
@@ -344,10 +380,9 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 				return r;
 		}
 		format_events(&req);
-		r = get_int(root, "pid_start_ticks", 0, INT64_MAX, &n, errbuf, errlen);
-		if (r == 0)
-			req.pid_start_ticks = (uint64_t)n;
-		else if (r != -ENOENT)
+		r = get_u64(root, "pid_start_ticks", 0, INT64_MAX, &req.pid_start_ticks, errbuf,
+			    errlen);
+		if (r < 0)
 			return r;
 		v = json_object_get(root, "label");
 		if (v && !json_is_null(v)) {
@@ -417,15 +452,11 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 				return fail(errbuf, errlen, -EINVAL, "\"group_by\" must be \"name\"");
 			req.group_by_name = true;
 		}
-		v = json_object_get(root, "window_s");
-		if (v && !json_is_null(v)) {
-			double d = json_number_value(v);
-
-			if (!json_is_number(v) || !isfinite(d) || d < 0.001 || d > 366 * 86400.0)
-				return fail(errbuf, errlen, -EINVAL,
-					    "\"window_s\" must be a number of seconds >= 0.001");
-			req.window_s = d;
-		}
+		r = get_seconds(root, "window_s", 0.001, 366 * 86400.0,
+				"\"window_s\" must be a number of seconds >= 0.001", &req.window_s,
+				errbuf, errlen);
+		if (r < 0)
+			return r;
 		v = json_object_get(root, "all");
 		if (v && !json_is_null(v) && !json_is_boolean(v))
 			return fail(errbuf, errlen, -EINVAL, "\"all\" must be true or false");
