@@ -262,34 +262,24 @@ int symbolizer__module_report(struct symbolizer *s, struct module *mod, const ch
 
 /*
  * module_open() - open @mod's file for the mapping @m of @as in a Dwfl of
- * its own, trying the ways of open_path() in turn and refusing a file whose
- * build ID differs from the one read when the maps were (a library replaced
- * on disk: its symbols would be silently wrong). Leaves mod->dwfl NULL if no
- * way works.
+ * its own, as addrspace__open_file() finds it: a file whose build ID
+ * differs from the one read with the maps (a library replaced on disk,
+ * whose symbols would be silently wrong) is refused. Leaves mod->dwfl NULL
+ * if no way works or libdwfl cannot use the file.
  */
 static void module_open(struct symbolizer *s, struct module *mod, const struct addrspace *as,
 			const struct mapping *m)
 {
-	char buf[PATH_MAX + 64];
+	char name[PATH_MAX + 64];
+	int fd = addrspace__open_file(as, m, name, sizeof(name));
 
-	for (int how = 0; how < OPEN_N; how++) {
-		_cleanup_close_ int fd = -1;
-		int r;
-
-		if (open_path(as, m->start, m->end, mod->path, how, buf, sizeof(buf)) < 0)
-			continue;
-		fd = open_regular(buf);
-		if (fd < 0 || !elf_fd_matches(fd, mod->build_id))
-			continue;
-		/*
-		 * The file name is where .gnu_debuglink files are looked for
-		 * (next to it, in .debug/, under /usr/lib/debug): the path the
-		 * process sees, through its root while that exists.
-		 */
-		r = symbolizer__module_report(s, mod, how == OPEN_ROOT ? buf : mod->path, TAKE_FD(fd));
-		if (r == 0 || r == -ENOMEM)
-			return;
-	}
+	/*
+	 * The name is where .gnu_debuglink files are looked for (next to it,
+	 * in .debug/, under /usr/lib/debug): the path the process sees,
+	 * through its root while that exists.
+	 */
+	if (fd >= 0)
+		(void)symbolizer__module_report(s, mod, name, fd);
 }
 
 /*
