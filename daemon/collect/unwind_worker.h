@@ -1,9 +1,9 @@
 /*
  * unwind_worker.h - a thread that unwinds samples carrying registers and a
  * stack copy, so that DWARF unwinding never delays reading the ring buffer.
- * Samples go in through a bounded queue (a full queue is an error the caller
- * counts as lost samples) and come back, unwound, through a second queue
- * whose eventfd wakes the main loop.
+ * Samples go in, in batches, through a bounded queue (a full queue is an
+ * error the caller counts as lost samples) and come back, unwound, through
+ * a second queue whose eventfd wakes the main loop once per batch.
  */
 #pragma once
 
@@ -40,26 +40,39 @@ void unwind_worker__free(struct unwind_worker *w);
 int unwind_worker__fd(struct unwind_worker *w);
 
 /*
- * unwind_worker__submit() - queue a copy of sample @e (@size bytes, with
- * SAMPLE_HAS_REGS) for unwinding against @as in @mode. @as and @as_lock must
- * stay valid until unwind_worker__wait_idle() has returned after the last
- * submit for them; the worker holds @as_lock for reading while it reads @as.
- * Returns 0, or -ENOBUFS when the queue is full (the sample is not taken),
- * -ENOMEM. Does not block.
+ * unwind_worker__submit() - add a copy of sample @e (@size bytes, with
+ * SAMPLE_HAS_REGS) to the batch for unwinding against @as in @mode; the
+ * thread sees the batch at the next unwind_worker__flush() (or drain, or
+ * wait_idle). @as and @as_lock must stay valid until
+ * unwind_worker__wait_idle() has returned after the last submit for them;
+ * the worker holds @as_lock for reading while it reads @as. Main thread
+ * only. Memory: a job of ~37 KiB per sample in flight, at most @capacity;
+ * up to 64 drained jobs are kept for reuse, so a steady load allocates
+ * nothing.
+ * Returns 0, or -ENOBUFS when @capacity samples are in flight (submitted
+ * and not yet drained; the sample is not taken), -EINVAL when @size is
+ * larger than a sample_event, -ENOMEM. Does not block.
  */
 int unwind_worker__submit(struct unwind_worker *w, const struct sample_event *e, size_t size,
 			  struct addrspace *as, pthread_rwlock_t *as_lock, enum unwind_mode mode);
 
 /*
- * unwind_worker__drain() - call @fn for every unwound sample, in submission
- * order, then free them. In each, ips[kstack_len..] are the user frames
+ * unwind_worker__flush() - hand the batch submitted since the last flush
+ * to the thread, with one wake-up: call after each read of the ring buffer.
+ * Main thread only.
+ */
+void unwind_worker__flush(struct unwind_worker *w);
+
+/*
+ * unwind_worker__drain() - flush, then call @fn for every unwound sample,
+ * in submission order, and give their jobs back. Main thread only. In each, ips[kstack_len..] are the user frames
  * (from CFI, or the frame-pointer walk in auto mode when that got further)
  * and flags has SAMPLE_DWARF_UNWOUND / SAMPLE_UNWIND_INCOMPLETE /
  * SAMPLE_USER_TRUNCATED as they apply; SAMPLE_HAS_REGS is cleared.
  */
 void unwind_worker__drain(struct unwind_worker *w, sampler_fn fn, void *ctx);
 
-/* unwind_worker__wait_idle() - block until every submitted sample is unwound. */
+/* unwind_worker__wait_idle() - flush, then block until every submitted sample is unwound. */
 void unwind_worker__wait_idle(struct unwind_worker *w);
 
 /*

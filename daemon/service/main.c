@@ -63,6 +63,7 @@ static void on_sampler(struct watch *w, uint32_t events)
 	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, sampler_watch));
 
 	record_reader__poll(sampler__reader(p->env.sampler));
+	unwind_worker__flush(p->worker); /* what this read submitted, with one wake-up */
 }
 
 static void on_worker(struct watch *w, uint32_t events)
