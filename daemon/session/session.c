@@ -166,8 +166,9 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	    .copy_stack_bytes = p->unwind == UNWIND_MODE_FP ? 0 : p->stack_bytes,
 	    .fp_stack = p->unwind != UNWIND_MODE_DWARF,
 	    .follow_children = p->follow_children,
-	    .vm_fault_period = (s->events & EVENT_RSS) && env->sampler &&
-				       sampler__vm_supported(env->sampler)
+	    /* without a sampler (the unit tests), the session follows the records it is fed */
+	    .vm_fault_period = (s->events & EVENT_RSS) &&
+				       (!env->sampler || sampler__vm_supported(env->sampler))
 				   ? SESSION_VM_FAULT_PERIOD
 				   : 0,
 	};
