@@ -69,18 +69,24 @@ def test():
         check(any(n in ('start_thread', 'clone3', 'clone') for n in names[4:]),
               'path below worker_main: %r' % names[4:])
 
-        # Per-thread samples follow the 1:2:3 split within 15%.
+        # Per-thread samples follow each worker's CPU time within 15%: the 1:2:3 split the
+        # duty cycle aims at, as the workload measured it (CLOCK_THREAD_CPUTIME_ID). On a
+        # loaded host the split itself drifts (worker-1 at 0.20 instead of 0.167 was seen),
+        # and the samples must follow what really ran.
         th = d.json('threads', sid)
         workers = {t['name']: t['samples'] for t in th['threads'] if t['name'].startswith('worker-')}
         check(len(workers) == len(WEIGHTS), 'worker threads seen: %r' % workers)
         wsum = sum(workers.values())
+        own = {name: float(v.split()[0]) for name, v in cpu.items() if name.startswith('worker-')}
+        own_sum = sum(own.values())
         for i, weight in enumerate(WEIGHTS, 1):
-            share = workers['worker-%d' % i] / wsum
-            expect = weight / sum(WEIGHTS)
-            print('worker-%d: %.3f of worker samples, expected %.3f' % (i, share, expect))
+            name = 'worker-%d' % i
+            share, expect = workers[name] / wsum, own[name] / own_sum
+            print('%s: %.3f of worker samples, %.3f of their CPU time (by weight %.3f)'
+                  % (name, share, expect, weight / sum(WEIGHTS)))
             check(abs(share - expect) <= 0.15 * expect,
-                  'worker-%d share %.3f not within 15%% of %.3f (the workload measured its '
-                  'own CPU time as %r)' % (i, share, expect, cpu))
+                  '%s share %.3f not within 15%% of its CPU time share %.3f (the workload measured '
+                  'its own CPU time as %r)' % (name, share, expect, cpu))
         imb = th['imbalance']
         check(imb['straggler_name'] == 'worker-3', 'straggler %r' % imb['straggler_name'])
         # The workload exited: every thread's exit was seen (sched_process_exit), after the session began.
