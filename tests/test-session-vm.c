@@ -18,6 +18,7 @@
 
 #include "check.h"
 #include "check_json.h"
+#include "check_session.h"
 #include "check_store.h"
 #include "service/request.h"
 #include "session/session.h"
@@ -62,19 +63,7 @@ static void feed(void (*leaf)(void), uint32_t kind, uint64_t addr, uint64_t len,
 
 static int flush(void)
 {
-	int r = store__begin(env.store);
-
-	if (r == 0)
-		r = session__flush(s, &env);
-	if (r == 0)
-		r = store__commit(env.store);
-	if (r == 0) {
-		session__flush_done(s);
-		return 0;
-	}
-	store__rollback(env.store);
-	session__flush_failed(s);
-	return r;
+	return test_session_flush(s, &env);
 }
 
 /* The net bytes of @change on @mapping by stacks whose leaf is @function (0 if none). */
@@ -104,16 +93,7 @@ static long long vm_bytes(const char *change, const char *mapping, const char *f
 
 static long long scalar(const char *sql)
 {
-	sqlite3_stmt *st;
-	long long v = -1;
-
-	if (sqlite3_prepare_v2(store__db(env.store), sql, -1, &st, NULL) != SQLITE_OK)
-		return -2;
-	sqlite3_bind_int64(st, 1, sid);
-	if (sqlite3_step(st) == SQLITE_ROW)
-		v = sqlite3_column_int64(st, 0);
-	sqlite3_finalize(st);
-	return v;
+	return test_session_scalar(env.store, sid, sql);
 }
 
 int main(void)
@@ -133,12 +113,7 @@ int main(void)
 	const uint64_t a = 0x7f0000000000, b = 0x7f0010000000, c = 0x7f0020000000;
 
 	test_db_path(dir, path, sizeof(path));
-	if (store__open(path, &env.store) < 0)
-		return 99;
-	env.sym = symbolizer__new();
-	if (!env.sym)
-		return 99;
-	CHECK_INT_EQ(session__new(&env, 0, &params, &s), 0);
+	test_session_open(path, &params, &env, &s);
 	if (!s)
 		return 1;
 	sid = session__id(s);
@@ -184,10 +159,6 @@ int main(void)
 	CHECK_INT_EQ(vm_bytes("mremap", "anon", "vm_test_mapper"), 4 * MiB);
 	CHECK_INT_EQ(vm_bytes("fault", "touch", "vm_test_grower"), 512 * 1024);
 
-	session__stop(s, &env);
-	session__free(s);
-	symbolizer__free(env.sym);
-	store__close(env.store);
-	test_db_remove(dir, path);
+	test_session_close(&env, s, dir, path);
 	return check_exit("session-vm");
 }

@@ -18,6 +18,7 @@
 
 #include "check.h"
 #include "check_json.h"
+#include "check_session.h"
 #include "check_store.h"
 #include "report/query.h"
 #include "service/request.h"
@@ -72,19 +73,7 @@ static void feed(void (*leaf)(void), unsigned n, pid_t tid)
 
 static int flush(void)
 {
-	int r = store__begin(env.store);
-
-	if (r == 0)
-		r = session__flush(s, &env);
-	if (r == 0)
-		r = store__commit(env.store);
-	if (r == 0) {
-		session__flush_done(s);
-		return 0;
-	}
-	store__rollback(env.store);
-	session__flush_failed(s);
-	return r;
+	return test_session_flush(s, &env);
 }
 
 static void exec_trigger(const char *sql)
@@ -120,16 +109,7 @@ static long long self_samples(const char *function)
 
 static long long scalar(const char *sql)
 {
-	sqlite3_stmt *st;
-	long long v = -1;
-
-	if (sqlite3_prepare_v2(store__db(env.store), sql, -1, &st, NULL) != SQLITE_OK)
-		return -2;
-	sqlite3_bind_int64(st, 1, sid);
-	if (sqlite3_step(st) == SQLITE_ROW)
-		v = sqlite3_column_int64(st, 0);
-	sqlite3_finalize(st);
-	return v;
+	return test_session_scalar(env.store, sid, sql);
 }
 
 int main(void)
@@ -148,12 +128,7 @@ int main(void)
 	pid_t other_tid = getpid() + 1; /* a second thread, as the kernel would name it */
 
 	test_db_path(dir, path, sizeof(path));
-	if (store__open(path, &env.store) < 0)
-		return 99;
-	env.sym = symbolizer__new();
-	if (!env.sym)
-		return 99;
-	CHECK_INT_EQ(session__new(&env, 0, &params, &s), 0);
+	test_session_open(path, &params, &env, &s);
 	if (!s)
 		return 1;
 	sid = session__id(s);
@@ -201,10 +176,6 @@ int main(void)
 	CHECK_INT_EQ(self_samples("session_test_hot"), 51);
 	CHECK_INT_EQ(scalar("SELECT samples FROM sessions WHERE id = ?1"), 66);
 
-	session__stop(s, &env);
-	session__free(s);
-	symbolizer__free(env.sym);
-	store__close(env.store);
-	test_db_remove(dir, path);
+	test_session_close(&env, s, dir, path);
 	return check_exit("session");
 }

@@ -1,0 +1,88 @@
+/*
+ * check_session.h - what the C tests that feed a session by hand share
+ * (test-session.c, test-session-vm.c): a session of this very process in a
+ * test database, without a sampler; its flush as the daemon's loop runs it
+ * (one transaction, done or failed); and one number read back from the
+ * store.
+ */
+#pragma once
+
+#include <stdint.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "check_store.h"
+#include "service/request.h"
+#include "session/session.h"
+#include "store/store.h"
+
+/*
+ * test_session_open() - open the database @path, a symbolizer, and a
+ * session of @params in slot 0 into @env and *@ret. A failure to set up is
+ * a setup error (exit 99); session__new()'s is a failed check and NULL.
+ */
+static inline void test_session_open(const char *path, const struct session_params *params,
+				     struct session_env *env, struct session **ret)
+{
+	if (store__open(path, &env->store) < 0)
+		SETUP_FAIL("cannot open the database %s", path);
+	env->sym = symbolizer__new();
+	if (!env->sym)
+		SETUP_FAIL("out of memory");
+	*ret = NULL;
+	CHECK_INT_EQ(session__new(env, 0, params, ret), 0);
+}
+
+/* test_session_close() - undo test_session_open(), and remove the database. */
+static inline void test_session_close(struct session_env *env, struct session *s, const char *dir,
+				      const char *path)
+{
+	if (s) {
+		session__stop(s, env);
+		session__free(s);
+	}
+	symbolizer__free(env->sym);
+	store__close(env->store);
+	test_db_remove(dir, path);
+}
+
+/*
+ * test_session_flush() - flush @s as the daemon does: in one transaction,
+ * then session__flush_done(), or rolled back and session__flush_failed().
+ * Returns 0 or the failing step's -errno.
+ */
+static inline int test_session_flush(struct session *s, struct session_env *env)
+{
+	int r = store__begin(env->store);
+
+	if (r == 0)
+		r = session__flush(s, env);
+	if (r == 0)
+		r = store__commit(env->store);
+	if (r == 0) {
+		session__flush_done(s);
+		return 0;
+	}
+	store__rollback(env->store);
+	session__flush_failed(s);
+	return r;
+}
+
+/*
+ * test_session_scalar() - the first column of the first row of @sql, with
+ * ?1 bound to session @sid; -1 if there is no row, -2 if @sql fails to
+ * prepare.
+ */
+static inline long long test_session_scalar(struct store *store, int64_t sid, const char *sql)
+{
+	sqlite3_stmt *st;
+	long long v = -1;
+
+	if (sqlite3_prepare_v2(store__db(store), sql, -1, &st, NULL) != SQLITE_OK)
+		return -2;
+	sqlite3_bind_int64(st, 1, sid);
+	if (sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	return v;
+}
