@@ -17,6 +17,25 @@
 #include "store/store.h"
 
 /*
+ * test_session_params() - the settings of a session of this process by an
+ * admin at 99 Hz, frame pointers only, of the @events named (a list as
+ * attach takes it) whose bits are @bits.
+ */
+static inline struct session_params test_session_params(const char *events, unsigned bits)
+{
+	return (struct session_params){
+	    .pid = getpid(),
+	    .uid = getuid(),
+	    .gid = getgid(),
+	    .admin = true,
+	    .freq_hz = 99,
+	    .events = events,
+	    .event_bits = bits,
+	    .unwind = UNWIND_MODE_FP,
+	};
+}
+
+/*
  * test_session_open() - open the database @path, a symbolizer, and a
  * session of @params in slot 0 into @env and *@ret. A failure to set up is
  * a setup error (exit 99); session__new()'s is a failed check and NULL.

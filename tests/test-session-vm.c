@@ -56,8 +56,13 @@ static void feed(void (*leaf)(void), uint32_t kind, uint64_t addr, uint64_t len,
 	snprintf(e.comm, sizeof(e.comm), "vm-test");
 	e.ustack_len = 1;
 	e.ips[0] = (uint64_t)(uintptr_t)leaf + 4;
-	e.vm = (struct vm_change){.addr = addr, .len = len, .old_addr = old_addr, .old_len = old_len,
-				  .kind = kind, .flags = flags, .fd = -1};
+	e.vm = (struct vm_change){.addr = addr,
+				  .len = len,
+				  .old_addr = old_addr,
+				  .old_len = old_len,
+				  .kind = kind,
+				  .flags = flags,
+				  .fd = -1};
 	session__on_vm(s, &e);
 }
 
@@ -91,27 +96,13 @@ static long long vm_bytes(const char *change, const char *mapping, const char *f
 	return v;
 }
 
-static long long scalar(const char *sql)
-{
-	return test_session_scalar(env.store, sid, sql);
-}
-
 int main(void)
 {
 	char dir[] = "/tmp/test-session-vm-XXXXXX", path[64];
-	struct session_params params = {
-	    .pid = getpid(),
-	    .uid = getuid(),
-	    .gid = getgid(),
-	    .admin = true,
-	    .freq_hz = 99,
-	    .events = "cpu,rss",
-	    .event_bits = EVENT_CPU | EVENT_RSS,
-	    .unwind = UNWIND_MODE_FP,
-	    .memory_interval_ns = 3600 * NSEC_PER_SEC, /* no readings during the test */
-	};
+	struct session_params params = test_session_params("cpu,rss", EVENT_CPU | EVENT_RSS);
 	const uint64_t a = 0x7f0000000000, b = 0x7f0010000000, c = 0x7f0020000000;
 
+	params.memory_interval_ns = 3600 * NSEC_PER_SEC; /* no readings during the test */
 	test_db_path(dir, path, sizeof(path));
 	test_session_open(path, &params, &env, &s);
 	if (!s)
@@ -140,20 +131,25 @@ int main(void)
 	CHECK_INT_EQ(vm_bytes("mremap", "anon", "vm_test_mapper"), 4 * MiB);
 	CHECK_INT_EQ(vm_bytes("munmap", "anon", "vm_test_grower"), -MiB);
 	CHECK_INT_EQ(vm_bytes("fault", "touch", "vm_test_grower"), 512 * 1024);
-	CHECK_INT_EQ(scalar("SELECT vm_unsent FROM sessions WHERE id = ?1"), 0);
+	CHECK_INT_EQ(
+	    test_session_scalar(env.store, sid, "SELECT vm_unsent FROM sessions WHERE id = ?1"), 0);
 
 	/* Bad records: an unknown kind is counted without a stack and stored nowhere;
 	 * lengths that overflow a page rounding cost nothing and break nothing. */
 	feed(vm_test_grower, 99, a, MiB, 0, 0, 0);
 	feed(vm_test_grower, VM_NR_KINDS, a, MiB, 0, 0, 0);
-	feed(vm_test_mapper, VM_MMAP, 0x7f0050000000, UINT64_MAX, 0, 0, MAP_PRIVATE | MAP_ANONYMOUS);
+	feed(vm_test_mapper, VM_MMAP, 0x7f0050000000, UINT64_MAX, 0, 0,
+	     MAP_PRIVATE | MAP_ANONYMOUS);
 	feed(vm_test_grower, VM_MUNMAP, 0x7f0050000000, UINT64_MAX - 4095, 0, 0, 0);
 	feed(vm_test_grower, VM_MREMAP, 0x7f0060000000, UINT64_MAX, 0x7f0070000000, UINT64_MAX, 0);
 	CHECK_INT_EQ(flush(), 0);
-	CHECK_INT_EQ(scalar("SELECT vm_unsent FROM sessions WHERE id = ?1"), 2);
-	CHECK_INT_EQ(scalar("SELECT count(*) FROM vm_changes WHERE session_id = ?1 AND "
-			    "change NOT IN ('brk','mmap','munmap','mremap','fault')"),
-		     0);
+	CHECK_INT_EQ(
+	    test_session_scalar(env.store, sid, "SELECT vm_unsent FROM sessions WHERE id = ?1"), 2);
+	CHECK_INT_EQ(
+	    test_session_scalar(env.store, sid,
+				"SELECT count(*) FROM vm_changes WHERE session_id = ?1 AND "
+				"change NOT IN ('brk','mmap','munmap','mremap','fault')"),
+	    0);
 	/* what was stored before is all still there */
 	CHECK_INT_EQ(vm_bytes("brk", "heap", "vm_test_grower"), 768 * 1024);
 	CHECK_INT_EQ(vm_bytes("mremap", "anon", "vm_test_mapper"), 4 * MiB);

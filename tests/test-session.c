@@ -115,16 +115,7 @@ static long long scalar(const char *sql)
 int main(void)
 {
 	char dir[] = "/tmp/test-session-XXXXXX", path[64];
-	struct session_params params = {
-	    .pid = getpid(),
-	    .uid = getuid(),
-	    .gid = getgid(),
-	    .admin = true,
-	    .freq_hz = 99,
-	    .events = "cpu",
-	    .event_bits = EVENT_CPU,
-	    .unwind = UNWIND_MODE_FP,
-	};
+	struct session_params params = test_session_params("cpu", EVENT_CPU);
 	pid_t other_tid = getpid() + 1; /* a second thread, as the kernel would name it */
 
 	test_db_path(dir, path, sizeof(path));

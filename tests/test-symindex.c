@@ -47,7 +47,8 @@ static size_t test_addresses(Dwfl_Module *mod, Dwarf_Addr **ret)
 {
 	int n = dwfl_module_getsymtab(mod);
 	size_t stride = n > SYMS_TESTED ? ((size_t)n + SYMS_TESTED - 1) / SYMS_TESTED : 1, len = 0;
-	Dwarf_Addr lo = UINT64_MAX, hi = 0, *v = malloc((4 * SYMS_TESTED + RANDOM_ADDRS + 8) * sizeof(*v));
+	Dwarf_Addr lo = UINT64_MAX, hi = 0,
+		   *v = malloc((4 * SYMS_TESTED + RANDOM_ADDRS + 8) * sizeof(*v));
 
 	if (!v)
 		SETUP_FAIL("out of memory");
@@ -100,8 +101,8 @@ static bool check_library(const char *path)
 	CHECK_INT_EQ(symindex__build(mod, &ix), 0);
 	if (!ix)
 		return true;
-	printf("%s: %d symbols, index built in %.1f ms, %zu KiB\n", path, dwfl_module_getsymtab(mod),
-	       1e3 * (now_s() - t0), symindex__bytes(ix) / 1024);
+	printf("%s: %d symbols, index built in %.1f ms, %zu KiB\n", path,
+	       dwfl_module_getsymtab(mod), 1e3 * (now_s() - t0), symindex__bytes(ix) / 1024);
 
 	n = test_addresses(mod, &addrs);
 	t0 = now_s();
@@ -132,8 +133,9 @@ static bool check_library(const char *path)
 				       : want && !strcmp(name, want) && start == addrs[i] - off)
 			continue;
 		if (mismatches++ < 10)
-			fprintf(stderr, "%s: at %#" PRIx64 " the index says %s%s+%#" PRIx64
-					", libdwfl %s+%#" PRIx64 "\n",
+			fprintf(stderr,
+				"%s: at %#" PRIx64 " the index says %s%s+%#" PRIx64
+				", libdwfl %s+%#" PRIx64 "\n",
 				path, (uint64_t)addrs[i], a == SYMINDEX_NONE ? "no symbol" : "",
 				a == SYMINDEX_NONE ? "" : name, (uint64_t)(addrs[i] - start),
 				want ? want : "no symbol", (uint64_t)off);

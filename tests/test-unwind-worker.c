@@ -95,7 +95,8 @@ int main(void)
 	CHECK_INT_EQ(seen.times[CAPACITY], 2000);
 	CHECK_INT_EQ(seen.times[2 * CAPACITY - 1], 2000 + CAPACITY - 1);
 
-	/* freed with a batch still unflushed: nothing leaks or hangs (valgrind setup checks leaks) */
+	/* freed with a batch still unflushed: nothing leaks or hangs (valgrind setup checks leaks)
+	 */
 	CHECK_INT_EQ(unwind_worker__submit(w, &e, size, as, &lock, UNWIND_MODE_DWARF), 0);
 	unwind_worker__free(w);
 	addrspace__free(as);

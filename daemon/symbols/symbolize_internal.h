@@ -36,8 +36,8 @@ struct module {
 	Dwfl *dwfl; /* NULL: no usable ELF */
 	Dwfl_Module *mod;
 	struct symindex *index; /* @mod's symbols by address; NULL: ask libdwfl */
-	Dwarf_Addr bias;   /* Dwfl address - ELF virtual address */
-	uint64_t retry_ns; /* CLOCK_MONOTONIC time to try opening again when dwfl is NULL */
+	Dwarf_Addr bias;	/* Dwfl address - ELF virtual address */
+	uint64_t retry_ns;	/* CLOCK_MONOTONIC time to try opening again when dwfl is NULL */
 };
 
 /* What identifies a module: interned strings compare by address. Hashed as bytes. */

@@ -203,8 +203,8 @@ int symindex__build(Dwfl_Module *mod, struct symindex **ret)
 /* syms_at_or_below() - how many of the sized symbols of @p start at or below @addr. */
 static size_t syms_at_or_below(const struct pass *p, Dwarf_Addr addr)
 {
-	return addr_upper_bound(p->sized, p->n_sized, sizeof(*p->sized), offsetof(struct sym, start),
-				addr);
+	return addr_upper_bound(p->sized, p->n_sized, sizeof(*p->sized),
+				offsetof(struct sym, start), addr);
 }
 
 /* labels_at_or_below() - how many of the sizeless symbols of @p start at or below @addr. */
@@ -238,9 +238,10 @@ static enum symindex_answer pass_lookup(const struct pass *p, Dwarf_Addr addr,
 		if (!best || s->start == best->start) {
 			/* closest start: better binding, then smaller, then first */
 			if (!best || s->rank > best->rank ||
-			    (s->rank == best->rank && (s->end - s->start < best->end - best->start ||
-							(s->end - s->start == best->end - best->start &&
-							 s->order < best->order))))
+			    (s->rank == best->rank &&
+			     (s->end - s->start < best->end - best->start ||
+			      (s->end - s->start == best->end - best->start &&
+			       s->order < best->order))))
 				best = s;
 		} else {
 			farther_rank = MAX(farther_rank, s->rank);
@@ -254,7 +255,8 @@ static enum symindex_answer pass_lookup(const struct pass *p, Dwarf_Addr addr,
 	return SYMINDEX_FOUND;
 }
 
-/* pass_labels() - in @p, whether a sizeless symbol starts at @addr, and the highest start <= @addr. */
+/* pass_labels() - in @p, whether a sizeless symbol starts at @addr, and the highest start <= @addr.
+ */
 static bool pass_labels(const struct pass *p, Dwarf_Addr addr, bool *at_addr, uint64_t *highest)
 {
 	size_t i = labels_at_or_below(p, addr);
@@ -266,7 +268,8 @@ static bool pass_labels(const struct pass *p, Dwarf_Addr addr, bool *at_addr, ui
 	return true;
 }
 
-/* pass_max_end() - the highest end of the sized symbols of @p that start at or below @addr, or 0. */
+/* pass_max_end() - the highest end of the sized symbols of @p that start at or below @addr, or 0.
+ */
 static uint64_t pass_max_end(const struct pass *p, Dwarf_Addr addr)
 {
 	size_t i = syms_at_or_below(p, addr);

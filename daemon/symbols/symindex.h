@@ -13,8 +13,8 @@ struct symindex;
 
 /* What symindex__lookup() found. */
 enum symindex_answer {
-	SYMINDEX_FOUND,	  /* *ret_name is the name libdwfl gives */
-	SYMINDEX_NONE,	  /* libdwfl finds no symbol either */
+	SYMINDEX_FOUND,	    /* *ret_name is the name libdwfl gives */
+	SYMINDEX_NONE,	    /* libdwfl finds no symbol either */
 	SYMINDEX_ASK_LIBDW, /* a case the index does not decide: ask dwfl_module_addrinfo() */
 };
 
