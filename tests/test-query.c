@@ -183,6 +183,17 @@ static void check_fn(json_t *f, const char *name, const char *module, int self, 
 	CHECK_REAL(gr(f, "total_pct"), total_pct);
 }
 
+/* Checks the head every report of session 1 starts with: its totals and loss counters. */
+static void check_head_s1(json_t *o)
+{
+	CHECK_INT(gi(o, "session"), 1);
+	CHECK_INT(gi(o, "total_samples"), 60);
+	CHECK_INT(gi(o, "lost_samples"), 3);
+	CHECK_INT(gi(o, "truncated_stacks"), 1);
+	CHECK_INT(gi(o, "missing_user_stacks"), 2);
+	CHECK_INT(gi(o, "unsymbolized_frames"), 1);
+}
+
 static void test_top(sqlite3 *db)
 {
 	json_t *o = NULL, *f;
@@ -192,13 +203,8 @@ static void test_top(sqlite3 *db)
 	CHECK_INT(r, 0);
 	if (r < 0)
 		return;
-	CHECK_INT(gi(o, "session"), 1);
+	check_head_s1(o);
 	CHECK_STR(gs(o, "event"), "cpu-clock");
-	CHECK_INT(gi(o, "total_samples"), 60);
-	CHECK_INT(gi(o, "lost_samples"), 3);
-	CHECK_INT(gi(o, "truncated_stacks"), 1);
-	CHECK_INT(gi(o, "missing_user_stacks"), 2);
-	CHECK_INT(gi(o, "unsymbolized_frames"), 1);
 	CHECK_INT(json_array_size(get(o, "functions")), 7);
 
 	/* hot_loop: two addresses, one function; file/line of the address with most self. */
@@ -261,10 +267,7 @@ static void test_hotpaths(sqlite3 *db)
 	CHECK_INT(r, 0);
 	if (r < 0)
 		return;
-	CHECK_INT(gi(o, "session"), 1);
-	CHECK_INT(gi(o, "total_samples"), 60);
-	CHECK_INT(gi(o, "lost_samples"), 3);
-	CHECK_INT(gi(o, "unsymbolized_frames"), 1);
+	check_head_s1(o);
 	CHECK_INT(json_array_size(get(o, "paths")), 5);
 	/* S1 and S2 differ only in addresses inside the same functions: one path. */
 	check_path(at(o, "paths", 0), 30, 50.0, p0, ARRAY_SIZE(p0));
