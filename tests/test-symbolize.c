@@ -1567,6 +1567,23 @@ static int symbolize_child(struct symbolizer *s, const char *path, struct frame_
 	return n;
 }
 
+/* symbolizer_with() - symbolizer__new_with(); a test that cannot make one fails at setup. */
+static struct symbolizer *symbolizer_with(bool debuginfod, const char *debug_path)
+{
+	struct symbolizer *s = symbolizer__new_with(debuginfod, debug_path);
+
+	if (!s)
+		SETUP_FAIL("symbolizer__new_with");
+	return s;
+}
+
+/* check_unnamed() - @n frames in @fi are one frame without a name: module found, no debug info. */
+static void check_unnamed(int n, const struct frame_info *fi)
+{
+	CHECK_INT_EQ(n, 1);
+	CHECK(fi[0].function == NULL);
+}
+
 /* fd_crc_matches(), search_path_new(): known answers */
 static void test_debug_path_helpers(const char *dir)
 {
@@ -1637,25 +1654,20 @@ static void test_separate_debug(void)
 	copy_file(debug, path);
 
 	/* no root: nothing but the module */
-	s = symbolizer__new_with(false, NULL);
-	if (!s)
-		SETUP_FAIL("symbolizer__new_with");
+	s = symbolizer_with(false, NULL);
 	n = symbolize_child(s, stripped, fi, &o, &rel);
-	CHECK_INT_EQ(n, 1);
-	CHECK(fi[0].function == NULL && fi[0].file == NULL);
+	check_unnamed(n, fi);
+	CHECK(fi[0].file == NULL);
 	CHECK_STR_EQ(fi[0].module, real_stripped);
 	CHECK_STR_EQ(fi[0].build_id, build_id);
 	/* the file matches its build ID but knows no names: a frame, function NULL */
 	n = symbolizer__file(s, stripped, build_id, rel - 1, fi, 8);
-	CHECK_INT_EQ(n, 1);
-	CHECK(fi[0].function == NULL);
+	check_unnamed(n, fi);
 	symbolizer__free(s);
 
 	/* the root, among entries that are not used */
 	fmt_path(list, sizeof(list), "relative/dir::/nonexistent:%s", root);
-	s = symbolizer__new_with(false, list);
-	if (!s)
-		SETUP_FAIL("symbolizer__new_with");
+	s = symbolizer_with(false, list);
 	n = symbolize_child(s, stripped, fi, &o, &rel);
 	check_inline_frames(fi, n, &o, real_stripped, build_id, rel);
 	/* without a process: through the stripped file, and from the debug file alone */
@@ -1676,9 +1688,7 @@ static void test_separate_debug(void)
 	symbolizer__free(s);
 
 	/* .gnu_debuglink to the debug file next to the binary */
-	s = symbolizer__new_with(false, NULL);
-	if (!s)
-		SETUP_FAIL("symbolizer__new_with");
+	s = symbolizer_with(false, NULL);
 	n = symbolize_child(s, debuglink, fi, &o, &rel);
 	check_inline_frames(fi, n, &o, real_debuglink, build_id, rel);
 	n = symbolizer__file(s, debuglink, build_id, rel - 1, fi, 8);
@@ -1696,12 +1706,9 @@ static void test_separate_debug(void)
 	fmt_path(path, sizeof(path), "%s%s/fixture-inline.debug", link_root, bin_dir);
 	copy_file(debug, path);
 	n = symbolize_child(s, copy, fi, &o, &rel); /* @s has no root */
-	CHECK_INT_EQ(n, 1);
-	CHECK(fi[0].function == NULL);
+	check_unnamed(n, fi);
 	symbolizer__free(s);
-	s = symbolizer__new_with(false, link_root);
-	if (!s)
-		SETUP_FAIL("symbolizer__new_with");
+	s = symbolizer_with(false, link_root);
 	n = symbolize_child(s, copy, fi, &o, &rel);
 	check_inline_frames(fi, n, &o, real_copy, build_id, rel);
 	symbolizer__free(s);
@@ -1709,12 +1716,9 @@ static void test_separate_debug(void)
 	/* a debug file with another build ID at the debuglink's name is not taken */
 	fmt_path(path, sizeof(path), "%s%s/fixture-inline.debug", link_root, bin_dir);
 	copy_file(getenv("PROFD_FIXTURE_PIE") ?: debuglink, path);
-	s = symbolizer__new_with(false, link_root);
-	if (!s)
-		SETUP_FAIL("symbolizer__new_with");
+	s = symbolizer_with(false, link_root);
 	n = symbolize_child(s, copy, fi, &o, &rel);
-	CHECK_INT_EQ(n, 1);
-	CHECK(fi[0].function == NULL);
+	check_unnamed(n, fi);
 	symbolizer__free(s);
 
 	rm_rf(dir);
@@ -1765,15 +1769,11 @@ static void test_debuginfod_off(void)
 	CHECK(getenv("DEBUGINFOD_URLS") != NULL);
 	CHECK(!libdebuginfod_loaded());
 	elf_note_build_id(stripped, build_id, sizeof(build_id));
-	s = symbolizer__new_with(false, NULL);
-	if (!s)
-		SETUP_FAIL("symbolizer__new_with");
+	s = symbolizer_with(false, NULL);
 	n = symbolize_child(s, stripped, fi, &o, &rel);
-	CHECK_INT_EQ(n, 1);
-	CHECK(fi[0].function == NULL);
+	check_unnamed(n, fi);
 	n = symbolizer__file(s, stripped, build_id, rel - 1, fi, 8);
-	CHECK_INT_EQ(n, 1);
-	CHECK(fi[0].function == NULL);
+	check_unnamed(n, fi);
 	n = symbolizer__file(s, "/nonexistent/fixture-inline", build_id, rel - 1, fi, 8);
 	CHECK_INT_EQ(n, -ENOENT);
 	symbolizer__free(s);
@@ -1880,9 +1880,7 @@ static void test_debuginfod_on(void)
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/", ntohs(sa.sin_port));
 	setenv("DEBUGINFOD_URLS", url, 1);
 
-	s = symbolizer__new_with(true, NULL);
-	if (!s)
-		SETUP_FAIL("symbolizer__new_with");
+	s = symbolizer_with(true, NULL);
 	/* found by libdwfl's standard callback, which asks debuginfod last */
 	n = symbolize_child(s, stripped, fi, &o, &rel);
 	check_inline_frames(fi, n, &o, real_stripped, build_id, rel);
