@@ -592,8 +592,8 @@ static void test_pie(const char *env, bool pie)
 	addrspace__mappings(as, &n_after);
 	CHECK_INT_EQ(n_after, n);
 	symbolizer__free(s);
-	s = need_symbolizer(
-	    symbolizer__new()); /* no cached module: the file is opened by its plain path */
+	/* no cached module: the file is opened by its plain path */
+	s = need_symbolizer(symbolizer__new());
 	CHECK_INT_EQ(symbolizer__user(s, as, o.ra_alpha, true, &fi), 0);
 	CHECK_STR_EQ(fi.function, "fixture_alpha");
 	CHECK_INT_EQ(fi.line, o.ra_alpha_line);
