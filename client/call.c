@@ -189,6 +189,24 @@ void sleep_ns(uint64_t ns)
 }
 
 /*
+ * call_for_text() - call() @request (consumed), the reply in *@ret (caller
+ * unrefs) either way. With --json it prints the reply and returns 0: the
+ * command is done. Returns 1 when the caller is to print the reply as text,
+ * or call()'s or print_json()'s error (logged).
+ */
+int call_for_text(struct conn *c, const struct args *a, json_t *request, json_t **ret)
+{
+	int r;
+
+	r = call(c, request, ret);
+	if (r < 0)
+		return r;
+	if (a->json)
+		return print_json(*ret);
+	return 1;
+}
+
+/*
  * The reply to @request printed: as JSON with --json, else by @fn (with
  * @member of the reply, or all of it) or by @draw (with --ascii or the
  * locale's choice of characters). One of @fn and @draw is NULL.
@@ -200,11 +218,9 @@ static int call_and_print(struct conn *c, const struct args *a, json_t *request,
 	struct render out;
 	int r;
 
-	r = call(c, request, &reply);
-	if (r < 0)
+	r = call_for_text(c, a, request, &reply);
+	if (r <= 0)
 		return r;
-	if (a->json)
-		return print_json(reply);
 	if ((r = render_begin(&out)) < 0)
 		return r;
 	if (draw)

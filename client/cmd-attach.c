@@ -261,11 +261,9 @@ int run_detach(struct conn *c, const struct args *a)
 	struct render out;
 	int r;
 
-	r = call(c, request_session("detach", a->id), &reply);
-	if (r < 0)
+	r = call_for_text(c, a, request_session("detach", a->id), &reply);
+	if (r <= 0)
 		return r;
-	if (a->json)
-		return print_json(reply);
 
 	s = session_of(reply);
 	reason = json_string_value(json_object_get(s, "end_reason"));

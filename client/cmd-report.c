@@ -40,24 +40,19 @@ int run_threads(struct conn *c, const struct args *a)
 {
 	_cleanup_(json_decrefp) json_t *reply = NULL;
 	_cleanup_(json_decrefp) json_t *session = NULL;
+	json_t *request = request_session("threads", a->id);
 	struct render out;
 	int r;
 
-	{
-		json_t *request = request_session("threads", a->id);
-
-		if (a->group_by)
-			request = request_set(request, "group_by", json_string("name"));
-		if (a->window_s > 0)
-			request = request_set(request, "window_s", json_real(a->window_s));
-		if (a->all)
-			request = request_set(request, "all", json_true());
-		r = call(c, request, &reply);
-	}
-	if (r < 0)
+	if (a->group_by)
+		request = request_set(request, "group_by", json_string("name"));
+	if (a->window_s > 0)
+		request = request_set(request, "window_s", json_real(a->window_s));
+	if (a->all)
+		request = request_set(request, "all", json_true());
+	r = call_for_text(c, a, request, &reply);
+	if (r <= 0)
 		return r;
-	if (a->json)
-		return print_json(reply);
 
 	/* "threads" has no sample counters; the session has, and every report shows them. */
 	r = call(c, request_session("session", a->id), &session);
@@ -92,11 +87,9 @@ int run_resymbolize(struct conn *c, const struct args *a)
 
 	if (a->debuginfod)
 		request = request_set(request, "debuginfod", json_true());
-	r = call(c, request, &reply);
-	if (r < 0)
+	r = call_for_text(c, a, request, &reply);
+	if (r <= 0)
 		return r;
-	if (a->json)
-		return print_json(reply);
 	checked = json_integer_value(json_object_get(reply, "frames_checked"));
 	named = json_integer_value(json_object_get(reply, "frames_named"));
 	left = json_integer_value(json_object_get(reply, "unsymbolized_frames"));

@@ -45,11 +45,9 @@ int run_ping(struct conn *c, const struct args *a)
 	json_t *protocol;
 	int r;
 
-	r = call(c, request_new("ping"), &reply);
-	if (r < 0)
+	r = call_for_text(c, a, request_new("ping"), &reply);
+	if (r <= 0)
 		return r;
-	if (a->json)
-		return print_json(reply);
 	version = json_string_value(json_object_get(reply, "version"));
 	protocol = json_object_get(reply, "protocol");
 	if (!version || !json_is_integer(protocol)) {

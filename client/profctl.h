@@ -128,6 +128,7 @@ bool events_next(const char *list, size_t *pos, const char **ret, size_t *ret_le
 int call_error(int r, const char *detail);
 int call_quiet(struct conn *c, json_t *request, json_t **ret, char **ret_detail);
 int call(struct conn *c, json_t *request, json_t **ret);
+int call_for_text(struct conn *c, const struct args *a, json_t *request, json_t **ret);
 json_t *request_new(const char *cmd);
 json_t *request_session(const char *cmd, long long session);
 int print_json(const json_t *reply);

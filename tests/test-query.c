@@ -183,22 +183,34 @@ static void check_fn(json_t *f, const char *name, const char *module, int self, 
 	CHECK_REAL(gr(f, "total_pct"), total_pct);
 }
 
+/*
+ * check_head_s1() - checks a report call on session 1 that returned @r and
+ * *@o: @r is 0 and *@o starts with the head every such report has, its
+ * totals and loss counters. False if the call failed: nothing more to check.
+ * @o is a pointer because the call that fills it is the other argument,
+ * and C leaves the order in which arguments are evaluated open.
+ */
+static bool check_head_s1(int r, json_t **o)
+{
+	CHECK_INT(r, 0);
+	if (r < 0)
+		return false;
+	CHECK_INT(gi(*o, "session"), 1);
+	CHECK_INT(gi(*o, "total_samples"), 60);
+	CHECK_INT(gi(*o, "lost_samples"), 3);
+	CHECK_INT(gi(*o, "truncated_stacks"), 1);
+	CHECK_INT(gi(*o, "missing_user_stacks"), 2);
+	CHECK_INT(gi(*o, "unsymbolized_frames"), 1);
+	return true;
+}
+
 static void test_top(sqlite3 *db)
 {
 	json_t *o = NULL, *f;
-	int r;
 
-	r = query__top(db, 1, 20, NULL, NULL, 0, &o);
-	CHECK_INT(r, 0);
-	if (r < 0)
+	if (!check_head_s1(query__top(db, 1, 20, NULL, NULL, 0, &o), &o))
 		return;
-	CHECK_INT(gi(o, "session"), 1);
 	CHECK_STR(gs(o, "event"), "cpu-clock");
-	CHECK_INT(gi(o, "total_samples"), 60);
-	CHECK_INT(gi(o, "lost_samples"), 3);
-	CHECK_INT(gi(o, "truncated_stacks"), 1);
-	CHECK_INT(gi(o, "missing_user_stacks"), 2);
-	CHECK_INT(gi(o, "unsymbolized_frames"), 1);
 	CHECK_INT(json_array_size(get(o, "functions")), 7);
 
 	/* hot_loop: two addresses, one function; file/line of the address with most self. */
@@ -255,16 +267,9 @@ static void test_hotpaths(sqlite3 *db)
 	static const char *const p3[] = {"fib", "fib", "work", "main"};
 	static const char *const p4[] = {"libc.so.6+0x2a2f", "helper", "work", "main"};
 	json_t *o = NULL, *f;
-	int r;
 
-	r = query__hotpaths(db, 1, 10, NULL, NULL, 0, &o);
-	CHECK_INT(r, 0);
-	if (r < 0)
+	if (!check_head_s1(query__hotpaths(db, 1, 10, NULL, NULL, 0, &o), &o))
 		return;
-	CHECK_INT(gi(o, "session"), 1);
-	CHECK_INT(gi(o, "total_samples"), 60);
-	CHECK_INT(gi(o, "lost_samples"), 3);
-	CHECK_INT(gi(o, "unsymbolized_frames"), 1);
 	CHECK_INT(json_array_size(get(o, "paths")), 5);
 	/* S1 and S2 differ only in addresses inside the same functions: one path. */
 	check_path(at(o, "paths", 0), 30, 50.0, p0, ARRAY_SIZE(p0));

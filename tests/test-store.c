@@ -28,15 +28,18 @@ static long long query_int(struct store *st, const char *sql)
 }
 
 /*
- * make_old_db() - a new database at @path as a profd at schema @version left
- * it: migrations 0 to @version - 1 applied, user_version @version, then
- * @sql (its rows) run.
+ * open_old_db() - a new database at @dir/@name as a profd at schema
+ * @version left it: migrations 0 to @version - 1 applied, user_version
+ * @version, then @sql (its rows) run. Then opened by the store in *@ret,
+ * which must migrate it to the latest schema.
  */
-static void make_old_db(const char *path, int version, const char *sql)
+static void open_old_db(const char *dir, const char *name, int version, const char *sql,
+			struct store **ret)
 {
-	char pragma[64];
+	char path[160], pragma[64];
 	sqlite3 *db;
 
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	CHECK_INT_EQ(sqlite3_open(path, &db), SQLITE_OK);
 	for (int v = 0; v < version; v++)
 		CHECK_INT_EQ(sqlite3_exec(db, store_migrations[v], NULL, NULL, NULL), SQLITE_OK);
@@ -44,6 +47,8 @@ static void make_old_db(const char *path, int version, const char *sql)
 	CHECK_INT_EQ(sqlite3_exec(db, pragma, NULL, NULL, NULL), SQLITE_OK);
 	CHECK_INT_EQ(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
 	sqlite3_close(db);
+	CHECK_INT_EQ(store__open(path, ret), 0);
+	CHECK_INT_EQ(store__schema_version(*ret), store__latest_version());
 }
 
 /* A session row started at @started_ns, ended at @ended_ns (0: still running). */
@@ -279,32 +284,25 @@ static void test_rollups(const char *dir)
 	store__close(st);
 
 	/* Schema 12 with samples: the migration builds the rollups from them. */
-	{
-		char old[160];
-
-		snprintf(old, sizeof(old), "%s/v12.db", dir);
-		make_old_db(old, 12,
-			    "INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
-			    "events, freq_hz, started_at_ns, state) VALUES "
-			    "(9, 1, 'old', 0, 'cpu-clock', 'cpu', 99, 5, 'ended');"
-			    "INSERT INTO stacks (frame_ids, depth) VALUES (x'01', 1), (x'02', 1);"
-			    "INSERT INTO samples VALUES (1, 1000, 7, 1, 3), (1, 2000, 7, 1, 4),"
-			    " (1, 2000, 8, 2, 5), (1, 3000, 7, 2, 6);"
-			    "INSERT INTO event_samples VALUES (1, 1000, 7, 1, 2);");
-		CHECK_INT_EQ(store__open(old, &st), 0);
-		CHECK_INT_EQ(store__schema_version(st), store__latest_version());
-		CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
-		CHECK_INT_EQ(rollup_mismatches(st, 1), 0);
-		CHECK_INT_EQ(query_int(st, "SELECT count FROM sample_totals WHERE tid = 7 AND "
-					   "stack_id = 1"),
-			     7);
-		CHECK_INT_EQ(query_int(st, "SELECT window_ns FROM sample_totals WHERE tid = 7 AND "
-					   "stack_id = 1"),
-			     1000);
-		/* The documented views read the rollups. */
-		CHECK_INT_EQ(query_int(st, "SELECT sum(samples) FROM thread_imbalance"), 18);
-		store__close(st);
-	}
+	open_old_db(dir, "v12.db", 12,
+		    "INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
+		    "events, freq_hz, started_at_ns, state) VALUES "
+		    "(9, 1, 'old', 0, 'cpu-clock', 'cpu', 99, 5, 'ended');"
+		    "INSERT INTO stacks (frame_ids, depth) VALUES (x'01', 1), (x'02', 1);"
+		    "INSERT INTO samples VALUES (1, 1000, 7, 1, 3), (1, 2000, 7, 1, 4),"
+		    " (1, 2000, 8, 2, 5), (1, 3000, 7, 2, 6);"
+		    "INSERT INTO event_samples VALUES (1, 1000, 7, 1, 2);",
+		    &st);
+	CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
+	CHECK_INT_EQ(rollup_mismatches(st, 1), 0);
+	CHECK_INT_EQ(
+	    query_int(st, "SELECT count FROM sample_totals WHERE tid = 7 AND stack_id = 1"), 7);
+	CHECK_INT_EQ(
+	    query_int(st, "SELECT window_ns FROM sample_totals WHERE tid = 7 AND stack_id = 1"),
+	    1000);
+	/* The documented views read the rollups. */
+	CHECK_INT_EQ(query_int(st, "SELECT sum(samples) FROM thread_imbalance"), 18);
+	store__close(st);
 }
 
 int main(void)
@@ -391,24 +389,18 @@ int main(void)
 
 	/* A database at schema 1 with data, as the first release left it: migrated
 	 * in place, data kept, new columns at their defaults. */
-	{
-		char old[160];
-
-		store__close(st);
-		snprintf(old, sizeof(old), "%s/v1.db", dir);
-		make_old_db(old, 1,
-			    "INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
-			    "events, freq_hz, started_at_ns, state, samples) VALUES "
-			    "(9, 1, 'old', 0, 'cpu-clock', 'cpu', 99, 5, 'ended', 42);"
-			    "INSERT INTO stacks (frame_ids, depth) VALUES (x'01', 1);");
-		CHECK_INT_EQ(store__open(old, &st), 0);
-		CHECK_INT_EQ(store__schema_version(st), store__latest_version());
-		CHECK_INT_EQ(query_int(st, "SELECT samples FROM sessions WHERE comm = 'old'"), 42);
-		CHECK_INT_EQ(query_int(st, "SELECT stack_bytes + unwind_dropped FROM sessions"), 0);
-		CHECK_INT_EQ(query_int(st, "SELECT reached_root FROM stacks"), 0);
-		store__close(st);
-		CHECK_INT_EQ(store__open(path, &st), 0);
-	}
+	store__close(st);
+	open_old_db(dir, "v1.db", 1,
+		    "INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
+		    "events, freq_hz, started_at_ns, state, samples) VALUES "
+		    "(9, 1, 'old', 0, 'cpu-clock', 'cpu', 99, 5, 'ended', 42);"
+		    "INSERT INTO stacks (frame_ids, depth) VALUES (x'01', 1);",
+		    &st);
+	CHECK_INT_EQ(query_int(st, "SELECT samples FROM sessions WHERE comm = 'old'"), 42);
+	CHECK_INT_EQ(query_int(st, "SELECT stack_bytes + unwind_dropped FROM sessions"), 0);
+	CHECK_INT_EQ(query_int(st, "SELECT reached_root FROM stacks"), 0);
+	store__close(st);
+	CHECK_INT_EQ(store__open(path, &st), 0);
 
 	/* A database from a newer profd is refused, not downgraded. */
 	CHECK_INT_EQ(sqlite3_exec(store__db(st), "PRAGMA user_version = 999", NULL, NULL, NULL),

@@ -70,6 +70,24 @@ static void skip(const char *part, const char *reason)
 	skipped++;
 }
 
+/*
+ * need_symbolizer() - @s, what symbolizer__new() or symbolizer__new_with()
+ * made: a test that could not make one (NULL, out of memory) fails at setup.
+ */
+static struct symbolizer *need_symbolizer(struct symbolizer *s)
+{
+	if (!s)
+		SETUP_FAIL("symbolizer__new: out of memory");
+	return s;
+}
+
+/* check_unnamed() - @n frames in @fi are one frame without a name: module found, no debug info. */
+static void check_unnamed(int n, const struct frame_info *fi)
+{
+	CHECK_INT_EQ(n, 1);
+	CHECK(fi[0].function == NULL);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Independent readers of the fixtures, with plain libelf. */
 
@@ -378,11 +396,9 @@ static void test_maps_parser(void)
 	}
 
 	/* symbolizing without a readable file: module and rel_addr, no function */
-	struct symbolizer *s = symbolizer__new();
+	struct symbolizer *s = need_symbolizer(symbolizer__new());
 	struct frame_info fi;
 
-	if (!s)
-		SETUP_FAIL("symbolizer__new");
 	CHECK_INT_EQ(symbolizer__user(s, as, 0x401234, false, &fi), 0);
 	CHECK_STR_EQ(fi.module, "/nonexistent/prog");
 	CHECK_STR_EQ(fi.build_id, "");
@@ -511,9 +527,7 @@ static void test_pie(const char *env, bool pie)
 		CHECK_HEX_EQ(o.alpha - m->load_bias, alpha_vaddr);
 	}
 
-	s = symbolizer__new();
-	if (!s)
-		SETUP_FAIL("symbolizer__new");
+	s = need_symbolizer(symbolizer__new());
 
 	/* a function's entry */
 	CHECK_INT_EQ(symbolizer__user(s, as, o.alpha, false, &fi), 0);
@@ -578,9 +592,8 @@ static void test_pie(const char *env, bool pie)
 	addrspace__mappings(as, &n_after);
 	CHECK_INT_EQ(n_after, n);
 	symbolizer__free(s);
-	s = symbolizer__new(); /* no cached module: the file is opened by its plain path */
-	if (!s)
-		SETUP_FAIL("symbolizer__new");
+	/* no cached module: the file is opened by its plain path */
+	s = need_symbolizer(symbolizer__new());
 	CHECK_INT_EQ(symbolizer__user(s, as, o.ra_alpha, true, &fi), 0);
 	CHECK_STR_EQ(fi.function, "fixture_alpha");
 	CHECK_INT_EQ(fi.line, o.ra_alpha_line);
@@ -617,9 +630,7 @@ static void test_stripped(void)
 	child_spawn(&c, path, NULL);
 	pie_read(&c, &o);
 	CHECK_INT_EQ(addrspace__new(c.pid, &as), 0);
-	s = symbolizer__new();
-	if (!s)
-		SETUP_FAIL("symbolizer__new");
+	s = need_symbolizer(symbolizer__new());
 	if (as) {
 		CHECK_INT_EQ(symbolizer__user(s, as, o.alpha, false, &fi), 0);
 		CHECK(fi.function == NULL);
@@ -689,9 +700,7 @@ static void test_lib(void)
 		CHECK(m->load_bias != 0);
 	}
 
-	s = symbolizer__new();
-	if (!s)
-		SETUP_FAIL("symbolizer__new");
+	s = need_symbolizer(symbolizer__new());
 	CHECK_INT_EQ(symbolizer__user(s, as, twirl, false, &fi), 0);
 	CHECK_STR_EQ(fi.function, "fixture_ns::twirl(double)");
 	CHECK_STR_SUFFIX(fi.module, "/fixture-lib.so");
@@ -894,9 +903,7 @@ static void test_vdso(void)
 	CHECK_STR_EQ(m->build_id, v.build_id);
 	cgt = m->load_bias + v.cgt_vaddr;
 
-	s = symbolizer__new();
-	if (!s)
-		SETUP_FAIL("symbolizer__new");
+	s = need_symbolizer(symbolizer__new());
 	/* the entry: both clock_gettime and __vdso_clock_gettime are there, perf's name wins */
 	CHECK_INT_EQ(symbolizer__user(s, as, cgt, false, &fi), 0);
 	CHECK_STR_EQ(fi.function, "__vdso_clock_gettime");
@@ -919,9 +926,7 @@ static void test_vdso(void)
 
 	/* the process exits: its [vdso] still symbolizes, from our copy, in a new symbolizer */
 	child_stop(&c);
-	s2 = symbolizer__new();
-	if (!s2)
-		SETUP_FAIL("symbolizer__new");
+	s2 = need_symbolizer(symbolizer__new());
 	CHECK_INT_EQ(symbolizer__user(s2, as, cgt, false, &fi), 0);
 	CHECK_STR_EQ(fi.function, "__vdso_clock_gettime");
 	symbolizer__free(s2);
@@ -1061,9 +1066,7 @@ static void test_corrupt_mapped(const char *dir, const void *pie, size_t pie_len
 	}
 
 	CHECK_INT_EQ(addrspace__new(getpid(), &as), 0);
-	s = symbolizer__new();
-	if (!s)
-		SETUP_FAIL("symbolizer__new");
+	s = need_symbolizer(symbolizer__new());
 	for (int i = 0; as && i < 3; i++) {
 		const struct mapping *m = addrspace__find(as, (uintptr_t)addr[i] + 16);
 		_cleanup_free_ char *real = real_path(path[i]);
@@ -1189,17 +1192,13 @@ static void test_replaced(const char *dir, const void *pie, size_t pie_len, uint
 	snprintf(maps, sizeof(maps), "1000-100000 r-xp 00001000 00:00 1 %s\n", path);
 	CHECK_INT_EQ(as_read_text(as, maps), 1);
 
-	s = symbolizer__new();
-	if (!s)
-		SETUP_FAIL("symbolizer__new");
+	s = need_symbolizer(symbolizer__new());
 	CHECK_INT_EQ(symbolizer__user(s, as, alpha_vaddr, false, &fi), 0);
 	CHECK_STR_EQ(fi.function, "fixture_alpha");
 	symbolizer__free(s);
 
 	write_file(path, other, pie_len);
-	s = symbolizer__new();
-	if (!s)
-		SETUP_FAIL("symbolizer__new");
+	s = need_symbolizer(symbolizer__new());
 	CHECK_INT_EQ(symbolizer__user(s, as, alpha_vaddr, false, &fi), 0);
 	CHECK(fi.function == NULL);
 	CHECK(fi.file == NULL);
@@ -1248,9 +1247,7 @@ static void test_deleted(const char *dir, const void *pie, size_t pie_len)
 	}
 	close(fd);
 	CHECK(is_lower_hex(m->build_id));
-	s = symbolizer__new();
-	if (!s)
-		SETUP_FAIL("symbolizer__new");
+	s = need_symbolizer(symbolizer__new());
 	CHECK_INT_EQ(symbolizer__user(s, as, o.ra_alpha, true, &fi), 0);
 	CHECK_STR_EQ(fi.function, "fixture_alpha");
 	CHECK_INT_EQ(fi.line, o.ra_alpha_line);
@@ -1637,25 +1634,20 @@ static void test_separate_debug(void)
 	copy_file(debug, path);
 
 	/* no root: nothing but the module */
-	s = symbolizer__new_with(false, NULL);
-	if (!s)
-		SETUP_FAIL("symbolizer__new_with");
+	s = need_symbolizer(symbolizer__new_with(false, NULL));
 	n = symbolize_child(s, stripped, fi, &o, &rel);
-	CHECK_INT_EQ(n, 1);
-	CHECK(fi[0].function == NULL && fi[0].file == NULL);
+	check_unnamed(n, fi);
+	CHECK(fi[0].file == NULL);
 	CHECK_STR_EQ(fi[0].module, real_stripped);
 	CHECK_STR_EQ(fi[0].build_id, build_id);
 	/* the file matches its build ID but knows no names: a frame, function NULL */
 	n = symbolizer__file(s, stripped, build_id, rel - 1, fi, 8);
-	CHECK_INT_EQ(n, 1);
-	CHECK(fi[0].function == NULL);
+	check_unnamed(n, fi);
 	symbolizer__free(s);
 
 	/* the root, among entries that are not used */
 	fmt_path(list, sizeof(list), "relative/dir::/nonexistent:%s", root);
-	s = symbolizer__new_with(false, list);
-	if (!s)
-		SETUP_FAIL("symbolizer__new_with");
+	s = need_symbolizer(symbolizer__new_with(false, list));
 	n = symbolize_child(s, stripped, fi, &o, &rel);
 	check_inline_frames(fi, n, &o, real_stripped, build_id, rel);
 	/* without a process: through the stripped file, and from the debug file alone */
@@ -1667,18 +1659,14 @@ static void test_separate_debug(void)
 
 	/* PROFD_DEBUG_PATH is symbolizer__new()'s root */
 	setenv("PROFD_DEBUG_PATH", root, 1);
-	s = symbolizer__new();
+	s = need_symbolizer(symbolizer__new());
 	unsetenv("PROFD_DEBUG_PATH");
-	if (!s)
-		SETUP_FAIL("symbolizer__new");
 	n = symbolize_child(s, stripped, fi, &o, &rel);
 	check_inline_frames(fi, n, &o, real_stripped, build_id, rel);
 	symbolizer__free(s);
 
 	/* .gnu_debuglink to the debug file next to the binary */
-	s = symbolizer__new_with(false, NULL);
-	if (!s)
-		SETUP_FAIL("symbolizer__new_with");
+	s = need_symbolizer(symbolizer__new_with(false, NULL));
 	n = symbolize_child(s, debuglink, fi, &o, &rel);
 	check_inline_frames(fi, n, &o, real_debuglink, build_id, rel);
 	n = symbolizer__file(s, debuglink, build_id, rel - 1, fi, 8);
@@ -1696,12 +1684,9 @@ static void test_separate_debug(void)
 	fmt_path(path, sizeof(path), "%s%s/fixture-inline.debug", link_root, bin_dir);
 	copy_file(debug, path);
 	n = symbolize_child(s, copy, fi, &o, &rel); /* @s has no root */
-	CHECK_INT_EQ(n, 1);
-	CHECK(fi[0].function == NULL);
+	check_unnamed(n, fi);
 	symbolizer__free(s);
-	s = symbolizer__new_with(false, link_root);
-	if (!s)
-		SETUP_FAIL("symbolizer__new_with");
+	s = need_symbolizer(symbolizer__new_with(false, link_root));
 	n = symbolize_child(s, copy, fi, &o, &rel);
 	check_inline_frames(fi, n, &o, real_copy, build_id, rel);
 	symbolizer__free(s);
@@ -1709,12 +1694,9 @@ static void test_separate_debug(void)
 	/* a debug file with another build ID at the debuglink's name is not taken */
 	fmt_path(path, sizeof(path), "%s%s/fixture-inline.debug", link_root, bin_dir);
 	copy_file(getenv("PROFD_FIXTURE_PIE") ?: debuglink, path);
-	s = symbolizer__new_with(false, link_root);
-	if (!s)
-		SETUP_FAIL("symbolizer__new_with");
+	s = need_symbolizer(symbolizer__new_with(false, link_root));
 	n = symbolize_child(s, copy, fi, &o, &rel);
-	CHECK_INT_EQ(n, 1);
-	CHECK(fi[0].function == NULL);
+	check_unnamed(n, fi);
 	symbolizer__free(s);
 
 	rm_rf(dir);
@@ -1765,15 +1747,11 @@ static void test_debuginfod_off(void)
 	CHECK(getenv("DEBUGINFOD_URLS") != NULL);
 	CHECK(!libdebuginfod_loaded());
 	elf_note_build_id(stripped, build_id, sizeof(build_id));
-	s = symbolizer__new_with(false, NULL);
-	if (!s)
-		SETUP_FAIL("symbolizer__new_with");
+	s = need_symbolizer(symbolizer__new_with(false, NULL));
 	n = symbolize_child(s, stripped, fi, &o, &rel);
-	CHECK_INT_EQ(n, 1);
-	CHECK(fi[0].function == NULL);
+	check_unnamed(n, fi);
 	n = symbolizer__file(s, stripped, build_id, rel - 1, fi, 8);
-	CHECK_INT_EQ(n, 1);
-	CHECK(fi[0].function == NULL);
+	check_unnamed(n, fi);
 	n = symbolizer__file(s, "/nonexistent/fixture-inline", build_id, rel - 1, fi, 8);
 	CHECK_INT_EQ(n, -ENOENT);
 	symbolizer__free(s);
@@ -1880,9 +1858,7 @@ static void test_debuginfod_on(void)
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/", ntohs(sa.sin_port));
 	setenv("DEBUGINFOD_URLS", url, 1);
 
-	s = symbolizer__new_with(true, NULL);
-	if (!s)
-		SETUP_FAIL("symbolizer__new_with");
+	s = need_symbolizer(symbolizer__new_with(true, NULL));
 	/* found by libdwfl's standard callback, which asks debuginfod last */
 	n = symbolize_child(s, stripped, fi, &o, &rel);
 	check_inline_frames(fi, n, &o, real_stripped, build_id, rel);
@@ -1922,12 +1898,10 @@ static void test_kallsyms_text(void)
 	static const char hidden[] = "0000000000000000 T _stext\n"
 				     "0000000000000000 t func_a\n";
 	char path[] = "/tmp/test-symbolize-kallsyms.XXXXXX";
-	struct symbolizer *s = symbolizer__new();
+	struct symbolizer *s = need_symbolizer(symbolizer__new());
 	struct frame_info fi;
 	int fd;
 
-	if (!s)
-		SETUP_FAIL("symbolizer__new");
 	fd = mkstemp(path);
 	if (fd < 0)
 		SETUP_FAIL("mkstemp: %m");
@@ -2050,9 +2024,7 @@ static void test_kallsyms_real(void)
 	if (!kpick)
 		SETUP_FAIL("no kernel function alone at its address in /proc/kallsyms");
 
-	s = symbolizer__new();
-	if (!s)
-		SETUP_FAIL("symbolizer__new");
+	s = need_symbolizer(symbolizer__new());
 	CHECK_INT_EQ(symbolizer__kernel(s, kpick->addr, false, &fi), 0);
 	CHECK_STR_EQ(fi.function, kpick->name);
 	CHECK_STR_EQ(fi.module, "[kernel.kallsyms]");

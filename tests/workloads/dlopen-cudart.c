@@ -7,26 +7,23 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
+#include "handshake.h"
+
 int main(int argc, char **argv)
 {
 	int (*alloc)(void **, size_t);
-	char line[64];
 	void *lib, *p;
 
 	if (argc != 2)
 		return 2;
-	printf("ready\n");
-	fflush(stdout);
-	if (!fgets(line, sizeof(line), stdin))
+	if (!say_and_wait("ready"))
 		return 1;
 	lib = dlopen(argv[1], RTLD_NOW);
 	if (!lib || !(alloc = (int (*)(void **, size_t))dlsym(lib, "cudaMalloc"))) {
 		printf("dlopen: %s\n", dlerror());
 		return 1;
 	}
-	printf("loaded\n");
-	fflush(stdout);
-	if (!fgets(line, sizeof(line), stdin))
+	if (!say_and_wait("loaded"))
 		return 1;
 	for (int i = 0; i < 3; i++)
 		alloc(&p, 2 << 20);

@@ -30,6 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "handshake.h"
+
 #define WORK_UNITS 7
 
 __attribute__((noinline, used)) int cudaMalloc(void **p, size_t size)
@@ -57,13 +59,9 @@ static int block_in_sync;
 
 __attribute__((noinline, used)) int cudaDeviceSynchronize(void)
 {
-	char line[64];
-
 	if (block_in_sync) {
 		block_in_sync = 0;
-		printf("syncing\n");
-		fflush(stdout);
-		if (!fgets(line, sizeof(line), stdin))
+		if (!say_and_wait("syncing"))
 			return 1;
 	}
 	__asm__ volatile("" ::: "memory");
@@ -103,9 +101,7 @@ int main(int argc, char **argv)
 		volatile unsigned long spin = 0;
 		pid_t child;
 
-		printf("ready\n");
-		fflush(stdout);
-		if (!fgets(line, sizeof(line), stdin))
+		if (!say_and_wait("ready"))
 			return 1;
 		child = fork();
 		if (child < 0)
@@ -132,9 +128,7 @@ int main(int argc, char **argv)
 		long n = atol(argv[2]);
 		struct timespec t0, t1;
 
-		printf("ready\n");
-		fflush(stdout);
-		if (!fgets(line, sizeof(line), stdin))
+		if (!say_and_wait("ready"))
 			return 1;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		for (long i = 0; i < n; i++)
@@ -144,9 +138,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
-	printf("ready\n");
-	fflush(stdout);
-	if (!fgets(line, sizeof(line), stdin))
+	if (!say_and_wait("ready"))
 		return 1;
 	if (block_in_sync)
 		cudaDeviceSynchronize();
