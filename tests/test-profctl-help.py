@@ -4,9 +4,9 @@ made from profctl(1) at build time (client/man2help.py), and this test
 checks the other direction: every command that profctl's parser knows
 (client/profctl.c's command table, whose .options name the long
 options client/cmdline.c parses) has its entry in the man page's
-COMMANDS, every entry there is a command, and every long option a
-command accepts is described in its entry (or in OPTIONS, for the common
-ones).
+COMMANDS and its line in SYNOPSIS, every entry and line there is a
+command, and every long option a command accepts is described in its
+entry (or in OPTIONS, for the common ones).
 
     test-profctl-help.py client/profctl.c docs/man/profctl.1 PROFCTL"""
 import re
@@ -51,7 +51,7 @@ def man_sections(text):
                 commands[cur] = ''
         if cur:
             commands[cur] += line + '\n'
-    return commands, by_name.get('OPTIONS', '')
+    return commands, by_name.get('OPTIONS', ''), by_name['SYNOPSIS']
 
 
 def main():
@@ -59,11 +59,13 @@ def main():
     man = open(sys.argv[2]).read()
     profctl = sys.argv[3]
     c_cmds = c_tables(src)
-    m_cmds, m_common = man_sections(man)
+    m_cmds, m_common, m_synopsis = man_sections(man)
+    synopsis = re.findall(r'^\.B profctl ([a-z-]+)$', m_synopsis, re.M)
     check(len(c_cmds) >= 15, 'the command table was read (%d commands)' % len(c_cmds))
     for name in c_cmds:
         check(name in m_cmds, 'command %s has no entry in profctl(1) COMMANDS' % name)
-    for name in m_cmds:
+        check(name in synopsis, 'command %s has no line in profctl(1) SYNOPSIS' % name)
+    for name in list(m_cmds) + synopsis:
         check(name in c_cmds, 'profctl(1) documents a command profctl does not have: %s' % name)
     common = ['socket', 'json', 'help']  # options__build() adds them to every command
     for name, opts in c_cmds.items():
