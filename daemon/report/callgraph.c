@@ -94,15 +94,9 @@ static int qframe_load(sqlite3_stmt *st, struct qframe *f, uint8_t *ret_role)
 	const char *base;
 	int r;
 
-	sqlite3_reset(st);
-	r = report__bind_int64(st, 1, f->id);
+	r = report__lookup(st, f->id); /* -EIO: a stack names a frame that does not exist */
 	if (r < 0)
 		return r;
-	r = report__step(st);
-	if (r < 0)
-		return r;
-	if (r == 0)
-		return -EIO; /* stack_frames/frame_ids name a frame that does not exist */
 	f->kernel = sqlite3_column_bytes(st, 0) == 6 &&
 		    memcmp(sqlite3_column_text(st, 0), "kernel", 6) == 0;
 	f->rel_addr = sqlite3_column_int64(st, 2);
