@@ -480,6 +480,20 @@ int report__prepare_id(sqlite3 *db, const char *sql, int64_t id, sqlite3_stmt **
 }
 
 /*
+ * report__prepare_id_arg() - *@ret prepared from @sql with @id bound to ?1
+ * and @arg to ?2. Returns 0 or -EIO.
+ */
+int report__prepare_id_arg(sqlite3 *db, const char *sql, int64_t id, int64_t arg,
+			   sqlite3_stmt **ret)
+{
+	int r = report__prepare_id(db, sql, id, ret);
+
+	if (r >= 0)
+		sqlite3_bind_int64(*ret, 2, arg);
+	return r;
+}
+
+/*
  * report__stack_frames() - the frames of @stack_id, leaf first, as JSON
  * objects {function, module, file, line, kind, inlined}; @fr is a statement
  * prepared from REPORT_STACK_FRAMES_SQL (reset and rebound here). The

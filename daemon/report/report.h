@@ -98,6 +98,8 @@ int report__prepare_range(sqlite3 *db, const char *sql, int64_t session_id,
 int window_bounds__json(const struct window_bounds *wb, json_t *o);
 const char *report__unsymbolized_name(char *buf, size_t size, const char *module, int64_t rel_addr);
 int report__prepare_id(sqlite3 *db, const char *sql, int64_t id, sqlite3_stmt **ret);
+int report__prepare_id_arg(sqlite3 *db, const char *sql, int64_t id, int64_t arg,
+			   sqlite3_stmt **ret);
 int report__samples_table(sqlite3 *db, int64_t session_id, const char *event, const char **ret);
 const char *report__rows(const char *table, const struct window_bounds *wb);
 int report__head(sqlite3 *db, int64_t session_id, const char *table, const struct window_bounds *wb,
