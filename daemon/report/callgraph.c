@@ -94,15 +94,9 @@ static int qframe_load(sqlite3_stmt *st, struct qframe *f, uint8_t *ret_role)
 	const char *base;
 	int r;
 
-	sqlite3_reset(st);
-	r = report__bind_int64(st, 1, f->id);
+	r = report__lookup(st, f->id); /* -EIO: a stack names a frame that does not exist */
 	if (r < 0)
 		return r;
-	r = report__step(st);
-	if (r < 0)
-		return r;
-	if (r == 0)
-		return -EIO; /* stack_frames/frame_ids name a frame that does not exist */
 	f->kernel = sqlite3_column_bytes(st, 0) == 6 &&
 		    memcmp(sqlite3_column_text(st, 0), "kernel", 6) == 0;
 	f->rel_addr = sqlite3_column_int64(st, 2);
@@ -342,26 +336,37 @@ json_t *qframe_json(const struct qframe *f, bool with_kind)
 }
 
 /*
- * callgraph__load() - what top and hotpaths both start with: the report head
- * of @event's samples (report__head()), its "python_frames" view (@flags:
- * QUERY_PYTHON_ALL or 0), with an empty array @list in it
- * (*@ret_arr, owned by *@ret_o), and the session's stacks loaded into @p.
- * The caller ends the read snapshot begun here with
- * report__snapshot_endp(@ret_snap), also on failure.
- * Returns 0, or the -errno of report__samples_table(), report__head() or
- * profile__load(); *@ret_o is then set only if the head was built.
+ * callgraph__done() - free what @cg holds (the report too, unless taken
+ * from cg->o) and end its read snapshot; @cg is left empty. Accepts an
+ * empty @cg and one callgraph__load() failed to fill.
  */
-int callgraph__load(sqlite3 *db, int64_t session_id, const char *event,
-		    const struct query_range *range, unsigned flags, const char *list,
-		    json_t **ret_o, json_t **ret_arr, int64_t *ret_total, struct profile *p,
-		    sqlite3 **ret_snap)
+void callgraph__done(struct callgraph *cg)
+{
+	json_decref(cg->o);
+	profile__free(&cg->p);
+	report__snapshot_endp(&cg->snap);
+	*cg = (struct callgraph){};
+}
+
+/*
+ * callgraph__load() - fill @cg (empty) with what top and hotpaths both start
+ * with, in one read snapshot: the report head of @event's samples
+ * (report__head()) and their total, its "python_frames" view (@flags:
+ * QUERY_PYTHON_ALL or 0), with an empty array @list in it (cg->arr), and
+ * the session's stacks loaded into cg->p. The caller takes the report from
+ * cg->o and frees @cg with callgraph__done(), also on failure.
+ * Returns 0, or the -errno of report__samples_table(), report__head() or
+ * profile__load().
+ */
+int callgraph__load(struct callgraph *cg, sqlite3 *db, int64_t session_id, const char *event,
+		    const struct query_range *range, unsigned flags, const char *list)
 {
 	struct window_bounds wb;
 	const char *table;
 	int r;
 
 	/* One read transaction for all of the report (report__snapshot_begin()). */
-	r = report__snapshot_begin(db, ret_snap);
+	r = report__snapshot_begin(db, &cg->snap);
 	if (r < 0)
 		return r;
 	r = window_bounds__get(db, session_id, range, &wb);
@@ -370,12 +375,12 @@ int callgraph__load(sqlite3 *db, int64_t session_id, const char *event,
 	r = report__samples_table(db, session_id, event, &table);
 	if (r < 0)
 		return r;
-	r = report__head(db, session_id, table, &wb, ret_o, ret_total);
+	r = report__head(db, session_id, table, &wb, &cg->o, &cg->total);
 	if (r < 0)
 		return r;
-	r = report__python_frames(*ret_o, flags);
-	if (r < 0 || json_object_set_new(*ret_o, list, json_array()) < 0)
+	r = report__python_frames(cg->o, flags);
+	if (r < 0 || json_object_set_new(cg->o, list, json_array()) < 0)
 		return -ENOMEM;
-	*ret_arr = json_object_get(*ret_o, list);
-	return profile__load(p, db, session_id, table, &wb, flags & QUERY_PYTHON_ALL);
+	cg->arr = json_object_get(cg->o, list);
+	return profile__load(&cg->p, db, session_id, table, &wb, flags & QUERY_PYTHON_ALL);
 }

@@ -54,10 +54,18 @@ struct profile {
 	struct hashmap index; /* frame id -> 1 + index into frames, as a pointer */
 };
 
+/* What top and hotpaths start from: callgraph__load() fills it, callgraph__done() frees it. */
+struct callgraph {
+	sqlite3 *snap;	  /* the read snapshot the report is read in (report__snapshot_begin()) */
+	json_t *o;	  /* the report so far: its head, and the empty list arr */
+	json_t *arr;	  /* the list the report fills, owned by o */
+	int64_t total;	  /* the samples percentages are of (report__head()) */
+	struct profile p; /* the session's stacks and functions */
+};
+
 /* Documented where they are defined, in callgraph.c. */
 void profile__free(struct profile *p);
 json_t *qframe_json(const struct qframe *f, bool with_kind);
-int callgraph__load(sqlite3 *db, int64_t session_id, const char *event,
-		    const struct query_range *range, unsigned flags, const char *list,
-		    json_t **ret_o, json_t **ret_arr, int64_t *ret_total, struct profile *p,
-		    sqlite3 **ret_snap);
+void callgraph__done(struct callgraph *cg);
+int callgraph__load(struct callgraph *cg, sqlite3 *db, int64_t session_id, const char *event,
+		    const struct query_range *range, unsigned flags, const char *list);

@@ -64,11 +64,10 @@ static int rows(sqlite3 *db, const char *sql, int64_t session_id, int limit, jso
 
 	if (!arr)
 		return -ENOMEM;
-	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+	if (report__prepare_id(db, sql, session_id, &st) < 0) {
 		json_decref(arr);
 		return -EIO;
 	}
-	sqlite3_bind_int64(st, 1, session_id);
 	if (sqlite3_bind_parameter_count(st) >= 2)
 		sqlite3_bind_int(st, 2, limit);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -124,15 +123,6 @@ static int rows(sqlite3 *db, const char *sql, int64_t session_id, int limit, jso
 	return 0;
 }
 
-/* Prepare @sql with ?1 bound to @session_id; 0 or -EIO. */
-static int prepare(sqlite3 *db, const char *sql, int64_t session_id, sqlite3_stmt **ret)
-{
-	if (sqlite3_prepare_v2(db, sql, -1, ret, NULL) != SQLITE_OK)
-		return -EIO;
-	sqlite3_bind_int64(*ret, 1, session_id);
-	return 0;
-}
-
 /*
  * The session's header numbers, its start (CLOCK_REALTIME ns) and its
  * length so far (to its end, or now); -ENOENT if there is no such session.
@@ -143,7 +133,7 @@ static int session_head(sqlite3 *db, int64_t session_id, json_t **ret, int64_t *
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	int rc;
 
-	if (prepare(
+	if (report__prepare_id(
 		db,
 		"SELECT gpu_lost_calls, nvtx_unmatched, gpu_unnamed_launches, events,"
 		" coalesce(ended_at_ns, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
@@ -178,7 +168,7 @@ static int memory_summary(sqlite3 *db, int64_t session_id, int64_t start_ns, int
 	int64_t allocs = 0, failed = 0, requested = 0, allocated = 0, freed = 0, frees = 0;
 	int rc, r;
 
-	if (prepare(
+	if (report__prepare_id(
 		db,
 		"SELECT time_ns, api, requested_bytes, live_delta_bytes, ok, api NOT LIKE '%Free%'"
 		" FROM gpu_mem_events WHERE session_id = ?1 ORDER BY time_ns, rowid",

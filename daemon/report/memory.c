@@ -110,15 +110,15 @@ static int by_mapping_json(sqlite3 *db, int64_t session_id, int64_t start_ns, in
 
 	if (!arr || json_object_set_new(o, "by_mapping", arr) < 0)
 		return -ENOMEM;
-	if (report__prepare_id(db,
-			       "SELECT time_ns, sum(map_heap_bytes), sum(map_anon_bytes), "
-			       "sum(map_stack_bytes), sum(map_shmem_bytes), sum(map_file_bytes), "
-			       "sum(map_other_bytes) FROM memory_samples WHERE session_id = ?1 "
-			       "AND (?2 = 0 OR pid = ?2) AND map_heap_bytes IS NOT NULL "
-			       "GROUP BY time_ns ORDER BY time_ns",
-			       session_id, &st) < 0)
+	if (report__prepare_id_arg(
+		db,
+		"SELECT time_ns, sum(map_heap_bytes), sum(map_anon_bytes), "
+		"sum(map_stack_bytes), sum(map_shmem_bytes), sum(map_file_bytes), "
+		"sum(map_other_bytes) FROM memory_samples WHERE session_id = ?1 "
+		"AND (?2 = 0 OR pid = ?2) AND map_heap_bytes IS NOT NULL "
+		"GROUP BY time_ns ORDER BY time_ns",
+		session_id, pid, &st) < 0)
 		return -EIO;
-	sqlite3_bind_int(st, 2, pid);
 	/* x: time; y: MEMORY_MAP_NR_KINDS values per reading. */
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		if (grow_array((void **)&x, &cap, n, sizeof(*x)) < 0 ||
@@ -600,7 +600,7 @@ static int growth_json(sqlite3 *db, int64_t session_id, int limit, json_t *o,
 	/* Per stack: net bytes added (every change but faults), and first touches. */
 	for (int pass = 0; pass < 2; pass++) {
 		sqlite3_finalize(TAKE_PTR(st));
-		if (report__prepare_id(
+		if (report__prepare_id_arg(
 			db,
 			pass == 0 ? "SELECT stack_id, pid, sum(bytes) AS b, sum(events), "
 				    "group_concat(DISTINCT mapping) FROM vm_changes "
@@ -609,9 +609,8 @@ static int growth_json(sqlite3 *db, int64_t session_id, int limit, json_t *o,
 				  : "SELECT stack_id, pid, sum(bytes) AS b, sum(events), 'touch' "
 				    "FROM vm_changes WHERE session_id = ?1 AND change = 'fault' "
 				    "GROUP BY stack_id, pid ORDER BY b DESC LIMIT ?2",
-			session_id, &st) < 0)
+			session_id, limit, &st) < 0)
 			return -EIO;
-		sqlite3_bind_int(st, 2, limit);
 		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 			const char *fn;
 			json_t *frames = growth_frames(fr, sqlite3_column_int64(st, 0), &fn), *row;
@@ -790,16 +789,15 @@ int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 	json_t *o = NULL, *rss = NULL, *allocs;
 	int r;
 
-	if (report__prepare_id(
+	if (report__prepare_id_arg(
 		db,
 		"SELECT started_at_ns, COALESCE(ended_at_ns, ?2), memory_interval_ns, "
 		"malloc_sample_bytes, malloc_calls, free_calls, malloc_bytes, "
 		"malloc_sampled, malloc_lost, malloc_probes, state, "
 		"malloc_max_hits_per_s, malloc_stopped_ns "
 		"FROM sessions WHERE id = ?1",
-		session_id, &st) < 0)
+		session_id, (int64_t)now_ns(CLOCK_REALTIME), &st) < 0)
 		return -EIO;
-	sqlite3_bind_int64(st, 2, (int64_t)now_ns(CLOCK_REALTIME));
 	r = sqlite3_step(st);
 	if (r == SQLITE_DONE)
 		return -ENOENT;

@@ -63,15 +63,14 @@ int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 	json_object_set_new(o, "total_off_cpu_s", json_real(round((double)total_ns / 1e6) / 1e3));
 	sqlite3_finalize(TAKE_PTR(st));
 
-	r = report__prepare_id(
+	r = report__prepare_id_arg(
 	    db,
 	    "SELECT stack_id, state, sum(total_ns) AS ns, sum(count), count(DISTINCT tid) "
 	    "FROM offcpu WHERE session_id = ?1 GROUP BY stack_id, state "
 	    "ORDER BY ns DESC, stack_id LIMIT ?2",
-	    session_id, &st);
+	    session_id, limit, &st);
 	if (r < 0)
 		goto fail;
-	sqlite3_bind_int(st, 2, limit);
 	if (sqlite3_prepare_v2(db, REPORT_STACK_FRAMES_SQL, -1, &fr, NULL) != SQLITE_OK) {
 		r = -EIO;
 		goto fail;

@@ -87,18 +87,6 @@ static int frame_ids_decode(const unsigned char *blob, size_t len, struct idset 
 	return 0;
 }
 
-/* Steps @st (one parameter, ?1) to the row of @id: 0, -EIO if there is none, -errno. */
-static int stmt_lookup(sqlite3_stmt *st, int64_t id)
-{
-	int r;
-
-	sqlite3_reset(st);
-	r = report__bind_int64(st, 1, id);
-	if (r >= 0)
-		r = report__step(st);
-	return r < 0 ? r : r == 0 ? -EIO : 0;
-}
-
 /* Runs @sql (?1 = @session_id) and appends one object per row to @arr, keyed by @keys. */
 static int rows_json(sqlite3 *db, const char *sql, int64_t session_id, const char *const *keys,
 		     json_t *arr)
@@ -193,7 +181,7 @@ static int frames_json(sqlite3 *db, const struct idset *frame_ids, json_t *arr, 
 
 		if (json_array_append_new(arr, f) < 0)
 			return -ENOMEM;
-		r = stmt_lookup(st, frame_ids->v[i]); /* -EIO: a stack names a missing frame */
+		r = report__lookup(st, frame_ids->v[i]); /* -EIO: a stack names a missing frame */
 		if (r < 0)
 			return r;
 		/* A hex string: kernel addresses do not fit a signed JSON integer. */
@@ -396,7 +384,7 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 		return r;
 	for (size_t i = 0; i < stack_ids.n; i++) {
 		span[i] = flat.n;
-		r = stmt_lookup(st, stack_ids.v[i]); /* -EIO: a sample of a missing stack */
+		r = report__lookup(st, stack_ids.v[i]); /* -EIO: a sample of a missing stack */
 		if (r < 0)
 			return r;
 		r = frame_ids_decode(sqlite3_column_blob(st, 0),

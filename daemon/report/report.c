@@ -57,6 +57,17 @@ int report__step(sqlite3_stmt *st)
 }
 
 /*
+ * report__step_row() - step @st to its first row: 0 on it, -ENOENT if there
+ * is none, -EIO/-ENOMEM on error.
+ */
+int report__step_row(sqlite3_stmt *st)
+{
+	int r = report__step(st);
+
+	return r < 0 ? r : r == 0 ? -ENOENT : 0;
+}
+
+/*
  * report__row() - prepare @sql, bind @id to ?1 and step to the first row: 0
  * with *@ret on it, -ENOENT if there is none, -EIO/-ENOMEM on error.
  */
@@ -66,9 +77,23 @@ int report__row(sqlite3 *db, const char *sql, int64_t id, sqlite3_stmt **ret)
 
 	if (r >= 0)
 		r = report__bind_int64(*ret, 1, id);
+	return r < 0 ? r : report__step_row(*ret);
+}
+
+/*
+ * report__lookup() - run @st again, a statement prepared with one
+ * parameter, for @id (?1) and step to its row: 0 on it, -EIO if there is
+ * none (the row of an id another row refers to must exist), -ENOMEM.
+ */
+int report__lookup(sqlite3_stmt *st, int64_t id)
+{
+	int r;
+
+	sqlite3_reset(st);
+	r = report__bind_int64(st, 1, id);
 	if (r >= 0)
-		r = report__step(*ret);
-	return r < 0 ? r : r == 0 ? -ENOENT : 0;
+		r = report__step_row(st);
+	return r == -ENOENT ? -EIO : r;
 }
 
 /*
@@ -373,13 +398,10 @@ int report__head(sqlite3 *db, int64_t session_id, const char *table, const struc
 		return -ENOMEM;
 	}
 	r = report__prepare_range(db, sql, session_id, wb, &st);
+	if (r >= 0)
+		r = report__step_row(st);
 	if (r < 0)
 		return r;
-	r = report__step(st);
-	if (r < 0)
-		return r;
-	if (r == 0)
-		return -ENOENT;
 
 	o = json_object();
 	if (!o)
@@ -455,6 +477,20 @@ int report__prepare_id(sqlite3 *db, const char *sql, int64_t id, sqlite3_stmt **
 		return -EIO;
 	sqlite3_bind_int64(*ret, 1, id);
 	return 0;
+}
+
+/*
+ * report__prepare_id_arg() - *@ret prepared from @sql with @id bound to ?1
+ * and @arg to ?2. Returns 0 or -EIO.
+ */
+int report__prepare_id_arg(sqlite3 *db, const char *sql, int64_t id, int64_t arg,
+			   sqlite3_stmt **ret)
+{
+	int r = report__prepare_id(db, sql, id, ret);
+
+	if (r >= 0)
+		sqlite3_bind_int64(*ret, 2, arg);
+	return r;
 }
 
 /*

@@ -74,7 +74,9 @@ int report__errno(int rc);
 int report__prepare(sqlite3 *db, const char *sql, sqlite3_stmt **ret);
 int report__bind_int64(sqlite3_stmt *st, int i, int64_t v);
 int report__step(sqlite3_stmt *st);
+int report__step_row(sqlite3_stmt *st);
 int report__row(sqlite3 *db, const char *sql, int64_t id, sqlite3_stmt **ret);
+int report__lookup(sqlite3_stmt *st, int64_t id);
 int report__snapshot_begin(sqlite3 *db, sqlite3 **ret_snap);
 void report__snapshot_endp(sqlite3 **db);
 json_t *report__json_text(const char *s, size_t len);
@@ -96,6 +98,8 @@ int report__prepare_range(sqlite3 *db, const char *sql, int64_t session_id,
 int window_bounds__json(const struct window_bounds *wb, json_t *o);
 const char *report__unsymbolized_name(char *buf, size_t size, const char *module, int64_t rel_addr);
 int report__prepare_id(sqlite3 *db, const char *sql, int64_t id, sqlite3_stmt **ret);
+int report__prepare_id_arg(sqlite3 *db, const char *sql, int64_t id, int64_t arg,
+			   sqlite3_stmt **ret);
 int report__samples_table(sqlite3 *db, int64_t session_id, const char *event, const char **ret);
 const char *report__rows(const char *table, const struct window_bounds *wb);
 int report__head(sqlite3 *db, int64_t session_id, const char *table, const struct window_bounds *wb,

@@ -294,22 +294,9 @@ static json_t *value_json(sqlite3_stmt *st, int i, size_t *bytes)
 	case SQLITE_TEXT: {
 		const char *s = (const char *)sqlite3_column_text(st, i);
 		size_t n = (size_t)sqlite3_column_bytes(st, i);
-		json_t *j;
 
 		*bytes += n + 2;
-		j = s ? json_stringn(s, n) : NULL;
-		if (!j && s) {
-			/* Not UTF-8: bytes >= 0x80 shown as '?'. */
-			_cleanup_free_ char *copy = strndup(s, n);
-
-			if (!copy)
-				return NULL;
-			for (size_t k = 0; k < n; k++)
-				if ((unsigned char)copy[k] >= 0x80)
-					copy[k] = '?';
-			j = json_stringn(copy, n);
-		}
-		return j;
+		return s ? report__json_text(s, n) : NULL; /* not UTF-8: bytes >= 0x80 as '?' */
 	}
 	case SQLITE_BLOB: {
 		const unsigned char *b = sqlite3_column_blob(st, i);

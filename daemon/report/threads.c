@@ -451,13 +451,13 @@ static int add_windows(sqlite3 *db, int64_t session_id, json_t *o, json_t *threa
 		tids[i] = json_integer_value(json_object_get(t, "tid"));
 		names[i] = json_string_value(json_object_get(t, "name"));
 	}
-	r = report__prepare_id(db,
-			       "SELECT (window_ns - ?2) / ?3 AS w, tid, sum(count) FROM samples "
-			       "WHERE session_id = ?1 GROUP BY w, tid ORDER BY w",
-			       session_id, &st);
+	r = report__prepare_id_arg(
+	    db,
+	    "SELECT (window_ns - ?2) / ?3 AS w, tid, sum(count) FROM samples "
+	    "WHERE session_id = ?1 GROUP BY w, tid ORDER BY w",
+	    session_id, started_ns, &st);
 	if (r < 0)
 		return r;
-	sqlite3_bind_int64(st, 2, started_ns);
 	sqlite3_bind_int64(st, 3, width_ns);
 	windows = json_array();
 	if (!windows)

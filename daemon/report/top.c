@@ -62,39 +62,37 @@ static int qgroup_cmp_top(const void *a, const void *b, void *arg)
 int query__top(sqlite3 *db, int64_t session_id, int limit, const char *event,
 	       const struct query_range *range, unsigned flags, json_t **ret)
 {
-	_cleanup_(report__snapshot_endp) sqlite3 *snap = NULL;
-	_cleanup_(profile__free) struct profile p = {};
-	_cleanup_json_ json_t *o = NULL;
-	json_t *arr;
-	int64_t total;
+	_cleanup_(callgraph__done) struct callgraph cg = {};
+	struct profile *p = &cg.p;
 	int r;
 
 	if (limit < 1)
 		return -EINVAL;
-	r = callgraph__load(db, session_id, event, range, flags, "functions", &o, &arr, &total, &p, &snap);
+	r = callgraph__load(&cg, db, session_id, event, range, flags, "functions");
 	if (r < 0)
 		return r;
-	if (p.n_groups > 0)
-		qsort_r(p.groups, p.n_groups, sizeof(*p.groups), qgroup_cmp_top, p.frames);
-	for (size_t i = 0; i < p.n_groups && i < (size_t)limit; i++) {
-		const struct qgroup *g = &p.groups[i];
+	if (p->n_groups > 0)
+		qsort_r(p->groups, p->n_groups, sizeof(*p->groups), qgroup_cmp_top, p->frames);
+	for (size_t i = 0; i < p->n_groups && i < (size_t)limit; i++) {
+		const struct qgroup *g = &p->groups[i];
 		json_t *f;
 		int fail = 0;
 
 		if (g->total == 0)
 			break; /* only folded frames (the Python view) from here on */
-		f = qframe_json(&p.frames[g->rep], false);
-		if (json_array_append_new(arr, f) < 0)
+		f = qframe_json(&p->frames[g->rep], false);
+		if (json_array_append_new(cg.arr, f) < 0)
 			return -ENOMEM;
 		fail |= json_object_set_new(f, "self_samples", json_integer(g->self));
 		fail |= json_object_set_new(f, "total_samples", json_integer(g->total));
-		fail |= json_object_set_new(f, "self_pct", json_real(report__pct1(g->self, total)));
 		fail |=
-		    json_object_set_new(f, "total_pct", json_real(report__pct1(g->total, total)));
+		    json_object_set_new(f, "self_pct", json_real(report__pct1(g->self, cg.total)));
+		fail |= json_object_set_new(f, "total_pct",
+					    json_real(report__pct1(g->total, cg.total)));
 		if (fail)
 			return -ENOMEM;
 	}
-	*ret = TAKE_PTR(o);
+	*ret = TAKE_PTR(cg.o);
 	return 0;
 }
 
@@ -170,73 +168,70 @@ static int path_cmp_samples(const void *a, const void *b, void *arg)
 int query__hotpaths(sqlite3 *db, int64_t session_id, int limit, const char *event,
 		    const struct query_range *range, unsigned flags, json_t **ret)
 {
-	_cleanup_(report__snapshot_endp) sqlite3 *snap = NULL;
-	_cleanup_(profile__free) struct profile p = {};
-	_cleanup_json_ json_t *o = NULL;
+	_cleanup_(callgraph__done) struct callgraph cg = {};
 	_cleanup_free_ struct path *paths = NULL;
+	struct profile *p = &cg.p;
 	size_t n_paths = 0;
-	json_t *arr;
-	int64_t total;
 	int r;
 
 	if (limit < 1)
 		return -EINVAL;
-	r = callgraph__load(db, session_id, event, range, flags, "paths", &o, &arr, &total, &p, &snap);
+	r = callgraph__load(&cg, db, session_id, event, range, flags, "paths");
 	if (r < 0)
 		return r;
-	if (p.n_stacks > 0) {
-		paths = reallocarray(NULL, p.n_stacks, sizeof(*paths));
+	if (p->n_stacks > 0) {
+		paths = reallocarray(NULL, p->n_stacks, sizeof(*paths));
 		if (!paths)
 			return -ENOMEM;
 	}
-	for (size_t i = 0; i < p.n_stacks; i++) {
-		const struct qstack *s = &p.stacks[i];
+	for (size_t i = 0; i < p->n_stacks; i++) {
+		const struct qstack *s = &p->stacks[i];
 		uint64_t h = 0;
 
 		for (size_t j = 0; j < s->len; j++)
-			h = hash_mix(h, p.frames[p.fidx[s->off + j]].group);
+			h = hash_mix(h, p->frames[p->fidx[s->off + j]].group);
 		paths[i] = (struct path){.hash = h, .stack = i, .samples = s->n, .best = i};
 	}
 
 	/* Merge equal sequences: sort them together, then fold each run into its first. */
-	if (p.n_stacks > 0)
-		qsort_r(paths, p.n_stacks, sizeof(*paths), path_cmp_seq, &p);
-	for (size_t i = 0; i < p.n_stacks; i++) {
+	if (p->n_stacks > 0)
+		qsort_r(paths, p->n_stacks, sizeof(*paths), path_cmp_seq, p);
+	for (size_t i = 0; i < p->n_stacks; i++) {
 		struct path *into = n_paths > 0 ? &paths[n_paths - 1] : NULL;
-		const struct qstack *s = &p.stacks[paths[i].stack], *b;
+		const struct qstack *s = &p->stacks[paths[i].stack], *b;
 
-		if (!into || path_cmp_seq(into, &paths[i], &p) != 0) {
+		if (!into || path_cmp_seq(into, &paths[i], p) != 0) {
 			paths[n_paths++] = paths[i];
 			continue;
 		}
 		into->samples += s->n;
-		b = &p.stacks[into->best];
+		b = &p->stacks[into->best];
 		if (s->n > b->n || (s->n == b->n && s->id < b->id))
 			into->best = paths[i].stack;
 	}
 	if (n_paths > 0)
-		qsort_r(paths, n_paths, sizeof(*paths), path_cmp_samples, &p);
+		qsort_r(paths, n_paths, sizeof(*paths), path_cmp_samples, p);
 
 	for (size_t i = 0; i < n_paths && i < (size_t)limit; i++) {
-		const struct qstack *s = &p.stacks[paths[i].best];
+		const struct qstack *s = &p->stacks[paths[i].best];
 		json_t *path = json_object(), *frames = json_array();
 		int fail = 0;
 
-		if (json_array_append_new(arr, path) < 0) {
+		if (json_array_append_new(cg.arr, path) < 0) {
 			json_decref(frames);
 			return -ENOMEM;
 		}
 		fail |= json_object_set_new(path, "samples", json_integer(paths[i].samples));
 		fail |= json_object_set_new(path, "pct",
-					    json_real(report__pct1(paths[i].samples, total)));
+					    json_real(report__pct1(paths[i].samples, cg.total)));
 		fail |= json_object_set_new(path, "frames", frames);
 		if (fail)
 			return -ENOMEM;
 		for (size_t j = 0; j < s->len; j++)
 			if (json_array_append_new(
-				frames, qframe_json(&p.frames[p.fidx[s->off + j]], true)) < 0)
+				frames, qframe_json(&p->frames[p->fidx[s->off + j]], true)) < 0)
 				return -ENOMEM;
 	}
-	*ret = TAKE_PTR(o);
+	*ret = TAKE_PTR(cg.o);
 	return 0;
 }

@@ -9,6 +9,7 @@
 #include "protocol.h"
 #include "service/config.h"
 #include "service/daemon.h"
+#include "util.h"
 
 static void help(void)
 {
@@ -54,68 +55,51 @@ static void help(void)
 	       PROFD_DEFAULT_MAX_STACKS);
 }
 
+/* The options that set a configuration key, one row each: --name VALUE sets key. */
+static const struct key_option {
+	const char *name;
+	const char *key;
+} key_options[] = {
+    {"db", "db"},
+    {"socket", "socket"},
+    {"log-level", "log_level"},
+    {"default-freq", "default_freq_hz"},
+    {"retention-days", "retention_days"},
+    {"max-db-bytes", "max_db_bytes"},
+    {"max-sessions", "max_sessions"},
+    {"max-threads", "max_threads_per_session"},
+    {"max-stacks", "max_stacks_per_session"},
+    {"ring-buffer-bytes", "ring_buffer_bytes"},
+};
+
 enum {
-	OPT_DB = 256,
-	OPT_SOCKET,
-	OPT_FOREGROUND,
-	OPT_LOG_LEVEL,
+	OPT_FOREGROUND = 256,
 	OPT_VERSION,
 	OPT_CONFIG,
 	OPT_CHECK_CONFIG,
-	OPT_DEFAULT_FREQ,
-	OPT_RETENTION_DAYS,
-	OPT_MAX_DB_BYTES,
-	OPT_MAX_SESSIONS,
-	OPT_MAX_THREADS,
-	OPT_MAX_STACKS,
-	OPT_RING_BUFFER_BYTES,
+	OPT_KEY, /* OPT_KEY + i: key_options[i] */
 };
 
-static const struct option longopts[] = {
-    {"db", required_argument, NULL, OPT_DB},
-    {"socket", required_argument, NULL, OPT_SOCKET},
+/* The options that set no configuration key. */
+static const struct option other_options[] = {
     {"foreground", no_argument, NULL, OPT_FOREGROUND},
-    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"config", required_argument, NULL, OPT_CONFIG},
     {"check-config", no_argument, NULL, OPT_CHECK_CONFIG},
-    {"default-freq", required_argument, NULL, OPT_DEFAULT_FREQ},
-    {"retention-days", required_argument, NULL, OPT_RETENTION_DAYS},
-    {"max-db-bytes", required_argument, NULL, OPT_MAX_DB_BYTES},
-    {"max-sessions", required_argument, NULL, OPT_MAX_SESSIONS},
-    {"max-threads", required_argument, NULL, OPT_MAX_THREADS},
-    {"max-stacks", required_argument, NULL, OPT_MAX_STACKS},
-    {"ring-buffer-bytes", required_argument, NULL, OPT_RING_BUFFER_BYTES},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
-    {},
 };
 
-/* The configuration key each option overrides. */
-static const char *option_key(int c)
+/* getopt_long()'s table: key_options, then other_options, then the end. */
+static void longopts_fill(struct option *longopts)
 {
-	switch (c) {
-	case OPT_DB:
-		return "db";
-	case OPT_SOCKET:
-		return "socket";
-	case OPT_LOG_LEVEL:
-		return "log_level";
-	case OPT_DEFAULT_FREQ:
-		return "default_freq_hz";
-	case OPT_RETENTION_DAYS:
-		return "retention_days";
-	case OPT_MAX_DB_BYTES:
-		return "max_db_bytes";
-	case OPT_MAX_SESSIONS:
-		return "max_sessions";
-	case OPT_MAX_THREADS:
-		return "max_threads_per_session";
-	case OPT_MAX_STACKS:
-		return "max_stacks_per_session";
-	case OPT_RING_BUFFER_BYTES:
-		return "ring_buffer_bytes";
-	}
-	return NULL;
+	size_t n = 0;
+
+	for (size_t i = 0; i < ARRAY_SIZE(key_options); i++)
+		longopts[n++] = (struct option){key_options[i].name, required_argument, NULL,
+						(int)(OPT_KEY + i)};
+	for (size_t i = 0; i < ARRAY_SIZE(other_options); i++)
+		longopts[n++] = other_options[i];
+	longopts[n] = (struct option){};
 }
 
 /*
@@ -128,6 +112,7 @@ static const char *option_key(int c)
  */
 int options__parse(int argc, char **argv, struct profd_config *cfg)
 {
+	struct option longopts[ARRAY_SIZE(key_options) + ARRAY_SIZE(other_options) + 1];
 	const char *config_path = NULL;
 	bool check_config = false;
 	char err[512];
@@ -136,6 +121,7 @@ int options__parse(int argc, char **argv, struct profd_config *cfg)
 	r = config__init(cfg);
 	if (r < 0)
 		return log_error_errno(r, "Out of memory");
+	longopts_fill(longopts);
 	opterr = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) >= 0) {
 		switch (c) {
@@ -168,21 +154,17 @@ int options__parse(int argc, char **argv, struct profd_config *cfg)
 	optind = 0;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) >= 0) {
-		const char *key = option_key(c);
+		const struct key_option *o;
 
-		if (!key)
+		if (c < OPT_KEY)
 			continue;
-		r = config__set(cfg, key, optarg, err, sizeof(err));
+		o = &key_options[c - OPT_KEY];
+		r = config__set(cfg, o->key, optarg, err, sizeof(err));
 		if (r == -ENOMEM)
 			return log_error_errno(r, "Out of memory");
 		if (r < 0) {
 			/* The message names the key; say which option it came from. */
-			const char *name = "";
-
-			for (const struct option *o = longopts; o->name; o++)
-				if (o->val == c)
-					name = o->name;
-			log_error("invalid --%s: %s", name, err);
+			log_error("invalid --%s: %s", o->name, err);
 			return -EINVAL;
 		}
 	}

@@ -445,11 +445,15 @@ static int delete_unused_stacks_and_frames(struct store *st)
 	return exec(st, sql);
 }
 
-/* One transaction: delete @sql's sessions (ended ones only) and what only they used. */
-static int delete_sessions(struct store *st, const char *where, int64_t arg, unsigned *ret_n)
+/*
+ * One transaction: delete the ended sessions @where (?1 = @arg) and what only
+ * they used; *@n_deleted grows by how many.
+ */
+static int delete_sessions(struct store *st, const char *where, int64_t arg, unsigned *n_deleted)
 {
 	_cleanup_free_ char *sql = NULL;
 	sqlite3_stmt *stmt;
+	unsigned n;
 	int rc, r;
 
 	if (asprintf(&sql, "DELETE FROM sessions WHERE state = 'ended' AND %s", where) < 0)
@@ -467,12 +471,13 @@ static int delete_sessions(struct store *st, const char *where, int64_t arg, uns
 		store__rollback(st);
 		return -EIO;
 	}
-	*ret_n = (unsigned)sqlite3_changes(st->db);
-	r = *ret_n ? delete_unused_stacks_and_frames(st) : 0;
+	n = (unsigned)sqlite3_changes(st->db);
+	r = n ? delete_unused_stacks_and_frames(st) : 0;
 	if (r < 0 || store__commit(st) < 0) {
 		store__rollback(st);
 		return r < 0 ? r : -EIO;
 	}
+	*n_deleted += n;
 	return 0;
 }
 
@@ -480,16 +485,14 @@ int store__retention(struct store *st, uint64_t now_ns, uint64_t retention_ns,
 		     uint64_t max_db_bytes, struct store_retention *ret)
 {
 	int64_t size = store__size_bytes(st), live;
-	unsigned n;
 	int r;
 
 	*ret = (struct store_retention){.bytes_before = size > 0 ? (uint64_t)size : 0};
 	if (retention_ns && now_ns > retention_ns) {
 		r = delete_sessions(st, "coalesce(ended_at_ns, started_at_ns) < ?1",
-				    (int64_t)(now_ns - retention_ns), &n);
+				    (int64_t)(now_ns - retention_ns), &ret->sessions_deleted);
 		if (r < 0)
 			return r;
-		ret->sessions_deleted += n;
 	}
 	/* Oldest first, in rounds: each deletes the share of the ended sessions
 	 * that the excess is of the live bytes (at least one), since how much a
@@ -511,10 +514,9 @@ int store__retention(struct store *st, uint64_t now_ns, uint64_t retention_ns,
 		r = delete_sessions(st,
 				    "id IN (SELECT id FROM sessions WHERE state = 'ended' "
 				    "ORDER BY coalesce(ended_at_ns, started_at_ns), id LIMIT ?1)",
-				    batch, &n);
+				    batch, &ret->sessions_deleted);
 		if (r < 0)
 			return r;
-		ret->sessions_deleted += n;
 	}
 	if (ret->sessions_deleted) {
 		/* Give the free pages back (a no-op unless auto_vacuum is incremental). */
