@@ -19,6 +19,10 @@
  * PROFD_FIXTURE_INLINE_STRIPPED, PROFD_FIXTURE_INLINE_DEBUGLINK.
  * PROFD_FUZZ_ITERS sets the number of mutated ELF files (default 300).
  *
+ * Over 1,000 lines on purpose: it #includes symbolize.c and its siblings
+ * to reach their static parsers (with a small RESULT_CACHE_MAX), so its
+ * parts share one translation unit; each part is a function of its own.
+ *
  * Exit status: 0 all parts passed, 1 a check failed, 77 nothing failed but
  * a part was skipped (the reason is printed), 99 setup error.
  */

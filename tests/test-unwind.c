@@ -21,6 +21,11 @@
  * The workload's path comes from DEEP_NOFP (set by tests/meson.build) or
  * argv[1], the fixture library's from UNWIND_NOCFI_LIB.
  *
+ * Over 1,000 lines on purpose: the parts share the capture of real
+ * registers and stack copies (this process's, deep-nofp's through
+ * perf_event_open) and the checks of an unwound stack, and run as one
+ * meson test; each part is a function of its own, named above.
+ *
  * Exit status: 0 all parts passed, 1 a check failed, 77 nothing failed but
  * a part was skipped (the reason is printed), 99 setup error.
  */
