@@ -145,8 +145,12 @@ static void print_by_mapping(FILE *f, const json_t *rows, const char *indent)
 	}
 }
 
-/* The stacks that grew the address space (net bytes) and touched new pages. */
-static void print_growth(FILE *f, const json_t *g)
+/*
+ * The stacks that grew the address space (net bytes) and touched new pages.
+ * @rss_on: the session had the rss event, so a missing growth part means
+ * profd could not follow it (the tracepoints it needs, profd(8)).
+ */
+static void print_growth(FILE *f, const json_t *g, bool rss_on)
 {
 	static const char *const lists[] = { "top_growth", "top_touch" };
 	static const char *const titles[] = {
@@ -157,7 +161,10 @@ static void print_growth(FILE *f, const json_t *g)
 	size_t i;
 
 	if (!json_is_object(g)) {
-		fprintf(f, "\naddress-space growth: not followed (attach --events ...,rss)\n");
+		fprintf(f, "\naddress-space growth: not followed (%s)\n",
+			rss_on ? "profd could not attach its tracepoints here, or the session is older "
+				 "than them: see profd(8), REQUIREMENTS"
+			       : "attach --events ...,rss");
 		return;
 	}
 	for (size_t l = 0; l < ARRAY_SIZE(lists); l++) {
@@ -243,7 +250,7 @@ int output__memory(FILE *f, const json_t *reply, bool ascii)
 			json_is_object(rss) ? "no reading (the process had exited?)"
 					    : "not recorded (attach --events ...,rss)");
 	}
-	print_growth(f, json_object_get(reply, "growth"));
+	print_growth(f, json_object_get(reply, "growth"), json_is_object(rss));
 	if (!json_is_object(al)) {
 		fprintf(f, "\nallocations: not traced (attach --events cpu,malloc)\n");
 		return 0;

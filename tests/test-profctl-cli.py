@@ -381,6 +381,12 @@ def run_checks(profctl, fake, tmp):
     r = run("gpu", "6")
     check(r.returncode == 0 and r.stdout.count("none seen") == 4 and
           "no probes: attach with --events cpu,cuda" in r.stdout, "gpu of a session without probes", r.stdout)
+    r = run("memory", "7")
+    check(r.returncode == 0 and "address-space growth: not followed (profd could not attach its tracepoints"
+          in r.stdout, "memory: growth not followed although rss was on", r.stdout)
+    r = run("memory", "6")
+    check(r.returncode == 0 and "address-space growth: not followed (attach --events ...,rss)" in r.stdout,
+          "memory: growth not followed, rss off", r.stdout)
     r = run("ranges", "7")
     check(r.returncode == 0 and r.stdout.splitlines()[2:] == [
         "   calls     total ms     avg ms     min ms     max ms   %time  range",
