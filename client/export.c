@@ -415,6 +415,12 @@ struct psample {
 	int64_t count;
 };
 
+/* A thread's label pair (name, tid) in export__pprof(): made once, shared by its samples. */
+struct tid_pair {
+	int64_t tid;
+	size_t pair;
+};
+
 static int psample_cmp(const void *a, const void *b)
 {
 	const struct psample *x = a, *y = b;
@@ -477,6 +483,7 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 	_cleanup_free_ int64_t *values = NULL;
 	_cleanup_free_ size_t *order = NULL, *map_of = NULL;
 	_cleanup_free_ struct psample *ps = NULL;
+	_cleanup_free_ struct tid_pair *tp = NULL;
 	_cleanup_free_ uint8_t *buf = NULL;
 	struct strtab st = {};
 	size_t n_ps = 0, n_maps = 0, n_locs_total = 0;
@@ -576,19 +583,22 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 		}
 		n_ps = w;
 	}
+	/* The samples of one stack (adjacent: sorted by stack) share its location ids. */
 	for (size_t i = 0; i < n_ps; i++)
-		n_locs_total += p->stacks[ps[i].stack].len;
+		if (i == 0 || ps[i].stack != ps[i - 1].stack)
+			n_locs_total += p->stacks[ps[i].stack].len;
 	samples = calloc(n_ps + 1, sizeof(*samples));
 	sample_ptrs = calloc(n_ps + 1, sizeof(*sample_ptrs));
 	labels = calloc(2 * n_ps + 1, sizeof(*labels));
 	label_ptrs = calloc(2 * n_ps + 1, sizeof(*label_ptrs));
 	loc_ids = calloc(n_locs_total + 1, sizeof(*loc_ids));
 	values = calloc(2 * n_ps + 1, sizeof(*values));
-	if (!samples || !sample_ptrs || !labels || !label_ptrs || !loc_ids || !values)
+	tp = calloc(n_ps + 1, sizeof(*tp));
+	if (!samples || !sample_ptrs || !labels || !label_ptrs || !loc_ids || !values || !tp)
 		goto out;
 	{
 		int64_t key_thread, key_tid;
-		size_t off = 0;
+		size_t off = 0, cur = 0, n_tp = 0;
 
 		if ((key_thread = strtab__intern(&st, "thread")) < 0 ||
 		    (key_tid = strtab__intern(&st, "tid")) < 0)
@@ -598,26 +608,47 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 			Perftools__Profiles__Sample *sa = &samples[i];
 
 			perftools__profiles__sample__init(sa);
-			for (size_t j = 0; j < s->len; j++)
-				loc_ids[off + j] = s->frames[j] + 1;
-			sa->location_id = &loc_ids[off];
+			if (i == 0 || ps[i].stack != ps[i - 1].stack) {
+				cur = off;
+				for (size_t j = 0; j < s->len; j++)
+					loc_ids[off + j] = s->frames[j] + 1;
+				off += s->len;
+			}
+			sa->location_id = &loc_ids[cur];
 			sa->n_location_id = s->len;
-			off += s->len;
 			values[2 * i] = ps[i].count;
 			values[2 * i + 1] = ps[i].count * p->period;
 			sa->value = &values[2 * i];
 			sa->n_value = 2;
-			perftools__profiles__label__init(&labels[2 * i]);
-			perftools__profiles__label__init(&labels[2 * i + 1]);
-			labels[2 * i].key = key_thread;
-			if ((k = strtab__intern(&st, xprofile__thread_name(p, ps[i].tid))) < 0)
-				goto out;
-			labels[2 * i].str = k;
-			labels[2 * i + 1].key = key_tid;
-			labels[2 * i + 1].num = ps[i].tid;
-			label_ptrs[2 * i] = &labels[2 * i];
-			label_ptrs[2 * i + 1] = &labels[2 * i + 1];
-			sa->label = &label_ptrs[2 * i];
+			/* The thread's labels, shared by its samples: tp is sorted by tid. */
+			size_t lo = 0, hi = n_tp;
+
+			while (lo < hi) {
+				size_t mid = lo + (hi - lo) / 2;
+
+				if (tp[mid].tid < ps[i].tid)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			if (lo == n_tp || tp[lo].tid != ps[i].tid) {
+				Perftools__Profiles__Label *l = &labels[2 * n_tp];
+
+				memmove(&tp[lo + 1], &tp[lo], (n_tp - lo) * sizeof(*tp));
+				tp[lo] = (struct tid_pair){ps[i].tid, n_tp};
+				perftools__profiles__label__init(&l[0]);
+				perftools__profiles__label__init(&l[1]);
+				l[0].key = key_thread;
+				if ((k = strtab__intern(&st, xprofile__thread_name(p, ps[i].tid))) < 0)
+					goto out;
+				l[0].str = k;
+				l[1].key = key_tid;
+				l[1].num = ps[i].tid;
+				label_ptrs[2 * n_tp] = &l[0];
+				label_ptrs[2 * n_tp + 1] = &l[1];
+				n_tp++;
+			}
+			sa->label = &label_ptrs[2 * tp[lo].pair];
 			sa->n_label = 2;
 			sample_ptrs[i] = sa;
 		}
