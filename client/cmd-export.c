@@ -37,11 +37,12 @@ const struct export_format *export_format_find(const char *name)
 
 /*
  * load_profile() - ask profd for session @a->id's raw profile (with
- * --from/--to and --event; per window if @per_window, else summed) and its
- * SESSION object, into @p. Logs; returns
- * 0 or -errno.
+ * --from/--to and --event; per window if @per_window, else summed; with
+ * @by_stack and no --thread, summed over threads too: one row per stack)
+ * and its SESSION object, into @p. Logs; returns 0 or -errno.
  */
-static int load_profile(struct conn *c, const struct args *a, bool per_window, struct xprofile *p)
+static int load_profile(struct conn *c, const struct args *a, bool per_window, bool by_stack,
+			struct xprofile *p)
 {
 	_cleanup_(json_decrefp) json_t *reply = NULL, *session = NULL;
 	json_t *request = request_range(request_session("profile", a->id), a);
@@ -50,6 +51,9 @@ static int load_profile(struct conn *c, const struct args *a, bool per_window, s
 	/* Only the Chrome trace places samples in time: the others take them summed. */
 	if (!per_window)
 		request = request_set(request, "per_window", json_false());
+	/* What needs no thread (the flame graph, folded stacks) gets a row a stack, not one a thread. */
+	if (!per_window && by_stack && !a->thread)
+		request = request_set(request, "per_thread", json_false());
 	if (a->event)
 		request = request_set(request, "event", json_string(a->event));
 	/* The rows as one string: a few bytes a row in profd's memory, not hundreds. */
@@ -158,7 +162,8 @@ int run_export(struct conn *c, const struct args *a)
 	int r;
 
 	current_format = export_format_find(a->format);
-	r = load_profile(c, a, current_format->write == export__chrome_trace, &p);
+	r = load_profile(c, a, current_format->write == export__chrome_trace,
+			 current_format->write == export__folded, &p);
 	if (r < 0)
 		return r;
 	r = check_thread(a, &p);
@@ -181,7 +186,7 @@ int run_flamegraph(struct conn *c, const struct args *a)
 	_cleanup_(xprofile__free) struct xprofile p = {};
 	int r;
 
-	r = load_profile(c, a, false, &p);
+	r = load_profile(c, a, false, true, &p);
 	if (r < 0)
 		return r;
 	r = check_thread(a, &p);

@@ -1,6 +1,7 @@
 /* test-query.c - query.c over a small synthetic session in an in-memory database. */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -521,6 +522,34 @@ static void test_profile(sqlite3 *db)
 	CHECK_INT(query__profile(db, 1, NULL, NULL, false, &o), 0);
 	CHECK_INT(json_array_size(get(o, "samples")), 9);
 	CHECK_INT(gi(o, "total_samples"), 60);
+	json_decref(o);
+
+	/* Summed over threads too (per_thread false): one row per stack, tid 0, the same 60. */
+	o = NULL;
+	CHECK_INT(query__profile(db, 1, NULL, NULL, PROFILE_BY_STACK, &o), 0);
+	{
+		json_t *row;
+		size_t i;
+		/* windows start at whole seconds: the first may be before the session's start */
+		long long sum = 0, prev_window = LLONG_MIN;
+		bool seen[16] = {false};
+
+		CHECK_INT(json_array_size(get(o, "samples")), json_array_size(get(o, "stacks")));
+		json_array_foreach(get(o, "samples"), i, row)
+		{
+			json_int_t stack = json_integer_value(json_array_get(row, 0));
+
+			/* each stack once */
+			CHECK(stack >= 0 && stack < 16 && !seen[stack]);
+			if (stack >= 0 && stack < 16)
+				seen[stack] = true;
+			CHECK_INT(json_integer_value(json_array_get(row, 1)), 0);
+			CHECK(json_integer_value(json_array_get(row, 2)) >= prev_window);
+			prev_window = json_integer_value(json_array_get(row, 2));
+			sum += json_integer_value(json_array_get(row, 3));
+		}
+		CHECK_INT(sum, 60);
+	}
 	json_decref(o);
 
 	/* 1 s to 2 s after the start (.123 s past a whole second): windows 1 and 2 overlap it. */

@@ -142,6 +142,9 @@ int main(int argc, char **argv)
 	CHECK_INT_EQ(req.per_window, 1);
 	CHECK_INT_EQ(parse_ok("{\"cmd\":\"profile\",\"session\":3,\"per_window\":false}", &req), 0);
 	CHECK_INT_EQ(req.per_window, 0);
+	CHECK_INT_EQ(req.per_thread, 1);
+	CHECK_INT_EQ(parse_ok("{\"cmd\":\"profile\",\"session\":3,\"per_thread\":false}", &req), 0);
+	CHECK_INT_EQ(req.per_thread, 0);
 	CHECK_INT_EQ(parse_ok("{\"cmd\":\"hotpaths\",\"session\":3}", &req), 0);
 	CHECK_INT_EQ(req.has_range, 0);
 	CHECK_INT_EQ(parse_ok("{\"cmd\":\"analyze\",\"session\":9}", &req), 0);

@@ -172,6 +172,31 @@ static int sample_row_cmp(const void *a, const void *b)
 }
 
 /*
+ * rows_by_stack() - sum @rows (@n of them, each stack index < @n_stacks,
+ * every index present) over threads, in place: one row per stack, tid 0,
+ * its first window, ordered by window then stack. Returns the number of
+ * rows (@n_stacks) or -ENOMEM.
+ */
+static ssize_t rows_by_stack(struct sample_row *rows, size_t n, size_t n_stacks)
+{
+	_cleanup_free_ struct sample_row *sum = calloc(n_stacks + 1, sizeof(*sum));
+
+	if (!sum)
+		return -ENOMEM;
+	for (size_t k = 0; k < n_stacks; k++)
+		sum[k] = (struct sample_row){.stack = (int64_t)k, .window = INT64_MAX};
+	for (size_t i = 0; i < n; i++) {
+		struct sample_row *t = &sum[rows[i].stack];
+
+		t->count += rows[i].count;
+		t->window = MIN(t->window, rows[i].window);
+	}
+	qsort(sum, n_stacks, sizeof(*sum), sample_row_cmp);
+	memcpy(rows, sum, n_stacks * sizeof(*rows));
+	return (ssize_t)n_stacks;
+}
+
+/*
  * Adds @rows to @o: as "samples", an array of 4-integer arrays, or with
  * @packed as "samples_packed", one string of "STACK,TID,WINDOW,COUNT" rows
  * separated by ';': a few bytes a row where jansson takes about 300 (a
@@ -423,13 +448,20 @@ int query__profile(sqlite3 *db, int64_t session_id, const char *event,
 	if (r < 0)
 		return r;
 	sqlite3_finalize(TAKE_PTR(st));
-	if (!per_window && !wb.range && n_rows)
+	if (!per_window && !wb.range && n_rows && !(flags & PROFILE_BY_STACK))
 		qsort(rows, n_rows, sizeof(*rows), sample_row_cmp);
 	r = idset__seal(&stack_ids);
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < n_rows; i++)
 		rows[i].stack = idset__index(&stack_ids, rows[i].stack);
+	if ((flags & PROFILE_BY_STACK) && !per_window) {
+		ssize_t n = rows_by_stack(rows, n_rows, stack_ids.n);
+
+		if (n < 0)
+			return (int)n;
+		n_rows = (size_t)n;
+	}
 	r = samples_json(o, rows, n_rows, flags & PROFILE_PACKED);
 	if (r < 0)
 		return r;

@@ -33,6 +33,7 @@ enum {
 	PROFILE_PER_WINDOW = 1 << 0, /* profile: rows per window, not summed over them */
 	PROFILE_PACKED = 1 << 1,     /* profile: rows as one "samples_packed" string */
 	QUERY_PYTHON_ALL = 1 << 2,   /* every frame; else the Python view (python_frames.c) */
+	PROFILE_BY_STACK = 1 << 3,   /* profile, summed: one row per stack, over every thread */
 };
 /*
  * top and hotpaths read the CPU samples with @event NULL, else the samples

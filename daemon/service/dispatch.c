@@ -125,7 +125,8 @@ static json_t *run_report(sqlite3 *db, void *arg, const atomic_bool *cancel)
 	case CMD_PROFILE:
 		r = query__profile(db, req->session, req->sampled_event, range,
 				   (req->per_window ? PROFILE_PER_WINDOW : 0) |
-				       (req->packed ? PROFILE_PACKED : 0) | view,
+				       (req->packed ? PROFILE_PACKED : 0) |
+				       (req->per_thread ? 0 : PROFILE_BY_STACK) | view,
 				   &fields);
 		return event_result(r, fields, req);
 	case CMD_ANALYZE:

@@ -433,6 +433,11 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 			return fail(errbuf, errlen, -EINVAL,
 				    "\"packed\" must be true or false (profile only)");
 		req.packed = json_is_true(v);
+		v = json_object_get(root, "per_thread");
+		if (v && !json_is_null(v) && (!json_is_boolean(v) || req.cmd != CMD_PROFILE))
+			return fail(errbuf, errlen, -EINVAL,
+				    "\"per_thread\" must be true or false (profile only)");
+		req.per_thread = !json_is_false(v);
 		r = parse_python_frames(root,
 					req.cmd != CMD_OFFCPU && req.cmd != CMD_MEMORY &&
 					    req.cmd != CMD_GPU,

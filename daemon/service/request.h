@@ -87,6 +87,7 @@ struct request {
 	int64_t max_rows;     /* sql: 1..1000000, default 10000 */
 	bool per_window;      /* profile: samples per 1-second window (default), or summed */
 	bool packed;          /* profile: the samples as one "samples_packed" string */
+	bool per_thread;      /* profile, summed: rows per thread (default), or per stack only */
 	uint64_t pid_start_ticks; /* attach: if not 0, the target's /proc/PID/stat starttime
 				   * the requester saw; another value means the PID was reused */
 	char label[257];      /* attach: free text stored with the session, "" if none */
