@@ -55,6 +55,8 @@ def test_leak(d, alloc):
           'a stack that does not leak is a suspect: %s' % [functions(s) for s in a['leak_suspects']])
     # Its estimated live bytes: ~10 MiB leaked; sampling noise with ~19 samples is ~25%.
     live = suspects[0]['live_bytes']
+    print('leak_chunk: live bytes estimated at %d from %r samples (%d sampled in all)' % (
+        live, suspects[0].get('samples'), a['sampled']))
     check(5 * MIB <= live <= 16 * MIB, 'leak_chunk live bytes estimated at %d, ~10 MiB leaked' % live)
     # analyze turns it into findings: the leak suspect, and the RSS growth.
     findings = d.json('analyze', sid)['findings']
