@@ -22,8 +22,7 @@ struct job {
 	struct addrspace *as;
 	pthread_rwlock_t *as_lock;
 	enum unwind_mode mode;
-	size_t size;
-	struct sample_event e; /* @size bytes */
+	struct sample_event e; /* the record as submitted, room for a full one (JOB_BYTES) */
 };
 
 /* Free jobs kept for reuse; beyond them a drained job is freed (~37 KiB each: 2.3 MiB kept). */
@@ -266,7 +265,6 @@ int unwind_worker__submit(struct unwind_worker *w, const struct sample_event *e,
 	j->as = as;
 	j->as_lock = as_lock;
 	j->mode = mode;
-	j->size = size;
 	j->next = NULL;
 	*w->batch.tail = j;
 	w->batch.tail = &j->next;
