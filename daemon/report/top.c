@@ -83,6 +83,8 @@ int query__top(sqlite3 *db, int64_t session_id, int limit, const char *event,
 		f = qframe_json(&p->frames[g->rep], false);
 		if (json_array_append_new(cg.arr, f) < 0)
 			return -ENOMEM;
+		fail |= json_object_set_new(
+		    f, "kind", json_string(p->frames[g->rep].kernel ? "kernel" : "user"));
 		fail |= json_object_set_new(f, "self_samples", json_integer(g->self));
 		fail |= json_object_set_new(f, "total_samples", json_integer(g->total));
 		fail |=

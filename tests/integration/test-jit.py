@@ -23,7 +23,8 @@ def test():
         print('top: %r' % f)
         check(f['function'] == 'jit_hot_loop', 'top function %r, expected jit_hot_loop' % f['function'])
         check(f['module'].endswith('perf-%d.map' % w.pid), 'module %r' % f['module'])
-        check(f['self_pct'] >= 80, 'jit_hot_loop self %.1f%%' % f['self_pct'])
+        share = d.user_self_share(sid, 'jit_hot_loop')
+        check(share >= 0.80, 'jit_hot_loop has %.3f of the user-space self samples' % share)
         # The JIT frame keeps a frame pointer, so main is below it.
         paths = d.json('hotpaths', sid, '--limit', '1')['paths']
         names = [fr['function'] for fr in paths[0]['frames']]

@@ -52,7 +52,10 @@ def test():
         check(total >= 600, 'only %d samples in ~7.5 s of 0.6 CPU at 397 Hz' % total)
         hot = top['functions'][0]
         check(hot['function'] == 'hot_function', 'top function is %r, expected hot_function' % hot['function'])
-        check(hot['self_pct'] >= 80, 'hot_function has %.1f%% of self samples, expected >= 80%%' % hot['self_pct'])
+        user_share = d.user_self_share(sid, 'hot_function')
+        check(user_share >= 0.80, 'hot_function has %.3f of the samples that stopped in user '
+              'space, expected >= 0.80' % user_share)
+        check(hot['total_pct'] >= 80, 'hot_function on %.1f%% of stacks, expected >= 80%%' % hot['total_pct'])
         check(hot['file'] and hot['file'].endswith('spin-threads.c') and hot['line'] > 0,
               'hot_function source %r:%r' % (hot['file'], hot['line']))
         check(os.path.basename(hot['module']) == 'spin-threads', 'module %r' % hot['module'])
