@@ -309,11 +309,20 @@ int profile_sample(struct bpf_perf_event_data *ctx)
  * user stack (no kernel frames), so that user space can tell which code
  * grows the address space, Python frames merged. They cost per change, not
  * per allocation: glibc's malloc asks the kernel for memory in steps of
- * 128 KiB or more. Records are capped at vm_max_per_s per CPU per slot
- * (a job that maps and unmaps in a tight loop); every change is counted in
- * 'vm_stats' all the same.
+ * 128 KiB or more.
+ *
+ * The stack is what costs (a copy of the user stack here, CFI unwinding in
+ * user space), and only growth needs one: a shrinking change (munmap, a
+ * lower break) is credited by user space to the stack that made the region,
+ * so its record goes without (SAMPLE_NO_STACK). Growth records carry a
+ * stack up to vm_stack_per_s per CPU per slot, and beyond it go without
+ * one too, so that their bytes are still counted ('bare' in vm_stats).
+ * Records of either kind beyond vm_max_per_s per CPU per slot (a job that
+ * maps and unmaps in a tight loop) are not sent; every change is counted
+ * in 'vm_stats' all the same.
  */
-const volatile __u32 vm_max_per_s = 200;
+const volatile __u32 vm_stack_per_s = 50;
+const volatile __u32 vm_max_per_s = 20000;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -325,7 +334,8 @@ struct {
 /* Per CPU and slot: the start of the current second, records sent in it, faults counted. */
 struct vm_budget {
 	__u64 second_ns;
-	__u64 sent;
+	__u64 sent;	  /* records sent this second */
+	__u64 with_stack; /* of which with a stack */
 	__u64 faults;
 };
 
@@ -382,9 +392,12 @@ static __always_inline int vm_slot(struct slot_config **ret_cfg)
 	return (int)slot;
 }
 
-/* Count @vm->kind for @slot and send its record unless the slot's budget is spent. */
+/*
+ * Count @vm->kind for @slot and send its record unless the slot's budget is
+ * spent; with the user stack if @grows and the stack budget is not spent.
+ */
 static __always_inline void vm_send(void *ctx, __u32 slot, const struct slot_config *cfg,
-				    const struct vm_change *vm)
+				    const struct vm_change *vm, bool grows)
 {
 	__u32 cpu = bpf_get_smp_processor_id(), *busy;
 	struct vm_budget *b = bpf_map_lookup_elem(&vm_budget, &slot);
@@ -399,6 +412,7 @@ static __always_inline void vm_send(void *ctx, __u32 slot, const struct slot_con
 	if (now - b->second_ns >= 1000000000ull) {
 		b->second_ns = now;
 		b->sent = 0;
+		b->with_stack = 0;
 	}
 	busy = bpf_map_lookup_elem(&vm_busy, &cpu);
 	e = bpf_map_lookup_elem(&vm_scratch, &cpu);
@@ -416,7 +430,15 @@ static __always_inline void vm_send(void *ctx, __u32 slot, const struct slot_con
 	b->sent++;
 	start_record(e, bpf_get_current_pid_tgid(), slot, cpu, PROFILE_EVENT_VM);
 	e->vm = *vm;
-	send_record(e, 0, take_user_stack(ctx, e, cfg, 0), slot);
+	if (grows && b->with_stack < vm_stack_per_s) {
+		b->with_stack++;
+		send_record(e, 0, take_user_stack(ctx, e, cfg, 0), slot);
+	} else {
+		if (grows)
+			st->bare++;
+		e->flags |= SAMPLE_NO_STACK;
+		send_record(e, 0, 0, slot);
+	}
 	*busy = 0;
 }
 
@@ -462,7 +484,7 @@ int vm_brk_exit(struct trace_event_raw_sys_exit *ctx)
 	slot = vm_slot(&cfg);
 	if (slot < 0 || vm.addr == vm.old_addr)
 		return 0;
-	vm_send(ctx, (__u32)slot, cfg, &vm);
+	vm_send(ctx, (__u32)slot, cfg, &vm, vm.addr > vm.old_addr);
 	return 0;
 }
 
@@ -506,7 +528,8 @@ static __always_inline int vm_syscall_exit(void *ctx, __u32 kind, long ret)
 		vm.len = BPF_CORE_READ(regs, dx);
 		break;
 	}
-	vm_send(ctx, (__u32)slot, cfg, &vm);
+	vm_send(ctx, (__u32)slot, cfg, &vm,
+		kind == VM_MMAP || (kind == VM_MREMAP && vm.len > vm.old_len));
 	return 0;
 }
 
@@ -558,7 +581,7 @@ int BPF_PROG(vm_fault, unsigned long address, struct pt_regs *regs, unsigned lon
 	vm.addr = address;
 	vm.len = (__u64)cfg->vm_fault_period * PAGE_BYTES;
 	vm.flags = (__u32)error_code;
-	vm_send(ctx, (__u32)slot, cfg, &vm);
+	vm_send(ctx, (__u32)slot, cfg, &vm, true);
 	return 0;
 }
 

@@ -113,6 +113,7 @@ struct vm_change {
 struct vm_stats {
 	__u64 events[VM_NR_KINDS]; /* changes seen (FAULT: write faults to pages not present) */
 	__u64 unsent;              /* changes whose record was not sent (rate cap, nesting) */
+	__u64 bare;                /* growth changes sent without their stack (over the budget) */
 };
 
 /* sample_event.flags */
@@ -123,6 +124,8 @@ struct vm_stats {
 #define SAMPLE_HAS_REGS (1u << 4)         /* regs[] and stack[0..stack_size) are valid */
 #define SAMPLE_PY_TRUNCATED (1u << 5)     /* more Python frames than PROFILE_MAX_PY_FRAMES */
 #define SAMPLE_PY_NO_THREAD (1u << 6)     /* Python walk on, but no thread state for this tid */
+#define SAMPLE_NO_STACK (1u << 7)         /* PROFILE_EVENT_VM: no stack taken (a shrinking change,
+					   * or growth over the per-second budget) */
 /* Set by the unwinder in user space, never by BPF: */
 #define SAMPLE_DWARF_UNWOUND (1u << 8)    /* ustack comes from DWARF unwinding */
 #define SAMPLE_UNWIND_INCOMPLETE (1u << 9)/* the unwinder stopped before the outermost frame */

@@ -182,7 +182,9 @@ static void print_growth(FILE *f, const json_t *g, bool rss_on)
 			print_frames(f, json_object_get(x, "frames"), "      ");
 		}
 	}
-	fprintf(f, "  (%lld address-space changes, %lld of them without a stack: over the rate cap)\n",
+	fprintf(f, "  (%lld address-space changes, %lld of them without a stack of their own: "
+		   "over the per-second stack budget, unmapping what was mapped before the session, "
+		   "or over the rate cap)\n",
 		(long long)json_integer_value(json_object_get(g, "events")),
 		(long long)json_integer_value(json_object_get(g, "events_without_stack")));
 }

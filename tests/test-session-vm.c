@@ -4,7 +4,8 @@
  * vm_changes table show them, from the PROFILE_EVENT_VM records the BPF
  * programs would send: brk growth on its stack; an munmap or mremap of a
  * mapping made in the session counted against the stack that mapped it;
- * one made before the session against the caller; sampled faults as
+ * one made before the session against the caller (or, sent without a
+ * stack, against "[missing stack]"); sampled faults as
  * "touch"; and bad records (an unknown kind, lengths that overflow) counted
  * as changes without a stack, never stored, never a crash, and nothing
  * stored before them lost. Needs neither root nor BPF.
@@ -43,7 +44,11 @@ static struct session_env env;
 static struct session *s;
 static int64_t sid;
 
-/* One change of @kind by @leaf's stack. */
+/*
+ * One change of @kind by @leaf's stack; with @leaf NULL, sent without a
+ * stack (SAMPLE_NO_STACK), as the BPF side sends shrinking changes and
+ * growth over its stack budget.
+ */
 static void feed(void (*leaf)(void), uint32_t kind, uint64_t addr, uint64_t len, uint64_t old_addr,
 		 uint64_t old_len, uint32_t flags)
 {
@@ -54,8 +59,12 @@ static void feed(void (*leaf)(void), uint32_t kind, uint64_t addr, uint64_t len,
 	e.event = PROFILE_EVENT_VM;
 	e.time_ns = now_ns(CLOCK_MONOTONIC);
 	snprintf(e.comm, sizeof(e.comm), "vm-test");
-	e.ustack_len = 1;
-	e.ips[0] = (uint64_t)(uintptr_t)leaf + 4;
+	if (leaf) {
+		e.ustack_len = 1;
+		e.ips[0] = (uint64_t)(uintptr_t)leaf + 4;
+	} else {
+		e.flags = SAMPLE_NO_STACK;
+	}
 	e.vm = (struct vm_change){.addr = addr,
 				  .len = len,
 				  .old_addr = old_addr,
@@ -134,6 +143,21 @@ int main(void)
 	CHECK_INT_EQ(
 	    test_session_scalar(env.store, sid, "SELECT vm_unsent FROM sessions WHERE id = ?1"), 0);
 
+	/* Records without a stack: an munmap of the mapper's 1 MiB is still the mapper's;
+	 * one of a mapping from before the session, and growth over the stack budget, go
+	 * on the "[missing stack]" frame, and the first counts as a change without a
+	 * stack (the BPF side counts the second). */
+	feed(vm_test_mapper, VM_MMAP, a, MiB, 0, 0, MAP_PRIVATE | MAP_ANONYMOUS);
+	feed(NULL, VM_MUNMAP, a, MiB, 0, 0, 0);
+	feed(NULL, VM_MUNMAP, 0x7f0080000000, 2 * MiB, 0, 0, 0);
+	feed(NULL, VM_MMAP, 0x7f0090000000, 3 * MiB, 0, 0, MAP_PRIVATE | MAP_ANONYMOUS);
+	CHECK_INT_EQ(flush(), 0);
+	CHECK_INT_EQ(vm_bytes("munmap", "anon", "vm_test_mapper"), -5 * MiB);
+	CHECK_INT_EQ(vm_bytes("munmap", "anon", "[missing stack]"), -2 * MiB);
+	CHECK_INT_EQ(vm_bytes("mmap", "anon", "[missing stack]"), 3 * MiB);
+	CHECK_INT_EQ(
+	    test_session_scalar(env.store, sid, "SELECT vm_unsent FROM sessions WHERE id = ?1"), 1);
+
 	/* Bad records: an unknown kind is counted without a stack and stored nowhere;
 	 * lengths that overflow a page rounding cost nothing and break nothing. */
 	feed(vm_test_grower, 99, a, MiB, 0, 0, 0);
@@ -144,7 +168,7 @@ int main(void)
 	feed(vm_test_grower, VM_MREMAP, 0x7f0060000000, UINT64_MAX, 0x7f0070000000, UINT64_MAX, 0);
 	CHECK_INT_EQ(flush(), 0);
 	CHECK_INT_EQ(
-	    test_session_scalar(env.store, sid, "SELECT vm_unsent FROM sessions WHERE id = ?1"), 2);
+	    test_session_scalar(env.store, sid, "SELECT vm_unsent FROM sessions WHERE id = ?1"), 3);
 	CHECK_INT_EQ(
 	    test_session_scalar(env.store, sid,
 				"SELECT count(*) FROM vm_changes WHERE session_id = ?1 AND "

@@ -375,8 +375,10 @@ static enum memory_map_kind mmap_kind(int pid, const struct vm_change *vm)
  * processes (a PROFILE_EVENT_VM record, user stack already unwound): what
  * it adds to (or takes from) the address space, on its call stack; an
  * munmap or mremap of a mapping made during the session counts against the
- * stack that mapped it. Allocates; reads /proc/PID/fd for file mappings;
- * does not log.
+ * stack that mapped it. A record sent without a stack (SAMPLE_NO_STACK:
+ * shrinking, or growth over the BPF side's stack budget) counts on the
+ * "[missing stack]" frame where no region names a stack. Allocates; reads
+ * /proc/PID/fd for file mappings; does not log.
  */
 void session__on_vm(struct session *s, const struct sample_event *e)
 {
@@ -407,6 +409,7 @@ void session__on_vm(struct session *s, const struct sample_event *e)
 		r = region_find(s, pid, vm->addr);
 		if (!r) { /* mapped before the session, or not from its start */
 			vm_account(s, pid, stack, VM_MUNMAP, MEMORY_MAP_ANON, -(int64_t)len);
+			s->vm_untracked += !!(e->flags & SAMPLE_NO_STACK);
 			break;
 		}
 		if (len > r->len)
@@ -424,6 +427,7 @@ void session__on_vm(struct session *s, const struct sample_event *e)
 		r = region_find(s, pid, vm->old_addr);
 		if (!r) {
 			vm_account(s, pid, stack, VM_MREMAP, MEMORY_MAP_ANON, delta);
+			s->vm_untracked += !!(e->flags & SAMPLE_NO_STACK);
 			break;
 		}
 		vm_account(s, pid, r->stack, VM_MREMAP, r->mapping, delta);
@@ -475,7 +479,8 @@ static int flush_vm(struct session *s, const struct session_env *env, bool *refr
 
 		for (unsigned k = 0; k < VM_NR_KINDS; k++)
 			events += st.events[k];
-		return store__session_vm(env->store, s->id, events, st.unsent + s->vm_untracked,
+		return store__session_vm(env->store, s->id, events,
+					 st.unsent + st.bare + s->vm_untracked,
 					 s->vm_fault_period);
 	}
 }

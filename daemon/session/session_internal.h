@@ -79,7 +79,9 @@ struct session {
 	struct hashmap vm_regions;	/* struct vm_region by (pid, start): mappings made in the
 					 * session, for the munmap that undoes them */
 	size_t vm_regions_gone;		/* entries of vm_regions unmapped since */
-	uint64_t vm_untracked;		/* mmaps not remembered (vm_regions at its bound) */
+	uint64_t vm_untracked;		/* changes counted without a stack of their own in user space:
+					 * mmaps not remembered (vm_regions at its bound), shrinking
+					 * ones sent bare (SAMPLE_NO_STACK) of no known region */
 	/* Limits (bounded memory): samples past them are counted, not kept. */
 	unsigned max_threads, max_stacks;
 	struct hashmap tids;	/* tids sampled so far, as (void *)(tid + 1) */
