@@ -115,17 +115,9 @@ static __always_inline void copy_user_regs_stack(struct offcpu_event *e, long of
 	else
 		want = OFFCPU_STACK_BYTES;
 	/* Bounds the verifier can follow: the copy stays inside e->ips. */
-	if (off < 0 || off > 2 * OFFCPU_MAX_FRAMES || want > OFFCPU_STACK_BYTES || want == 0)
+	if (off < 0 || off > 2 * OFFCPU_MAX_FRAMES)
 		return;
-	if (bpf_probe_read_user(&e->ips[off], want, (void *)sp) == 0) {
-		e->stack_size = want;
-		return;
-	}
-	want = (PAGE_BYTES - (sp & (PAGE_BYTES - 1))) & ~7ULL;
-	if (want > OFFCPU_STACK_BYTES || want == 0)
-		return;
-	if (bpf_probe_read_user(&e->ips[off], want, (void *)sp) == 0)
-		e->stack_size = want;
+	e->stack_size = read_user_stack(&e->ips[off], sp, want, OFFCPU_STACK_BYTES);
 }
 
 /* Linux 5.14 renamed task_struct::state to __state (and made it unsigned int). */
