@@ -126,23 +126,13 @@ static __always_inline int current_slot(__u32 *ret_tgid)
  */
 static __always_inline void copy_user_regs_stack(struct malloc_alloc_event *e, long off)
 {
-	__u64 sp, want = MALLOC_STACK_BYTES;
-
 	e->h.stack_size = 0;
 	read_user_regs(e->regs);
 	e->h.flags |= MALLOC_HAS_REGS;
-	sp = e->regs[7];
 	if (off < 0 || off > MALLOC_MAX_FRAMES)
 		return;
-	if (bpf_probe_read_user(&e->ips[off], want, (void *)sp) == 0) {
-		e->h.stack_size = want;
-		return;
-	}
-	want = (PAGE_BYTES - (sp & (PAGE_BYTES - 1))) & ~7ULL;
-	if (want > MALLOC_STACK_BYTES || want == 0)
-		return;
-	if (bpf_probe_read_user(&e->ips[off], want, (void *)sp) == 0)
-		e->h.stack_size = want;
+	e->h.stack_size =
+	    read_user_stack(&e->ips[off], e->regs[7], MALLOC_STACK_BYTES, MALLOC_STACK_BYTES);
 }
 
 /* Send the ALLOC record of a sampled call. Returns 0, or -1 if it was lost. */

@@ -56,14 +56,10 @@ const volatile __u64 min_block_ns = 0;
 #include "stack.bpf.h"
 #include "targets.bpf.h"
 #include "events.bpf.h"
-#include "drops.bpf.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, OFFCPU_MAX_SLOTS);
-	__type(key, __u32);
-	__type(value, struct offcpu_counters);
-} drops SEC(".maps");
+#define DROPS_SLOTS OFFCPU_MAX_SLOTS
+#define DROPS_COUNTERS struct offcpu_counters
+#include "drops.bpf.h"
 
 /* A thread that is off the CPU: its record so far, and when it was woken. */
 struct offcpu_start {
@@ -119,17 +115,9 @@ static __always_inline void copy_user_regs_stack(struct offcpu_event *e, long of
 	else
 		want = OFFCPU_STACK_BYTES;
 	/* Bounds the verifier can follow: the copy stays inside e->ips. */
-	if (off < 0 || off > 2 * OFFCPU_MAX_FRAMES || want > OFFCPU_STACK_BYTES || want == 0)
+	if (off < 0 || off > 2 * OFFCPU_MAX_FRAMES)
 		return;
-	if (bpf_probe_read_user(&e->ips[off], want, (void *)sp) == 0) {
-		e->stack_size = want;
-		return;
-	}
-	want = (PAGE_BYTES - (sp & (PAGE_BYTES - 1))) & ~7ULL;
-	if (want > OFFCPU_STACK_BYTES || want == 0)
-		return;
-	if (bpf_probe_read_user(&e->ips[off], want, (void *)sp) == 0)
-		e->stack_size = want;
+	e->stack_size = read_user_stack(&e->ips[off], sp, want, OFFCPU_STACK_BYTES);
 }
 
 /* Linux 5.14 renamed task_struct::state to __state (and made it unsigned int). */
@@ -161,7 +149,7 @@ static __always_inline void count_stale(__u32 tid)
 	struct offcpu_start *old = bpf_map_lookup_elem(&starts, &tid);
 
 	if (old)
-		count_drop(&drops, old->e.slot, DROP_MISSED);
+		count_drop(old->e.slot, DROP_MISSED);
 }
 
 static __always_inline void switch_out(__u64 *ctx, bool preempt, struct task_struct *prev,
@@ -238,7 +226,7 @@ static __always_inline void switch_out(__u64 *ctx, bool preempt, struct task_str
 		r = bpf_map_update_elem(&starts, &tid, s, BPF_ANY);
 	}
 	if (r)
-		count_drop(&drops, slot, DROP_TID_MAP);
+		count_drop(slot, DROP_TID_MAP);
 }
 
 static __always_inline void switch_in(struct task_struct *next, __u64 now)
@@ -268,7 +256,7 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now)
 		       ((long)e->kstack_len + e->ustack_len) * sizeof(__u64) + e->stack_size;
 		if (size >= offsetof(struct offcpu_event, ips) && size <= sizeof(*e) &&
 		    events_output(e, size))
-			count_drop(&drops, e->slot, DROP_RINGBUF);
+			count_drop(e->slot, DROP_RINGBUF);
 	}
 	/* The value is not used after this: without preallocation it is freed
 	 * for reuse at once. */

@@ -24,14 +24,10 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #include "stack.bpf.h"
 #include "targets.bpf.h"
 #include "events.bpf.h"
-#include "drops.bpf.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, PROFILE_MAX_SLOTS);
-	__type(key, __u32);
-	__type(value, struct slot_counters);
-} drops SEC(".maps");
+#define DROPS_SLOTS PROFILE_MAX_SLOTS
+#define DROPS_COUNTERS struct slot_counters
+#include "drops.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -254,7 +250,7 @@ static __always_inline void send_record(struct sample_event *e, long klen, long 
 	if (size < offsetof(struct sample_event, ips) || size > sizeof(*e))
 		return;
 	if (events_output(e, size))
-		count_drop(&drops, slot, COUNTER_INDEX(struct slot_counters, ringbuf_full));
+		count_drop(slot, COUNTER_INDEX(struct slot_counters, ringbuf_full));
 }
 
 SEC("perf_event")

@@ -26,3 +26,25 @@ static __always_inline long get_stack(void *ctx, __u64 *ips, long max, __u64 fla
 		n = max;
 	return n;
 }
+
+/*
+ * read_user_stack() - copy @want bytes of the current task's user stack,
+ * from @sp up, to @dst; if any of them faults (bpf_probe_read_user() fails
+ * whole, and pages cannot be faulted in here), what is left of @sp's page
+ * instead. @want: a multiple of 8. @max: the room at @dst in bytes, a
+ * constant, which bounds both reads for the verifier. Returns the bytes
+ * copied, a multiple of 8 in 0..@max (0 if neither read worked).
+ */
+static __always_inline __u32 read_user_stack(void *dst, __u64 sp, __u64 want, __u64 max)
+{
+	if (want > max || want == 0)
+		return 0;
+	if (bpf_probe_read_user(dst, want, (void *)sp) == 0)
+		return want;
+	want = (PAGE_BYTES - (sp & (PAGE_BYTES - 1))) & ~7ULL;
+	if (want > max || want == 0)
+		return 0;
+	if (bpf_probe_read_user(dst, want, (void *)sp) == 0)
+		return want;
+	return 0;
+}

@@ -27,14 +27,10 @@
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 #include "events.bpf.h"
-#include "drops.bpf.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, UPROBE_MAX_SLOTS);
-	__type(key, __u32);
-	__type(value, struct uprobe_counters);
-} drops SEC(".maps");
+#define DROPS_SLOTS UPROBE_MAX_SLOTS
+#define DROPS_COUNTERS struct uprobe_counters
+#include "drops.bpf.h"
 
 struct call_key {
 	__u32 tid;
@@ -89,7 +85,7 @@ int uprobe_entry(struct pt_regs *ctx)
 	cs = bpf_map_lookup_elem(&calls, &key);
 	if (cs) {
 		cs->nest++;
-		count_drop(&drops, slot, DROP_RECURSIVE);
+		count_drop(slot, DROP_RECURSIVE);
 		return 0;
 	}
 	cs = bpf_map_lookup_elem(&scratch, &zero);
@@ -153,7 +149,7 @@ int uprobe_entry(struct pt_regs *ctx)
 	/* Last, so that the timed interval leaves out the work above. */
 	e->entry_ns = bpf_ktime_get_ns();
 	if (bpf_map_update_elem(&calls, &key, cs, BPF_NOEXIST))
-		count_drop(&drops, slot, DROP_MAP);
+		count_drop(slot, DROP_MAP);
 	return 0;
 }
 
@@ -195,7 +191,7 @@ int uprobe_return(struct pt_regs *ctx)
 		n = UPROBE_MAX_FRAMES;
 	size = offsetof(struct uprobe_event, ips) + n * sizeof(__u64);
 	if (events_output(e, size))
-		count_drop(&drops, slot, DROP_RINGBUF);
+		count_drop(slot, DROP_RINGBUF);
 	bpf_map_delete_elem(&calls, &key);
 	return 0;
 }

@@ -416,24 +416,23 @@ def run_checks(profctl, fake, tmp):
     check(r.returncode == 1 and "cannot connect to profd" in r.stderr, "overlong socket path", r)
 
     # --- errors from profd: exit 1, "profctl: error: <message>", nothing on stdout -------
-    for args, message in ((("top", "999"), "no session 999"),
-                          (("hotpaths", "999"), "no session 999"),
-                          (("threads", "999"), "no session 999"),
-                          (("session", "999"), "no session 999"),
-                          (("detach", "999"), "no session 999"),
-                          (("--json", "top", "999"), "no session 999"),
-                          (("attach", "999999"), "no process with PID 999999"),
-                          (("attach", "1", "--json"), "you may not trace PID 1"),
-                          (("attach", "4242", "--events", "cpu,cycles"),
-                           "unknown event 'cycles' (known: cpu)"),
-                          (("top", "670"), "profd returned error EIO")):
+    no_session = [((cmd, "999"), "no session 999")
+                  for cmd in ("top", "hotpaths", "threads", "session", "detach")]
+    for args, message in no_session + [
+            (("--json", "top", "999"), "no session 999"),
+            (("attach", "999999"), "no process with PID 999999"),
+            (("attach", "1", "--json"), "you may not trace PID 1"),
+            (("attach", "4242", "--events", "cpu,cycles"), "unknown event 'cycles' (known: cpu)"),
+            (("top", "670"), "profd returned error EIO")]:
         r = run(*args)
         check(r.returncode == 1 and r.stdout == "" and
               r.stderr == "profctl: error: %s\n" % message,
               "profctl %s: exit 1, 'profctl: error: %s'" % (" ".join(args), message), r)
 
     # --- malformed responses: exit 1, a clear message, nothing on stdout -----------------
-    for args, needle in ((("top", "666"), 'malformed response from profd: field "event"'),
+    bad_profile = [(("export", str(sid), "--format", "folded"), 'malformed "profile" response')
+                   for sid in range(673, 677)]
+    for args, needle in [(("top", "666"), 'malformed response from profd: field "event"'),
                          (("hotpaths", "666"), 'malformed response from profd: field'),
                          (("threads", "666"), 'malformed response from profd: field'),
                          (("session", "666"), 'malformed response from profd: field "session"'),
@@ -441,11 +440,7 @@ def run_checks(profctl, fake, tmp):
                          (("--json", "top", "667"), "malformed response from profd"),
                          (("top", "668"), "profd closed the connection without answering"),
                          (("top", "669"), "protocol version 2"),
-                         (("top", "671"), "response from profd is longer than 64 MiB"),
-                         (("export", "673", "--format", "folded"), 'malformed "profile" response'),
-                         (("export", "674", "--format", "folded"), 'malformed "profile" response'),
-                         (("export", "675", "--format", "folded"), 'malformed "profile" response'),
-                         (("export", "676", "--format", "folded"), 'malformed "profile" response')):
+                         (("top", "671"), "response from profd is longer than 64 MiB")] + bad_profile:
         r = run(*args)
         check(r.returncode == 1 and r.stdout == "" and needle in r.stderr and
               r.stderr.count("\n") == 1, "profctl %s: malformed reply reported" % " ".join(args),
