@@ -69,13 +69,10 @@ static int thread_rows(sqlite3 *db, int64_t session_id, json_t **ret)
 	if (r < 0)
 		return r;
 
-	o = json_object();
+	/* total_samples is set below, once the rows are summed. */
+	o = json_pack("{s:I, s:I, s:[]}", "session", (json_int_t)session_id, "total_samples",
+		      (json_int_t)0, "threads");
 	if (!o)
-		return -ENOMEM;
-	fail |= json_object_set_new(o, "session", json_integer(session_id));
-	fail |= json_object_set_new(o, "total_samples", json_integer(0)); /* set below */
-	fail |= json_object_set_new(o, "threads", json_array());
-	if (fail)
 		return -ENOMEM;
 	arr = json_object_get(o, "threads");
 
