@@ -116,11 +116,14 @@ static const uint64_t real0 = 1700000000000000000ULL; /* the same instant, CLOCK
 static const uint64_t mib = 1 << 20;
 
 /* One call of @api at @t_ms after the start, lasting @dur_us, from the stack leaf, caller. */
+/* UPROBE_EV_* flags for the next call() only. */
+static uint32_t next_flags;
+
 static void call(struct gpu_acc *a, const struct gpu_api *api, uint64_t t_ms, uint64_t dur_us,
 		 uint64_t leaf, const uint64_t *args, uint64_t ret, uint64_t out, const char *str)
 {
 	struct gpu_probe p = {.api = api, .slot = 0, .owner = 1};
-	struct uprobe_event e = {0};
+	struct uprobe_event e = {.flags = next_flags};
 
 	snprintf(p.label, sizeof(p.label), "%s", api->symbol);
 	e.entry_ns = mono0 + t_ms * 1000000;
@@ -141,6 +144,7 @@ static void call(struct gpu_acc *a, const struct gpu_api *api, uint64_t t_ms, ui
 	e.ips[1] = leaf;
 	e.ips[2] = 0x4000;
 	e.ustack_len = 3;
+	next_flags = 0;
 	gpu_acc__on_event(a, NULL, NULL, &p, &e);
 }
 
@@ -206,6 +210,7 @@ int main(void)
 		call(a, &api_launch, 320 + i, 5, 0x1000, (uint64_t[8]){0, 4, 1, 1, 128, 1, 1}, 0, 0,
 		     NULL);
 	call(a, &api_pop, 510, 1, 0x1000, NULL, 0, 0, NULL); /* forward: 200 ms */
+	next_flags = UPROBE_EV_TRUNCATED; /* its stack filled the record */
 	call(a, &api_sync, 520, 9000, 0x1000, NULL, 0, 0, NULL);
 	call(a, &api_pop, 800, 1, 0x1000, NULL, 0, 0, NULL); /* step: 500 ms */
 	call(a, &api_uprobe, 900, 250, 0x1000, NULL, 0, 0, NULL);
@@ -216,6 +221,7 @@ int main(void)
 	/* Second window, written by a flush that fails (its COMMIT is refused) and
 	 * is retried: nothing twice. The 4 MiB block is freed; a copy back; one launch. */
 	call(a, &api_free, 1100, 10, 0x2000, (uint64_t[8]){0xa000}, 0, 0, NULL);
+	next_flags = UPROBE_EV_NO_STACK; /* its stack could not be read */
 	call(a, &api_memcpy, 1200, 100, 0x3000, (uint64_t[8]){0, 0, 100, 2}, 0, 0, NULL);
 	call(a, &api_launch, 1300, 5, 0x1000, (uint64_t[8]){0, 4, 1, 1, 128, 1, 1}, 0, 0, NULL);
 	call(a, &api_pop, 1400, 1, 0x1000, NULL, 0, 0, NULL); /* nothing open: unmatched */
@@ -229,6 +235,8 @@ int main(void)
 		return 1;
 	CHECK_INT_EQ(gi(g, "lost_calls"), 3);
 	CHECK_INT_EQ(gi(g, "unnamed_launches"), 3); /* no address space: names unknown */
+	CHECK_INT_EQ(gi(g, "truncated_stacks"), 1);
+	CHECK_INT_EQ(gi(g, "missing_stacks"), 1);
 	x = find(json_object_get(g, "api"), "api", "cudaMalloc");
 	CHECK(x != NULL);
 	CHECK_INT_EQ(gi(x, "calls"), 3);

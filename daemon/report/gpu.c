@@ -137,7 +137,8 @@ static int session_head(sqlite3 *db, int64_t session_id, json_t **ret, int64_t *
 		db,
 		"SELECT gpu_lost_calls, nvtx_unmatched, gpu_unnamed_launches, events,"
 		" coalesce(ended_at_ns, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
-		" * 1000000) - started_at_ns, started_at_ns FROM sessions WHERE id = ?1",
+		" * 1000000) - started_at_ns, started_at_ns, gpu_truncated_stacks,"
+		" gpu_missing_stacks FROM sessions WHERE id = ?1",
 		session_id, &st) < 0)
 		return -EIO;
 	rc = sqlite3_step(st);

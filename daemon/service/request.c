@@ -80,7 +80,7 @@ static int fail(char *errbuf, size_t errlen, int err, const char *fmt, ...)
 	return err;
 }
 
-/* An integer field in [min, max]; -ENOENT if absent (and @def used). */
+/* An integer field in [@min, @max] into *@ret; -ENOENT if absent or null (*@ret untouched). */
 static int get_int(json_t *obj, const char *key, int64_t min, int64_t max, int64_t *ret,
 		   char *errbuf, size_t errlen)
 {
