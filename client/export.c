@@ -415,7 +415,29 @@ struct psample {
 	int64_t count;
 };
 
-/* A thread's label pair (name, tid) in export__pprof(): made once, shared by its samples. */
+/*
+ * A pprof Location and its one Line: profd's frames are one function each
+ * (an inlined call is a frame of its own).
+ */
+struct pb_location {
+	Perftools__Profiles__Location loc;
+	Perftools__Profiles__Line line;
+	Perftools__Profiles__Line *line_ptr; /* loc.line: an array of one */
+};
+
+/* A pprof Sample and its values: the samples, and the samples times the period. */
+struct pb_sample {
+	Perftools__Profiles__Sample sample;
+	int64_t values[2];
+};
+
+/* A thread's labels, "thread" (its name) and "tid": made once, shared by its samples. */
+struct pb_labels {
+	Perftools__Profiles__Label label[2];
+	Perftools__Profiles__Label *ptrs[2]; /* sample.label */
+};
+
+/* Where a thread's labels are in export__pprof()'s array of them. */
 struct tid_pair {
 	int64_t tid;
 	size_t pair;
@@ -467,20 +489,16 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 						   PERFTOOLS__PROFILES__VALUE_TYPE__INIT};
 	Perftools__Profiles__ValueType period_type = PERFTOOLS__PROFILES__VALUE_TYPE__INIT;
 	Perftools__Profiles__ValueType *type_ptrs[2] = {&types[0], &types[1]};
-	_cleanup_free_ Perftools__Profiles__Location *locs = NULL;
+	_cleanup_free_ struct pb_location *locs = NULL;
 	_cleanup_free_ Perftools__Profiles__Location **loc_ptrs = NULL;
-	_cleanup_free_ Perftools__Profiles__Line *lines = NULL;
-	_cleanup_free_ Perftools__Profiles__Line **line_ptrs = NULL;
 	_cleanup_free_ Perftools__Profiles__Function *funcs = NULL;
 	_cleanup_free_ Perftools__Profiles__Function **func_ptrs = NULL;
 	_cleanup_free_ Perftools__Profiles__Mapping *maps = NULL;
 	_cleanup_free_ Perftools__Profiles__Mapping **map_ptrs = NULL;
-	_cleanup_free_ Perftools__Profiles__Sample *samples = NULL;
+	_cleanup_free_ struct pb_sample *samples = NULL;
 	_cleanup_free_ Perftools__Profiles__Sample **sample_ptrs = NULL;
-	_cleanup_free_ Perftools__Profiles__Label *labels = NULL;
-	_cleanup_free_ Perftools__Profiles__Label **label_ptrs = NULL;
+	_cleanup_free_ struct pb_labels *labels = NULL;
 	_cleanup_free_ uint64_t *loc_ids = NULL;
-	_cleanup_free_ int64_t *values = NULL;
 	_cleanup_free_ size_t *order = NULL, *map_of = NULL;
 	_cleanup_free_ struct psample *ps = NULL;
 	_cleanup_free_ struct tid_pair *tp = NULL;
@@ -493,8 +511,6 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 
 	locs = calloc(p->n_frames + 1, sizeof(*locs));
 	loc_ptrs = calloc(p->n_frames + 1, sizeof(*loc_ptrs));
-	lines = calloc(p->n_frames + 1, sizeof(*lines));
-	line_ptrs = calloc(p->n_frames + 1, sizeof(*line_ptrs));
 	funcs = calloc(p->n_funcs + 1, sizeof(*funcs));
 	func_ptrs = calloc(p->n_funcs + 1, sizeof(*func_ptrs));
 	maps = calloc(p->n_frames + 1, sizeof(*maps));
@@ -502,8 +518,8 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 	order = calloc(p->n_frames + 1, sizeof(*order));
 	map_of = calloc(p->n_frames + 1, sizeof(*map_of));
 	ps = calloc(p->n_samples + 1, sizeof(*ps));
-	if (!locs || !loc_ptrs || !lines || !line_ptrs || !funcs || !func_ptrs || !maps ||
-	    !map_ptrs || !order || !map_of || !ps)
+	if (!locs || !loc_ptrs || !funcs || !func_ptrs || !maps || !map_ptrs || !order || !map_of ||
+	    !ps)
 		goto out;
 	if (strtab__intern(&st, "") < 0)
 		goto out;
@@ -540,6 +556,7 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 	for (size_t i = 0; i < p->n_frames; i++) {
 		const struct xframe *fr = &p->frames[i];
 		Perftools__Profiles__Function *fn = &funcs[fr->func];
+		struct pb_location *l = &locs[i];
 
 		if (!func_ptrs[fr->func]) {
 			perftools__profiles__function__init(fn);
@@ -552,17 +569,17 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 			fn->filename = k;
 			func_ptrs[fr->func] = fn;
 		}
-		perftools__profiles__line__init(&lines[i]);
-		lines[i].function_id = fr->func + 1;
-		lines[i].line = fr->line;
-		line_ptrs[i] = &lines[i];
-		perftools__profiles__location__init(&locs[i]);
-		locs[i].id = i + 1;
-		locs[i].mapping_id = map_of[i];
-		locs[i].address = fr->address;
-		locs[i].n_line = 1;
-		locs[i].line = &line_ptrs[i];
-		loc_ptrs[i] = &locs[i];
+		perftools__profiles__line__init(&l->line);
+		l->line.function_id = fr->func + 1;
+		l->line.line = fr->line;
+		l->line_ptr = &l->line;
+		perftools__profiles__location__init(&l->loc);
+		l->loc.id = i + 1;
+		l->loc.mapping_id = map_of[i];
+		l->loc.address = fr->address;
+		l->loc.n_line = 1;
+		l->loc.line = &l->line_ptr;
+		loc_ptrs[i] = &l->loc;
 	}
 
 	/* Samples: per stack and thread. */
@@ -589,12 +606,10 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 			n_locs_total += p->stacks[ps[i].stack].len;
 	samples = calloc(n_ps + 1, sizeof(*samples));
 	sample_ptrs = calloc(n_ps + 1, sizeof(*sample_ptrs));
-	labels = calloc(2 * n_ps + 1, sizeof(*labels));
-	label_ptrs = calloc(2 * n_ps + 1, sizeof(*label_ptrs));
+	labels = calloc(n_ps + 1, sizeof(*labels));
 	loc_ids = calloc(n_locs_total + 1, sizeof(*loc_ids));
-	values = calloc(2 * n_ps + 1, sizeof(*values));
 	tp = calloc(n_ps + 1, sizeof(*tp));
-	if (!samples || !sample_ptrs || !labels || !label_ptrs || !loc_ids || !values || !tp)
+	if (!samples || !sample_ptrs || !labels || !loc_ids || !tp)
 		goto out;
 	{
 		int64_t key_thread, key_tid;
@@ -605,21 +620,21 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 			goto out;
 		for (size_t i = 0; i < n_ps; i++) {
 			const struct xstack *s = &p->stacks[ps[i].stack];
-			Perftools__Profiles__Sample *sa = &samples[i];
+			struct pb_sample *sa = &samples[i];
 
-			perftools__profiles__sample__init(sa);
+			perftools__profiles__sample__init(&sa->sample);
 			if (i == 0 || ps[i].stack != ps[i - 1].stack) {
 				cur = off;
 				for (size_t j = 0; j < s->len; j++)
 					loc_ids[off + j] = s->frames[j] + 1;
 				off += s->len;
 			}
-			sa->location_id = &loc_ids[cur];
-			sa->n_location_id = s->len;
-			values[2 * i] = ps[i].count;
-			values[2 * i + 1] = ps[i].count * p->period;
-			sa->value = &values[2 * i];
-			sa->n_value = 2;
+			sa->sample.location_id = &loc_ids[cur];
+			sa->sample.n_location_id = s->len;
+			sa->values[0] = ps[i].count;
+			sa->values[1] = ps[i].count * p->period;
+			sa->sample.value = sa->values;
+			sa->sample.n_value = 2;
 			/* The thread's labels, shared by its samples: tp is sorted by tid. */
 			size_t lo = 0, hi = n_tp;
 
@@ -632,25 +647,25 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 					hi = mid;
 			}
 			if (lo == n_tp || tp[lo].tid != ps[i].tid) {
-				Perftools__Profiles__Label *l = &labels[2 * n_tp];
+				struct pb_labels *l = &labels[n_tp];
 
 				memmove(&tp[lo + 1], &tp[lo], (n_tp - lo) * sizeof(*tp));
 				tp[lo] = (struct tid_pair){ps[i].tid, n_tp};
-				perftools__profiles__label__init(&l[0]);
-				perftools__profiles__label__init(&l[1]);
-				l[0].key = key_thread;
+				perftools__profiles__label__init(&l->label[0]);
+				perftools__profiles__label__init(&l->label[1]);
+				l->label[0].key = key_thread;
 				if ((k = strtab__intern(&st, xprofile__thread_name(p, ps[i].tid))) < 0)
 					goto out;
-				l[0].str = k;
-				l[1].key = key_tid;
-				l[1].num = ps[i].tid;
-				label_ptrs[2 * n_tp] = &l[0];
-				label_ptrs[2 * n_tp + 1] = &l[1];
+				l->label[0].str = k;
+				l->label[1].key = key_tid;
+				l->label[1].num = ps[i].tid;
+				l->ptrs[0] = &l->label[0];
+				l->ptrs[1] = &l->label[1];
 				n_tp++;
 			}
-			sa->label = &label_ptrs[2 * tp[lo].pair];
-			sa->n_label = 2;
-			sample_ptrs[i] = sa;
+			sa->sample.label = labels[tp[lo].pair].ptrs;
+			sa->sample.n_label = 2;
+			sample_ptrs[i] = &sa->sample;
 		}
 	}
 

@@ -9,6 +9,29 @@
 #include "output_internal.h"
 #include "table.h"
 
+/* A row of output__diff()'s table: one of the diff's "functions". */
+static int diff_row(struct table *t, const json_t *fn)
+{
+	static const char *const keys[] = {"self_pct_a",  "self_pct_b",	 "self_delta_pct",
+					   "total_pct_a", "total_pct_b", "total_delta_pct"};
+	double v[6];
+	const char *name, *module;
+	int r;
+
+	for (int k = 0; k < 6; k++)
+		if ((r = get_num(fn, keys[k], &v[k])) < 0)
+			return r;
+	if ((r = get_str(fn, "function", &name)) < 0 ||
+	    (r = get_opt_str(fn, "module", &module)) < 0)
+		return r;
+	if (table__cellf(t, "%.2f", v[0]) < 0 || table__cellf(t, "%.2f", v[1]) < 0 ||
+	    table__cellf(t, "%+.2f", v[2]) < 0 || table__cellf(t, "%.2f", v[3]) < 0 ||
+	    table__cellf(t, "%.2f", v[4]) < 0 || table__cellf(t, "%+.2f", v[5]) < 0 ||
+	    table__cellf(t, "%s", name) < 0 || table__cellf(t, "%s", module_name(module)) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
 /* The diff of two sessions (built by profctl from two "top" responses). */
 int output__diff(FILE *f, const json_t *diff)
 {
@@ -19,38 +42,15 @@ int output__diff(FILE *f, const json_t *diff)
 	};
 	_cleanup_(table__freep) struct table *t = NULL;
 	long long a, b, ta, tb;
-	const json_t *functions, *fn;
-	size_t i;
+	const json_t *functions;
 	int r;
 
 	if ((r = get_int(diff, "session_a", &a)) < 0 || (r = get_int(diff, "session_b", &b)) < 0 ||
 	    (r = get_int(diff, "total_samples_a", &ta)) < 0 ||
 	    (r = get_int(diff, "total_samples_b", &tb)) < 0 ||
-	    (r = get_array(diff, "functions", &functions)) < 0)
+	    (r = get_array(diff, "functions", &functions)) < 0 ||
+	    (r = table_of_rows(functions, columns, ARRAY_SIZE(columns), diff_row, &t)) < 0)
 		return r;
-	t = table__new(columns, ARRAY_SIZE(columns));
-	if (!t)
-		return -ENOMEM;
-	json_array_foreach(functions, i, fn)
-	{
-		double v[6];
-		static const char *const keys[] = {"self_pct_a",  "self_pct_b",	 "self_delta_pct",
-						   "total_pct_a", "total_pct_b", "total_delta_pct"};
-		const char *name, *module;
-
-		for (int k = 0; k < 6; k++)
-			if ((r = get_num(fn, keys[k], &v[k])) < 0)
-				return r;
-		if ((r = get_str(fn, "function", &name)) < 0 ||
-		    (r = get_opt_str(fn, "module", &module)) < 0)
-			return r;
-		if (table__cellf(t, "%.2f", v[0]) < 0 || table__cellf(t, "%.2f", v[1]) < 0 ||
-		    table__cellf(t, "%+.2f", v[2]) < 0 || table__cellf(t, "%.2f", v[3]) < 0 ||
-		    table__cellf(t, "%.2f", v[4]) < 0 || table__cellf(t, "%+.2f", v[5]) < 0 ||
-		    table__cellf(t, "%s", name) < 0 ||
-		    table__cellf(t, "%s", module_name(module)) < 0)
-			return -ENOMEM;
-	}
 	fprintf(f, "A = session %lld (%lld samples), B = session %lld (%lld samples)\n", a, ta, b,
 		tb);
 	fprintf(f,

@@ -116,6 +116,30 @@ static int window_row(struct table *t, const json_t *x)
 	return cell_imbalance(t, x);
 }
 
+/* A row of the table of time and counters per thread (threads of newer daemons). */
+static int time_row(struct table *t, const json_t *x)
+{
+	const json_t *off = json_object_get(x, "off_cpu_s");
+	const json_t *c = json_object_get(x, "counters");
+	const json_t *d = json_object_get(x, "derived");
+	const char *name = json_string_value(json_object_get(x, "name"));
+
+	if (table__cellf(t, "%lld", (long long)json_integer_value(json_object_get(x, "tid"))) < 0 ||
+	    table__cellf(t, "%s", name ? name : "?") < 0 ||
+	    cell_num(t, json_object_get(x, "on_cpu_s"), "%.3f") < 0 ||
+	    cell_num(t, json_object_get(off, "sleeping"), "%.3f") < 0 ||
+	    cell_num(t, json_object_get(off, "io"), "%.3f") < 0 ||
+	    cell_num(t, json_object_get(off, "runnable"), "%.3f") < 0 ||
+	    cell_counter(t, c, "voluntary-context-switches") < 0 ||
+	    cell_counter(t, c, "involuntary-context-switches") < 0 ||
+	    cell_counter(t, c, "page-faults") < 0 ||
+	    cell_derived(t, json_object_get(d, "ipc"), c, "instructions", "cycles", "%.2f") < 0 ||
+	    cell_derived(t, json_object_get(d, "cache_miss_pct"), c, "cache-misses",
+			 "cache-references", "%.1f") < 0)
+		return -ENOMEM;
+	return 0;
+}
+
 /*
  * print_rows() - @title, then @rows as a table of @columns (@n_columns), a
  * row each from @add_row; nothing if @rows is not an array. Returns 0, or
@@ -126,19 +150,11 @@ static int print_rows(FILE *f, const char *title, const json_t *rows,
 		      int (*add_row)(struct table *t, const json_t *row))
 {
 	_cleanup_(table__freep) struct table *t = NULL;
-	const json_t *x;
-	size_t i;
 
 	if (!json_is_array(rows))
 		return 0;
-	t = table__new(columns, n_columns);
-	if (!t)
+	if (table_of_rows(rows, columns, n_columns, add_row, &t) < 0)
 		return -ENOMEM;
-	json_array_foreach(rows, i, x)
-	{
-		if (add_row(t, x) < 0)
-			return -ENOMEM;
-	}
 	fputs(title, f);
 	table__print(t, f);
 	return 0;
@@ -166,46 +182,21 @@ static int threads_details(FILE *f, const json_t *reply)
 	    {"FROM s", TABLE_RIGHT, 0},	  {"TO s", TABLE_RIGHT, 0}, {"SAMPLES", TABLE_RIGHT, 0},
 	    {"MAX/MEAN", TABLE_RIGHT, 0}, {"CV", TABLE_RIGHT, 0},   {"STRAGGLER", TABLE_LEFT, 0},
 	};
-	const json_t *threads = json_object_get(reply, "threads"), *x;
+	const json_t *threads = json_object_get(reply, "threads");
 	const json_t *others = json_object_get(reply, "other_threads");
 	const json_t *groups = json_object_get(reply, "groups");
 	const json_t *windows = json_object_get(reply, "windows");
-	size_t i;
 	int r;
 
 	print_stragglers(f, json_object_get(reply, "imbalance"));
 	if (json_object_get(json_array_get(threads, 0), "on_cpu_s")) {
-		_cleanup_(table__freep) struct table *t =
-		    table__new(time_columns, ARRAY_SIZE(time_columns));
+		_cleanup_(table__freep) struct table *t = NULL;
 		const char *source =
 		    json_string_value(json_object_get(json_array_get(threads, 0), "on_cpu_source"));
 
-		if (!t)
-			return -ENOMEM;
-		json_array_foreach(threads, i, x)
-		{
-			const json_t *off = json_object_get(x, "off_cpu_s");
-			const json_t *c = json_object_get(x, "counters");
-			const json_t *d = json_object_get(x, "derived");
-			const char *name = json_string_value(json_object_get(x, "name"));
-
-			if (table__cellf(t, "%lld",
-					 (long long)json_integer_value(json_object_get(x, "tid"))) <
-				0 ||
-			    table__cellf(t, "%s", name ? name : "?") < 0 ||
-			    cell_num(t, json_object_get(x, "on_cpu_s"), "%.3f") < 0 ||
-			    cell_num(t, json_object_get(off, "sleeping"), "%.3f") < 0 ||
-			    cell_num(t, json_object_get(off, "io"), "%.3f") < 0 ||
-			    cell_num(t, json_object_get(off, "runnable"), "%.3f") < 0 ||
-			    cell_counter(t, c, "voluntary-context-switches") < 0 ||
-			    cell_counter(t, c, "involuntary-context-switches") < 0 ||
-			    cell_counter(t, c, "page-faults") < 0 ||
-			    cell_derived(t, json_object_get(d, "ipc"), c, "instructions", "cycles",
-					 "%.2f") < 0 ||
-			    cell_derived(t, json_object_get(d, "cache_miss_pct"), c, "cache-misses",
-					 "cache-references", "%.1f") < 0)
-				return -ENOMEM;
-		}
+		r = table_of_rows(threads, time_columns, ARRAY_SIZE(time_columns), time_row, &t);
+		if (r < 0)
+			return r;
 		if (json_is_object(others)) {
 			const json_t *off = json_object_get(others, "off_cpu_s");
 
@@ -236,6 +227,25 @@ static int threads_details(FILE *f, const json_t *reply)
 			  ARRAY_SIZE(window_columns), window_row);
 }
 
+/* A row of output__threads()'s table: one of the reply's "threads". */
+static int thread_row(struct table *t, const json_t *th)
+{
+	long long tid, samples;
+	const char *name;
+	double share_pct;
+	int r;
+
+	if ((r = check_object(th, "threads[]")) < 0 || (r = get_int(th, "tid", &tid)) < 0 ||
+	    (r = get_opt_str(th, "name", &name)) < 0 ||
+	    (r = get_int(th, "samples", &samples)) < 0 ||
+	    (r = get_num(th, "share_pct", &share_pct)) < 0)
+		return r;
+	if (table__cellf(t, "%lld", tid) < 0 || table__cellf(t, "%s", name ? name : "?") < 0 ||
+	    table__cellf(t, "%lld", samples) < 0 || table__cellf(t, "%.1f", share_pct) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
 int output__threads(FILE *f, const json_t *reply, const json_t *session)
 {
 	static const struct table_column columns[] = {
@@ -247,7 +257,6 @@ int output__threads(FILE *f, const json_t *reply, const json_t *session)
 	_cleanup_(table__freep) struct table *t = NULL;
 	const json_t *threads, *imbalance, *others = json_object_get(reply, "other_threads");
 	long long id, total;
-	size_t i;
 	int r;
 
 	if ((r = get_int(reply, "session", &id)) < 0 ||
@@ -255,28 +264,9 @@ int output__threads(FILE *f, const json_t *reply, const json_t *session)
 	    (r = get_array(reply, "threads", &threads)) < 0)
 		return r;
 	imbalance = json_object_get(reply, "imbalance");
-	if ((r = check_object(imbalance, "imbalance")) < 0)
+	if ((r = check_object(imbalance, "imbalance")) < 0 ||
+	    (r = table_of_rows(threads, columns, ARRAY_SIZE(columns), thread_row, &t)) < 0)
 		return r;
-
-	t = table__new(columns, ARRAY_SIZE(columns));
-	if (!t)
-		return -ENOMEM;
-	for (i = 0; i < json_array_size(threads); i++) {
-		const json_t *th = json_array_get(threads, i);
-		long long tid, samples;
-		const char *name;
-		double share_pct;
-
-		if ((r = check_object(th, "threads[]")) < 0 || (r = get_int(th, "tid", &tid)) < 0 ||
-		    (r = get_opt_str(th, "name", &name)) < 0 ||
-		    (r = get_int(th, "samples", &samples)) < 0 ||
-		    (r = get_num(th, "share_pct", &share_pct)) < 0)
-			return r;
-		if (table__cellf(t, "%lld", tid) < 0 ||
-		    table__cellf(t, "%s", name ? name : "?") < 0 ||
-		    table__cellf(t, "%lld", samples) < 0 || table__cellf(t, "%.1f", share_pct) < 0)
-			return -ENOMEM;
-	}
 
 	if (json_is_object(others) &&
 	    (table__cellf(t, "%s", "") < 0 ||

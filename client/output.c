@@ -151,6 +151,32 @@ int check_object(const json_t *v, const char *what)
 	return 0;
 }
 
+/*
+ * table_of_rows() - a new table of @columns (@n_columns, borrowed: they must
+ * outlive it) with a row from @add_row for each element of the JSON array
+ * @rows, in order. Returns 0 with the table in *@ret_t (the caller frees it),
+ * -ENOMEM, or the first error of @add_row (-EBADMSG for a malformed element,
+ * recorded for output__error()); then *@ret_t is unchanged.
+ */
+int table_of_rows(const json_t *rows, const struct table_column *columns, size_t n_columns,
+		  int (*add_row)(struct table *t, const json_t *row), struct table **ret_t)
+{
+	_cleanup_(table__freep) struct table *t = table__new(columns, n_columns);
+	const json_t *row;
+	size_t i;
+	int r;
+
+	if (!t)
+		return -ENOMEM;
+	json_array_foreach(rows, i, row)
+	{
+		if ((r = add_row(t, row)) < 0)
+			return r;
+	}
+	*ret_t = TAKE_PTR(t);
+	return 0;
+}
+
 /* module_name() - the base name of a module path; "[kernel.kallsyms]" stays as it is. */
 const char *module_name(const char *module)
 {
@@ -404,6 +430,37 @@ int output__progress(FILE *f, const json_t *s)
 	return 0;
 }
 
+/* A row of output__sessions()'s table: one of the reply's "sessions". */
+static int session_row(struct table *t, const json_t *s)
+{
+	long long id, pid, started_ns, samples, lost;
+	const char *comm, *state, *end_reason, *event;
+	char started[32], elapsed[32];
+	double elapsed_s;
+	int r;
+
+	if ((r = check_object(s, "sessions[]")) < 0 || (r = get_int(s, "id", &id)) < 0 ||
+	    (r = get_int(s, "pid", &pid)) < 0 || (r = get_str(s, "comm", &comm)) < 0 ||
+	    (r = get_str(s, "state", &state)) < 0 ||
+	    (r = get_opt_str(s, "end_reason", &end_reason)) < 0 ||
+	    (r = get_str(s, "event", &event)) < 0 ||
+	    (r = get_int(s, "started_at_ns", &started_ns)) < 0 ||
+	    (r = get_num(s, "elapsed_s", &elapsed_s)) < 0 ||
+	    (r = get_int(s, "samples", &samples)) < 0 ||
+	    (r = get_int(s, "lost_samples", &lost)) < 0)
+		return r;
+	format_local_time(started, sizeof(started), started_ns, false);
+	format_elapsed(elapsed, sizeof(elapsed), elapsed_s);
+	if (table__cellf(t, "%lld", id) < 0 || table__cellf(t, "%lld", pid) < 0 ||
+	    table__cellf(t, "%s", comm) < 0 || table__cellf(t, "%s", state) < 0 ||
+	    table__cellf(t, "%s", end_reason ? end_reason : "-") < 0 ||
+	    table__cellf(t, "%s", event) < 0 || table__cellf(t, "%s", started) < 0 ||
+	    table__cellf(t, "%s", elapsed) < 0 || table__cellf(t, "%lld", samples) < 0 ||
+	    table__cellf(t, "%lld", lost) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
 /* output__sessions() - the table of a "sessions" response, newest first as profd sends it. */
 int output__sessions(FILE *f, const json_t *reply)
 {
@@ -414,8 +471,7 @@ int output__sessions(FILE *f, const json_t *reply)
 	    {"LOST", TABLE_RIGHT, 0},
 	};
 	_cleanup_(table__freep) struct table *t = NULL;
-	const json_t *sessions;
-	size_t i;
+	const json_t *sessions = NULL;
 	int r;
 
 	if ((r = get_array(reply, "sessions", &sessions)) < 0)
@@ -424,37 +480,8 @@ int output__sessions(FILE *f, const json_t *reply)
 		fprintf(f, "no sessions\n");
 		return 0;
 	}
-	t = table__new(columns, ARRAY_SIZE(columns));
-	if (!t)
-		return -ENOMEM;
-
-	for (i = 0; i < json_array_size(sessions); i++) {
-		const json_t *s = json_array_get(sessions, i);
-		long long id, pid, started_ns, samples, lost;
-		const char *comm, *state, *end_reason, *event;
-		char started[32], elapsed[32];
-		double elapsed_s;
-
-		if ((r = check_object(s, "sessions[]")) < 0 || (r = get_int(s, "id", &id)) < 0 ||
-		    (r = get_int(s, "pid", &pid)) < 0 || (r = get_str(s, "comm", &comm)) < 0 ||
-		    (r = get_str(s, "state", &state)) < 0 ||
-		    (r = get_opt_str(s, "end_reason", &end_reason)) < 0 ||
-		    (r = get_str(s, "event", &event)) < 0 ||
-		    (r = get_int(s, "started_at_ns", &started_ns)) < 0 ||
-		    (r = get_num(s, "elapsed_s", &elapsed_s)) < 0 ||
-		    (r = get_int(s, "samples", &samples)) < 0 ||
-		    (r = get_int(s, "lost_samples", &lost)) < 0)
-			return r;
-		format_local_time(started, sizeof(started), started_ns, false);
-		format_elapsed(elapsed, sizeof(elapsed), elapsed_s);
-		if (table__cellf(t, "%lld", id) < 0 || table__cellf(t, "%lld", pid) < 0 ||
-		    table__cellf(t, "%s", comm) < 0 || table__cellf(t, "%s", state) < 0 ||
-		    table__cellf(t, "%s", end_reason ? end_reason : "-") < 0 ||
-		    table__cellf(t, "%s", event) < 0 || table__cellf(t, "%s", started) < 0 ||
-		    table__cellf(t, "%s", elapsed) < 0 || table__cellf(t, "%lld", samples) < 0 ||
-		    table__cellf(t, "%lld", lost) < 0)
-			return -ENOMEM;
-	}
+	if ((r = table_of_rows(sessions, columns, ARRAY_SIZE(columns), session_row, &t)) < 0)
+		return r;
 	table__print(t, f);
 	return 0;
 }
@@ -470,6 +497,35 @@ void format_location(char *buf, size_t size, const char *file, long long line, b
 		snprintf(buf, size, "%s:%lld", file_name(file), line);
 }
 
+/* A row of output__top()'s table: one of the reply's "functions". */
+static int top_row(struct table *t, const json_t *fn)
+{
+	long long self, incl, line;
+	double self_pct, total_pct;
+	const char *function, *module, *file;
+	char location[4096];
+	bool has_line;
+	int r;
+
+	if ((r = check_object(fn, "functions[]")) < 0 ||
+	    (r = get_str(fn, "function", &function)) < 0 ||
+	    (r = get_opt_str(fn, "module", &module)) < 0 ||
+	    (r = get_opt_str(fn, "file", &file)) < 0 ||
+	    (r = get_opt_int(fn, "line", &line, &has_line)) < 0 ||
+	    (r = get_int(fn, "self_samples", &self)) < 0 ||
+	    (r = get_int(fn, "total_samples", &incl)) < 0 ||
+	    (r = get_num(fn, "self_pct", &self_pct)) < 0 ||
+	    (r = get_num(fn, "total_pct", &total_pct)) < 0)
+		return r;
+	format_location(location, sizeof(location), file, line, has_line);
+	if (table__cellf(t, "%.1f", self_pct) < 0 || table__cellf(t, "%lld", self) < 0 ||
+	    table__cellf(t, "%.1f", total_pct) < 0 || table__cellf(t, "%lld", incl) < 0 ||
+	    table__cellf(t, "%s", function) < 0 || table__cellf(t, "%s", module_name(module)) < 0 ||
+	    table__cellf(t, "%s", location) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
 /* output__top() - the hottest functions as a table, with the sample counters above it. */
 int output__top(FILE *f, const json_t *reply)
 {
@@ -482,44 +538,14 @@ int output__top(FILE *f, const json_t *reply)
 	long long session, total;
 	const json_t *functions;
 	const char *event;
-	size_t i;
 	int r;
 
 	if ((r = get_int(reply, "session", &session)) < 0 ||
 	    (r = get_str(reply, "event", &event)) < 0 ||
 	    (r = get_int(reply, "total_samples", &total)) < 0 ||
-	    (r = get_array(reply, "functions", &functions)) < 0)
+	    (r = get_array(reply, "functions", &functions)) < 0 ||
+	    (r = table_of_rows(functions, columns, ARRAY_SIZE(columns), top_row, &t)) < 0)
 		return r;
-
-	t = table__new(columns, ARRAY_SIZE(columns));
-	if (!t)
-		return -ENOMEM;
-	for (i = 0; i < json_array_size(functions); i++) {
-		const json_t *fn = json_array_get(functions, i);
-		long long self, incl, line;
-		double self_pct, total_pct;
-		const char *function, *module, *file;
-		char location[4096];
-		bool has_line;
-
-		if ((r = check_object(fn, "functions[]")) < 0 ||
-		    (r = get_str(fn, "function", &function)) < 0 ||
-		    (r = get_opt_str(fn, "module", &module)) < 0 ||
-		    (r = get_opt_str(fn, "file", &file)) < 0 ||
-		    (r = get_opt_int(fn, "line", &line, &has_line)) < 0 ||
-		    (r = get_int(fn, "self_samples", &self)) < 0 ||
-		    (r = get_int(fn, "total_samples", &incl)) < 0 ||
-		    (r = get_num(fn, "self_pct", &self_pct)) < 0 ||
-		    (r = get_num(fn, "total_pct", &total_pct)) < 0)
-			return r;
-		format_location(location, sizeof(location), file, line, has_line);
-		if (table__cellf(t, "%.1f", self_pct) < 0 || table__cellf(t, "%lld", self) < 0 ||
-		    table__cellf(t, "%.1f", total_pct) < 0 || table__cellf(t, "%lld", incl) < 0 ||
-		    table__cellf(t, "%s", function) < 0 ||
-		    table__cellf(t, "%s", module_name(module)) < 0 ||
-		    table__cellf(t, "%s", location) < 0)
-			return -ENOMEM;
-	}
 
 	fprintf(f, "session %lld: %lld samples (%s)", session, total, event);
 	if (json_array_size(functions) == 1)

@@ -22,6 +22,10 @@ int get_str(const json_t *o, const char *key, const char **ret);
 int get_opt_str(const json_t *o, const char *key, const char **ret);
 int get_array(const json_t *o, const char *key, const json_t **ret);
 int check_object(const json_t *v, const char *what);
+struct table;
+struct table_column;
+int table_of_rows(const json_t *rows, const struct table_column *columns, size_t n_columns,
+		  int (*add_row)(struct table *t, const json_t *row), struct table **ret_t);
 const char *module_name(const char *module);
 const char *file_name(const char *file);
 void format_local_time(char *buf, size_t size, long long ns, bool zone);
