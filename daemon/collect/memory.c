@@ -49,7 +49,7 @@ static bool kb_field(const char *buf, const char *key, uint64_t *ret_bytes)
 	return false;
 }
 
-int memory__read(pid_t pid, struct store_memory *ret)
+int memory__read(pid_t pid, bool with_pss, struct store_memory *ret)
 {
 	char buf[PROC_FILE_BYTES];
 	struct store_memory m = {0};
@@ -65,7 +65,7 @@ int memory__read(pid_t pid, struct store_memory *ret)
 	kb_field(buf, "RssFile", &m.file_bytes);
 	kb_field(buf, "RssShmem", &m.shmem_bytes);
 	kb_field(buf, "VmSwap", &m.swap_bytes);
-	if (read_proc_file(pid, "smaps_rollup", buf, sizeof(buf)) == 0)
+	if (with_pss && read_proc_file(pid, "smaps_rollup", buf, sizeof(buf)) == 0)
 		m.has_pss = kb_field(buf, "Pss", &m.pss_bytes);
 	*ret = m;
 	return 0;
@@ -110,7 +110,7 @@ static enum memory_map_kind header_kind(const char *line)
 
 int memory__read_maps(pid_t pid, struct store_memory *m, uint64_t *ret_cpu_ns)
 {
-	uint64_t t0 = now_ns(CLOCK_THREAD_CPUTIME_ID), bytes[MEMORY_MAP_NR_KINDS] = { 0 };
+	uint64_t t0 = now_ns(CLOCK_THREAD_CPUTIME_ID), bytes[MEMORY_MAP_NR_KINDS] = { 0 }, pss = 0;
 	enum memory_map_kind kind = MEMORY_MAP_OTHER;
 	char path[64], line[PATH_MAX + 128];
 	unsigned long long kb;
@@ -133,6 +133,8 @@ int memory__read_maps(pid_t pid, struct store_memory *m, uint64_t *ret_cpu_ns)
 			any = true;
 		} else if (strncmp(line, "Rss:", 4) == 0 && sscanf(line + 4, "%llu kB", &kb) == 1) {
 			bytes[kind] += (uint64_t)kb * 1024;
+		} else if (strncmp(line, "Pss:", 4) == 0 && sscanf(line + 4, "%llu kB", &kb) == 1) {
+			pss += (uint64_t)kb * 1024;
 		}
 	}
 	if (ferror(f))
@@ -147,5 +149,7 @@ int memory__read_maps(pid_t pid, struct store_memory *m, uint64_t *ret_cpu_ns)
 		return -ESRCH;
 	memcpy(m->map_bytes, bytes, sizeof(bytes));
 	m->has_maps = true;
+	m->pss_bytes = pss;
+	m->has_pss = true;
 	return 0;
 }

@@ -4,24 +4,29 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include "store/store.h"
 
 /*
  * memory__read() - one reading of process @pid's memory: VmRSS, RssAnon,
- * RssFile, RssShmem and VmSwap from /proc/PID/status, Pss from
- * /proc/PID/smaps_rollup (Linux 4.14; has_pss false without it), in bytes.
- * *@ret's time_ns and pid are left to the caller. Returns 0, -ESRCH if the
- * process is gone (or a zombie: no VmRSS line), -errno. Blocks on /proc
- * reads (smaps_rollup takes the target's mmap lock); does not log.
+ * RssFile, RssShmem and VmSwap from /proc/PID/status, and with @with_pss
+ * Pss from /proc/PID/smaps_rollup (Linux 4.14; has_pss false without it),
+ * in bytes. A caller about to read /proc/PID/smaps passes false:
+ * memory__read_maps() sums Pss from it, and smaps_rollup would walk the
+ * same page tables again. *@ret's time_ns and pid are left to the caller.
+ * Returns 0, -ESRCH if the process is gone (or a zombie: no VmRSS line),
+ * -errno. Blocks on /proc reads (smaps_rollup takes the target's mmap
+ * lock); does not log.
  */
-int memory__read(pid_t pid, struct store_memory *ret);
+int memory__read(pid_t pid, bool with_pss, struct store_memory *ret);
 
 /*
  * memory__read_maps() - the resident bytes of process @pid by mapping kind
  * (enum memory_map_kind), summed from the Rss line of each mapping in
- * /proc/PID/smaps, into @m->map_bytes (@m->has_maps set). The kind comes
+ * /proc/PID/smaps, into @m->map_bytes (@m->has_maps set), and the sum of
+ * their Pss lines into @m->pss_bytes (@m->has_pss set). The kind comes
  * from the mapping's path and sharing (memory__map_kind()). The file is
  * about 1 KiB per mapping and each read walks the target's page tables
  * under its mmap lock: *@ret_cpu_ns (if not NULL) gets the thread CPU time

@@ -78,8 +78,10 @@ int session__read_memory(struct session *s, uint64_t mono_ns)
 	hashmap__for_each(&s->procs, i, proc)
 	{
 		struct store_memory m;
+		/* A smaps read gives Pss too: smaps_rollup is then not read. */
+		bool maps_due = mono_ns >= proc->maps_next_ns;
 
-		if (memory__read(proc->pid, &m) < 0)
+		if (memory__read(proc->pid, !maps_due, &m) < 0)
 			continue;
 		read_maps(s, proc, &m, mono_ns);
 		m.time_ns = real_ns;
