@@ -589,23 +589,34 @@ int unwinder__complete_walk(struct unwinder *u, const struct addrspace *as, cons
 			    const void *stack, size_t stack_len, const uint64_t *walk, size_t nwalk,
 			    uint64_t *ret_pcs, size_t max, uint32_t *ret_flags)
 {
+	/*
+	 * The walk usually misses only frames next to the leaf (an allocator
+	 * built without frame pointers): a short CFI unwind meets it, and the
+	 * whole stack is unwound only when that one does not. Both give the
+	 * same frames, the short one being the long one's start.
+	 */
+	static const size_t tries[] = { 8, 128 };
 	uint64_t cfi[128];
-	size_t n = 0, j;
-	enum unwind_status st;
-	int ncfi;
+	size_t n = 0, j = 0;
+	enum unwind_status st = UNWIND_ERROR;
+	int ncfi = 0;
 
 	*ret_flags = 0;
 	if (!regs || regs[UNWIND_REG_IP] == 0) {
 		*ret_flags = UNWIND_WALK_UNCHECKED;
 		goto walk;
 	}
-	ncfi = unwinder__unwind(u, as, regs, stack, stack_len, cfi, ARRAY_SIZE(cfi), &st);
-	if (ncfi < 0)
-		return ncfi;
-	/* The walk's first return address, among the CFI frames. */
-	for (j = 1; nwalk >= 2 && j < (size_t)ncfi; j++)
-		if (cfi[j] == walk[1])
+	for (size_t t = 0; t < ARRAY_SIZE(tries); t++) {
+		ncfi = unwinder__unwind(u, as, regs, stack, stack_len, cfi, tries[t], &st);
+		if (ncfi < 0)
+			return ncfi;
+		/* The walk's first return address, among the CFI frames. */
+		for (j = 1; nwalk >= 2 && j < (size_t)ncfi; j++)
+			if (cfi[j] == walk[1])
+				break;
+		if ((nwalk >= 2 && j < (size_t)ncfi) || st != UNWIND_TRUNCATED)
 			break;
+	}
 	if (nwalk >= 2 && j < (size_t)ncfi) {
 		for (size_t i = 0; i <= j && n < max; i++)
 			ret_pcs[n++] = cfi[i];
