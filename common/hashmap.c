@@ -54,6 +54,35 @@ int hashmap__insert(struct hashmap *m, uint64_t hash, void *val)
 	return 0;
 }
 
+void *hashmap__remove(struct hashmap *m, uint64_t hash, hashmap_eq_fn eq, const void *key)
+{
+	size_t mask = m->cap - 1, i, j;
+	void *val;
+
+	if (m->cap == 0)
+		return NULL;
+	for (i = hash & mask;; i = (i + 1) & mask) {
+		if (!m->vals[i])
+			return NULL;
+		if (m->hashes[i] == hash && eq(m->vals[i], key))
+			break;
+	}
+	val = m->vals[i];
+	m->vals[i] = NULL;
+	m->len--;
+	/* An entry after the hole moves into it if the hole is on its probe path: its
+	 * home slot is at least as far back from it as the hole is. */
+	for (j = (i + 1) & mask; m->vals[j]; j = (j + 1) & mask) {
+		if (((j - (m->hashes[j] & mask)) & mask) >= ((j - i) & mask)) {
+			m->hashes[i] = m->hashes[j];
+			m->vals[i] = m->vals[j];
+			m->vals[j] = NULL;
+			i = j;
+		}
+	}
+	return val;
+}
+
 void hashmap__clear(struct hashmap *m)
 {
 	if (m->cap)

@@ -23,6 +23,13 @@ typedef bool (*hashmap_eq_fn)(const void *entry, const void *key);
 void *hashmap__find(const struct hashmap *m, uint64_t hash, hashmap_eq_fn eq, const void *key);
 /* hashmap__insert() - add @val (not already present). Returns 0 or -ENOMEM. */
 int hashmap__insert(struct hashmap *m, uint64_t hash, void *val);
+/*
+ * hashmap__remove() - take out the entry with @hash for which @eq(entry,
+ * @key) and return it (NULL if none; the caller owns it). The entries after
+ * it in its probe run move back (backward-shift deletion), so no tombstone
+ * is left and lookups stay as short as if it had never been inserted.
+ */
+void *hashmap__remove(struct hashmap *m, uint64_t hash, hashmap_eq_fn eq, const void *key);
 /* hashmap__clear() - forget all entries (does not free them); keeps capacity. */
 void hashmap__clear(struct hashmap *m);
 void hashmap__free(struct hashmap *m); /* frees the table, not the entries */

@@ -202,6 +202,26 @@ static void on_alloc(struct session *s, const struct malloc_event *e, const uint
 	}
 }
 
+/*
+ * @b (out of alloc_blocks) was freed at @ns: it waits in alloc_freed for the
+ * next flush. Freed blocks leave the map at once: an address the allocator
+ * hands out again and again would otherwise pile up entries under one key.
+ */
+static void block_freed(struct session *s, struct alloc_block *b, uint64_t ns)
+{
+	b->freed = true;
+	b->free_ns = ns;
+	if (grow_array((void **)&s->alloc_freed, &s->alloc_freed_cap, s->alloc_nfreed,
+		       sizeof(*s->alloc_freed)) < 0) {
+		/* Out of memory: its free time is lost; it is (or will be) stored as live. */
+		b->freed = false;
+		if (b->row_id || hashmap__insert(&s->alloc_blocks, block_hash_of(b), b) < 0)
+			free(b);
+		return;
+	}
+	s->alloc_freed[s->alloc_nfreed++] = b;
+}
+
 /* A RETURN record: the block becomes live (or is dropped if the call failed). */
 static void on_return(struct session *s, const struct malloc_event *e)
 {
@@ -223,11 +243,9 @@ static void on_return(struct session *s, const struct malloc_event *e)
 	b->addr = e->addr;
 	b->untracked = e->flags & MALLOC_UNTRACKED;
 	/* A live block at the same address: its free was not seen (it was untracked). */
-	prev = hashmap__find(&s->alloc_blocks, pid_addr_hash(key.pid, key.addr), block_eq, &key);
-	if (prev) {
-		prev->freed = true;
-		prev->free_ns = e->time_ns;
-	}
+	prev = hashmap__remove(&s->alloc_blocks, pid_addr_hash(key.pid, key.addr), block_eq, &key);
+	if (prev)
+		block_freed(s, prev, e->time_ns);
 	if (hashmap__insert(&s->alloc_blocks, block_hash_of(b), b) < 0) {
 		free(b);
 		s->alloc_orphans++;
@@ -239,12 +257,11 @@ static void on_free(struct session *s, const struct malloc_event *e)
 {
 	struct pid_addr key = { (int)e->pid, e->addr };
 	struct alloc_block *b =
-		hashmap__find(&s->alloc_blocks, pid_addr_hash(key.pid, key.addr), block_eq, &key);
+		hashmap__remove(&s->alloc_blocks, pid_addr_hash(key.pid, key.addr), block_eq, &key);
 
 	if (!b)
 		return; /* sampled before the session, or its RETURN was lost */
-	b->freed = true;
-	b->free_ns = e->time_ns;
+	block_freed(s, b, e->time_ns);
 }
 
 /*
@@ -511,6 +528,37 @@ static void flush_vm_done(struct session *s)
 	s->vm_regions_gone = 0;
 }
 
+/* Store @b if it is new (with its free time if it has one), or else its free time if new. */
+static int flush_block(struct session *s, const struct session_env *env, struct alloc_block *b,
+		       bool *refreshed)
+{
+	uint64_t free_real = b->freed ? s->started_real_ns + (b->free_ns - s->started_mono_ns) : 0;
+	int r;
+
+	if (b->row_id == 0) {
+		struct store_allocation a = {
+		    .pid = b->pid,
+		    .tid = b->tid,
+		    .func = malloc_probes__func_name(b->func),
+		    .size_bytes = b->size_bytes,
+		    .weight_bytes = b->weight_bytes,
+		    .address = b->addr,
+		    .alloc_ns = s->started_real_ns + (b->alloc_ns - s->started_mono_ns),
+		    .free_ns = free_real,
+		    .untracked = b->untracked,
+		};
+
+		r = session__resolve_stack(s, env, b->stack, refreshed);
+		if (r < 0)
+			return r;
+		a.stack_id = b->stack->stack_id;
+		return store__allocation_add(env->store, s->id, &a, &b->new_row_id);
+	}
+	if (b->freed && !b->free_committed)
+		return store__allocation_freed(env->store, b->row_id, free_real);
+	return 0;
+}
+
 /*
  * session__flush_memory() - the memory part of session__flush(): readings,
  * new sampled blocks, frees of stored blocks, the probes' totals. Returns 0
@@ -533,30 +581,12 @@ int session__flush_memory(struct session *s, const struct session_env *env, bool
 		return 0;
 	hashmap__for_each(&s->alloc_blocks, i, b)
 	{
-		uint64_t free_real = b->freed ? s->started_real_ns + (b->free_ns - s->started_mono_ns)
-					      : 0;
-
-		if (b->row_id == 0) {
-			struct store_allocation a = {
-				.pid = b->pid,
-				.tid = b->tid,
-				.func = malloc_probes__func_name(b->func),
-				.size_bytes = b->size_bytes,
-				.weight_bytes = b->weight_bytes,
-				.address = b->addr,
-				.alloc_ns = s->started_real_ns + (b->alloc_ns - s->started_mono_ns),
-				.free_ns = free_real,
-				.untracked = b->untracked,
-			};
-
-			r = session__resolve_stack(s, env, b->stack, refreshed);
-			if (r < 0)
-				return r;
-			a.stack_id = b->stack->stack_id;
-			r = store__allocation_add(env->store, s->id, &a, &b->new_row_id);
-		} else if (b->freed && !b->free_committed) {
-			r = store__allocation_freed(env->store, b->row_id, free_real);
-		}
+		r = flush_block(s, env, b, refreshed);
+		if (r < 0)
+			return r;
+	}
+	for (size_t i = 0; i < s->alloc_nfreed; i++) {
+		r = flush_block(s, env, s->alloc_freed[i], refreshed);
 		if (r < 0)
 			return r;
 	}
@@ -582,9 +612,9 @@ void session__flush_memory_done(struct session *s)
 			b->row_id = b->new_row_id;
 			b->new_row_id = 0;
 		}
-		/* Stored with its free time, or stored and its free can never be
-		 * seen (untracked): nothing more will change it. */
-		if (b->row_id && (b->freed || b->untracked)) {
+		/* Stored, and its free can never be seen (untracked): nothing more
+		 * will change it. (Freed blocks are in alloc_freed, not here.) */
+		if (b->row_id && b->untracked) {
 			free(b);
 			continue;
 		}
@@ -595,6 +625,10 @@ void session__flush_memory_done(struct session *s)
 	}
 	hashmap__free(&s->alloc_blocks);
 	s->alloc_blocks = keep;
+	/* Freed, and stored with their free time: nothing more will change them. */
+	for (size_t i = 0; i < s->alloc_nfreed; i++)
+		free(s->alloc_freed[i]);
+	s->alloc_nfreed = 0;
 }
 
 /* session__flush_memory_failed() - the flush was rolled back: its rows do not exist. */
@@ -603,6 +637,8 @@ void session__flush_memory_failed(struct session *s)
 	struct alloc_block *b;
 
 	hashmap__for_each(&s->alloc_blocks, i, b) b->new_row_id = 0;
+	for (size_t i = 0; i < s->alloc_nfreed; i++)
+		s->alloc_freed[i]->new_row_id = 0;
 }
 
 /* session__free_memory() - free the memory state. */
@@ -613,6 +649,9 @@ void session__free_memory(struct session *s)
 	hashmap_free_all(&s->vm_regions);
 	hashmap_free_all(&s->alloc_inflight);
 	hashmap_free_all(&s->alloc_blocks);
+	for (size_t i = 0; i < s->alloc_nfreed; i++)
+		free(s->alloc_freed[i]);
+	free(s->alloc_freed);
 }
 
 /*

@@ -66,8 +66,10 @@ struct session {
 	size_t memory_nrows, memory_cap;
 	uint64_t malloc_sample_bytes;  /* mean bytes between allocation samples; 0: not traced */
 	struct hashmap alloc_inflight; /* struct alloc_block by tid: sampled call, no return yet */
-	struct hashmap
-	    alloc_blocks; /* struct alloc_block by (pid, address): not yet stored, or live */
+	struct hashmap alloc_blocks; /* struct alloc_block by (pid, address): live */
+	struct alloc_block **alloc_freed; /* freed since the last committed flush, which stores
+					   * them (or their free time) and drops them */
+	size_t alloc_nfreed, alloc_freed_cap;
 	struct store_malloc
 	    malloc_totals;	/* the allocation probes' counters, set before each flush */
 	uint64_t alloc_orphans; /* samples lost in user space (RETURN without ALLOC...), total */

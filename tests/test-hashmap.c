@@ -1,0 +1,59 @@
+/*
+ * test-hashmap.c - common/hashmap.c's removal against a plain array: entries
+ * with colliding and wrapping hashes are inserted and removed at random,
+ * and after each step every entry still in is found, every one taken out
+ * is not, and the count agrees. Needs nothing.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "hashmap.h"
+
+#define N 4000
+
+static bool id_eq(const void *entry, const void *key)
+{
+	return *(const int *)entry == *(const int *)key;
+}
+
+/* Few distinct hashes (long runs), some near the table's end (runs that wrap). */
+static uint64_t hash_of(int id)
+{
+	return id % 3 == 0 ? (uint64_t)(id % 5) : id % 3 == 1 ? UINT64_MAX - (uint64_t)(id % 4)
+							      : hash64(HASH64_INIT, &id, sizeof(id));
+}
+
+int main(void)
+{
+	static int ids[N];
+	static bool in[N];
+	struct hashmap m = {0};
+	unsigned seed = 7;
+	size_t len = 0;
+
+	for (int i = 0; i < N; i++)
+		ids[i] = i;
+	for (int step = 0; step < 6 * N; step++) {
+		int i = rand_r(&seed) % N;
+
+		if (in[i]) {
+			CHECK(hashmap__remove(&m, hash_of(i), id_eq, &ids[i]) == &ids[i]);
+			in[i] = false;
+			len--;
+		} else {
+			CHECK(hashmap__remove(&m, hash_of(i), id_eq, &ids[i]) == NULL);
+			CHECK_INT_EQ(hashmap__insert(&m, hash_of(i), &ids[i]), 0);
+			in[i] = true;
+			len++;
+		}
+		if (step % 97 == 0)
+			for (int k = 0; k < N; k++)
+				CHECK((hashmap__find(&m, hash_of(k), id_eq, &ids[k]) != NULL) == in[k]);
+	}
+	CHECK_INT_EQ(m.len, len);
+	for (int k = 0; k < N; k++)
+		CHECK((hashmap__find(&m, hash_of(k), id_eq, &ids[k]) != NULL) == in[k]);
+	hashmap__free(&m);
+	return check_exit("hashmap");
+}
