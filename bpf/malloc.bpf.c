@@ -31,6 +31,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/usdt.bpf.h>
 
 #include "user_regs.bpf.h"
 #include "malloc.h"
@@ -135,9 +136,12 @@ static __always_inline void copy_user_regs_stack(struct malloc_alloc_event *e, l
 	    read_user_stack(&e->ips[off], e->regs[7], MALLOC_STACK_BYTES, MALLOC_STACK_BYTES);
 }
 
-/* Send the ALLOC record of a sampled call. Returns 0, or -1 if it was lost. */
+/*
+ * Send the ALLOC record of a sampled call (@weight: 0, or the bytes it stands
+ * for by the process's own sampler). Returns 0, or -1 if it was lost.
+ */
 static __always_inline int send_alloc(struct pt_regs *ctx, __u32 tgid, __u32 tid, __u32 slot,
-				      __u32 func, __u64 size)
+				      __u32 func, __u64 size, __u64 weight)
 {
 	struct malloc_alloc_event *a;
 	struct malloc_event *e;
@@ -152,6 +156,7 @@ static __always_inline int send_alloc(struct pt_regs *ctx, __u32 tgid, __u32 tid
 	e->time_ns = bpf_ktime_get_ns();
 	e->addr = 0;
 	e->size = size;
+	e->weight = weight;
 	e->pid = tgid;
 	e->tid = tid;
 	e->slot = slot;
@@ -209,7 +214,7 @@ static __always_inline int alloc_entry(struct pt_regs *ctx, __u32 func, __u64 si
 		return 0;
 	st->until_sample = next_interval(slot);
 	cnt->sampled++;
-	if (send_alloc(ctx, tgid, tid, slot, func, size) < 0) {
+	if (send_alloc(ctx, tgid, tid, slot, func, size, 0) < 0) {
 		cnt->ringbuf_full++;
 		return 0;
 	}
@@ -220,37 +225,24 @@ static __always_inline int alloc_entry(struct pt_regs *ctx, __u32 func, __u64 si
 	return 0;
 }
 
-/* The return of an allocating call: @addr is the block (0 if the call failed). */
-static __always_inline int alloc_return(__u64 addr, bool memptr)
+/*
+ * The RETURN record of a sampled call of @func in @slot that gave block @addr
+ * (0: it failed), which 'live' then holds until its free.
+ */
+static __always_inline int send_return(__u32 tgid, __u32 tid, __u32 slot, __u32 func, __u64 addr)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)pid_tgid, tgid = pid_tgid >> 32;
-	struct malloc_thread *st = bpf_map_lookup_elem(&threads, &tid);
-	struct malloc_event e = {};
-	struct malloc_stats *cnt;
+	struct malloc_stats *cnt = slot_stats(slot);
 	struct malloc_live_key key = {};
+	struct malloc_event e = {};
 
-	if (!st || st->depth == 0)
-		return 0;
-	if (--st->depth > 0 || !st->sampled)
-		return 0;
-	st->sampled = 0;
-	/* posix_memalign() returns 0 and stores the block at *memptr. */
-	if (memptr) {
-		if (addr != 0 || bpf_probe_read_user(&addr, sizeof(addr), (void *)st->arg) != 0)
-			addr = 0;
-	}
 	e.time_ns = bpf_ktime_get_ns();
 	e.addr = addr;
 	e.pid = tgid;
 	e.tid = tid;
-	e.slot = st->slot;
+	e.slot = slot;
 	e.kind = MALLOC_EV_RETURN;
-	e.func = st->func;
-	cnt = slot_stats(st->slot);
+	e.func = func;
 	if (addr) {
-		__u32 slot = st->slot;
-
 		key.tgid = tgid;
 		key.addr = addr;
 		if (bpf_map_update_elem(&live, &key, &slot, BPF_ANY) != 0) {
@@ -262,6 +254,26 @@ static __always_inline int alloc_return(__u64 addr, bool memptr)
 	if (events_output(&e, sizeof(e)) != 0 && cnt)
 		cnt->ringbuf_full++;
 	return 0;
+}
+
+/* The return of an allocating call: @addr is the block (0 if the call failed). */
+static __always_inline int alloc_return(__u64 addr, bool memptr)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid, tgid = pid_tgid >> 32;
+	struct malloc_thread *st = bpf_map_lookup_elem(&threads, &tid);
+
+	if (!st || st->depth == 0)
+		return 0;
+	if (--st->depth > 0 || !st->sampled)
+		return 0;
+	st->sampled = 0;
+	/* posix_memalign() returns 0 and stores the block at *memptr. */
+	if (memptr) {
+		if (addr != 0 || bpf_probe_read_user(&addr, sizeof(addr), (void *)st->arg) != 0)
+			addr = 0;
+	}
+	return send_return(tgid, tid, st->slot, st->func, addr);
 }
 
 /* free(@addr), munmap(@addr, ...): a sampled block leaves 'live' with a FREE record. */
@@ -382,6 +394,50 @@ SEC("uprobe")
 int BPF_KPROBE(munmap_entry, void *addr, size_t len)
 {
 	return free_entry(MALLOC_FUNC_MUNMAP, (__u64)addr);
+}
+
+/*
+ * otel_memory:alloc(ptr, size, weight): an allocation the process sampled
+ * itself. Its ALLOC and RETURN records go out at once, weighed as the
+ * process says; nothing is counted or sampled here per allocation, because
+ * the probe fires only for sampled ones.
+ */
+SEC("usdt")
+int malloc_usdt_alloc(struct pt_regs *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), tgid;
+	int slot = current_slot(&tgid);
+	struct malloc_stats *cnt;
+	long ptr = 0, size = 0, weight = 0;
+
+	if (slot < 0)
+		return 0;
+	cnt = slot_stats(slot);
+	if (!cnt)
+		return 0;
+	if (bpf_usdt_arg(ctx, 0, &ptr) || bpf_usdt_arg(ctx, 1, &size) ||
+	    bpf_usdt_arg(ctx, 2, &weight))
+		return 0;
+	cnt->calls[MALLOC_FUNC_USDT_ALLOC]++;
+	cnt->alloc_bytes += (__u64)weight;
+	cnt->sampled++;
+	if (send_alloc(ctx, tgid, tid, slot, MALLOC_FUNC_USDT_ALLOC, (__u64)size,
+		       weight > 0 ? (__u64)weight : 1) < 0) {
+		cnt->ringbuf_full++;
+		return 0;
+	}
+	return send_return(tgid, tid, (__u32)slot, MALLOC_FUNC_USDT_ALLOC, (__u64)ptr);
+}
+
+/* otel_memory:free(ptr): a block the process sampled is freed. */
+SEC("usdt")
+int malloc_usdt_free(struct pt_regs *ctx)
+{
+	long ptr = 0;
+
+	if (bpf_usdt_arg(ctx, 0, &ptr))
+		return 0;
+	return free_entry(MALLOC_FUNC_USDT_FREE, (__u64)ptr);
 }
 
 /* A thread's sampling state goes with it (any process: one hash delete per thread exit). */

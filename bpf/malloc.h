@@ -31,7 +31,13 @@
 #define MALLOC_FUNC_MMAP 6
 #define MALLOC_FUNC_FREE 7
 #define MALLOC_FUNC_MUNMAP 8
-#define MALLOC_NR_FUNCS 9
+/* USDT probes of a process that samples its own allocations (OpenTelemetry's
+ * contract, opentelemetry-ebpf-profiler design-docs/00003): otel_memory:alloc
+ * (ptr, size, weight) fires for sampled allocations only, otel_memory:free
+ * (ptr) for the frees of those. */
+#define MALLOC_FUNC_USDT_ALLOC 9
+#define MALLOC_FUNC_USDT_FREE 10
+#define MALLOC_NR_FUNCS 11
 
 /* malloc_event.kind */
 #define MALLOC_EV_ALLOC 0  /* a sampled call, at its entry: size, stack */
@@ -52,6 +58,8 @@ struct malloc_event {
 	__u64 time_ns;    /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
 	__u64 addr;       /* RETURN: the block's address (0: the call failed); FREE: the block */
 	__u64 size;       /* ALLOC: bytes requested (calloc: n * size; mmap: length) */
+	__u64 weight;     /* ALLOC: the bytes this sample stands for, as the process's own
+			   * sampler says (USDT); 0: profd sampled it, and weighs it */
 	__u32 pid;        /* tgid */
 	__u32 tid;
 	__u32 slot;       /* session slot of the target */

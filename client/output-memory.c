@@ -267,11 +267,20 @@ int output__memory(FILE *f, const json_t *reply, bool ascii)
 		format_member_bytes(a, sizeof(a), al, "sample_bytes", false);
 		format_member_bytes(b, sizeof(b), al, "bytes_per_s", false);
 		format_member_bytes(c, sizeof(c), al, "live_bytes", false);
-		fprintf(f, "\nallocations: sampled every %s on average; probes: %s\n", a,
-			json_string_value(json_object_get(al, "probes")) ?: "?");
+		const char *sampler = json_string_value(json_object_get(al, "sampler"));
+		bool by_process = sampler && strcmp(sampler, "process") == 0;
+
+		if (by_process)
+			fprintf(f, "\nallocations: sampled by the process itself; probes: %s\n",
+				json_string_value(json_object_get(al, "probes")) ?: "?");
+		else
+			fprintf(f, "\nallocations: sampled every %s on average; probes: %s\n", a,
+				json_string_value(json_object_get(al, "probes")) ?: "?");
 		fprintf(f,
-			"  %lld allocating calls (%.0f/s, %s/s), %lld frees; %lld samples, %lld "
-			"lost, %lld untracked\n",
+			by_process ? "  %lld sampled allocations (%.0f/s, standing for %s/s), %lld of "
+				     "them freed; %lld samples, %lld lost, %lld untracked\n"
+				   : "  %lld allocating calls (%.0f/s, %s/s), %lld frees; %lld samples, "
+				     "%lld lost, %lld untracked\n",
 			(long long)json_integer_value(json_object_get(al, "calls")),
 			json_number_value(json_object_get(al, "calls_per_s")), b,
 			(long long)json_integer_value(json_object_get(al, "free_calls")),

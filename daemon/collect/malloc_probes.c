@@ -57,6 +57,8 @@ static const char *const func_names[MALLOC_NR_FUNCS] = {
     [MALLOC_FUNC_MMAP] = "mmap",
     [MALLOC_FUNC_FREE] = "free",
     [MALLOC_FUNC_MUNMAP] = "munmap",
+    [MALLOC_FUNC_USDT_ALLOC] = "otel_memory:alloc",
+    [MALLOC_FUNC_USDT_FREE] = "otel_memory:free",
 };
 
 const char *malloc_probes__func_name(unsigned func)
@@ -217,6 +219,9 @@ static void probe_progs(struct malloc_bpf *skel, unsigned func, struct bpf_progr
 	    [MALLOC_FUNC_MMAP] = {skel->progs.mmap_entry, skel->progs.mmap_return},
 	    [MALLOC_FUNC_FREE] = {skel->progs.free_probe, NULL},
 	    [MALLOC_FUNC_MUNMAP] = {skel->progs.munmap_entry, NULL},
+	    /* attached by attach_usdt(), never as uprobes */
+	    [MALLOC_FUNC_USDT_ALLOC] = {NULL, NULL},
+	    [MALLOC_FUNC_USDT_FREE] = {NULL, NULL},
 	};
 
 	*ret_entry = progs[func][0];
@@ -310,57 +315,103 @@ static int reset_stats(struct malloc_probes *h, unsigned slot, uint64_t sample_b
 	return r;
 }
 
-/*
- * malloc_probes__attach() - sample the allocations of process @pid for session
- * @slot (0..MALLOC_MAX_SLOTS-1; @pid must already be in the targets map
- * under it; a slot may probe several processes: a target and the children
- * it forks, whose uprobes are their own): uprobes on malloc, calloc, realloc, posix_memalign,
- * aligned_alloc, memalign, mmap (anonymous mappings), free and munmap in
- * each allocator library @pid has mapped (libc, jemalloc, tcmalloc,
- * mimalloc) and in its executable if that defines them. Only @pid's calls
- * trap (the uprobes are per process).
- * @sample_bytes: mean bytes between samples, 1..2^40.
- * @ret_probes: receives what was probed ("libc.so.6: 9 functions, ..."),
- *   @probes_len bytes.
- *
- * @sample_bytes is the slot's for its first process, and ignored after.
- *
- * Returns the number of uprobes attached (> 0), -EINVAL for a bad argument,
- * -EBUSY if @slot already probes @pid, -ESRCH if @pid is gone, -ENOENT if no
- * allocator function was found, -ENOMEM, or the first -errno of a failed
- * attach (those already attached are detached). Blocks on file I/O (reading
- * the ELF files); does not log.
- */
-int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uint64_t sample_bytes,
-			  char *ret_probes, size_t probes_len)
-{
-	char paths[HEAP_MAX_LIBS + 1][PATH_MAX];
-	struct bpf_link **links;
-	struct heap_proc *proc;
-	size_t nlinks = 0, off = 0;
-	int nfiles, r = 0;
+/* The SDT provider of a process that samples its own allocations (malloc.h). */
+#define USDT_PROVIDER "otel_memory"
 
-	if (slot >= MALLOC_MAX_SLOTS || pid <= 0 || sample_bytes == 0 ||
-	    sample_bytes > (1ULL << 40))
-		return -EINVAL;
-	if (malloc_probes__attached(h, slot, pid))
-		return -EBUSY;
-	nfiles = allocator_files(pid, paths, HEAP_MAX_LIBS + 1);
-	if (nfiles < 0)
-		return nfiles == -ENOENT ? -ESRCH : nfiles;
-	proc = calloc(1, sizeof(*proc) + HEAP_MAX_LINKS * sizeof(proc->links[0]));
-	if (!proc)
-		return -ENOMEM;
-	links = proc->links;
-	forget_process(h, pid);
-	/* The slot's first process starts its counters and sets its rate. */
-	if (!h->procs[slot]) {
-		r = reset_stats(h, slot, sample_bytes);
-		if (r < 0)
-			goto fail;
+/*
+ * The executable files mapped by @pid whose SDT notes name USDT_PROVIDER, at
+ * most @max, as /proc/PID/root paths. Returns how many, or -errno of reading
+ * /proc/PID/maps.
+ */
+static int usdt_files(pid_t pid, char paths[][PATH_MAX], int max)
+{
+	char maps[64], line[PATH_MAX + 256], root[64], seen[HEAP_MAX_LINKS][PATH_MAX / 16];
+	_cleanup_fclose_ FILE *f = NULL;
+	int n = 0, nseen = 0;
+
+	snprintf(maps, sizeof(maps), "/proc/%d/maps", (int)pid);
+	snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
+	f = fopen(maps, "re");
+	if (!f)
+		return -errno;
+	while (n < max && fgets(line, sizeof(line), f)) {
+		char perms[8] = "", *path = strchr(line, '/');
+		_cleanup_close_ int fd = -1;
+		bool dup = false;
+
+		if (!path || sscanf(line, "%*x-%*x %7s", perms) != 1 || perms[2] != 'x')
+			continue;
+		path[strcspn(path, "\n")] = '\0';
+		if (strstr(path, " (deleted)"))
+			continue;
+		/* Each file once: a library has one executable mapping, but be sure. */
+		for (int i = 0; i < nseen && !dup; i++)
+			dup = strncmp(seen[i], path, sizeof(seen[i]) - 1) == 0;
+		if (dup)
+			continue;
+		if (nseen < HEAP_MAX_LINKS)
+			snprintf(seen[nseen++], sizeof(seen[0]), "%s", path);
+		snprintf(paths[n], PATH_MAX, "%s%s", root, path);
+		fd = open(paths[n], O_RDONLY | O_CLOEXEC);
+		if (fd >= 0 && elfsym__has_usdt_provider(fd, USDT_PROVIDER) == 1)
+			n++;
 	}
-	if (probes_len)
-		ret_probes[0] = '\0';
+	return n;
+}
+
+/*
+ * Attach otel_memory:alloc and otel_memory:free of each of @files (@n) for
+ * @pid into @links (*@nlinks of them, at most HEAP_MAX_LINKS). A file needs
+ * both: without its frees, every sampled block would look live; a file
+ * without them is emptied (""). Returns the number of files probed, or
+ * -errno of the first failed attach.
+ */
+static int attach_usdt(struct malloc_probes *h, pid_t pid, char files[][PATH_MAX], int n,
+		       struct bpf_link **links, size_t *nlinks)
+{
+	struct bpf_program *progs[2] = {h->skel->progs.malloc_usdt_alloc,
+					h->skel->progs.malloc_usdt_free};
+	static const char *const names[2] = {"alloc", "free"};
+	int probed = 0;
+
+	for (int f = 0; f < n; f++) {
+		size_t first = *nlinks;
+
+		for (int k = 1; k >= 0; k--) { /* the free first, as with the uprobes */
+			struct bpf_link *l;
+
+			if (*nlinks == HEAP_MAX_LINKS)
+				return -E2BIG;
+			l = bpf_program__attach_usdt(progs[k], pid, files[f], USDT_PROVIDER,
+						     names[k], NULL);
+			if (!l && errno == ENOENT)
+				break; /* not both probes in this file */
+			if (!l)
+				return -errno;
+			links[(*nlinks)++] = l;
+		}
+		if (*nlinks - first == 2) {
+			probed++;
+			continue;
+		}
+		while (*nlinks > first)
+			bpf_link__destroy(links[--*nlinks]);
+		files[f][0] = '\0'; /* not probed: not named either */
+	}
+	return probed;
+}
+
+/*
+ * Uprobes on the allocator functions of each of @paths (@nfiles) for @pid
+ * into @links (*@nlinks); what was probed is written at @ret_probes +
+ * *@off. Returns 0 or -errno of the first failed attach.
+ */
+static int attach_uprobes(struct malloc_probes *h, pid_t pid, char paths[][PATH_MAX], int nfiles,
+			  struct bpf_link **links, size_t *nlinks, char *ret_probes,
+			  size_t probes_len, size_t *off)
+{
+	int r = 0;
+
 	for (int f = 0; f < nfiles; f++) {
 		_cleanup_close_ int fd = open(paths[f], O_RDONLY | O_CLOEXEC);
 		uint64_t offsets[MALLOC_NR_FUNCS];
@@ -389,22 +440,16 @@ int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uin
 				probe_progs(h->skel, func, &progs[0], &progs[1]);
 				if (!progs[k])
 					continue;
-				if (nlinks == HEAP_MAX_LINKS) {
-					r = -E2BIG;
-					break;
-				}
+				if (*nlinks == HEAP_MAX_LINKS)
+					return -E2BIG;
 				l = bpf_program__attach_uprobe_opts(progs[k], pid, paths[f],
 								    (size_t)offsets[func], &opts);
-				if (!l) {
-					r = -errno;
-					break;
-				}
-				links[nlinks++] = l;
+				if (!l)
+					return -errno;
+				links[(*nlinks)++] = l;
 			}
 		}
-		if (r < 0)
-			goto fail;
-		if (off < probes_len) {
+		if (*off < probes_len) {
 			const char *base = strrchr(paths[f], '/');
 
 			if (f == nfiles - 1) { /* /proc/PID/exe: name the executable */
@@ -413,16 +458,91 @@ int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uin
 
 				exe[len > 0 ? len : 0] = '\0';
 				base = strrchr(exe, '/');
-				off += snprintf(ret_probes + off, probes_len - off,
-						"%s%s: %d functions", off ? ", " : "",
-						base ? base + 1 : "executable", found);
+				*off += snprintf(ret_probes + *off, probes_len - *off,
+						 "%s%s: %d functions", *off ? ", " : "",
+						 base ? base + 1 : "executable", found);
 			} else {
-				off += snprintf(ret_probes + off, probes_len - off,
-						"%s%s: %d functions", off ? ", " : "",
-						base ? base + 1 : paths[f], found);
+				*off += snprintf(ret_probes + *off, probes_len - *off,
+						 "%s%s: %d functions", *off ? ", " : "",
+						 base ? base + 1 : paths[f], found);
 			}
 		}
 	}
+	return r;
+}
+
+/*
+ * malloc_probes__attach() - sample the allocations of process @pid for session
+ * @slot (0..MALLOC_MAX_SLOTS-1; @pid must already be in the targets map
+ * under it; a slot may probe several processes: a target and the children
+ * it forks, whose probes are their own).
+ *
+ * Where a file @pid has mapped carries the otel_memory:alloc and
+ * otel_memory:free USDT probes (a process that samples its own allocations,
+ * OpenTelemetry's contract: opentelemetry-ebpf-profiler design-docs/00003),
+ * those two are attached and nothing else: only sampled allocations trap,
+ * weighed as the process says, and @sample_bytes is not used. Otherwise,
+ * uprobes on malloc, calloc, realloc, posix_memalign, aligned_alloc,
+ * memalign, mmap (anonymous mappings), free and munmap in each allocator
+ * library @pid has mapped (libc, jemalloc, tcmalloc, mimalloc) and in its
+ * executable if that defines them, sampled here by bytes: every call traps.
+ * Only @pid's calls trap (the probes are per process).
+ * @sample_bytes: mean bytes between samples, 1..2^40.
+ * @ret_probes: receives what was probed ("libc.so.6: 9 functions, ..." or
+ *   "otel_memory USDT: libtrain.so"), @probes_len bytes.
+ *
+ * @sample_bytes is the slot's for its first process, and ignored after.
+ *
+ * Returns the number of probes attached (> 0), -EINVAL for a bad argument,
+ * -EBUSY if @slot already probes @pid, -ESRCH if @pid is gone, -ENOENT if no
+ * allocator function was found, -ENOMEM, or the first -errno of a failed
+ * attach (those already attached are detached). Blocks on file I/O (reading
+ * the ELF files); does not log.
+ */
+int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uint64_t sample_bytes,
+			  char *ret_probes, size_t probes_len)
+{
+	char paths[HEAP_MAX_LIBS + 1][PATH_MAX];
+	struct heap_proc *proc;
+	size_t nlinks = 0, off = 0;
+	int nfiles, r = 0;
+
+	if (slot >= MALLOC_MAX_SLOTS || pid <= 0 || sample_bytes == 0 ||
+	    sample_bytes > (1ULL << 40))
+		return -EINVAL;
+	if (malloc_probes__attached(h, slot, pid))
+		return -EBUSY;
+	nfiles = usdt_files(pid, paths, HEAP_MAX_LIBS);
+	if (nfiles < 0)
+		return nfiles == -ENOENT ? -ESRCH : nfiles;
+	proc = calloc(1, sizeof(*proc) + HEAP_MAX_LINKS * sizeof(proc->links[0]));
+	if (!proc)
+		return -ENOMEM;
+	forget_process(h, pid);
+	/* The slot's first process starts its counters and sets its rate. */
+	if (!h->procs[slot]) {
+		r = reset_stats(h, slot, sample_bytes);
+		if (r < 0)
+			goto fail;
+	}
+	if (probes_len)
+		ret_probes[0] = '\0';
+	r = attach_usdt(h, pid, paths, nfiles, proc->links, &nlinks);
+	for (int f = 0; r > 0 && f < nfiles && off < probes_len; f++)
+		if (paths[f][0]) {
+			const char *base = strrchr(paths[f], '/');
+
+			off += snprintf(ret_probes + off, probes_len - off, "%s%s",
+					off ? ", " : USDT_PROVIDER " USDT: ", base ? base + 1 : paths[f]);
+		}
+	if (r == 0) {
+		nfiles = allocator_files(pid, paths, HEAP_MAX_LIBS + 1);
+		r = nfiles < 0 ? (nfiles == -ENOENT ? -ESRCH : nfiles)
+			       : attach_uprobes(h, pid, paths, nfiles, proc->links, &nlinks,
+						ret_probes, probes_len, &off);
+	}
+	if (r < 0)
+		goto fail;
 	if (nlinks == 0) {
 		r = -ENOENT;
 		goto fail;

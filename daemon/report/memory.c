@@ -289,6 +289,7 @@ struct alloc_stack {
 	double live[MEMORY_MAX_WINDOWS + 1]; /* live bytes at each window boundary */
 	double slope;			     /* bytes per second */
 	bool suspect;
+	bool usdt; /* sampled by the process (otel_memory:alloc): the leaf frame is its sampler */
 };
 
 static int cmp_live(const void *a, const void *b)
@@ -327,6 +328,8 @@ static json_t *alloc_stack_json(const struct alloc_stack *a, unsigned windows, s
 	{
 		const char *fn = json_string_value(json_object_get(f, "function"));
 
+		if (i == 0 && a->usdt)
+			continue; /* where the probe fired: the process's sampler, not its caller */
 		if (fn && !is_allocator_function(fn)) {
 			caller = fn;
 			break;
@@ -366,8 +369,9 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 	if (windows > MEMORY_MAX_WINDOWS)
 		windows = MEMORY_MAX_WINDOWS;
 	if (report__prepare_id(db,
-			       "SELECT stack_id, weight_bytes, alloc_ns, free_ns, untracked "
-			       "FROM allocations WHERE session_id = ?1 ORDER BY stack_id",
+			       "SELECT stack_id, weight_bytes, alloc_ns, free_ns, untracked, "
+			       "func = 'otel_memory:alloc' FROM allocations WHERE session_id = ?1 "
+			       "ORDER BY stack_id",
 			       session_id, &st) < 0)
 		return -EIO;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -384,6 +388,7 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 			stacks[nstacks++].stack_id = id;
 		}
 		a = &stacks[nstacks - 1];
+		a->usdt = sqlite3_column_int(st, 5);
 		a->samples++;
 		a->allocated_bytes += w;
 		if (sqlite3_column_int(st, 4)) {
@@ -840,12 +845,16 @@ int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 		double traced_s =
 		    stopped ? (double)(sqlite3_column_int64(st, 12) - start_ns) / 1e9 : dur_s;
 
+		const char *probes = (const char *)sqlite3_column_text(st, 9);
+		/* malloc_probes__attach() names the USDT probes so when it used them. */
+		bool by_process = probes && strncmp(probes, "otel_memory USDT", 16) == 0;
+
 		if (traced_s <= 0)
 			traced_s = dur_s;
 		allocs = json_pack(
-		    "{s:I, s:s?, s:o, s:o, s:o, s:o, s:o, s:f, s:f, s:o, s:o}", "sample_bytes",
-		    (json_int_t)sqlite3_column_int64(st, 3), "probes",
-		    (const char *)sqlite3_column_text(st, 9), "calls", report__col_int(st, 4),
+		    "{s:I, s:s, s:s?, s:o, s:o, s:o, s:o, s:o, s:f, s:f, s:o, s:o}", "sample_bytes",
+		    (json_int_t)sqlite3_column_int64(st, 3), "sampler", by_process ? "process" : "profd",
+		    "probes", probes, "calls", report__col_int(st, 4),
 		    "free_calls", report__col_int(st, 5), "bytes", report__col_int(st, 6),
 		    "sampled", report__col_int(st, 7), "lost", report__col_int(st, 8),
 		    "calls_per_s", round((double)calls / traced_s * 10) / 10, "bytes_per_s",

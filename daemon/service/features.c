@@ -86,7 +86,8 @@ static int malloc_attach_child(struct profd *p, unsigned slot, struct proc *proc
 				     sizeof(probes));
 }
 
-/* Probe hits: an allocation traps at its entry and its return, a free at its entry. */
+/* Probe hits: an allocation traps at its entry and its return, a free at its entry; a USDT
+ * probe (a sampled allocation or its free) traps once. */
 static uint64_t malloc_calls(struct profd *p, unsigned slot)
 {
 	struct malloc_stats st;
@@ -96,7 +97,11 @@ static uint64_t malloc_calls(struct profd *p, unsigned slot)
 	    malloc_probes__stats(p->malloc_probes, slot, &st) < 0)
 		return p->probes[slot][PROBE_MALLOC].calls_seen;
 	for (unsigned f = 0; f < MALLOC_NR_FUNCS; f++)
-		calls += (f == MALLOC_FUNC_FREE || f == MALLOC_FUNC_MUNMAP ? 1 : 2) * st.calls[f];
+		calls += (f == MALLOC_FUNC_FREE || f == MALLOC_FUNC_MUNMAP ||
+				  f == MALLOC_FUNC_USDT_ALLOC || f == MALLOC_FUNC_USDT_FREE
+			      ? 1
+			      : 2) *
+			 st.calls[f];
 	return calls;
 }
 

@@ -36,7 +36,8 @@ enum request_cmd {
 #define EVENT_OFFCPU (1u << 1)   /* "offcpu": off-CPU intervals with blocking stacks */
 #define EVENT_COUNTERS (1u << 2) /* "counters": per-thread counters (counting mode) */
 #define EVENT_RSS (1u << 3)      /* "rss": each process's memory (RSS, PSS, swap...) every interval */
-#define EVENT_MALLOC (1u << 4)   /* "malloc": allocations sampled by bytes, uprobes on the allocator */
+#define EVENT_MALLOC (1u << 4)   /* "malloc": allocations sampled by bytes (uprobes on the allocator,
+				  * or the process's own otel_memory USDT probes) */
 #define EVENT_CUDA (1u << 5)     /* "cuda": uprobes on the CUDA runtime and driver API */
 #define EVENT_NVTX (1u << 6)     /* "nvtx": uprobes on NVTX ranges */
 /*

@@ -175,7 +175,9 @@ static void on_alloc(struct session *s, const struct malloc_event *e, const uint
 	b->tid = tid;
 	b->func = e->func;
 	b->size_bytes = e->size;
-	b->weight_bytes = malloc_probes__weight(e->size, s->malloc_sample_bytes);
+	/* The process's own sampler weighs what it samples (USDT); profd weighs its own. */
+	b->weight_bytes =
+	    e->weight ? e->weight : malloc_probes__weight(e->size, s->malloc_sample_bytes);
 	b->alloc_ns = e->time_ns;
 	b->stack = session__stack_intern(s, (pid_t)e->pid, ips, 0, n,
 					 e->flags & MALLOC_USER_TRUNCATED ? SAMPLE_USER_TRUNCATED : 0,
@@ -665,13 +667,14 @@ void session__set_malloc_stats(struct session *s, const struct malloc_stats *st)
 
 	s->malloc_totals = (struct store_malloc){
 		.stopped_ns = stopped_ns,
-		.free_calls = st->calls[MALLOC_FUNC_FREE] + st->calls[MALLOC_FUNC_MUNMAP],
+		.free_calls = st->calls[MALLOC_FUNC_FREE] + st->calls[MALLOC_FUNC_MUNMAP] +
+			      st->calls[MALLOC_FUNC_USDT_FREE],
 		.malloc_bytes = st->alloc_bytes,
 		.sampled = st->sampled,
 		.lost = st->ringbuf_full,
 	};
 	for (unsigned f = 0; f < MALLOC_NR_FUNCS; f++)
-		if (f != MALLOC_FUNC_FREE && f != MALLOC_FUNC_MUNMAP)
+		if (f != MALLOC_FUNC_FREE && f != MALLOC_FUNC_MUNMAP && f != MALLOC_FUNC_USDT_FREE)
 			s->malloc_totals.malloc_calls += st->calls[f];
 }
 

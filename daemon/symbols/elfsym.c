@@ -94,3 +94,46 @@ int elfsym__scan(int fd, bool (*keep)(const char *name, void *ctx), void *ctx,
 	return 0;
 }
 
+
+/*
+ * elfsym__has_usdt_provider() - whether the ELF file open at @fd has SystemTap
+ * SDT notes (section .note.stapsdt, the format of <sys/sdt.h>: each note's
+ * description holds the probe's address, base and semaphore, then the provider
+ * and probe names) naming @provider. Returns 1, 0, or -EINVAL if @fd is not
+ * an ELF file. Reads the section headers and that one section; does not log.
+ */
+int elfsym__has_usdt_provider(int fd, const char *provider)
+{
+	_cleanup_(elf_endp) Elf *elf = NULL;
+	Elf_Scn *scn = NULL;
+	size_t shstrndx, plen = strlen(provider);
+
+	elf_version(EV_CURRENT);
+	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	if (!elf || elf_kind(elf) != ELF_K_ELF || elf_getshdrstrndx(elf, &shstrndx) != 0)
+		return -EINVAL;
+	while ((scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+		const char *name;
+		Elf_Data *data;
+		size_t off = 0, name_off, desc_off;
+		GElf_Nhdr nh;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_NOTE)
+			continue;
+		name = elf_strptr(elf, shstrndx, sh.sh_name);
+		if (!name || strcmp(name, ".note.stapsdt") != 0)
+			continue;
+		data = elf_getdata(scn, NULL);
+		while (data && (off = gelf_getnote(data, off, &nh, &name_off, &desc_off)) > 0) {
+			const char *desc = (const char *)data->d_buf + desc_off;
+			/* Three addresses of the file's class, then "provider\0name\0args\0". */
+			size_t addrs = 3 * (gelf_getclass(elf) == ELFCLASS32 ? 4 : 8);
+
+			if (nh.n_type == 3 && nh.n_descsz > addrs + plen &&
+			    memcmp(desc + addrs, provider, plen) == 0 && desc[addrs + plen] == '\0')
+				return 1;
+		}
+	}
+	return 0;
+}

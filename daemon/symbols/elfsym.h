@@ -1,7 +1,7 @@
 /*
  * elfsym.h - the function symbols of an ELF file, by name, with their file
  * offsets: where uprobes go (the allocation probes, the CUDA/NVTX/--uprobe
- * probes).
+ * probes); and whether it has SDT (USDT) probes of a provider.
  */
 #pragma once
 
@@ -24,3 +24,4 @@ struct elf_sym_list {
 /* Documented where it is defined, in elfsym.c. */
 int elfsym__scan(int fd, bool (*keep)(const char *name, void *ctx), void *ctx,
 		 struct elf_sym_list *out);
+int elfsym__has_usdt_provider(int fd, const char *provider);
