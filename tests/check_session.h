@@ -1,9 +1,9 @@
 /*
  * check_session.h - what the C tests that feed a session by hand share
- * (test-session.c, test-session-vm.c): a session of this very process in a
- * test database, without a sampler; its flush as the daemon's loop runs it
- * (one transaction, done or failed); and one number read back from the
- * store.
+ * (test-session.c, test-session-vm.c, test-session-malloc.c): a session of
+ * this very process in a test database, without a sampler; its flush as the
+ * daemon's loop runs it (one transaction, done or failed); one number read
+ * back from the store; and SQL run on it (the triggers that refuse a flush).
  */
 #pragma once
 
@@ -104,4 +104,17 @@ static inline long long test_session_scalar(struct store *store, int64_t sid, co
 		v = sqlite3_column_int64(st, 0);
 	sqlite3_finalize(st);
 	return v;
+}
+
+/* test_session_exec() - run @sql on @store's database (a test's trigger); a failure is a
+ * failed check. */
+static inline void test_session_exec(struct store *store, const char *sql)
+{
+	char *err = NULL;
+
+	if (sqlite3_exec(store__db(store), sql, NULL, NULL, &err) != SQLITE_OK) {
+		fprintf(stderr, "SQL failed: %s\n%s\n", err, sql);
+		check_failures++;
+	}
+	sqlite3_free(err);
 }

@@ -64,17 +64,6 @@ static long long scalar(const char *sql)
 	return test_session_scalar(env.store, sid, sql);
 }
 
-static void exec_sql(const char *sql)
-{
-	char *err = NULL;
-
-	if (sqlite3_exec(store__db(env.store), sql, NULL, NULL, &err) != SQLITE_OK) {
-		fprintf(stderr, "SQL failed: %s\n%s\n", err, sql);
-		check_failures++;
-	}
-	sqlite3_free(err);
-}
-
 int main(void)
 {
 	char dir[] = "/tmp/test-session-malloc-XXXXXX", path[64];
@@ -104,8 +93,8 @@ int main(void)
 		     (long long)live);
 
 	/* The store refuses the flush: the frees and new blocks wait, then go in once. */
-	exec_sql("CREATE TEMP TRIGGER refuse BEFORE INSERT ON allocations "
-		 "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+	test_session_exec(env.store, "CREATE TEMP TRIGGER refuse BEFORE INSERT ON allocations "
+				     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
 	feed(MALLOC_EV_FREE, live, 0, 0, MALLOC_FUNC_FREE);
 	for (int i = 0; i < 100; i++) {
 		alloc_at(addr, 64, 0, MALLOC_FUNC_MALLOC);
@@ -113,7 +102,7 @@ int main(void)
 	}
 	CHECK(test_session_flush(s, &env) < 0);
 	CHECK_INT_EQ(scalar("SELECT count(*) FROM allocations WHERE session_id = ?1"), 5001);
-	exec_sql("DROP TRIGGER refuse");
+	test_session_exec(env.store, "DROP TRIGGER refuse");
 	CHECK_INT_EQ(test_session_flush(s, &env), 0);
 	CHECK_INT_EQ(scalar("SELECT count(*) FROM allocations WHERE session_id = ?1"), 5101);
 	CHECK_INT_EQ(scalar("SELECT count(*) FROM allocations WHERE session_id = ?1 AND "

@@ -76,17 +76,6 @@ static int flush(void)
 	return test_session_flush(s, &env);
 }
 
-static void exec_trigger(const char *sql)
-{
-	char *err = NULL;
-
-	if (sqlite3_exec(store__db(env.store), sql, NULL, NULL, &err) != SQLITE_OK) {
-		fprintf(stderr, "SQL failed: %s\n%s\n", err, sql);
-		check_failures++;
-	}
-	sqlite3_free(err);
-}
-
 /* Self samples of @function in the top report; -1 if it is not listed. */
 static long long self_samples(const char *function)
 {
@@ -135,27 +124,28 @@ int main(void)
 	/* The store refuses the samples rows (as a full disk would): nothing of the
 	 * flush is kept, and the samples wait in the session. */
 	feed(session_test_hot, 20, getpid());
-	exec_trigger("CREATE TEMP TRIGGER refuse_samples BEFORE INSERT ON samples "
-		     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+	test_session_exec(env.store, "CREATE TEMP TRIGGER refuse_samples BEFORE INSERT ON samples "
+				     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
 	CHECK(flush() < 0);
 	CHECK_INT_EQ(self_samples("session_test_hot"), 30);
 	CHECK_INT_EQ(scalar("SELECT samples FROM sessions WHERE id = ?1"), 40);
 
 	/* Fails later in the same flush (the thread rows, after the samples were
 	 * written): the rollback takes the samples back too. */
-	exec_trigger("DROP TRIGGER refuse_samples");
-	exec_trigger("CREATE TEMP TRIGGER refuse_threads BEFORE UPDATE ON threads "
-		     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
-	exec_trigger("CREATE TEMP TRIGGER refuse_threads_insert BEFORE INSERT ON threads "
-		     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+	test_session_exec(env.store, "DROP TRIGGER refuse_samples");
+	test_session_exec(env.store, "CREATE TEMP TRIGGER refuse_threads BEFORE UPDATE ON threads "
+				     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+	test_session_exec(env.store,
+			  "CREATE TEMP TRIGGER refuse_threads_insert BEFORE INSERT ON threads "
+			  "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
 	feed(session_test_cold, 5, other_tid);
 	CHECK(flush() < 0);
 	CHECK_INT_EQ(self_samples("session_test_hot"), 30);
 	CHECK_INT_EQ(self_samples("session_test_cold"), 10);
 
 	/* The store works again: the next flush writes every waiting sample, once. */
-	exec_trigger("DROP TRIGGER refuse_threads");
-	exec_trigger("DROP TRIGGER refuse_threads_insert");
+	test_session_exec(env.store, "DROP TRIGGER refuse_threads");
+	test_session_exec(env.store, "DROP TRIGGER refuse_threads_insert");
 	feed(session_test_hot, 1, getpid());
 	CHECK_INT_EQ(flush(), 0);
 	CHECK_INT_EQ(self_samples("session_test_hot"), 51);

@@ -23,6 +23,7 @@
  *
  * Prints "ready" on stdout once started.
  */
+#include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -237,17 +238,34 @@ int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
 
-	for (int i = 2; i + 1 < argc; i += 2) {
-		if (strcmp(argv[i], "--seconds") == 0)
-			seconds = atof(argv[i + 1]);
-		else if (strcmp(argv[i], "--rate-kib") == 0)
-			rate_kib = atol(argv[i + 1]);
-		else if (strcmp(argv[i], "--threads") == 0)
-			nthreads = atoi(argv[i + 1]);
-		else if (strcmp(argv[i], "--iterations") == 0)
-			iterations = atol(argv[i + 1]);
-		else if (strcmp(argv[i], "--delay") == 0)
-			delay_s = atof(argv[i + 1]);
+	static const struct option options[] = {
+	    {"seconds", required_argument, NULL, 's'}, {"rate-kib", required_argument, NULL, 'r'},
+	    {"threads", required_argument, NULL, 't'}, {"iterations", required_argument, NULL, 'n'},
+	    {"delay", required_argument, NULL, 'd'},   {0},
+	};
+	int c;
+
+	optind = 2;
+	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			seconds = atof(optarg);
+			break;
+		case 'r':
+			rate_kib = atol(optarg);
+			break;
+		case 't':
+			nthreads = atoi(optarg);
+			break;
+		case 'n':
+			iterations = atol(optarg);
+			break;
+		case 'd':
+			delay_s = atof(optarg);
+			break;
+		default:
+			nthreads = 0; /* the usage below */
+		}
 	}
 	if (nthreads < 1 || nthreads > 64 || (strcmp(mode, "leak") && strcmp(mode, "tight"))) {
 		fprintf(stderr, "usage: usdt-alloc leak|tight [--seconds S] [--rate-kib N] "
