@@ -4,8 +4,9 @@
  * into a real database: what `profctl top` shows after each step is what
  * was fed, each sample once. A flush that fails part-way (the store
  * refuses a row, or the COMMIT) is rolled back and written whole by the
- * next one. Needs neither root nor BPF: the session runs without a
- * sampler and the test feeds it the records the BPF program would.
+ * next one. A thread that exits makes room under max_threads_per_session.
+ * Needs neither root nor BPF: the session runs without a sampler and the
+ * test feeds it the records the BPF program would.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -71,6 +72,16 @@ static void feed(void (*leaf)(void), unsigned n, pid_t tid)
 	free(e);
 }
 
+/* Thread @tid of this process exits, as the BPF program's exit record says. */
+static void thread_exit(pid_t tid)
+{
+	struct sample_event e = {.pid = (uint32_t)getpid(), .tid = (uint32_t)tid};
+
+	e.time_ns = now_ns(CLOCK_MONOTONIC);
+	snprintf(e.comm, sizeof(e.comm), "worker-1");
+	session__on_thread_exit(s, &e);
+}
+
 static int flush(void)
 {
 	return test_session_flush(s, &env);
@@ -107,6 +118,7 @@ int main(void)
 	struct session_params params = test_session_params("cpu", EVENT_CPU);
 	pid_t other_tid = getpid() + 1; /* a second thread, as the kernel would name it */
 
+	params.max_threads = 3;
 	test_db_path(dir, path, sizeof(path));
 	test_session_open(path, &params, &env, &s);
 	if (!s)
@@ -156,6 +168,22 @@ int main(void)
 	CHECK_INT_EQ(flush(), 0);
 	CHECK_INT_EQ(self_samples("session_test_hot"), 51);
 	CHECK_INT_EQ(scalar("SELECT samples FROM sessions WHERE id = ?1"), 66);
+
+	/* max_threads_per_session (3 here) bounds the threads alive at once: a fourth
+	 * thread's samples are refused, and taken once one of the three has exited. */
+	feed(session_test_hot, 1, getpid() + 2);
+	feed(session_test_hot, 4, getpid() + 3);
+	thread_exit(other_tid);
+	feed(session_test_hot, 6, getpid() + 3);
+	CHECK_INT_EQ(flush(), 0);
+	CHECK_INT_EQ(scalar("SELECT samples FROM sessions WHERE id = ?1"), 73);
+	CHECK_INT_EQ(scalar("SELECT limit_dropped_samples FROM sessions WHERE id = ?1"), 4);
+	CHECK_INT_EQ(scalar("SELECT samples FROM threads WHERE session_id = ?1 AND tid = "
+			    "(SELECT max(tid) FROM threads WHERE session_id = ?1)"),
+		     6);
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM threads WHERE session_id = ?1 AND "
+			    "exited_at_ns IS NOT NULL"),
+		     1);
 
 	test_session_close(&env, s, dir, path);
 	return check_exit("session");

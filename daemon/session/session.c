@@ -359,7 +359,12 @@ static bool tid_eq(const void *entry, const void *key)
 	return entry == key;
 }
 
-/* Is @tid one of the session's max_threads? The first max_threads seen are. */
+/*
+ * Is @tid one of the session's max_threads? The first max_threads seen are;
+ * a thread that exits makes room (session__on_thread_exit()), so the limit
+ * bounds the threads alive at once, not those a long session ever saw (a
+ * DataLoader starts threads every epoch).
+ */
 static bool tid_admitted(struct session *s, int tid)
 {
 	void *key = (void *)(uintptr_t)((unsigned)tid + 1);
@@ -429,9 +434,12 @@ void session__count_offcpu_lost(struct session *s, uint64_t n)
 void session__on_thread_exit(struct session *s, const struct sample_event *e)
 {
 	struct thread_acc *th = thread_seen(s, (int)e->pid, (int)e->tid, e->comm, e->time_ns, 0);
+	int tid = (int)e->tid;
 
 	if (th)
 		th->exited_ns = e->time_ns;
+	hashmap__remove(&s->tids, hash64(HASH64_INIT, &tid, sizeof(tid)), tid_eq,
+			(void *)(uintptr_t)((unsigned)tid + 1));
 }
 
 void session__count_dropped(struct session *s, const struct sample_event *e)

@@ -86,7 +86,7 @@ struct session {
 					 * ones sent bare (SAMPLE_NO_STACK) of no known region */
 	/* Limits (bounded memory): samples past them are counted, not kept. */
 	unsigned max_threads, max_stacks;
-	struct hashmap tids;	/* tids sampled so far, as (void *)(tid + 1) */
+	struct hashmap tids;	/* tids sampled and not exited, as (void *)(tid + 1) */
 	uint64_t limit_dropped; /* samples dropped at a limit, not yet flushed */
 	uint64_t limit_dropped_flushing;
 	struct python_reader *python; /* NULL: no Python frames walked */
