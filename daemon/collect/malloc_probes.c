@@ -325,9 +325,9 @@ static int reset_stats(struct malloc_probes *h, unsigned slot, uint64_t sample_b
  */
 static int usdt_files(pid_t pid, char paths[][PATH_MAX], int max)
 {
-	char maps[64], line[PATH_MAX + 256], root[64], seen[HEAP_MAX_LINKS][PATH_MAX / 16];
+	char maps[64], line[PATH_MAX + 256], root[64], last[PATH_MAX] = "";
 	_cleanup_fclose_ FILE *f = NULL;
-	int n = 0, nseen = 0;
+	int n = 0;
 
 	snprintf(maps, sizeof(maps), "/proc/%d/maps", (int)pid);
 	snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
@@ -337,20 +337,14 @@ static int usdt_files(pid_t pid, char paths[][PATH_MAX], int max)
 	while (n < max && fgets(line, sizeof(line), f)) {
 		char perms[8] = "", *path = strchr(line, '/');
 		_cleanup_close_ int fd = -1;
-		bool dup = false;
 
 		if (!path || sscanf(line, "%*x-%*x %7s", perms) != 1 || perms[2] != 'x')
 			continue;
 		path[strcspn(path, "\n")] = '\0';
-		if (strstr(path, " (deleted)"))
+		/* A file's executable mappings are next to each other: each file once. */
+		if (strstr(path, " (deleted)") || strcmp(path, last) == 0)
 			continue;
-		/* Each file once: a library has one executable mapping, but be sure. */
-		for (int i = 0; i < nseen && !dup; i++)
-			dup = strncmp(seen[i], path, sizeof(seen[i]) - 1) == 0;
-		if (dup)
-			continue;
-		if (nseen < HEAP_MAX_LINKS)
-			snprintf(seen[nseen++], sizeof(seen[0]), "%s", path);
+		snprintf(last, sizeof(last), "%s", path);
 		snprintf(paths[n], PATH_MAX, "%s%s", root, path);
 		fd = open(paths[n], O_RDONLY | O_CLOEXEC);
 		if (fd >= 0 && elfsym__has_usdt_provider(fd, USDT_PROVIDER) == 1)
@@ -410,8 +404,6 @@ static int attach_uprobes(struct malloc_probes *h, pid_t pid, char paths[][PATH_
 			  struct bpf_link **links, size_t *nlinks, char *ret_probes,
 			  size_t probes_len, size_t *off)
 {
-	int r = 0;
-
 	for (int f = 0; f < nfiles; f++) {
 		_cleanup_close_ int fd = open(paths[f], O_RDONLY | O_CLOEXEC);
 		uint64_t offsets[MALLOC_NR_FUNCS];
@@ -429,8 +421,8 @@ static int attach_uprobes(struct malloc_probes *h, pid_t pid, char paths[][PATH_
 		 * the thread would be taken for a nested one. A return without
 		 * its entry is ignored (depth 0).
 		 */
-		for (int k = 1; k >= 0 && r == 0; k--) {
-			for (unsigned func = 0; func < MALLOC_NR_FUNCS && r == 0; func++) {
+		for (int k = 1; k >= 0; k--) {
+			for (unsigned func = 0; func < MALLOC_NR_FUNCS; func++) {
 				LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = k == 1);
 				struct bpf_program *progs[2];
 				struct bpf_link *l;
@@ -468,7 +460,7 @@ static int attach_uprobes(struct malloc_probes *h, pid_t pid, char paths[][PATH_
 			}
 		}
 	}
-	return r;
+	return 0;
 }
 
 /*
