@@ -268,6 +268,30 @@ __attribute__((noipa)) static void test_self(struct unwinder *u, struct symboliz
 		CHECK(t.n >= 1 && t.n < st.n);
 		CHECK_INT_EQ(t.status, UNWIND_NO_STACK);
 	}
+	{
+		/*
+		 * A frame-pointer walk with nothing past the leaf (a process built
+		 * without frame pointers) and a copy too short for the whole stack:
+		 * the CFI frames it has are kept, not the one-frame walk.
+		 */
+		uint64_t walk[1] = {regs[UNWIND_REG_IP]}, pcs[MAX_FRAMES];
+		struct stack t = {};
+		size_t cut = 64;
+		uint32_t flags;
+		int n;
+
+		do {
+			cut += 64;
+			t.n = unwinder__unwind(u, as, regs, self_stack, cut, t.pcs, MAX_FRAMES,
+					       &t.status);
+		} while (t.n < 2 && cut < len);
+		CHECK(t.n >= 2 && t.status == UNWIND_NO_STACK);
+		n = unwinder__complete_walk(u, as, regs, self_stack, cut, walk, 1, pcs, MAX_FRAMES,
+					    &flags);
+		CHECK_INT_EQ(n, t.n);
+		CHECK(n > 0 && memcmp(pcs, st.pcs, (size_t)n * sizeof(pcs[0])) == 0);
+		CHECK_INT_EQ(flags, UNWIND_WALK_FIXED);
+	}
 	printf("self: %d frames to %s, status %s\n", st.n, st.n ? st.fn[st.n - 1] : "-",
 	       status_name(st.status));
 }

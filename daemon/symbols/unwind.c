@@ -575,9 +575,11 @@ int unwinder__unwind(struct unwinder *u, const struct addrspace *as, const uint6
  * CFI unwind meets the walk's first return address, its frames up to there
  * replace the walk's: result = cfi[0..j] + walk[2..], walk[1] == cfi[j]. If
  * they never meet and the CFI unwind reached the outermost frame, the walk
- * was wrong and the CFI stack is used; if the CFI unwind stopped short (no
- * CFI, slice too short), the walk is returned as it is, marked
- * UNWIND_WALK_UNCHECKED.
+ * was wrong and the CFI stack is used; so it is when the walk has no frame
+ * past the leaf (a process without frame pointers) and CFI found more, even
+ * if it stopped short (UNWIND_WALK_FIXED). Otherwise, if the CFI unwind
+ * stopped short (no CFI, slice too short), the walk is returned as it is,
+ * marked UNWIND_WALK_UNCHECKED.
  * @as: the mappings of the process. @ret_pcs: up to @max addresses.
  * *@ret_flags: UNWIND_WALK_* (0: the walk was right).
  *
@@ -626,8 +628,10 @@ int unwinder__complete_walk(struct unwinder *u, const struct addrspace *as, cons
 			*ret_flags = UNWIND_WALK_FIXED;
 		return (int)n;
 	}
-	/* They never meet: a complete CFI unwind wins over the walk. */
-	if (st == UNWIND_END && ncfi > 0) {
+	/* They never meet: a complete CFI unwind wins over the walk, and so does
+	 * a partial one where the walk has nothing past the leaf (a process
+	 * built without frame pointers): it is right as far as it goes. */
+	if ((st == UNWIND_END && ncfi > 0) || (nwalk < 2 && ncfi > (int)nwalk)) {
 		for (int i = 0; i < ncfi && n < max; i++)
 			ret_pcs[n++] = cfi[i];
 		*ret_flags = nwalk >= 2 ? UNWIND_WALK_CFI_ONLY
