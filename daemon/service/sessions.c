@@ -133,6 +133,14 @@ void profd__on_malloc(void *ctx, const struct malloc_event *e, size_t size)
 	    malloc_alloc_event_stack(a), e->stack_size, (const uint64_t *)a->ips, e->ustack_len,
 	    ips, ARRAY_SIZE(ips), &flags);
 	pthread_rwlock_unlock(&proc->as_lock);
+	if (flags & UNWIND_WALK_PARTIAL) {
+		/* Right as far as it goes, and counted as a truncated stack. */
+		struct malloc_event h = *e;
+
+		h.flags |= MALLOC_USER_TRUNCATED;
+		session__on_malloc(s, &h, ips, n > 0 ? (unsigned)n : 0);
+		return;
+	}
 	session__on_malloc(s, e, ips, n > 0 ? (unsigned)n : 0);
 }
 

@@ -577,7 +577,8 @@ int unwinder__unwind(struct unwinder *u, const struct addrspace *as, const uint6
  * they never meet and the CFI unwind reached the outermost frame, the walk
  * was wrong and the CFI stack is used; so it is when the walk has no frame
  * past the leaf (a process without frame pointers) and CFI found more, even
- * if it stopped short (UNWIND_WALK_FIXED). Otherwise, if the CFI unwind
+ * if it stopped short (UNWIND_WALK_FIXED, and UNWIND_WALK_PARTIAL if it
+ * did). Otherwise, if the CFI unwind
  * stopped short (no CFI, slice too short), the walk is returned as it is,
  * marked UNWIND_WALK_UNCHECKED.
  * @as: the mappings of the process. @ret_pcs: up to @max addresses.
@@ -636,6 +637,8 @@ int unwinder__complete_walk(struct unwinder *u, const struct addrspace *as, cons
 			ret_pcs[n++] = cfi[i];
 		*ret_flags = nwalk >= 2 ? UNWIND_WALK_CFI_ONLY
 			   : ncfi > (int)nwalk ? UNWIND_WALK_FIXED : 0;
+		if (st != UNWIND_END)
+			*ret_flags |= UNWIND_WALK_PARTIAL;
 		return (int)n;
 	}
 	*ret_flags = UNWIND_WALK_UNCHECKED;

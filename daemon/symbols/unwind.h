@@ -58,6 +58,8 @@ int unwinder__unwind(struct unwinder *u, const struct addrspace *as, const uint6
 					 * unwind, which is used instead */
 #define UNWIND_WALK_UNCHECKED (1u << 2) /* CFI could not check the frame-pointer walk: frames
 					 * next to the leaf may be missing */
+#define UNWIND_WALK_PARTIAL (1u << 3)   /* with UNWIND_WALK_FIXED: the CFI frames used stop short
+					 * of the outermost frame (the stack copy ended) */
 
 /* Each function is documented where it is defined, in unwind.c. */
 int unwinder__complete_walk(struct unwinder *u, const struct addrspace *as, const uint64_t *regs,
