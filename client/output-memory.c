@@ -278,15 +278,17 @@ int output__memory(FILE *f, const json_t *reply, bool ascii)
 				json_string_value(json_object_get(al, "probes")) ?: "?");
 		fprintf(f,
 			by_process ? "  %lld sampled allocations (%.0f/s, standing for %s/s), %lld of "
-				     "them freed; %lld samples, %lld lost, %lld untracked\n"
+				     "them freed; %lld samples, %lld lost, %lld untracked, %lld "
+				     "truncated stacks\n"
 				   : "  %lld allocating calls (%.0f/s, %s/s), %lld frees; %lld samples, "
-				     "%lld lost, %lld untracked\n",
+				     "%lld lost, %lld untracked, %lld truncated stacks\n",
 			(long long)json_integer_value(json_object_get(al, "calls")),
 			json_number_value(json_object_get(al, "calls_per_s")), b,
 			(long long)json_integer_value(json_object_get(al, "free_calls")),
 			(long long)json_integer_value(json_object_get(al, "sampled")),
 			(long long)json_integer_value(json_object_get(al, "lost")),
-			(long long)json_integer_value(json_object_get(al, "untracked")));
+			(long long)json_integer_value(json_object_get(al, "untracked")),
+			(long long)json_integer_value(json_object_get(al, "truncated_stacks")));
 		fprintf(f, "  live at the end (estimated from samples): %s in %lld stacks\n", c,
 			(long long)json_integer_value(json_object_get(al, "stacks")));
 		if (json_is_number(json_object_get(al, "stopped_at_s")))

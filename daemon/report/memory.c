@@ -360,7 +360,7 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 	size_t nstacks = 0, cap = 0;
 	double dur_s = (double)(end_ns - start_ns) / 1e9, x[MEMORY_MAX_WINDOWS + 1], total_live = 0;
 	unsigned windows = (unsigned)llround(dur_s);
-	uint64_t untracked = 0;
+	uint64_t untracked = 0, truncated = 0;
 	json_t *top_live, *top_growth, *suspects;
 	int rc;
 
@@ -369,9 +369,10 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 	if (windows > MEMORY_MAX_WINDOWS)
 		windows = MEMORY_MAX_WINDOWS;
 	if (report__prepare_id(db,
-			       "SELECT stack_id, weight_bytes, alloc_ns, free_ns, untracked, "
-			       "func = 'otel_memory:alloc' FROM allocations WHERE session_id = ?1 "
-			       "ORDER BY stack_id",
+			       "SELECT a.stack_id, a.weight_bytes, a.alloc_ns, a.free_ns, a.untracked, "
+			       "a.func = 'otel_memory:alloc', s.truncated FROM allocations a "
+			       "JOIN stacks s ON s.id = a.stack_id WHERE a.session_id = ?1 "
+			       "ORDER BY a.stack_id",
 			       session_id, &st) < 0)
 		return -EIO;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -390,6 +391,7 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 		a = &stacks[nstacks - 1];
 		a->usdt = sqlite3_column_int(st, 5);
 		a->samples++;
+		truncated += sqlite3_column_int(st, 6) != 0;
 		a->allocated_bytes += w;
 		if (sqlite3_column_int(st, 4)) {
 			untracked++;
@@ -429,6 +431,7 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 	}
 	if (json_object_set_new(o, "live_bytes", bytes_json(total_live)) < 0 ||
 	    json_object_set_new(o, "untracked", json_integer((json_int_t)untracked)) < 0 ||
+	    json_object_set_new(o, "truncated_stacks", json_integer((json_int_t)truncated)) < 0 ||
 	    json_object_set_new(o, "stacks", json_integer((json_int_t)nstacks)) < 0 ||
 	    json_object_set_new(o, "windows", json_integer(windows)) < 0 ||
 	    json_object_set_new(o, "window_s", json_real(round(dur_s / windows * 1000) / 1000)) <

@@ -42,6 +42,8 @@ def test():
         check((a['probes'] or '').startswith('otel_memory USDT: usdt-alloc') and 'libc' not in a['probes'],
               'probes: %r' % a['probes'])
         check(a['lost'] == 0, '%d samples lost' % a['lost'])
+        # The workload keeps frame pointers: every stack reaches main.
+        check(a['truncated_stacks'] == 0, '%d truncated stacks' % a['truncated_stacks'])
         # The process counts the alloc probes it fired while profd's probes were attached
         # (their semaphores set): every one of them arrives.
         check(a['sampled'] > 100, 'only %d sampled allocations in ~13 s of ~65 MiB/s' % a['sampled'])
