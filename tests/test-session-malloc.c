@@ -5,6 +5,7 @@
  * out the same address again and again (each block freed before the next
  * is made) leaves one row per block, each with its free time, and one live
  * block; a flush the store refuses loses nothing and writes nothing twice;
+ * a lost RETURN record is counted and the thread's next call replaces it;
  * a process's own weight (the USDT path) is kept as it says. Needs neither
  * root nor BPF.
  */
@@ -110,6 +111,18 @@ int main(void)
 		     0);
 	CHECK_INT_EQ(test_session_flush(s, &env), 0);
 	CHECK_INT_EQ(scalar("SELECT count(*) FROM allocations WHERE session_id = ?1"), 5101);
+
+	/* An ALLOC whose RETURN was lost is replaced by the thread's next sampled call,
+	 * and counted lost; a RETURN with no call waiting is counted lost too. */
+	feed(MALLOC_EV_ALLOC, 0, 100, 0, MALLOC_FUNC_MALLOC);
+	alloc_at(addr, 200, 0, MALLOC_FUNC_MALLOC);
+	feed(MALLOC_EV_RETURN, addr + 4096, 0, 0, MALLOC_FUNC_MALLOC);
+	CHECK_INT_EQ(test_session_flush(s, &env), 0);
+	CHECK_INT_EQ(scalar("SELECT size_bytes FROM allocations WHERE session_id = ?1 AND "
+			    "free_ns IS NULL AND address = 0x7f0000001000"),
+		     200);
+	CHECK_INT_EQ(scalar("SELECT malloc_lost FROM sessions WHERE id = ?1"), 2);
+	feed(MALLOC_EV_FREE, addr, 0, 0, MALLOC_FUNC_FREE);
 
 	/* A block the process sampled itself weighs what it says, not what profd would. */
 	alloc_at(live, 100, 3 * 512 * 1024, MALLOC_FUNC_USDT_ALLOC);

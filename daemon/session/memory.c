@@ -124,36 +124,6 @@ static bool block_eq(const void *entry, const void *key)
 	return b->pid == k->pid && b->addr == k->addr && !b->freed;
 }
 
-/*
- * Replace the entry of @m found with @eq/@key by @with (NULL: remove it):
- * the hash map has no removal, so a new table is built. O(entries); only
- * for rare events (a lost RETURN record).
- */
-static int map_replace(struct hashmap *m, uint64_t (*hash)(const struct alloc_block *),
-		       const struct alloc_block *old, struct alloc_block *with)
-{
-	struct hashmap fresh = { 0 };
-	struct alloc_block *b;
-
-	hashmap__for_each(m, i, b)
-	{
-		struct alloc_block *keep = b == old ? with : b;
-
-		if (keep && hashmap__insert(&fresh, hash(keep), keep) < 0) {
-			hashmap__free(&fresh);
-			return -ENOMEM;
-		}
-	}
-	hashmap__free(m);
-	*m = fresh;
-	return 0;
-}
-
-static uint64_t inflight_hash_of(const struct alloc_block *b)
-{
-	return tid_hash(b->tid);
-}
-
 static uint64_t block_hash_of(const struct alloc_block *b)
 {
 	return pid_addr_hash(b->pid, b->addr);
@@ -188,15 +158,10 @@ static void on_alloc(struct session *s, const struct malloc_event *e, const uint
 		return;
 	}
 	/* A call still waiting means its RETURN was lost: replace it. */
-	old = hashmap__find(&s->alloc_inflight, tid_hash(tid), inflight_eq, &tid);
+	old = hashmap__remove(&s->alloc_inflight, tid_hash(tid), inflight_eq, &tid);
 	if (old) {
-		if (map_replace(&s->alloc_inflight, inflight_hash_of, old, b) < 0) {
-			free(b);
-			return;
-		}
 		free(old);
 		s->alloc_orphans++;
-		return;
 	}
 	if (hashmap__insert(&s->alloc_inflight, tid_hash(tid), b) < 0) {
 		free(b);
@@ -228,7 +193,8 @@ static void block_freed(struct session *s, struct alloc_block *b, uint64_t ns)
 static void on_return(struct session *s, const struct malloc_event *e)
 {
 	int tid = (int)e->tid;
-	struct alloc_block *b = hashmap__find(&s->alloc_inflight, tid_hash(tid), inflight_eq, &tid);
+	struct alloc_block *b =
+	    hashmap__remove(&s->alloc_inflight, tid_hash(tid), inflight_eq, &tid);
 	struct pid_addr key = { (int)e->pid, e->addr };
 	struct alloc_block *prev;
 
@@ -236,8 +202,6 @@ static void on_return(struct session *s, const struct malloc_event *e)
 		s->alloc_orphans++;
 		return;
 	}
-	if (map_replace(&s->alloc_inflight, inflight_hash_of, b, NULL) < 0)
-		return;
 	if (e->addr == 0) { /* the call failed: no block */
 		free(b);
 		return;
