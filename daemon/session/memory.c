@@ -24,8 +24,7 @@ struct alloc_block {
 	int pid, tid;
 	unsigned func;             /* MALLOC_FUNC_* */
 	bool untracked;            /* its free cannot be seen */
-	bool freed;                /* free_ns is set */
-	bool free_committed;       /* ...and stored */
+	bool freed;                /* free_ns is set (then it is in alloc_freed until stored) */
 	struct raw_stack *stack;
 	uint64_t size_bytes;
 	double weight_bytes;
@@ -520,7 +519,7 @@ static int flush_block(struct session *s, const struct session_env *env, struct 
 		a.stack_id = b->stack->stack_id;
 		return store__allocation_add(env->store, s->id, &a, &b->new_row_id);
 	}
-	if (b->freed && !b->free_committed)
+	if (b->freed)
 		return store__allocation_freed(env->store, b->row_id, free_real);
 	return 0;
 }
