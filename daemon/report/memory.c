@@ -370,9 +370,9 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 		windows = MEMORY_MAX_WINDOWS;
 	if (report__prepare_id(db,
 			       "SELECT a.stack_id, a.weight_bytes, a.alloc_ns, a.free_ns, a.untracked, "
-			       "a.func = 'otel_memory:alloc', s.truncated FROM allocations a "
-			       "JOIN stacks s ON s.id = a.stack_id WHERE a.session_id = ?1 "
-			       "ORDER BY a.stack_id",
+			       "a.func = 'otel_memory:alloc', coalesce(s.truncated, 0) "
+			       "FROM allocations a LEFT JOIN stacks s ON s.id = a.stack_id "
+			       "WHERE a.session_id = ?1 ORDER BY a.stack_id",
 			       session_id, &st) < 0)
 		return -EIO;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
