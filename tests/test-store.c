@@ -305,6 +305,178 @@ static void test_rollups(const char *dir)
 	store__close(st);
 }
 
+/*
+ * The off-CPU and counter rollups (schema/0015) against the rows they sum:
+ * the number of rows that differ, 0 when they are right.
+ */
+static long long rollup15_mismatches(struct store *st)
+{
+	return query_int(st, "SELECT count(*) FROM (SELECT session_id, tid, stack_id, state, "
+			     "sum(count) AS n, sum(total_ns) AS ns FROM offcpu GROUP BY 1, 2, 3, 4) r "
+			     "FULL OUTER JOIN offcpu_totals t USING (session_id, tid, stack_id, state) "
+			     "WHERE r.n IS NOT t.count OR r.ns IS NOT t.total_ns") +
+	       query_int(st, "SELECT count(*) FROM (SELECT session_id, tid, counter, status, "
+			     "count(*) AS w, sum(value) AS v FROM thread_counters GROUP BY 1, 2, 3, 4) r "
+			     "FULL OUTER JOIN thread_counter_totals t "
+			     "USING (session_id, tid, counter, status) "
+			     "WHERE r.w IS NOT t.windows OR r.v IS NOT t.value");
+}
+
+/* A sum over every row of @table (an expression of its columns) in session @sid. */
+static long long session_sum(struct store *st, const char *expr, const char *table, int64_t sid)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof(sql), "SELECT %s FROM %s WHERE session_id = %lld", expr, table,
+		 (long long)sid);
+	return query_int(st, sql);
+}
+
+/*
+ * Windows merged as they age (schema/0015): the rows of a merged window
+ * become one per key with the same sums, in every table with windows; the
+ * rollups stay equal to the sums of the rows; the mark moves by whole
+ * merged windows, never past the cutoff nor past an ended session's end;
+ * a merge stopped at its bound goes on where it stopped; an upgraded
+ * off-CPU and counter history gets its rollups from the migration.
+ */
+static void test_merge_windows(const char *dir)
+{
+	const uint64_t sec = NSEC_PER_SEC, t0 = 1000 * NSEC_PER_SEC + 123456789;
+	static const char *const tables[] = {"samples", "offcpu", "thread_counters", "windows"};
+	long long before[4], rows_before[4];
+	struct store_merge res;
+	struct store *st = NULL;
+	int64_t a, b, s1, s2;
+	char path[160];
+
+	snprintf(path, sizeof(path), "%s/merge.db", dir);
+	CHECK_INT_EQ(store__open(path, &st), 0);
+	/* a: running since t0; b: ended 25 s after t0. */
+	a = add_session(st, t0, 0);
+	b = add_session(st, t0, t0 + 25 * sec);
+	for (int i = 0; i < 2; i++) {
+		int64_t fid = 0;
+
+		CHECK_INT_EQ(test_frame_id(st, "/bin/m", 0x10 * (i + 1), NULL, &fid), 0);
+		CHECK_INT_EQ(store__stack_id(st, &fid, 1, false, true, i ? &s2 : &s1), 0);
+	}
+	CHECK_INT_EQ(store__begin(st), 0);
+	/* 40 windows of 1 s from t0 for a, 25 for b: samples, off-CPU, counters, windows. */
+	for (int64_t sid = a; sid <= b; sid++)
+		for (uint64_t w = 0; w < (sid == a ? 40u : 25u); w++) {
+			struct store_counts c = {.samples = 3, .lost_samples = w % 2};
+			uint64_t win = t0 + w * sec;
+
+			for (int tid = 1; tid <= 2; tid++) {
+				CHECK_INT_EQ(store__sample_add(st, sid, win, tid, s1, 1 + w % 3, 0), 0);
+				CHECK_INT_EQ(store__sample_add(st, sid, win, tid, s2, 2, 0), 0);
+				CHECK_INT_EQ(store__offcpu_add(st, sid, win, 7, tid, s1, "sleeping", 1,
+							       1000 + w),
+					     0);
+				CHECK_INT_EQ(store__counter_add(st, sid, win, tid, "task-clock", "ok",
+								10 + w),
+					     0);
+				CHECK_INT_EQ(store__counter_add(st, sid, win, tid, "cache-misses",
+								"unsupported", 0),
+					     0);
+			}
+			CHECK_INT_EQ(store__window_add(st, sid, win, &c), 0);
+		}
+	CHECK_INT_EQ(store__commit(st), 0);
+	CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
+	CHECK_INT_EQ(rollup15_mismatches(st), 0);
+	for (size_t i = 0; i < ARRAY_SIZE(tables); i++) {
+		before[i] = session_sum(st, strcmp(tables[i], "windows") == 0 ? "sum(lost_samples)"
+					    : strcmp(tables[i], "thread_counters") == 0
+						? "sum(value)"
+						: "sum(count)",
+					tables[i], a);
+		rows_before[i] = session_sum(st, "count(*)", tables[i], a);
+	}
+
+	/* Nothing is old enough yet: the cutoff (now - after) is before a whole 10 s window. */
+	CHECK_INT_EQ(store__merge_windows(st, t0 + 15 * sec, 6 * sec, 10 * sec, 100, &res), 0);
+	CHECK_INT_EQ(res.sessions, 0);
+	CHECK(!res.more);
+
+	/* Cutoff t0 + 32 s: a's windows 0-29 s become 3 of 10 s; a budget of 2 stops after 2. */
+	CHECK_INT_EQ(store__merge_windows(st, t0 + 38 * sec, 6 * sec, 10 * sec, 2, &res), 0);
+	CHECK_INT_EQ(res.sessions, 1);
+	CHECK(res.more);
+	CHECK_INT_EQ(query_int(st, "SELECT merged_until_ns - started_at_ns FROM sessions "
+				   "WHERE id = 1"),
+		     20 * (long long)sec);
+	CHECK_INT_EQ(store__merge_windows(st, t0 + 38 * sec, 6 * sec, 10 * sec, 100, &res), 0);
+	CHECK_INT_EQ(res.sessions, 2);
+	CHECK(!res.more);
+	CHECK_INT_EQ(query_int(st, "SELECT merged_until_ns - started_at_ns FROM sessions "
+				   "WHERE id = 1"),
+		     30 * (long long)sec);
+	/* b ended at 25 s: merged up to the window that holds its end, and no further. */
+	CHECK_INT_EQ(query_int(st, "SELECT merged_until_ns - started_at_ns FROM sessions "
+				   "WHERE id = 2"),
+		     30 * (long long)sec);
+	CHECK_INT_EQ(store__merge_windows(st, t0 + 100 * sec, 6 * sec, 10 * sec, 100, &res), 0);
+	CHECK_INT_EQ(query_int(st, "SELECT merged_until_ns - started_at_ns FROM sessions "
+				   "WHERE id = 2"),
+		     30 * (long long)sec);
+	CHECK_INT_EQ(query_int(st, "SELECT merged_until_ns - started_at_ns FROM sessions "
+				   "WHERE id = 1"),
+		     90 * (long long)sec);
+
+	/* The same sums in fewer rows; merged windows on t0 + k * 10 s. */
+	CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
+	CHECK_INT_EQ(rollup15_mismatches(st), 0);
+	for (size_t i = 0; i < ARRAY_SIZE(tables); i++) {
+		CHECK_INT_EQ(session_sum(st, strcmp(tables[i], "windows") == 0 ? "sum(lost_samples)"
+					     : strcmp(tables[i], "thread_counters") == 0
+						 ? "sum(value)"
+						 : "sum(count)",
+					 tables[i], a),
+			     before[i]);
+		CHECK(session_sum(st, "count(*)", tables[i], a) * 9 < rows_before[i]);
+	}
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM samples WHERE session_id = 1 AND "
+				   "(window_ns - 1000123456789) % 10000000000 <> 0"),
+		     0);
+	CHECK_INT_EQ(session_sum(st, "count(*)", "windows", a), 4);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM thread_counters WHERE session_id = 1 "
+				   "AND status = 'unsupported' AND value IS NOT NULL"),
+		     0);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM window_merge"), 0);
+
+	/* A sample written late into a merged window stays a row of its own and counts. */
+	CHECK_INT_EQ(store__sample_add(st, a, t0 + 5 * sec, 1, s1, 4, 0), 0);
+	CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
+	CHECK_INT_EQ(session_sum(st, "sum(count)", "samples", a), before[0] + 4);
+
+	/* after 0 or a window under 2 s: nothing. */
+	CHECK_INT_EQ(store__merge_windows(st, t0 + 1000 * sec, 0, 10 * sec, 100, &res), 0);
+	CHECK_INT_EQ(res.sessions, 0);
+	CHECK_INT_EQ(store__merge_windows(st, t0 + 1000 * sec, sec, sec, 100, &res), 0);
+	CHECK_INT_EQ(res.sessions, 0);
+	store__close(st);
+
+	/* Schema 14 with off-CPU time and counters: the migration builds their rollups. */
+	open_old_db(dir, "v14.db", 14,
+		    "INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
+		    "events, freq_hz, started_at_ns, state) VALUES "
+		    "(9, 1, 'old', 0, 'cpu-clock', 'cpu,offcpu', 99, 5, 'ended');"
+		    "INSERT INTO stacks (frame_ids, depth) VALUES (x'01', 1);"
+		    "INSERT INTO offcpu VALUES (1, 1000, 9, 7, 1, 'io', 2, 500),"
+		    " (1, 2000, 9, 7, 1, 'io', 1, 300), (1, 2000, 9, 8, 1, 'sleeping', 1, 50);"
+		    "INSERT INTO thread_counters VALUES (1, 1000, 7, 'task-clock', 10, 'ok'),"
+		    " (1, 2000, 7, 'task-clock', 20, 'ok'), (1, 1000, 7, 'cycles', NULL, 'unsupported');",
+		    &st);
+	CHECK_INT_EQ(rollup15_mismatches(st), 0);
+	CHECK_INT_EQ(query_int(st, "SELECT total_ns FROM offcpu_totals WHERE tid = 7"), 800);
+	CHECK_INT_EQ(query_int(st, "SELECT value FROM thread_counter_totals WHERE tid = 7 AND "
+				   "counter = 'task-clock'"),
+		     30);
+	store__close(st);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/test-store-XXXXXX", path[128], bad[128];
@@ -425,6 +597,7 @@ int main(void)
 
 	test_retention(dir);
 	test_rollups(dir);
+	test_merge_windows(dir);
 
 	snprintf(path, sizeof(path), "rm -rf %s", dir);
 	if (system(path) != 0)

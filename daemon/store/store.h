@@ -96,6 +96,31 @@ struct store_retention {
 int store__retention(struct store *st, uint64_t now_ns, uint64_t retention_ns,
 		     uint64_t max_db_bytes, struct store_retention *ret);
 
+/* What store__merge_windows() did. */
+struct store_merge {
+	unsigned sessions;    /* sessions whose windows were merged */
+	uint64_t rows_before; /* rows of the window tables that were merged */
+	uint64_t rows_after;  /* the rows they became */
+	bool more;	      /* stopped at @max_windows: older windows are left to merge */
+};
+
+/*
+ * store__merge_windows() - merge the 1 s windows of every session that
+ * ended more than @after_ns before @now_ns (CLOCK_REALTIME ns) into windows
+ * of @window_ns, at most @max_windows merged windows in all (oldest first),
+ * one transaction per session. The rows of samples, event_samples, offcpu,
+ * thread_counters and windows in a merged window become one per key with
+ * the sums (docs/schema.md, schema 15); the rollups are unchanged; the
+ * session's merged_until_ns and merged_window_ns say how far. A session
+ * keeps the @window_ns it was first merged with, and merged windows start
+ * at started_at_ns + k * window_ns. @after_ns 0 or @window_ns under 2 s:
+ * nothing is done. Returns 0 with *@ret filled, -ENOMEM, or -EIO
+ * (store__errmsg(); the session being merged is left as it was). Blocks
+ * for as long as the merge takes; does not log.
+ */
+int store__merge_windows(struct store *st, uint64_t now_ns, uint64_t after_ns, uint64_t window_ns,
+			 unsigned max_windows, struct store_merge *ret);
+
 /*
  * store__enable_incremental_vacuum() - switch the database to
  * auto_vacuum=INCREMENTAL, so that deleted data can be given back to the
