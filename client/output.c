@@ -285,6 +285,21 @@ int print_counters(FILE *f, const json_t *o)
 			    unwind ? unwind : "");
 	}
 	print_python(f, o, "python: ", false);
+	/* A time range that reached windows merged as they aged (profd(8)). */
+	{
+		const json_t *res = json_object_get(o, "resolution_s");
+		const json_t *to = json_object_get(o, "covered_to_s");
+
+		if (json_is_number(res) && json_number_value(res) > 1) {
+			fprintf(f, "time range read at %g s windows (merged as they aged): %g s to ",
+				json_number_value(res),
+				json_number_value(json_object_get(o, "covered_from_s")));
+			if (json_is_number(to))
+				fprintf(f, "%g s\n", json_number_value(to));
+			else
+				fprintf(f, "the end\n");
+		}
+	}
 	return 0;
 }
 

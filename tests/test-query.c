@@ -771,6 +771,51 @@ static void test_python_view(void)
 	sqlite3_close(db);
 }
 
+/*
+ * A time range over windows merged as they aged (schema 15): read at the
+ * merged windows' resolution, its ends widened to whole merged windows,
+ * and the response says so; past merged_until_ns the 1 s windows serve.
+ * Session 6: merged 60 s windows up to 120 s, then 1 s windows.
+ */
+static void test_merged_range(sqlite3 *db)
+{
+	static const struct {
+		double from_s, to_s;
+		long long total;
+		double covered_from_s, covered_to_s, resolution_s;
+	} cases[] = {
+	    {70, 80, 7, 60, 120, 60},	  /* inside the second merged window */
+	    {30, 125.5, 15, 0, 125.5, 60}, /* from a merged window into the 1 s ones */
+	    {120, 121.5, 3, 120, 121.5, 1}, /* only 1 s windows */
+	    {0, 60, 5, 0, 60, 60},	  /* exactly the first merged window */
+	};
+	json_t *o = NULL;
+
+	exec_sql(db, "INSERT INTO sessions (id, pid, pid_start_ticks, comm, uid, event, events,"
+		 " freq_hz, started_at_ns, ended_at_ns, state, merged_until_ns, merged_window_ns)"
+		 " VALUES (6, 1, 1, 'merged', 0, 'cpu-clock', 'cpu', 99, 1700001000000000000,"
+		 " 1700001200000000000, 'ended', 1700001120000000000, 60000000000);"
+		 " INSERT INTO samples VALUES (6, 1700001000000000000, 1, 1, 5),"
+		 " (6, 1700001060000000000, 1, 1, 7), (6, 1700001120000000000, 1, 1, 1),"
+		 " (6, 1700001121000000000, 1, 1, 2), (6, 1700001130000000000, 1, 1, 100)");
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		struct query_range range = {.from_ns = (int64_t)(cases[i].from_s * 1e9),
+					    .to_ns = (int64_t)(cases[i].to_s * 1e9)};
+
+		CHECK_INT(query__top(db, 6, 20, NULL, &range, 0, &o), 0);
+		if (!o)
+			continue;
+		CHECK_INT(gi(o, "total_samples"), cases[i].total);
+		CHECK_REAL(gr(o, "from_s"), cases[i].from_s);
+		CHECK_REAL(gr(o, "covered_from_s"), cases[i].covered_from_s);
+		CHECK_REAL(gr(o, "covered_to_s"), cases[i].covered_to_s);
+		CHECK_REAL(gr(o, "resolution_s"), cases[i].resolution_s);
+		json_decref(o);
+		o = NULL;
+	}
+	exec_sql(db, "DELETE FROM samples WHERE session_id = 6; DELETE FROM sessions WHERE id = 6");
+}
+
 int main(void)
 {
 	sqlite3 *db;
@@ -794,6 +839,7 @@ int main(void)
 	CHECK(sqlite3_get_autocommit(db));
 	test_empty(db);
 	test_corrupt(db);
+	test_merged_range(db);
 	test_eio();
 	test_python_view();
 

@@ -191,7 +191,7 @@ static int rule_main_starved(struct analysis *a)
 		    a, "main-thread-starved", "no data",
 		    "off-CPU time not recorded in this session (attach --events cpu,offcpu)");
 	r = scalar(a,
-		   "SELECT sum(total_ns) FROM offcpu WHERE session_id = ?1 AND tid = ?2"
+		   "SELECT sum(total_ns) FROM offcpu_totals WHERE session_id = ?1 AND tid = ?2"
 		   " AND state = 'runnable'",
 		   &runnable_ns);
 	if (r >= 0)
@@ -240,12 +240,12 @@ static int rule_cache_misses(struct analysis *a)
 		return checked(a, "cache-misses", "no data",
 			       "cache-misses is unsupported on this machine (no hardware PMU)");
 	r = scalar(a,
-		   "SELECT sum(value) FROM thread_counters WHERE session_id = ?1"
+		   "SELECT sum(value) FROM thread_counter_totals WHERE session_id = ?1"
 		   " AND counter = 'cache-misses'",
 		   &misses);
 	if (r >= 0)
 		r = scalar(a,
-			   "SELECT sum(value) FROM thread_counters WHERE session_id = ?1"
+			   "SELECT sum(value) FROM thread_counter_totals WHERE session_id = ?1"
 			   " AND counter = 'instructions'",
 			   &instructions);
 	if (r < 0)

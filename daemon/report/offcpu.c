@@ -46,7 +46,7 @@ int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 	sqlite3_finalize(TAKE_PTR(st));
 
 	r = report__prepare_id(
-	    db, "SELECT state, sum(total_ns) FROM offcpu WHERE session_id = ?1 GROUP BY state",
+	    db, "SELECT state, sum(total_ns) FROM offcpu_totals WHERE session_id = ?1 GROUP BY state",
 	    session_id, &st);
 	if (r < 0)
 		goto fail;
@@ -66,7 +66,7 @@ int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 	r = report__prepare_id_arg(
 	    db,
 	    "SELECT stack_id, state, sum(total_ns) AS ns, sum(count), count(DISTINCT tid) "
-	    "FROM offcpu WHERE session_id = ?1 GROUP BY stack_id, state "
+	    "FROM offcpu_totals WHERE session_id = ?1 GROUP BY stack_id, state "
 	    "ORDER BY ns DESC, stack_id LIMIT ?2",
 	    session_id, limit, &st);
 	if (r < 0)

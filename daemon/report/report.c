@@ -267,23 +267,57 @@ static int64_t add_sat(int64_t a, int64_t b)
 	return r;
 }
 
-/* Fills @wb for @range (NULL: everything). -ENOENT for an unknown session. */
+/* @t (ns from the session's start, >= 0) rounded down, or up, to a multiple of @w. */
+static int64_t round_to(int64_t t, int64_t w, bool up)
+{
+	int64_t down = t / w * w;
+
+	return up && down < t ? add_sat(down, w) : down;
+}
+
+/*
+ * Fills @wb for @range (NULL: everything): the windows that overlap the
+ * range, each counted whole. Where the range reaches windows merged into
+ * coarser ones (sessions.merged_until_ns), its ends are widened to the
+ * merged windows that hold them; covered_*_ns say what was read. 1 s
+ * windows are not assumed to start on the session's start (older profds
+ * began them on whole seconds). -ENOENT for an unknown session.
+ */
 int window_bounds__get(sqlite3 *db, int64_t session_id, const struct query_range *range,
 		       struct window_bounds *wb)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	int64_t start;
+	int64_t start, merged, from, to;
 	int r;
 
 	*wb = (struct window_bounds){.lo = INT64_MIN, .hi = INT64_MAX, .range = range};
 	if (!range)
 		return 0;
-	r = report__row(db, "SELECT started_at_ns FROM sessions WHERE id = ?1", session_id, &st);
+	r = report__row(db,
+			"SELECT started_at_ns, coalesce(merged_until_ns - started_at_ns, 0), "
+			"       coalesce(merged_window_ns, 0) FROM sessions WHERE id = ?1",
+			session_id, &st);
 	if (r < 0)
 		return r;
 	start = sqlite3_column_int64(st, 0);
-	wb->lo = add_sat(add_sat(start, range->from_ns), -(int64_t)PROFD_WINDOW_NS + 1);
-	wb->hi = add_sat(add_sat(start, range->to_ns), -1);
+	merged = sqlite3_column_int64(st, 1);
+	from = range->from_ns;
+	to = range->to_ns;
+	wb->resolution_ns = (int64_t)PROFD_WINDOW_NS;
+	if (from < merged && sqlite3_column_int64(st, 2) > 0) {
+		/* Merged windows start at started_at_ns + k * merged_window_ns. */
+		wb->resolution_ns = sqlite3_column_int64(st, 2);
+		from = round_to(MAX(from, 0), wb->resolution_ns, false);
+		if (to < merged)
+			to = round_to(to, wb->resolution_ns, true);
+		wb->lo = add_sat(start, from);
+	} else {
+		/* 1 s windows: those that end after the range's start. */
+		wb->lo = add_sat(add_sat(start, from), -(int64_t)PROFD_WINDOW_NS + 1);
+	}
+	wb->hi = add_sat(add_sat(start, to), -1);
+	wb->covered_from_ns = from;
+	wb->covered_to_ns = to;
 	return 0;
 }
 
@@ -312,18 +346,32 @@ int report__prepare_range(sqlite3 *db, const char *sql, int64_t session_id,
 	return r < 0 ? r : 0;
 }
 
-/* Adds "from_s"/"to_s" to @o when a range was asked for. Returns 0 or -1 (out of memory). */
+/*
+ * Adds "from_s"/"to_s" (as asked) to @o when a range was asked for, and
+ * what was read: "covered_from_s"/"covered_to_s" (the asked ends, widened
+ * to whole merged windows where the range reaches them; null: to the end)
+ * and "resolution_s" (the longest window read: 1, or the merged window
+ * length). Returns 0 or -1 (out of memory).
+ */
 int window_bounds__json(const struct window_bounds *wb, json_t *o)
 {
+	const struct query_range *range = wb->range;
 	int fail = 0;
 
-	if (!wb->range)
+	if (!range)
 		return 0;
-	fail |= json_object_set_new(o, "from_s", json_real((double)wb->range->from_ns / 1e9));
+	fail |= json_object_set_new(o, "from_s", json_real((double)range->from_ns / 1e9));
 	fail |= json_object_set_new(o, "to_s",
-				    wb->range->to_ns == INT64_MAX
+				    range->to_ns == INT64_MAX
 					? json_null()
-					: json_real((double)wb->range->to_ns / 1e9));
+					: json_real((double)range->to_ns / 1e9));
+	fail |= json_object_set_new(o, "covered_from_s",
+				    json_real((double)wb->covered_from_ns / 1e9));
+	fail |= json_object_set_new(o, "covered_to_s",
+				    wb->covered_to_ns == INT64_MAX
+					? json_null()
+					: json_real((double)wb->covered_to_ns / 1e9));
+	fail |= json_object_set_new(o, "resolution_s", json_real((double)wb->resolution_ns / 1e9));
 	return fail;
 }
 

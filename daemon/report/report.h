@@ -68,6 +68,12 @@ enum {
 struct window_bounds {
 	int64_t lo, hi;			 /* window_ns BETWEEN lo AND hi */
 	const struct query_range *range; /* NULL: the whole session */
+	/* With a range: the span it reads, [covered_from_ns, covered_to_ns)
+	 * from the session's start (covered_to_ns INT64_MAX: open): the asked
+	 * ends, widened to whole merged windows where the range reaches windows
+	 * merged as they aged (schema 15); and the longest window it reads:
+	 * PROFD_WINDOW_NS, or the merged window length. */
+	int64_t covered_from_ns, covered_to_ns, resolution_ns;
 };
 
 int report__errno(int rc);

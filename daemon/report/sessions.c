@@ -142,8 +142,3 @@ int query__sessions(sqlite3 *db, json_t **ret)
 	return 0;
 }
 
-/*
- * The windows a time range selects, as bounds on samples.window_ns: a window
- * [w, w + PROFD_WINDOW_NS) is in if it overlaps the range (times from the
- * session's start).
- */

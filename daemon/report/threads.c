@@ -280,13 +280,13 @@ static int add_times(sqlite3 *db, int64_t session_id, json_t *threads, double fr
 	}
 
 	r = each_thread_row(db, session_id,
-			    "SELECT tid, counter, status, sum(value) FROM thread_counters "
-			    "WHERE session_id = ?1 GROUP BY tid, counter, status",
+			    "SELECT tid, counter, status, value FROM thread_counter_totals "
+			    "WHERE session_id = ?1",
 			    threads, add_counter);
 	if (r < 0 || !offcpu_on)
 		return r;
 	return each_thread_row(db, session_id,
-			       "SELECT tid, state, sum(total_ns) FROM offcpu WHERE session_id = ?1 "
+			       "SELECT tid, state, sum(total_ns) FROM offcpu_totals WHERE session_id = ?1 "
 			       "GROUP BY tid, state",
 			       threads, add_off_cpu);
 }
@@ -488,15 +488,16 @@ static int threads_extend(sqlite3 *db, int64_t session_id, const struct threads_
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	json_t *threads = json_object_get(o, "threads"), *imb;
-	int64_t started_ns, total = json_integer_value(json_object_get(o, "total_samples"));
-	double freq_hz;
+	int64_t started_ns, merged_ns, total = json_integer_value(json_object_get(o, "total_samples"));
+	double freq_hz, window_s;
 	bool offcpu_on;
 	size_t n = json_array_size(threads), i;
 	int r;
 
 	r = report__prepare_id(
 	    db,
-	    "SELECT freq_hz, started_at_ns, (',' || events || ',') LIKE '%,offcpu,%' "
+	    "SELECT freq_hz, started_at_ns, (',' || events || ',') LIKE '%,offcpu,%', "
+	    "       CASE WHEN merged_until_ns IS NULL THEN 0 ELSE merged_window_ns END "
 	    "FROM sessions WHERE id = ?1",
 	    session_id, &st);
 	if (r < 0)
@@ -506,6 +507,7 @@ static int threads_extend(sqlite3 *db, int64_t session_id, const struct threads_
 	freq_hz = MAX(1, sqlite3_column_int(st, 0));
 	started_ns = sqlite3_column_int64(st, 1);
 	offcpu_on = sqlite3_column_int(st, 2);
+	merged_ns = sqlite3_column_int64(st, 3);
 	sqlite3_finalize(TAKE_PTR(st));
 
 	r = add_times(db, session_id, threads, freq_hz, offcpu_on);
@@ -538,9 +540,15 @@ static int threads_extend(sqlite3 *db, int64_t session_id, const struct threads_
 			return r;
 	}
 	if (opts && opts->window_s > 0) {
-		r = add_windows(db, session_id, o, threads, started_ns, opts->window_s);
-		if (r < 0)
-			return r;
+		/* Windows merged as they aged cannot be split: whole multiples of them. */
+		window_s = opts->window_s;
+		if (merged_ns > 0 && window_s * 1e9 < (double)merged_ns)
+			window_s = (double)merged_ns / 1e9;
+		else if (merged_ns > 0)
+			window_s = ceil(window_s * 1e9 / (double)merged_ns) * (double)merged_ns / 1e9;
+		r = add_windows(db, session_id, o, threads, started_ns, window_s);
+		if (r < 0 || json_object_set_new(o, "window_s", json_real(window_s)) < 0)
+			return r < 0 ? r : -ENOMEM;
 	}
 	return 0;
 }
