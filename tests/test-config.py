@@ -48,6 +48,8 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
                 '[retention]\n'
                 'retention_days = 14\n'
                 'max_db_bytes = 2G\n'
+                'merge_windows_after_s = 7200\n'
+                'merged_window_s = 300\n'
                 '\n'
                 '[limits]\n'
                 'max_sessions = 4\n'
@@ -61,7 +63,8 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
     check(s.get('db') == '/srv/profd/p.db' and s.get('socket') == '/run/p.sock' and
           s.get('log_level') == 'debug' and s.get('default_freq_hz') == '397',
           '[daemon] settings read', r)
-    check(s.get('retention_days') == '14' and s.get('max_db_bytes') == str(2 << 30),
+    check(s.get('retention_days') == '14' and s.get('max_db_bytes') == str(2 << 30) and
+          s.get('merge_windows_after_s') == '7200' and s.get('merged_window_s') == '300',
           '[retention] settings read (2G = %d bytes)' % (2 << 30), r)
     check(s.get('max_sessions') == '4' and s.get('max_threads_per_session') == '128' and
           s.get('max_stacks_per_session') == '5000' and s.get('ring_buffer_bytes') == str(8 << 20),
@@ -69,11 +72,12 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
 
     # Flags override the file, wherever they stand relative to --config.
     r = profd('--db', '/tmp/x.db', '--config', conf, '--check-config', '--max-sessions', '2',
-              '--retention-days', '0', '--max-db-bytes', '64M')
+              '--retention-days', '0', '--max-db-bytes', '64M', '--merge-windows-after', '0')
     s = settings(r.stdout)
     check(r.returncode == 0 and s.get('db') == '/tmp/x.db' and s.get('max_sessions') == '2' and
           s.get('retention_days') == '0' and s.get('max_db_bytes') == str(64 << 20) and
-          s.get('max_threads_per_session') == '128', 'flags override the file', r)
+          s.get('max_threads_per_session') == '128' and s.get('merge_windows_after_s') == '0' and
+          s.get('merged_window_s') == '300', 'flags override the file', r)
 
     # The output of --check-config is itself a valid configuration file.
     again = os.path.join(d, 'again.conf')
@@ -91,6 +95,7 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
             ('[daemon]\ndb = relative.db\n', 'db must be an absolute path'),
             ('[daemon]\nlog_level = loud\n', 'log_level must be error, warning, info or debug'),
             ('[retention]\nmax_db_bytes = 10X\n', 'max_db_bytes must be a size'),
+            ('[retention]\nmerged_window_s = 1\n', 'merged_window_s must be an integer from 2 to 86400'),
             ('[limits]\nring_buffer_bytes = 3M\n', 'ring_buffer_bytes must be a power of 2'),
             ('[daemon]\n\njust words\n', 'syntax error')]:
         bad = os.path.join(d, 'bad.conf')

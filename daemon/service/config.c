@@ -34,6 +34,10 @@ static const struct setting {
     {"retention", "retention_days", SET_DAYS, offsetof(struct profd_config, retention_ns), 0,
      100000},
     {"retention", "max_db_bytes", SET_BYTES, offsetof(struct profd_config, max_db_bytes), 0, 0},
+    {"retention", "merge_windows_after_s", SET_UINT,
+     offsetof(struct profd_config, merge_windows_after_s), 0, 100U * 86400},
+    {"retention", "merged_window_s", SET_UINT, offsetof(struct profd_config, merged_window_s), 2,
+     86400},
     {"limits", "max_sessions", SET_UINT, offsetof(struct profd_config, max_sessions), 1,
      PROFILE_MAX_SLOTS},
     {"limits", "max_threads_per_session", SET_UINT, offsetof(struct profd_config, max_threads), 1,
@@ -75,6 +79,8 @@ int config__init(struct profd_config *c)
 	    .queries_per_user = PROFD_DEFAULT_QUERIES_PER_USER,
 	    .max_queries = PROFD_DEFAULT_MAX_QUERIES,
 	    .query_timeout_s = PROFD_DEFAULT_QUERY_TIMEOUT_S,
+	    .merge_windows_after_s = PROFD_DEFAULT_MERGE_WINDOWS_AFTER_S,
+	    .merged_window_s = PROFD_DEFAULT_MERGED_WINDOW_S,
 	};
 	return c->db_path && c->socket_path ? 0 : -ENOMEM;
 }
@@ -298,6 +304,8 @@ void config__print(const struct profd_config *c, FILE *f)
 	fprintf(f, "\n[retention]\n");
 	fprintf(f, "retention_days = %llu\n", (unsigned long long)(c->retention_ns / NSEC_PER_DAY));
 	fprintf(f, "max_db_bytes = %" PRIu64 "\n", c->max_db_bytes);
+	fprintf(f, "merge_windows_after_s = %u\n", c->merge_windows_after_s);
+	fprintf(f, "merged_window_s = %u\n", c->merged_window_s);
 	fprintf(f, "\n[limits]\n");
 	fprintf(f, "max_sessions = %u\n", c->max_sessions);
 	fprintf(f, "max_threads_per_session = %u\n", c->max_threads);

@@ -30,6 +30,9 @@
 #define PROFD_DEFAULT_QUERIES_PER_USER 32
 #define PROFD_DEFAULT_MAX_QUERIES 64
 #define PROFD_DEFAULT_QUERY_TIMEOUT_S 60
+/* 1 s windows older than an hour are merged into 1 min windows. */
+#define PROFD_DEFAULT_MERGE_WINDOWS_AFTER_S 3600
+#define PROFD_DEFAULT_MERGED_WINDOW_S 60
 
 struct profd_config {
 	char *db_path;		    /* owned */
@@ -38,6 +41,8 @@ struct profd_config {
 	unsigned default_freq_hz;   /* attach without freq_hz: 1..PROFD_MAX_FREQ_HZ */
 	uint64_t retention_ns;	    /* ended sessions older than this are deleted; 0: kept */
 	uint64_t max_db_bytes;	    /* oldest ended sessions deleted above this size; 0: none */
+	unsigned merge_windows_after_s; /* 1 s windows older than this are merged; 0: never */
+	unsigned merged_window_s;	/* ... into windows this long, 2..86400 s */
 	unsigned max_sessions;	    /* running at once, 1..PROFILE_MAX_SLOTS */
 	unsigned max_threads;	    /* per session */
 	unsigned max_stacks;	    /* distinct call stacks per session */

@@ -68,6 +68,8 @@ struct profd {
 	uint64_t last_flush_ns;	    /* CLOCK_MONOTONIC */
 	uint64_t last_refresh_ns;   /* CLOCK_MONOTONIC of the last features__refresh() round */
 	uint64_t last_retention_ns; /* CLOCK_MONOTONIC */
+	uint64_t last_merge_ns;	    /* CLOCK_MONOTONIC of the last profd__merge_windows() */
+	bool merge_backlog;	    /* it stopped at its bound: older windows wait */
 	uint64_t watchdog_ns;	    /* WATCHDOG=1 this often; 0: no watchdog */
 	uint64_t last_watchdog_ns;
 	uint64_t flush_errors;		 /* failed flushes in a row */
@@ -94,6 +96,7 @@ int profd__flush(struct profd *p);
 int profd__end_session(struct profd *p, unsigned slot, const char *reason);
 int profd__watch_exit(struct profd *p, unsigned slot);
 void profd__run_retention(struct profd *p);
+void profd__merge_windows(struct profd *p);
 void profd__notify_status(struct profd *p);
 unsigned profd__running(const struct profd *p);
 

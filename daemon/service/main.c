@@ -124,6 +124,11 @@ static void on_timer(struct watch *w, uint32_t events)
 				    (long long)session__id(p->slots[i]));
 	if (now - p->last_retention_ns >= RETENTION_INTERVAL_NS)
 		profd__run_retention(p);
+	/* A merged window completes every merged_window_s; a backlog (an upgraded
+	 * database, a restart) is worked off a bounded piece per tick. */
+	if (p->merge_backlog ||
+	    now - p->last_merge_ns >= (uint64_t)p->cfg->merged_window_s * NSEC_PER_SEC)
+		profd__merge_windows(p);
 	/* Rate limits, probes for new children, libraries mapped since the
 	 * attach (libcuda.so at cuInit()). Its own clock: queries flush too,
 	 * and may keep the flush below from running for a while. */

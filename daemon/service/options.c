@@ -31,6 +31,10 @@ static void help(void)
 	       "  --retention-days DAYS  delete ended sessions older than DAYS (0: keep; default)\n"
 	       "  --max-db-bytes SIZE    delete the oldest ended sessions while the database is\n"
 	       "                         larger than SIZE (K, M, G suffixes; 0: no limit)\n"
+	       "  --merge-windows-after SECONDS  merge the 1 s windows of samples older than\n"
+	       "                         SECONDS into coarser ones (default %d; 0: never):\n"
+	       "                         time slices that old are read at that resolution\n"
+	       "  --merged-window SECONDS  length of the merged windows (default %d)\n"
 	       "  --max-sessions N       sessions running at once (default %d, at most %d)\n"
 	       "  --max-threads N        threads sampled at once per session (default %d);\n"
 	       "                         an exited thread makes room\n"
@@ -52,6 +56,7 @@ static void help(void)
 	       "  PROFD_SOCKET=/tmp/p.sock profctl attach $(pidof myjob) --duration 10 --wait\n"
 	       "  profd --config /etc/profd/profd.conf --retention-days 30 --check-config\n",
 	       PROFD_DEFAULT_CONFIG, PROFD_DEFAULT_DB, PROFD_DEFAULT_SOCKET, PROFD_DEFAULT_FREQ_HZ,
+	       PROFD_DEFAULT_MERGE_WINDOWS_AFTER_S, PROFD_DEFAULT_MERGED_WINDOW_S,
 	       PROFD_DEFAULT_MAX_SESSIONS, PROFILE_MAX_SLOTS, PROFD_DEFAULT_MAX_THREADS,
 	       PROFD_DEFAULT_MAX_STACKS);
 }
@@ -67,6 +72,8 @@ static const struct key_option {
     {"default-freq", "default_freq_hz"},
     {"retention-days", "retention_days"},
     {"max-db-bytes", "max_db_bytes"},
+    {"merge-windows-after", "merge_windows_after_s"},
+    {"merged-window", "merged_window_s"},
     {"max-sessions", "max_sessions"},
     {"max-threads", "max_threads_per_session"},
     {"max-stacks", "max_stacks_per_session"},
