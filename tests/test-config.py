@@ -51,6 +51,12 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
                 'merge_windows_after_s = 7200\n'
                 'merged_window_s = 300\n'
                 '\n'
+                '[fleet]\n'
+                'host_name = box-7\n'
+                'clickhouse_url = https://ch.example:8443\n'
+                'clickhouse_password = s3cret\n'
+                'fleet_interval_s = 30\n'
+                '\n'
                 '[limits]\n'
                 'max_sessions = 4\n'
                 'max_threads_per_session = 128\n'
@@ -66,6 +72,9 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
     check(s.get('retention_days') == '14' and s.get('max_db_bytes') == str(2 << 30) and
           s.get('merge_windows_after_s') == '7200' and s.get('merged_window_s') == '300',
           '[retention] settings read (2G = %d bytes)' % (2 << 30), r)
+    check(s.get('host_name') == 'box-7' and s.get('clickhouse_url') == 'https://ch.example:8443' and
+          s.get('fleet_interval_s') == '30' and 'clickhouse_password' not in s and 's3cret' not in r.stdout,
+          '[fleet] settings read, the password not printed', r)
     check(s.get('max_sessions') == '4' and s.get('max_threads_per_session') == '128' and
           s.get('max_stacks_per_session') == '5000' and s.get('ring_buffer_bytes') == str(8 << 20),
           '[limits] settings read', r)
@@ -96,6 +105,8 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
             ('[daemon]\nlog_level = loud\n', 'log_level must be error, warning, info or debug'),
             ('[retention]\nmax_db_bytes = 10X\n', 'max_db_bytes must be a size'),
             ('[retention]\nmerged_window_s = 1\n', 'merged_window_s must be an integer from 2 to 86400'),
+            ('[fleet]\nclickhouse_url = clickhouse:8123\n', 'clickhouse_url must be an http:// or https:// URL'),
+            ('[fleet]\nfleet_interval_s = 0\n', 'fleet_interval_s must be an integer from 1 to 86400'),
             ('[limits]\nring_buffer_bytes = 3M\n', 'ring_buffer_bytes must be a power of 2'),
             ('[daemon]\n\njust words\n', 'syntax error')]:
         bad = os.path.join(d, 'bad.conf')

@@ -16,7 +16,16 @@
 
 #define NSEC_PER_DAY (86400ULL * NSEC_PER_SEC)
 
-enum setting_kind { SET_PATH, SET_LOG_LEVEL, SET_UINT, SET_DAYS, SET_BYTES, SET_POW2_BYTES };
+enum setting_kind {
+	SET_PATH,
+	SET_STRING, /* any text, "" allowed */
+	SET_URL,    /* "" or http://... or https://... */
+	SET_LOG_LEVEL,
+	SET_UINT,
+	SET_DAYS,
+	SET_BYTES,
+	SET_POW2_BYTES,
+};
 
 /* Every setting: its section in the file, its key, and where it goes. */
 static const struct setting {
@@ -52,6 +61,39 @@ static const struct setting {
     {"limits", "max_queries", SET_UINT, offsetof(struct profd_config, max_queries), 1, 4096},
     {"limits", "query_timeout_s", SET_UINT, offsetof(struct profd_config, query_timeout_s), 1,
      86400},
+    {"fleet", "host_name", SET_STRING, offsetof(struct profd_config, host_name), 0, 0},
+    {"fleet", "fleet_interval_s", SET_UINT, offsetof(struct profd_config, fleet_interval_s), 1,
+     86400},
+    {"fleet", "clickhouse_url", SET_URL, offsetof(struct profd_config, clickhouse_url), 0, 0},
+    {"fleet", "clickhouse_database", SET_STRING, offsetof(struct profd_config, clickhouse_database),
+     0, 0},
+    {"fleet", "clickhouse_user", SET_STRING, offsetof(struct profd_config, clickhouse_user), 0, 0},
+    {"fleet", "clickhouse_password", SET_STRING, offsetof(struct profd_config, clickhouse_password),
+     0, 0},
+    {"fleet", "clickhouse_password_file", SET_PATH,
+     offsetof(struct profd_config, clickhouse_password_file), 0, 0},
+    {"fleet", "pyroscope_url", SET_URL, offsetof(struct profd_config, pyroscope_url), 0, 0},
+    {"fleet", "pyroscope_app", SET_STRING, offsetof(struct profd_config, pyroscope_app), 0, 0},
+    {"fleet", "pyroscope_tenant", SET_STRING, offsetof(struct profd_config, pyroscope_tenant), 0,
+     0},
+    {"fleet", "pyroscope_user", SET_STRING, offsetof(struct profd_config, pyroscope_user), 0, 0},
+    {"fleet", "pyroscope_password_file", SET_PATH,
+     offsetof(struct profd_config, pyroscope_password_file), 0, 0},
+};
+
+/* The [fleet] strings, in the order config__done() frees them. */
+static const size_t fleet_strings[] = {
+    offsetof(struct profd_config, host_name),
+    offsetof(struct profd_config, clickhouse_url),
+    offsetof(struct profd_config, clickhouse_database),
+    offsetof(struct profd_config, clickhouse_user),
+    offsetof(struct profd_config, clickhouse_password),
+    offsetof(struct profd_config, clickhouse_password_file),
+    offsetof(struct profd_config, pyroscope_url),
+    offsetof(struct profd_config, pyroscope_app),
+    offsetof(struct profd_config, pyroscope_tenant),
+    offsetof(struct profd_config, pyroscope_user),
+    offsetof(struct profd_config, pyroscope_password_file),
 };
 
 static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
@@ -81,8 +123,12 @@ int config__init(struct profd_config *c)
 	    .query_timeout_s = PROFD_DEFAULT_QUERY_TIMEOUT_S,
 	    .merge_windows_after_s = PROFD_DEFAULT_MERGE_WINDOWS_AFTER_S,
 	    .merged_window_s = PROFD_DEFAULT_MERGED_WINDOW_S,
+	    .fleet_interval_s = PROFD_DEFAULT_FLEET_INTERVAL_S,
+	    .clickhouse_database = strdup("profd"),
+	    .pyroscope_app = strdup("profd"),
 	};
-	return c->db_path && c->socket_path ? 0 : -ENOMEM;
+	return c->db_path && c->socket_path && c->clickhouse_database && c->pyroscope_app ? 0
+											  : -ENOMEM;
 }
 
 void config__done(struct profd_config *c)
@@ -90,6 +136,12 @@ void config__done(struct profd_config *c)
 	free(c->db_path);
 	free(c->socket_path);
 	c->db_path = c->socket_path = NULL;
+	for (size_t i = 0; i < ARRAY_SIZE(fleet_strings); i++) {
+		char **field = (char **)((char *)c + fleet_strings[i]);
+
+		free(*field);
+		*field = NULL;
+	}
 }
 
 int parse_size_bytes(const char *s, uint64_t *ret)
@@ -158,6 +210,20 @@ static int setting_apply(struct profd_config *c, const struct setting *s, const 
 		if (value[0] != '/')
 			return fail(errbuf, errlen, "%s must be an absolute path, not '%s'", s->key,
 				    value);
+		copy = strdup(value);
+		if (!copy)
+			return -ENOMEM;
+		free(*(char **)field);
+		*(char **)field = copy;
+		return 0;
+	case SET_URL:
+		if (*value && strncmp(value, "http://", 7) != 0 &&
+		    strncmp(value, "https://", 8) != 0)
+			return fail(errbuf, errlen,
+				    "%s must be an http:// or https:// URL, not '%s'", s->key,
+				    value);
+		/* fall through */
+	case SET_STRING:
 		copy = strdup(value);
 		if (!copy)
 			return -ENOMEM;
@@ -315,4 +381,17 @@ void config__print(const struct profd_config *c, FILE *f)
 	fprintf(f, "queries_per_user = %u\n", c->queries_per_user);
 	fprintf(f, "max_queries = %u\n", c->max_queries);
 	fprintf(f, "query_timeout_s = %u\n", c->query_timeout_s);
+	fprintf(f, "\n[fleet]\n");
+	fprintf(f, "fleet_interval_s = %u\n", c->fleet_interval_s);
+	/* Strings left empty are not printed: the file reads back the same. */
+	for (size_t i = 0; i < ARRAY_SIZE(settings); i++) {
+		const char *v = *(char **)((char *)c + settings[i].offset);
+
+		if (strcmp(settings[i].section, "fleet") != 0 || settings[i].kind == SET_UINT ||
+		    !v || !*v)
+			continue;
+		/* A password is never printed (clickhouse_password_file is the better way). */
+		if (strcmp(settings[i].key, "clickhouse_password") != 0)
+			fprintf(f, "%s = %s\n", settings[i].key, v);
+	}
 }

@@ -33,24 +33,39 @@
 /* 1 s windows older than an hour are merged into 1 min windows. */
 #define PROFD_DEFAULT_MERGE_WINDOWS_AFTER_S 3600
 #define PROFD_DEFAULT_MERGED_WINDOW_S 60
+/* Running sessions are shipped to ClickHouse and pushed to Pyroscope every minute. */
+#define PROFD_DEFAULT_FLEET_INTERVAL_S 60
 
 struct profd_config {
-	char *db_path;		    /* owned */
-	char *socket_path;	    /* owned */
-	int log_level;		    /* enum log_level */
-	unsigned default_freq_hz;   /* attach without freq_hz: 1..PROFD_MAX_FREQ_HZ */
-	uint64_t retention_ns;	    /* ended sessions older than this are deleted; 0: kept */
-	uint64_t max_db_bytes;	    /* oldest ended sessions deleted above this size; 0: none */
+	char *db_path;			/* owned */
+	char *socket_path;		/* owned */
+	int log_level;			/* enum log_level */
+	unsigned default_freq_hz;	/* attach without freq_hz: 1..PROFD_MAX_FREQ_HZ */
+	uint64_t retention_ns;		/* ended sessions older than this are deleted; 0: kept */
+	uint64_t max_db_bytes;		/* oldest ended sessions deleted above this size; 0: none */
 	unsigned merge_windows_after_s; /* 1 s windows older than this are merged; 0: never */
 	unsigned merged_window_s;	/* ... into windows this long, 2..86400 s */
-	unsigned max_sessions;	    /* running at once, 1..PROFILE_MAX_SLOTS */
-	unsigned max_threads;	    /* per session */
-	unsigned max_stacks;	    /* distinct call stacks per session */
+	unsigned max_sessions;		/* running at once, 1..PROFILE_MAX_SLOTS */
+	unsigned max_threads;		/* per session */
+	unsigned max_stacks;		/* distinct call stacks per session */
 	uint64_t ring_buffer_bytes; /* BPF ring buffer for samples, a power of 2; off-CPU: half */
 	unsigned query_threads;	    /* reader threads for reports and SQL, 1..64 */
 	unsigned queries_per_user;  /* reports or SQL queued or running for one uid */
 	unsigned max_queries;	    /* ... for everyone, >= query_threads */
 	unsigned query_timeout_s;   /* a report is stopped this long after it was asked */
+	/* [fleet] (docs/fleet.md): every string owned, NULL or "" when not set. */
+	char *host_name;	   /* the host's name in fleet rows; NULL: gethostname() */
+	unsigned fleet_interval_s; /* running sessions are shipped and pushed this often */
+	char *clickhouse_url;	   /* http(s)://host:port of ClickHouse's HTTP interface */
+	char *clickhouse_database; /* "profd" */
+	char *clickhouse_user;
+	char *clickhouse_password;
+	char *clickhouse_password_file; /* the password, read from this file (root only) */
+	char *pyroscope_url;		/* http(s)://host:port of Pyroscope's ingest API */
+	char *pyroscope_app;		/* application name of the pushed profiles: "profd" */
+	char *pyroscope_tenant;		/* X-Scope-OrgID header, if set */
+	char *pyroscope_user;		/* basic auth, with the password from the file below */
+	char *pyroscope_password_file;
 };
 
 /* config__init() - the built-in defaults into @c. Returns 0 or -ENOMEM. */

@@ -35,6 +35,12 @@ static void help(void)
 	       "                         SECONDS into coarser ones (default %d; 0: never):\n"
 	       "                         time slices that old are read at that resolution\n"
 	       "  --merged-window SECONDS  length of the merged windows (default %d)\n"
+	       "  --clickhouse-url URL   ship sessions to ClickHouse's HTTP interface at URL\n"
+	       "                         (http[s]://host:port; docs/fleet.md)\n"
+	       "  --pyroscope-url URL    push CPU profiles to Pyroscope's ingest API at URL\n"
+	       "  --fleet-interval SECONDS  ship and push running sessions this often\n"
+	       "                         (default %d)\n"
+	       "  --host-name NAME       this host's name in fleet rows (default: the system's)\n"
 	       "  --max-sessions N       sessions running at once (default %d, at most %d)\n"
 	       "  --max-threads N        threads sampled at once per session (default %d);\n"
 	       "                         an exited thread makes room\n"
@@ -57,6 +63,7 @@ static void help(void)
 	       "  profd --config /etc/profd/profd.conf --retention-days 30 --check-config\n",
 	       PROFD_DEFAULT_CONFIG, PROFD_DEFAULT_DB, PROFD_DEFAULT_SOCKET, PROFD_DEFAULT_FREQ_HZ,
 	       PROFD_DEFAULT_MERGE_WINDOWS_AFTER_S, PROFD_DEFAULT_MERGED_WINDOW_S,
+	       PROFD_DEFAULT_FLEET_INTERVAL_S,
 	       PROFD_DEFAULT_MAX_SESSIONS, PROFILE_MAX_SLOTS, PROFD_DEFAULT_MAX_THREADS,
 	       PROFD_DEFAULT_MAX_STACKS);
 }
@@ -74,6 +81,10 @@ static const struct key_option {
     {"max-db-bytes", "max_db_bytes"},
     {"merge-windows-after", "merge_windows_after_s"},
     {"merged-window", "merged_window_s"},
+    {"host-name", "host_name"},
+    {"fleet-interval", "fleet_interval_s"},
+    {"clickhouse-url", "clickhouse_url"},
+    {"pyroscope-url", "pyroscope_url"},
     {"max-sessions", "max_sessions"},
     {"max-threads", "max_threads_per_session"},
     {"max-stacks", "max_stacks_per_session"},
