@@ -129,6 +129,7 @@ int store__merge_windows(struct store *st, uint64_t now_ns, uint64_t after_ns, u
 	    "SELECT id, started_at_ns, coalesce(merged_until_ns, started_at_ns), "
 	    "       coalesce(merged_window_ns, ?2), ended_at_ns, merged_until_ns FROM sessions "
 	    "WHERE coalesce(merged_until_ns, started_at_ns) + coalesce(merged_window_ns, ?2) <= ?1 "
+	    "  AND (ended_at_ns IS NULL OR coalesce(merged_until_ns, started_at_ns) < ended_at_ns) "
 	    "ORDER BY coalesce(merged_until_ns, started_at_ns), id";
 	_cleanup_stmt_ sqlite3_stmt *stmt = NULL;
 	_cleanup_free_ struct merge_span *spans = NULL;
