@@ -378,34 +378,84 @@ static void strtab__free(struct strtab *t)
 	hashmap__free(&t->index);
 }
 
-/* Writes @len bytes at @buf gzip-compressed to @f. Returns 0, -ENOMEM or -EIO. */
-static int write_gzip(FILE *f, const uint8_t *buf, size_t len)
-{
-	z_stream z = {};
+/*
+ * A gzip stream into a FILE that protobuf-c packs into (base.append): the
+ * profile is compressed as it is packed, never held whole (28 MB for a
+ * 10-hour session of 64 threads, each page of it a fault). zlib's output
+ * does not depend on how the input is split, so the bytes are those of
+ * compressing the packed profile in one piece.
+ */
+struct gz_writer {
+	ProtobufCBuffer base; /* first: protobuf-c passes &base */
+	FILE *f;
+	z_stream z;
+	int r;	    /* 0, or the first error: -ENOMEM, -EIO */
+	size_t len; /* bytes in @in */
+	uint8_t in[65536];
 	uint8_t out[65536];
+};
+
+/* Compresses @w->in (all of it), and finishes the stream if @flush is Z_FINISH. */
+static void gz_writer__deflate(struct gz_writer *w, int flush)
+{
 	int zr;
 
-	/* windowBits 15 + 16: a gzip header and trailer, not a zlib one. */
-	if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
-	    Z_OK)
-		return -ENOMEM;
-	z.next_in = (uint8_t *)buf;
-	z.avail_in = (uInt)len;
+	w->z.next_in = w->in;
+	w->z.avail_in = (uInt)w->len;
 	do {
-		z.next_out = out;
-		z.avail_out = sizeof(out);
-		zr = deflate(&z, Z_FINISH);
+		size_t n;
+
+		w->z.next_out = w->out;
+		w->z.avail_out = sizeof(w->out);
+		zr = deflate(&w->z, flush);
 		if (zr == Z_STREAM_ERROR) {
-			deflateEnd(&z);
-			return -EIO;
+			w->r = -EIO;
+			return;
 		}
-		if (fwrite(out, 1, sizeof(out) - z.avail_out, f) != sizeof(out) - z.avail_out) {
-			deflateEnd(&z);
-			return -EIO;
-		}
-	} while (zr != Z_STREAM_END);
-	deflateEnd(&z);
+		n = sizeof(w->out) - w->z.avail_out;
+		if (w->r == 0 && fwrite(w->out, 1, n, w->f) != n)
+			w->r = -EIO;
+	} while (flush == Z_FINISH ? zr != Z_STREAM_END : w->z.avail_out == 0);
+	w->len = 0;
+}
+
+static void gz_writer__append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
+{
+	struct gz_writer *w = (struct gz_writer *)b;
+
+	while (len > 0) {
+		size_t n = MIN(len, sizeof(w->in) - w->len);
+
+		memcpy(w->in + w->len, data, n);
+		w->len += n;
+		data += n;
+		len -= n;
+		if (w->len == sizeof(w->in))
+			gz_writer__deflate(w, Z_NO_FLUSH);
+	}
+}
+
+/* gz_writer__init() - start a gzip stream into @f. Returns 0 or -ENOMEM. */
+static int gz_writer__init(struct gz_writer *w, FILE *f)
+{
+	w->base.append = gz_writer__append;
+	w->f = f;
+	w->r = 0;
+	w->len = 0;
+	w->z = (z_stream){};
+	/* windowBits 15 + 16: a gzip header and trailer, not a zlib one. */
+	if (deflateInit2(&w->z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8,
+			 Z_DEFAULT_STRATEGY) != Z_OK)
+		return -ENOMEM;
 	return 0;
+}
+
+/* gz_writer__finish() - end the stream and free it. Returns 0 or the first error, -EIO. */
+static int gz_writer__finish(struct gz_writer *w)
+{
+	gz_writer__deflate(w, Z_FINISH);
+	deflateEnd(&w->z);
+	return w->r;
 }
 
 /* A pprof sample: one stack of one thread, its samples summed over the windows. */
@@ -423,12 +473,6 @@ struct pb_location {
 	Perftools__Profiles__Location loc;
 	Perftools__Profiles__Line line;
 	Perftools__Profiles__Line *line_ptr; /* loc.line: an array of one */
-};
-
-/* A pprof Sample and its values: the samples, and the samples times the period. */
-struct pb_sample {
-	Perftools__Profiles__Sample sample;
-	int64_t values[2];
 };
 
 /* A thread's labels, "thread" (its name) and "tid": made once, shared by its samples. */
@@ -495,14 +539,15 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 	_cleanup_free_ Perftools__Profiles__Function **func_ptrs = NULL;
 	_cleanup_free_ Perftools__Profiles__Mapping *maps = NULL;
 	_cleanup_free_ Perftools__Profiles__Mapping **map_ptrs = NULL;
-	_cleanup_free_ struct pb_sample *samples = NULL;
-	_cleanup_free_ Perftools__Profiles__Sample **sample_ptrs = NULL;
 	_cleanup_free_ struct pb_labels *labels = NULL;
 	_cleanup_free_ uint64_t *loc_ids = NULL;
 	_cleanup_free_ size_t *order = NULL, *map_of = NULL;
 	_cleanup_free_ struct psample *ps = NULL;
 	_cleanup_free_ struct tid_pair *tp = NULL;
-	_cleanup_free_ uint8_t *buf = NULL;
+	_cleanup_free_ size_t *pair_of = NULL; /* the labels of sample i: labels[pair_of[i]] */
+	_cleanup_free_ size_t *bucket = NULL;  /* where each stack's samples end in ps */
+	_cleanup_free_ uint8_t *packed = NULL;   /* one sample, packed */
+	size_t packed_cap = 0;
 	struct strtab st = {};
 	size_t n_ps = 0, n_maps = 0, n_locs_total = 0;
 	bool cpu = strcmp(p->period_unit, "nanoseconds") == 0;
@@ -582,13 +627,27 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 		loc_ptrs[i] = &l->loc;
 	}
 
-	/* Samples: per stack and thread. */
+	/*
+	 * Samples: per stack and thread. Placed by stack first (a counting
+	 * sort), then each stack's few by thread: a third of the time of one
+	 * sort of all (320,000 rows for a 10-hour session of 64 threads).
+	 */
+	bucket = calloc(p->n_stacks + 1, sizeof(*bucket));
+	if (!bucket)
+		goto out;
 	for (size_t i = 0; i < p->n_samples; i++)
 		if (!tid || p->samples[i].tid == tid)
-			ps[n_ps++] = (struct psample){p->samples[i].stack, p->samples[i].tid,
-						      p->samples[i].count};
-	if (n_ps)
-		qsort(ps, n_ps, sizeof(*ps), psample_cmp);
+			bucket[p->samples[i].stack + 1]++;
+	for (size_t j = 0; j < p->n_stacks; j++)
+		bucket[j + 1] += bucket[j];
+	for (size_t i = 0; i < p->n_samples; i++)
+		if (!tid || p->samples[i].tid == tid)
+			ps[bucket[p->samples[i].stack]++] = (struct psample){
+			    p->samples[i].stack, p->samples[i].tid, p->samples[i].count};
+	n_ps = p->n_stacks ? bucket[p->n_stacks - 1] : 0;
+	for (size_t j = 0, lo = 0; j < p->n_stacks; lo = bucket[j++])
+		if (bucket[j] - lo > 1)
+			qsort(ps + lo, bucket[j] - lo, sizeof(*ps), psample_cmp);
 	{
 		size_t w = 0;
 
@@ -604,40 +663,33 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 	for (size_t i = 0; i < n_ps; i++)
 		if (i == 0 || ps[i].stack != ps[i - 1].stack)
 			n_locs_total += p->stacks[ps[i].stack].len;
-	samples = calloc(n_ps + 1, sizeof(*samples));
-	sample_ptrs = calloc(n_ps + 1, sizeof(*sample_ptrs));
 	labels = calloc(n_ps + 1, sizeof(*labels));
 	loc_ids = calloc(n_locs_total + 1, sizeof(*loc_ids));
 	tp = calloc(n_ps + 1, sizeof(*tp));
-	if (!samples || !sample_ptrs || !labels || !loc_ids || !tp)
+	pair_of = calloc(n_ps + 1, sizeof(*pair_of));
+	if (!labels || !loc_ids || !tp || !pair_of)
 		goto out;
+	/*
+	 * Each thread's labels, made where its first sample is (tp sorted by
+	 * tid), so that its name takes its place in the string table then;
+	 * each sample's labels and location ids.
+	 */
 	{
 		int64_t key_thread, key_tid;
-		size_t off = 0, cur = 0, n_tp = 0;
+		size_t off = 0, n_tp = 0;
 
 		if ((key_thread = strtab__intern(&st, "thread")) < 0 ||
 		    (key_tid = strtab__intern(&st, "tid")) < 0)
 			goto out;
 		for (size_t i = 0; i < n_ps; i++) {
 			const struct xstack *s = &p->stacks[ps[i].stack];
-			struct pb_sample *sa = &samples[i];
+			size_t lo = 0, hi = n_tp;
 
-			perftools__profiles__sample__init(&sa->sample);
 			if (i == 0 || ps[i].stack != ps[i - 1].stack) {
-				cur = off;
 				for (size_t j = 0; j < s->len; j++)
 					loc_ids[off + j] = s->frames[j] + 1;
 				off += s->len;
 			}
-			sa->sample.location_id = &loc_ids[cur];
-			sa->sample.n_location_id = s->len;
-			sa->values[0] = ps[i].count;
-			sa->values[1] = ps[i].count * p->period;
-			sa->sample.value = sa->values;
-			sa->sample.n_value = 2;
-			/* The thread's labels, shared by its samples: tp is sorted by tid. */
-			size_t lo = 0, hi = n_tp;
-
 			while (lo < hi) {
 				size_t mid = lo + (hi - lo) / 2;
 
@@ -663,9 +715,7 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 				l->ptrs[1] = &l->label[1];
 				n_tp++;
 			}
-			sa->sample.label = labels[tp[lo].pair].ptrs;
-			sa->sample.n_label = 2;
-			sample_ptrs[i] = &sa->sample;
+			pair_of[i] = tp[lo].pair;
 		}
 	}
 
@@ -673,6 +723,9 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 	{
 		char text[3][96];
 		int64_t cidx[3];
+		Perftools__Profiles__Profile head = PERFTOOLS__PROFILES__PROFILE__INIT;
+		struct gz_writer *gz;
+		size_t off = 0;
 
 		if ((k = strtab__intern(&st, "samples")) < 0)
 			goto out;
@@ -701,14 +754,10 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 		}
 		prof.comment = cidx;
 		prof.n_comment = 3;
-		prof.sample_type = type_ptrs;
-		prof.n_sample_type = 2;
 		prof.period_type = &period_type;
 		prof.period = p->period;
 		prof.time_nanos = p->started_at_ns;
 		prof.duration_nanos = p->elapsed_ns;
-		prof.sample = sample_ptrs;
-		prof.n_sample = n_ps;
 		prof.mapping = map_ptrs;
 		prof.n_mapping = n_maps;
 		prof.location = loc_ptrs;
@@ -718,10 +767,58 @@ int export__pprof(FILE *f, const struct xprofile *p, int64_t tid)
 		prof.string_table = st.s;
 		prof.n_string_table = st.n;
 
-		buf = malloc(perftools__profiles__profile__get_packed_size(&prof) + 1);
-		if (!buf)
+		/*
+		 * protobuf-c writes a message's fields by number: sample_type (1),
+		 * each sample (2), then the rest (3...). So the profile is written
+		 * as those three parts, each sample made and packed on its own
+		 * rather than all of them held as messages (88 bytes each, 320,000
+		 * in a 10-hour session of 64 threads): the same bytes.
+		 */
+		head.sample_type = type_ptrs;
+		head.n_sample_type = 2;
+		gz = malloc(sizeof(*gz));
+		if (!gz)
 			goto out;
-		r = write_gzip(f, buf, perftools__profiles__profile__pack(&prof, buf));
+		r = gz_writer__init(gz, f);
+		if (r < 0) {
+			free(gz);
+			goto out;
+		}
+		perftools__profiles__profile__pack_to_buffer(&head, &gz->base);
+		for (size_t i = 0; i < n_ps; i++) {
+			Perftools__Profiles__Sample sa = PERFTOOLS__PROFILES__SAMPLE__INIT;
+			const struct xstack *s = &p->stacks[ps[i].stack];
+			int64_t values[2] = {ps[i].count, ps[i].count * p->period};
+			uint8_t tag_len[1 + 10];
+			size_t n = 0, size;
+			uint64_t len;
+
+			if (i > 0 && ps[i].stack != ps[i - 1].stack)
+				off += p->stacks[ps[i - 1].stack].len;
+			sa.location_id = &loc_ids[off];
+			sa.n_location_id = s->len;
+			sa.value = values;
+			sa.n_value = 2;
+			sa.label = labels[pair_of[i]].ptrs;
+			sa.n_label = 2;
+			/* Field 2, length-delimited: the tag, the length as a varint, the message. */
+			size = perftools__profiles__sample__get_packed_size(&sa);
+			tag_len[n++] = (2 << 3) | 2;
+			for (len = size; len >= 0x80; len >>= 7)
+				tag_len[n++] = (uint8_t)(len | 0x80);
+			tag_len[n++] = (uint8_t)len;
+			gz->base.append(&gz->base, n, tag_len);
+			/* Packed whole, then appended: pack_to_buffer() appends each number alone. */
+			if (grow_array_to((void **)&packed, &packed_cap, size, 1) < 0) {
+				gz->r = -ENOMEM;
+				break;
+			}
+			gz->base.append(&gz->base, perftools__profiles__sample__pack(&sa, packed),
+					packed);
+		}
+		perftools__profiles__profile__pack_to_buffer(&prof, &gz->base);
+		r = gz_writer__finish(gz);
+		free(gz);
 	}
 out:
 	strtab__free(&st);

@@ -108,8 +108,13 @@ int report__prepare_id_arg(sqlite3 *db, const char *sql, int64_t id, int64_t arg
 			   sqlite3_stmt **ret);
 int report__samples_table(sqlite3 *db, int64_t session_id, const char *event, const char **ret);
 const char *report__rows(const char *table, const struct window_bounds *wb);
+/* The sums of a report's rows report__head() shows: all samples, and those whose stack reached the root. */
+struct report_sums {
+	int64_t total;
+	int64_t root;
+};
 int report__head(sqlite3 *db, int64_t session_id, const char *table, const struct window_bounds *wb,
-		 json_t **ret, int64_t *ret_total);
+		 const struct report_sums *sums, json_t **ret, int64_t *ret_total);
 
 /* The statement report__stack_frames() steps: ?1 = stacks.id. */
 #define REPORT_STACK_FRAMES_SQL                                                                    \

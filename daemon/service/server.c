@@ -93,31 +93,74 @@ static int sender_flush(struct sender *s)
 	return s->r;
 }
 
-/* json_dump_callback()'s callback: 0, or -1 to stop (the client is gone or too slow). */
+/*
+ * json_dump_callback()'s callback: 0, or -1 to stop (the client is gone or
+ * too slow). A full buffer is sent before more is added, not as soon as it
+ * fills, so that the last byte written is still in s->buf afterwards.
+ */
 static int sender_write(const char *buf, size_t size, void *data)
 {
 	struct sender *s = data;
 
 	while (size && s->r == 0) {
-		size_t n = MIN(size, sizeof(s->buf) - s->len);
+		size_t n;
 
+		if (s->len == sizeof(s->buf))
+			sender_flush(s);
+		n = MIN(size, sizeof(s->buf) - s->len);
 		memcpy(s->buf + s->len, buf, n);
 		s->len += n;
 		buf += n;
 		size -= n;
-		if (s->len == sizeof(s->buf))
-			sender_flush(s);
 	}
 	return s->r == 0 ? 0 : -1;
 }
 
+/* Whether all @len bytes at @p are protocol_plain_byte()s. */
+static bool plain_bytes(const char *p, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (!protocol_plain_byte((unsigned char)p[i]))
+			return false;
+	return true;
+}
+
+/*
+ * The last member of object @resp if its value is a plain string of at
+ * least PROFD_PLAIN_TAIL_MIN_BYTES (common/protocol.h) and its key plain
+ * too: its key (*@ret_key) and value, else NULL.
+ */
+static json_t *plain_tail(json_t *resp, const char **ret_key)
+{
+	void *it = json_object_iter(resp), *last = NULL;
+	json_t *v;
+
+	for (; it; it = json_object_iter_next(resp, it))
+		last = it;
+	if (!last)
+		return NULL;
+	v = json_object_iter_value(last);
+	*ret_key = json_object_iter_key(last);
+	if (!json_is_string(v) || json_string_length(v) < PROFD_PLAIN_TAIL_MIN_BYTES ||
+	    !plain_bytes(*ret_key, strlen(*ret_key)) ||
+	    !plain_bytes(json_string_value(v), json_string_length(v)))
+		return NULL;
+	return v;
+}
+
 /*
  * Send @resp (taken) and a newline. A large answer (a profile, 16 MiB of SQL
- * rows) is never held twice in memory as text. Returns 0 or -errno.
+ * rows) is never held twice in memory as text, and a long plain string as
+ * its last member (plain_tail()) is written as it is, not through jansson's
+ * escaping: the same bytes, as jansson keeps the members in the order they
+ * were set. Returns 0 or -errno.
  */
 static int send_response(struct client *c, json_t *resp)
 {
 	struct sender *s = malloc(sizeof(*s));
+	_cleanup_free_ char *key = NULL;
+	const char *k = NULL;
+	json_t *tail = json_is_object(resp) ? plain_tail(resp, &k) : NULL;
 	int r;
 
 	if (!s) {
@@ -125,9 +168,29 @@ static int send_response(struct client *c, json_t *resp)
 		return -ENOMEM;
 	}
 	*s = (struct sender){ .fd = c->fd };
+	if (tail) {
+		key = strdup(k);
+		json_incref(tail);
+		if (!key || json_object_del(resp, key) < 0) {
+			json_decref(tail);
+			tail = NULL;
+		}
+	}
 	if (json_dump_callback(resp, sender_write, s, JSON_COMPACT | JSON_REAL_PRECISION(15)) < 0 &&
 	    s->r == 0)
 		s->r = -ENOMEM;
+	/* The object's closing brace is the last byte in s->buf: the member goes before it. */
+	if (tail && s->r == 0 && s->len > 0 && s->buf[s->len - 1] == '}') {
+		s->len--;
+		if (json_object_size(resp) > 0)
+			sender_write(",", 1, s);
+		sender_write("\"", 1, s);
+		sender_write(key, strlen(key), s);
+		sender_write("\":\"", 3, s);
+		sender_write(json_string_value(tail), json_string_length(tail), s);
+		sender_write("\"}", 2, s);
+	}
+	json_decref(tail);
 	json_decref(resp);
 	sender_write("\n", 1, s);
 	r = sender_flush(s);
