@@ -56,14 +56,16 @@ def record_sessions(d):
     ready(off, 'offcpu-mix')
     ready(py, 'py-threads.py')
     # 8 MiB/s in touched 64 KiB blocks: 2,048 page faults a second, sampled 1 in 512.
-    mem = d.spawn(binary('ALLOC_PATTERN'), 'leak', '--seconds', '10', '--rate-kib', '8192')
+    mem = d.spawn(binary('ALLOC_PATTERN'), 'leak', '--seconds', '15', '--rate-kib', '8192')
     ready(mem, 'alloc-pattern')
     fake = d.spawn_waiting(binary('FAKE_CUDART'))
 
     attach('cpu-a', a.pid, 'cpu', '--duration', '3')
     attach('cpu-b', b.pid, 'cpu,counters', '--duration', '3')
     attach('offcpu', off.pid, 'cpu,offcpu', '--duration', '3')
-    attach('memory', mem.pid, 'cpu,rss,malloc,page-faults', '--duration', '3', '--memory-interval', '0.5')
+    # 5 s of readings every 0.25 s: 3 or more even if the loop is held a while (the first
+    # malloc attach loads its BPF object, a slow step on a loaded machine).
+    attach('memory', mem.pid, 'cpu,rss,malloc,page-faults', '--duration', '5', '--memory-interval', '0.25')
     attach('python', py.pid, 'cpu', '--duration', '3')
     attach('cuda-fake', fake.pid, 'cpu,cuda', '--uprobe', 'fake-cudart:work_unit')
     d.go(fake)
