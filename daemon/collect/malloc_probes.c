@@ -12,6 +12,7 @@
 #include <bpf/libbpf.h>
 
 #include "symbols/elfsym.h"
+#include "collect/link_closer.h"
 #include "collect/malloc_probes.h"
 #include "malloc.skel.h"
 #include "collect/bpf_util.h"
@@ -24,6 +25,7 @@
 struct malloc_probes {
 	struct malloc_bpf *skel;
 	struct record_reader reader;
+	struct link_closer *closer; /* detaches: ~75 ms a link in the kernel */
 	malloc_probes_fn fn;
 	void *ctx;
 	struct heap_proc *procs[MALLOC_MAX_SLOTS]; /* the processes each slot probes */
@@ -39,11 +41,25 @@ struct heap_proc {
 	struct bpf_link *links[];
 };
 
-/* Detach @p's probes, entries first (malloc_probes__attach()), and free it. */
-static void heap_proc_free(struct heap_proc *p)
+/*
+ * Detach @p's probes, entries first (malloc_probes__attach()), on @closer's
+ * thread (link_closer__close(): here if @closer is NULL or memory is
+ * short), and free @p. The probes may fire a little longer: their state
+ * in the maps is forgotten again by the next attach to the process.
+ */
+static void heap_proc_free(struct link_closer *closer, struct heap_proc *p)
 {
-	while (p->nlinks > 0)
-		bpf_link__destroy(p->links[--p->nlinks]);
+	struct bpf_link **links = malloc(p->nlinks * sizeof(*links) + 1);
+
+	if (!links)
+		closer = NULL;
+	for (size_t i = 0; links && i < p->nlinks; i++)
+		links[i] = p->links[p->nlinks - 1 - i];
+	if (links)
+		link_closer__close(closer, links, p->nlinks, NULL, NULL);
+	else
+		while (p->nlinks > 0)
+			bpf_link__destroy(p->links[--p->nlinks]);
 	free(p);
 }
 
@@ -119,8 +135,9 @@ static bool handle_record(void *ctx, const void *data, size_t size)
  * @fn, @ctx: called from malloc_probes__poll() for each well-formed record.
  *
  * Returns 0 and *@ret (owned by the caller: malloc_probes__free()), -EINVAL for a
- * bad @ringbuf_bytes, -EPERM without CAP_BPF + CAP_PERFMON, -ENOMEM, or
- * libbpf's -errno. Does not log (libbpf's messages go through its callback).
+ * bad @ringbuf_bytes, -EPERM without CAP_BPF + CAP_PERFMON, -ENOMEM, libbpf's
+ * -errno, or pthread_create()'s (the thread detaches run on). Does not log
+ * (libbpf's messages go through its callback).
  */
 int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn, void *ctx,
 		       struct malloc_probes **ret)
@@ -148,18 +165,25 @@ int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn
 	h->skel->links.malloc_thread_exit = bpf_program__attach(h->skel->progs.malloc_thread_exit);
 	if (!h->skel->links.malloc_thread_exit)
 		return -errno;
+	r = link_closer__new(&h->closer);
+	if (r < 0)
+		return r;
 	*ret = TAKE_PTR(h);
 	return 0;
 }
 
-/* malloc_probes__free() - detach every probe and free everything. Accepts NULL and a half-built
- * object. */
+/*
+ * malloc_probes__free() - detach every probe and free everything. Blocks
+ * until the kernel has removed each probe (~75 ms a link). Accepts NULL and
+ * a half-built object.
+ */
 void malloc_probes__free(struct malloc_probes *h)
 {
 	if (!h)
 		return;
 	for (unsigned i = 0; i < MALLOC_MAX_SLOTS; i++)
 		malloc_probes__detach(h, i);
+	link_closer__free(h->closer);
 	record_reader__close(&h->reader);
 	malloc_bpf__destroy(h->skel);
 	free(h);
@@ -489,7 +513,8 @@ static int attach_uprobes(struct malloc_probes *h, pid_t pid, char paths[][PATH_
  * -EBUSY if @slot already probes @pid, -ESRCH if @pid is gone, -ENOENT if no
  * allocator function was found, -ENOMEM, or the first -errno of a failed
  * attach (those already attached are detached). Blocks on file I/O (reading
- * the ELF files); does not log.
+ * the ELF files), and until the probes of earlier detaches are removed
+ * (malloc_probes__detach()); does not log.
  */
 int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uint64_t sample_bytes,
 			  char *ret_probes, size_t probes_len)
@@ -504,6 +529,10 @@ int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uin
 		return -EINVAL;
 	if (malloc_probes__attached(h, slot, pid))
 		return -EBUSY;
+	/* Probes of a detach still in progress find their slot in the targets
+	 * map too: with the new ones, each allocation would count twice. Only
+	 * an attach right after a detach waits here. */
+	link_closer__wait_idle(h->closer);
 	nfiles = usdt_files(pid, paths, HEAP_MAX_LIBS);
 	if (nfiles < 0)
 		return nfiles == -ENOENT ? -ESRCH : nfiles;
@@ -546,7 +575,7 @@ int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uin
 	return (int)nlinks;
 fail:
 	proc->nlinks = nlinks;
-	heap_proc_free(proc);
+	heap_proc_free(h->closer, proc);
 	return r;
 }
 
@@ -569,8 +598,10 @@ bool malloc_probes__attached(struct malloc_probes *h, unsigned slot, pid_t pid)
 
 /*
  * malloc_probes__detach() - remove @slot's uprobes and forget its processes' threads
- * and live blocks in the BPF maps. Records already in the ring buffer are
- * still delivered. Accepts a slot without probes.
+ * and live blocks in the BPF maps. Returns at once: the kernel removes the
+ * probes on a thread of their own (~75 ms a link, a second for a process),
+ * and records until then, as those already in the ring buffer, are still
+ * delivered. Accepts a slot without probes.
  */
 void malloc_probes__detach(struct malloc_probes *h, unsigned slot)
 {
@@ -581,7 +612,7 @@ void malloc_probes__detach(struct malloc_probes *h, unsigned slot)
 	while ((p = h->procs[slot])) {
 		h->procs[slot] = p->next;
 		forget_process(h, p->pid);
-		heap_proc_free(p);
+		heap_proc_free(h->closer, p);
 	}
 }
 

@@ -12,6 +12,7 @@
 #include <bpf/libbpf.h>
 
 #include "symbols/elfsym.h"
+#include "collect/link_closer.h"
 #include "collect/uprobes.h"
 #include "uprobes.skel.h"
 #include "collect/bpf_util.h"
@@ -135,6 +136,7 @@ struct slot_links {
 struct uprobes {
 	struct uprobes_bpf *skel;
 	struct record_reader reader;
+	struct link_closer *closer; /* detaches: ~75 ms a link in the kernel */
 	uprobes_event_fn fn;
 	void *ctx;
 	struct probe_entry *probes; /* by probe id; kept for the daemon's life (records of a
@@ -180,7 +182,8 @@ static bool handle_record(void *ctx, const void *data, size_t size)
  *   only once 1/16 of it is full: call uprobes__poll() on a timer too.
  * @fn, @ctx: called from uprobes__poll() for each well-formed record.
  * Returns 0 and *@ret (owned by the caller, uprobes__free()), -EINVAL for a bad
- * size, -EPERM without CAP_BPF + CAP_PERFMON, -ENOMEM, or libbpf's -errno.
+ * size, -EPERM without CAP_BPF + CAP_PERFMON, -ENOMEM, libbpf's -errno, or
+ * pthread_create()'s (the thread uprobes__detach() hands its links to).
  * Allocates; does not log.
  */
 int uprobes__new(size_t ringbuf_bytes, uprobes_event_fn fn, void *ctx, struct uprobes **ret)
@@ -203,17 +206,26 @@ int uprobes__new(size_t ringbuf_bytes, uprobes_event_fn fn, void *ctx, struct up
 			    handle_record, g, &g->reader);
 	if (r < 0)
 		return r;
+	r = link_closer__new(&g->closer);
+	if (r < 0)
+		return r;
 	*ret = TAKE_PTR(g);
 	return 0;
 }
 
-/* uprobes__free() - detach every probe and free everything. Accepts NULL. */
+/*
+ * uprobes__free() - detach every probe and free everything. Blocks until
+ * the kernel has removed each probe (detaches still queued included: ~75 ms
+ * a link). Accepts NULL and a half-built object.
+ */
 void uprobes__free(struct uprobes *g)
 {
 	if (!g)
 		return;
-	for (unsigned s = 0; s < UPROBE_MAX_SLOTS; s++)
+	for (unsigned s = 0; g->skel && s < UPROBE_MAX_SLOTS; s++)
 		uprobes__detach(g, s);
+	/* Its jobs use the maps' fds: done before the skeleton goes. */
+	link_closer__free(g->closer);
 	record_reader__close(&g->reader);
 	uprobes_bpf__destroy(g->skel);
 	for (size_t i = 0; i < g->nr_probes; i++)
@@ -583,23 +595,51 @@ int uprobes__attach(struct uprobes *g, unsigned slot, int64_t owner, pid_t pid,
 	return 0;
 }
 
-/*
- * Forget the calls of @slot's probes still open in the kernel maps (a
- * thread waiting in cudaDeviceSynchronize at the detach never returns
- * through a probe now): their entries would stay in 'calls' for good, and
- * the thread's CUDA depth would make every call of a later session on the
- * same process look nested (not counted as a launch, copy, ...).
- */
-static void forget_open_calls(struct uprobes *g, unsigned slot)
+/* The probes of a detached slot whose open calls are forgotten once their links are gone. */
+struct forget_job {
+	int calls_fd, depth_fd; /* the skeleton's maps: valid until uprobes__free() */
+	size_t n;
+	uint32_t ids[]; /* ascending */
+};
+
+static bool has_id(const struct forget_job *j, uint32_t id)
 {
-	int calls = bpf_map__fd(g->skel->maps.calls), depth = bpf_map__fd(g->skel->maps.depth);
+	size_t lo = 0, hi = j->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (j->ids[mid] == id)
+			return true;
+		if (j->ids[mid] < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+/*
+ * Forget the calls of a detached slot's probes still open in the kernel
+ * maps (a thread waiting in cudaDeviceSynchronize at the detach never
+ * returns through a probe now): their entries would stay in 'calls' for
+ * good, and the thread's CUDA depth would make every call of a later
+ * session on the same process look nested (not counted as a launch, copy,
+ * ...). Runs on the link closer's thread after the links are destroyed (no
+ * entry can be added after it), so it reads only the job, never struct
+ * uprobes; frees the job.
+ */
+static void forget_open_calls(void *ctx)
+{
+	struct forget_job *j = ctx;
+	int calls = j->calls_fd, depth = j->depth_fd;
 	struct {
 		__u32 tid, probe;
 	} key, next, *prev = NULL;
 
 	while (bpf_map_get_next_key(calls, prev, &next) == 0) {
 		key = next;
-		if (key.probe < g->nr_probes && g->probes[key.probe].p.slot == slot) {
+		if (has_id(j, key.probe)) {
 			bpf_map_delete_elem(depth, &key.tid);
 			/* Deleting the current key restarts the walk: next keys stay valid. */
 			if (bpf_map_delete_elem(calls, &key) == 0) {
@@ -609,9 +649,38 @@ static void forget_open_calls(struct uprobes *g, unsigned slot)
 		}
 		prev = &key;
 	}
+	free(j);
 }
 
-/* uprobes__detach() - remove every probe of @slot (records in flight are still delivered). */
+/* A forget_job for the probes of @slot's session, or NULL if out of memory. */
+static struct forget_job *forget_job_new(struct uprobes *g, unsigned slot)
+{
+	const struct slot_links *sl = &g->slots[slot];
+	struct forget_job *j;
+	size_t n = 0;
+
+	for (size_t i = 0; i < g->nr_probes; i++)
+		n += g->probes[i].p.slot == slot && g->probes[i].p.owner == sl->owner;
+	j = malloc(sizeof(*j) + n * sizeof(j->ids[0]));
+	if (!j)
+		return NULL;
+	j->calls_fd = bpf_map__fd(g->skel->maps.calls);
+	j->depth_fd = bpf_map__fd(g->skel->maps.depth);
+	j->n = 0;
+	for (size_t i = 0; i < g->nr_probes; i++)
+		if (g->probes[i].p.slot == slot && g->probes[i].p.owner == sl->owner)
+			j->ids[j->n++] = (uint32_t)i;
+	return j;
+}
+
+/*
+ * uprobes__detach() - remove every probe of @slot. Returns at once: the
+ * links are destroyed on a thread of their own (the kernel takes ~75 ms a
+ * link, and a CUDA session has ~60), so the probes may fire for a few
+ * seconds more; their records carry the slot's old owner, and records in
+ * flight are still delivered. The slot may be attached again at once.
+ * Does not block (unless out of memory: then the detach happens here).
+ */
 void uprobes__detach(struct uprobes *g, unsigned slot)
 {
 	struct slot_links *sl;
@@ -619,14 +688,18 @@ void uprobes__detach(struct uprobes *g, unsigned slot)
 	if (slot >= UPROBE_MAX_SLOTS)
 		return;
 	sl = &g->slots[slot];
-	for (size_t i = 0; i < sl->n; i++)
-		bpf_link__destroy(sl->links[i]);
-	if (sl->n)
-		forget_open_calls(g, slot);
-	free(sl->links);
+	if (sl->n) {
+		struct forget_job *j = forget_job_new(g, slot);
+
+		/* Without memory for the job, the calls stay; the links still go. */
+		link_closer__close(g->closer, sl->links, sl->n, j ? forget_open_calls : NULL, j);
+	} else {
+		free(sl->links);
+	}
 	for (size_t i = 0; i < sl->nr_scanned; i++)
 		free(sl->scanned[i]);
 	free(sl->scanned);
+	free(sl->pids);
 	*sl = (struct slot_links){0};
 }
 

@@ -1,0 +1,131 @@
+/* link_closer.c - a thread that destroys BPF links (slow uprobe detaches) off the event loop. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "collect/link_closer.h"
+#include "util.h"
+
+struct close_job {
+	struct close_job *next;
+	struct bpf_link **links;
+	size_t n;
+	link_closer_done_fn done;
+	void *ctx;
+};
+
+struct link_closer {
+	pthread_t thread;
+	bool started, quit;
+	pthread_mutex_t lock;
+	pthread_cond_t work, idle;
+	struct close_job *head, **tail; /* FIFO */
+	size_t running;			/* jobs taken by the thread and not done */
+};
+
+static void close_links(struct bpf_link **links, size_t n, link_closer_done_fn done, void *ctx)
+{
+	for (size_t i = 0; i < n; i++)
+		bpf_link__destroy(links[i]);
+	if (done)
+		done(ctx);
+	free(links);
+}
+
+static void *closer_main(void *arg)
+{
+	struct link_closer *c = arg;
+
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		struct close_job *j;
+
+		while (!c->head && !c->quit)
+			pthread_cond_wait(&c->work, &c->lock);
+		j = c->head;
+		if (!j) /* quit, and nothing left */
+			break;
+		c->head = j->next;
+		if (!c->head)
+			c->tail = &c->head;
+		c->running++;
+		pthread_mutex_unlock(&c->lock);
+
+		close_links(j->links, j->n, j->done, j->ctx);
+		free(j);
+
+		pthread_mutex_lock(&c->lock);
+		c->running--;
+		if (!c->head && !c->running)
+			pthread_cond_broadcast(&c->idle);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+int link_closer__new(struct link_closer **ret)
+{
+	struct link_closer *c = calloc(1, sizeof(*c));
+	int r;
+
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->work, NULL);
+	pthread_cond_init(&c->idle, NULL);
+	c->tail = &c->head;
+	r = -pthread_create(&c->thread, NULL, closer_main, c);
+	if (r < 0) {
+		link_closer__free(c);
+		return r;
+	}
+	c->started = true;
+	*ret = c;
+	return 0;
+}
+
+void link_closer__free(struct link_closer *c)
+{
+	if (!c)
+		return;
+	if (c->started) {
+		pthread_mutex_lock(&c->lock);
+		c->quit = true;
+		pthread_cond_signal(&c->work);
+		pthread_mutex_unlock(&c->lock);
+		/* The thread empties the queue before it returns. */
+		pthread_join(c->thread, NULL);
+	}
+	pthread_cond_destroy(&c->idle);
+	pthread_cond_destroy(&c->work);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+void link_closer__close(struct link_closer *c, struct bpf_link **links, size_t n,
+			link_closer_done_fn done, void *ctx)
+{
+	struct close_job *j = c ? malloc(sizeof(*j)) : NULL;
+
+	if (!j) {
+		close_links(links, n, done, ctx);
+		return;
+	}
+	*j = (struct close_job){.links = links, .n = n, .done = done, .ctx = ctx};
+	pthread_mutex_lock(&c->lock);
+	*c->tail = j;
+	c->tail = &j->next;
+	pthread_cond_signal(&c->work);
+	pthread_mutex_unlock(&c->lock);
+}
+
+void link_closer__wait_idle(struct link_closer *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	while (c->head || c->running)
+		pthread_cond_wait(&c->idle, &c->lock);
+	pthread_mutex_unlock(&c->lock);
+}
