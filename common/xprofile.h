@@ -65,7 +65,7 @@ struct xprofile {
  * Does not log.
  */
 int xprofile__load(struct xprofile *p, json_t *profile, const json_t *session);
-/* xprofile__free() - free what xprofile__load() allocated; @p is left empty. Accepts an empty @p. */
+/* xprofile__free() - free what xprofile__load() allocated; @p is left empty. Accepts empty @p. */
 void xprofile__free(struct xprofile *p);
 /* The name of thread @tid, or "?" if profd has no threads row for it. */
 const char *xprofile__thread_name(const struct xprofile *p, int64_t tid);
