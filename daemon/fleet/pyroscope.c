@@ -243,7 +243,8 @@ static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off
  * post() - POST @body (@len bytes) to @url. Returns 0 on a 2xx answer, else
  * -EIO with @err (@errlen bytes) saying why: "connection refused",
  * "authentication failed (HTTP 401)", "HTTP 500: <first line of the body>",
- * curl's message for the rest (timeouts, a reply that is not HTTP). May
+ * "not an HTTP answer (...)", curl's message for the rest (timeouts: "Operation
+ * too slow..." after STALL_TIMEOUT_S without a byte). May
  * block up to TOTAL_TIMEOUT_S; does not log.
  */
 static int post(struct pyroscope *ps, const char *url, const void *body, size_t len, char *err,
@@ -287,6 +288,11 @@ static int post(struct pyroscope *ps, const char *url, const void *body, size_t 
 	}
 	if (rc == CURLE_ABORTED_BY_CALLBACK) {
 		snprintf(err, errlen, "stopped: profd is shutting down");
+		return -EIO;
+	}
+	if (rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_WEIRD_SERVER_REPLY) {
+		snprintf(err, errlen, "not an HTTP answer (%s)",
+			 *curl_err ? curl_err : curl_easy_strerror(rc));
 		return -EIO;
 	}
 	if (rc != CURLE_OK) {
@@ -415,13 +421,15 @@ static int push_session(struct pyroscope *ps, const struct push_session *s, int6
 	due = s->running ? s->started_at_ns + (real_ns - (int64_t)SETTLE_NS - s->started_at_ns) /
 						  (int64_t)NSEC_PER_SEC * (int64_t)NSEC_PER_SEC
 			 : INT64_MAX;
-	while (c.pushed_until_ns < due) {
+	/* An ended session: pieces up to its end, the last one to INT64_MAX (every window left). */
+	while (!s->running || c.pushed_until_ns < due) {
 		_cleanup_free_ char *body = NULL, *url = NULL;
-		int64_t to = due, read_to, samples;
+		int64_t end = s->running ? due : MAX(s->ended_at_ns, c.pushed_until_ns);
+		int64_t to = s->running ? due : INT64_MAX, read_to, samples;
 		size_t len;
 		char err[256];
 
-		if (to - c.pushed_until_ns > (int64_t)PIECE_MAX_NS) {
+		if (end - c.pushed_until_ns > (int64_t)PIECE_MAX_NS) {
 			/* Catching up: pieces end on the merged windows' minute grid. */
 			to = c.pushed_until_ns + (int64_t)PIECE_MAX_NS;
 			to = s->started_at_ns + (to - s->started_at_ns) / (int64_t)PIECE_GRID_NS *
