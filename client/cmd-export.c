@@ -22,7 +22,7 @@ static const struct export_format {
 	bool binary;
 } export_formats[] = {
     {"folded", export__folded, false},
-    {"pprof", export__pprof, true},
+    {"pprof", pprof__write, true},
     {"chrome-trace", export__chrome_trace, false},
     {"speedscope", export__speedscope, false},
 };

@@ -24,6 +24,7 @@
 #include "collect/sampler.h"
 #include "collect/unwind_worker.h"
 #include "collect/uprobes.h"
+#include "fleet/pyroscope.h"
 #include "log.h"
 #include "protocol.h"
 #include "service/config.h"
@@ -340,6 +341,28 @@ static int run(void)
 		}
 	}
 
+	if (cfg.pyroscope_url && *cfg.pyroscope_url) {
+		struct pyroscope_settings ps = {
+		    .url = cfg.pyroscope_url,
+		    .app = cfg.pyroscope_app,
+		    .tenant = cfg.pyroscope_tenant,
+		    .user = cfg.pyroscope_user,
+		    .password_file = cfg.pyroscope_password_file,
+		    .host_name = cfg.host_name,
+		    .interval_s = cfg.fleet_interval_s,
+		};
+
+		r = pyroscope__new(cfg.db_path, &ps, &p.pyroscope);
+		if (r < 0) {
+			log_error_errno(r, "Failed to start pushing to Pyroscope at %s: %m%s",
+					cfg.pyroscope_url,
+					r == -ENOENT || r == -EACCES ? " (pyroscope_password_file)" : "");
+			goto out;
+		}
+		log_info("pushing CPU profiles to Pyroscope at %s every %u s", cfg.pyroscope_url,
+			 cfg.fleet_interval_s);
+	}
+
 	r = notify__listen_fd();
 	if (r >= 0) {
 		/* Socket activation (profd.socket): systemd made the socket and its mode. */
@@ -399,6 +422,7 @@ static int run(void)
 out:
 	server__free(p.server); /* first: a client waiting for a reader cancels its query */
 	readers__free(p.readers);
+	pyroscope__free(p.pyroscope); /* the last pieces of the sessions just ended */
 	unwind_worker__free(p.worker);
 	offcpu__free(p.offcpu);
 	malloc_probes__free(p.malloc_probes);

@@ -13,6 +13,7 @@
 #include "collect/offcpu.h"
 #include "collect/sampler.h"
 #include "collect/unwind_worker.h"
+#include "fleet/pyroscope.h"
 #include "log.h"
 #include "service/daemon.h"
 #include "service/notify.h"
@@ -271,6 +272,7 @@ int profd__end_session(struct profd *p, unsigned slot, const char *reason)
 		unwind_worker__forget(p->worker, proc->as);
 	session__free(s);
 	profd__notify_status(p);
+	pyroscope__session_ended(p->pyroscope); /* its last piece, now */
 	return r;
 }
 
