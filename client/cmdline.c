@@ -21,11 +21,12 @@
 
 /* What an option's value is. */
 enum arg_kind {
-	ARG_FLAG,    /* no value: sets a bool */
-	ARG_TEXT,    /* a string, kept as given once .check accepts it */
-	ARG_INTEGER, /* a decimal integer in .min..max: a long long */
-	ARG_SECONDS, /* a plain decimal number of seconds > 0: a double */
-	ARG_OFFSET,  /* seconds from the session's start, >= 0: a double */
+	ARG_FLAG,     /* no value: sets a bool */
+	ARG_TEXT,     /* a string, kept as given once .check accepts it */
+	ARG_INTEGER,  /* a decimal integer in .min..max: a long long */
+	ARG_SECONDS,  /* a plain decimal number of seconds > 0: a double */
+	ARG_OFFSET,   /* seconds from the session's start, >= 0: a double */
+	ARG_DURATION, /* 30s, 15m, 2h, 7d or plain seconds, > 0: a double of seconds */
 };
 
 struct option_spec {
@@ -96,8 +97,16 @@ static int check_format(const char *opt, const char *value)
 
 static int check_not_empty(const char *opt, const char *value)
 {
-	return *value ? 0
-		      : invalid(opt, value, strcmp(opt, "comm") == 0 ? "empty name" : "empty path");
+	return *value
+		   ? 0
+		   : invalid(opt, value, strcmp(opt, "cgroup") == 0 ? "empty path" : "empty name");
+}
+
+static int check_url(const char *opt, const char *value)
+{
+	if (strncmp(value, "http://", 7) != 0 && strncmp(value, "https://", 8) != 0)
+		return invalid(opt, value, "expected http://HOST:PORT or https://HOST:PORT");
+	return 0;
 }
 
 static int check_label(const char *opt, const char *value)
@@ -134,6 +143,10 @@ static int check_memory_interval(const char *opt, const char *value)
 	{                                                                                          \
 		.name = n, .short_name = c, .kind = ARG_SECONDS, .field = FIELD(f), .given = g,    \
 		.check = chk                                                                       \
+	}
+#define DURATION(n, f)                                                                             \
+	{                                                                                          \
+		.name = n, .kind = ARG_DURATION, .field = FIELD(f)                                 \
 	}
 #define OFFSET(n, f, g)                                                                            \
 	{                                                                                          \
@@ -173,6 +186,12 @@ static const struct option_spec specs[] = {
     FLAG("inverted", 0, inverted),
     FLAG("csv", 0, csv),
     INTEGER("max-rows", 0, max_rows, 1, 1000000),
+    TEXT("clickhouse-url", 0, clickhouse_url, check_url),
+    TEXT("database", 0, database, check_not_empty),
+    TEXT("user", 0, user, check_not_empty),
+    TEXT("password-file", 0, password_file, check_not_empty),
+    DURATION("since", since_s),
+    TEXT("host", 0, host, check_not_empty),
 };
 
 /* getopt_long()'s value for specs[i] when it has no short name. */
@@ -251,6 +270,43 @@ static int parse_offset(const char *opt, const char *s, double *ret)
 	return 0;
 }
 
+/*
+ * parse_duration() - --since: a number and a unit, "30s", "15m", "2h", "7d"
+ * (a plain number is seconds), more than 0 and at most 10 years; "1.5h"
+ * is 5400 s. Logs and returns -EINVAL otherwise.
+ */
+static int parse_duration(const char *opt, const char *s, double *ret)
+{
+	static const struct {
+		char unit;
+		double s;
+	} units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}};
+	size_t len = strlen(s), digits = 0, dots = 0;
+	double scale = 1, v;
+	char *end;
+
+	for (size_t i = 0; len > 0 && i < ARRAY_SIZE(units); i++)
+		if (s[len - 1] == units[i].unit) {
+			scale = units[i].s;
+			len--;
+		}
+	for (size_t i = 0; i < len; i++) {
+		if (isdigit((unsigned char)s[i]))
+			digits++;
+		else if (s[i] == '.')
+			dots++;
+		else
+			dots = 2; /* anything else: rejected below */
+	}
+	errno = 0;
+	v = digits && dots <= 1 ? strtod(s, &end) : 0;
+	if (!digits || dots > 1 || end != s + len || errno == ERANGE || !(v > 0) ||
+	    v * scale > 3650 * 86400.0)
+		return invalid(opt, s, "expected a duration such as 30s, 15m, 2h or 7d");
+	*ret = v * scale;
+	return 0;
+}
+
 /* The spec named by the @len bytes at @name, or NULL. */
 static const struct option_spec *spec_find(const char *name, size_t len)
 {
@@ -319,6 +375,9 @@ int options__apply(int c, const char *value, struct args *a)
 		break;
 	case ARG_OFFSET:
 		r = parse_offset(s->name, value, (double *)field);
+		break;
+	case ARG_DURATION:
+		r = parse_duration(s->name, value, (double *)field);
 		break;
 	}
 	if (r == 0 && s->check && s->kind != ARG_TEXT)

@@ -192,15 +192,14 @@ int output__hotpaths(FILE *f, const json_t *reply, bool ascii)
 {
 	_cleanup_(node__freep) struct node *root = NULL;
 	const json_t *paths, *frames;
-	long long session, total, covered = 0;
+	long long total, covered = 0;
 	size_t i, max_depth = 0, order = 0;
 	struct tree_printer p = {.f = f, .g = ascii ? &glyphs_ascii : &glyphs_utf8};
 	_cleanup_free_ char *prefix = NULL;
 	char digits[32];
 	int r;
 
-	if ((r = get_int(reply, "session", &session)) < 0 ||
-	    (r = get_int(reply, "total_samples", &total)) < 0 ||
+	if ((r = get_int(reply, "total_samples", &total)) < 0 ||
 	    (r = get_array(reply, "paths", &paths)) < 0)
 		return r;
 
@@ -252,7 +251,9 @@ int output__hotpaths(FILE *f, const json_t *reply, bool ascii)
 	}
 	node__sort(root);
 
-	fprintf(f, "session %lld: %lld samples", session, total);
+	if ((r = print_subject(f, reply)) < 0)
+		return r;
+	fprintf(f, ": %lld samples", total);
 	if (json_array_size(paths) == 1)
 		fprintf(f, "; the hottest path holds");
 	else if (json_array_size(paths) > 1)

@@ -9,7 +9,11 @@
 #include "output_internal.h"
 #include "table.h"
 
-/* @v (a JSON scalar) as text for a cell: integers, reals as given, strings, NULL as "NULL". */
+/*
+ * @v (a JSON scalar) as text for a cell: integers, reals as given, strings,
+ * NULL as "NULL"; an array (a ClickHouse Array column, profctl fleet sql)
+ * as compact JSON.
+ */
 void scalar_text(FILE *f, const json_t *v)
 {
 	if (json_is_integer(v))
@@ -20,6 +24,8 @@ void scalar_text(FILE *f, const json_t *v)
 		fputs(json_string_value(v), f);
 	else if (json_is_null(v))
 		fputs("NULL", f);
+	else if (json_is_array(v) && json_dumpf(v, f, JSON_COMPACT | JSON_ENCODE_ANY) == 0)
+		;
 	else
 		fputs("?", f);
 }

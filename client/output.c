@@ -512,6 +512,53 @@ void format_location(char *buf, size_t size, const char *file, long long line, b
 		snprintf(buf, size, "%s:%lld", file_name(file), line);
 }
 
+/* format_since() - a --since duration as the user would write it: "90s", "15m", "2h", "7d". */
+static void format_since(char *buf, size_t size, double s)
+{
+	if (s >= 86400 && fmod(s, 86400) == 0)
+		snprintf(buf, size, "%gd", s / 86400);
+	else if (s >= 3600 && fmod(s, 3600) == 0)
+		snprintf(buf, size, "%gh", s / 3600);
+	else if (s >= 60 && fmod(s, 60) == 0)
+		snprintf(buf, size, "%gm", s / 60);
+	else
+		snprintf(buf, size, "%gs", s);
+}
+
+/*
+ * print_subject() - what a top or hotpaths answer is of, to start its first
+ * line: "session 7", or for profctl fleet's answer (which has "hosts" and
+ * "sessions" counts instead of one session) "fleet: 2 hosts, 4 sessions,
+ * last 1h". Returns 0 or -EBADMSG.
+ */
+int print_subject(FILE *f, const json_t *reply)
+{
+	long long session, hosts, sessions;
+	bool fleet, has_since;
+	double since_s;
+	char since[32];
+	int r;
+
+	if ((r = get_opt_int(reply, "hosts", &hosts, &fleet)) < 0)
+		return r;
+	if (!fleet) {
+		if ((r = get_int(reply, "session", &session)) < 0)
+			return r;
+		fprintf(f, "session %lld", session);
+		return 0;
+	}
+	if ((r = get_int(reply, "sessions", &sessions)) < 0 ||
+	    (r = get_opt_num(reply, "since_s", &since_s, &has_since)) < 0)
+		return r;
+	fprintf(f, "fleet: %lld host%s, %lld session%s", hosts, hosts == 1 ? "" : "s", sessions,
+		sessions == 1 ? "" : "s");
+	if (has_since) {
+		format_since(since, sizeof(since), since_s);
+		fprintf(f, ", last %s", since);
+	}
+	return 0;
+}
+
 /* A row of output__top()'s table: one of the reply's "functions". */
 static int top_row(struct table *t, const json_t *fn)
 {
@@ -550,19 +597,19 @@ int output__top(FILE *f, const json_t *reply)
 	    {"FILE:LINE", TABLE_LEFT, 0},
 	};
 	_cleanup_(table__freep) struct table *t = NULL;
-	long long session, total;
 	const json_t *functions;
 	const char *event;
+	long long total;
 	int r;
 
-	if ((r = get_int(reply, "session", &session)) < 0 ||
-	    (r = get_str(reply, "event", &event)) < 0 ||
+	if ((r = get_str(reply, "event", &event)) < 0 ||
 	    (r = get_int(reply, "total_samples", &total)) < 0 ||
 	    (r = get_array(reply, "functions", &functions)) < 0 ||
-	    (r = table_of_rows(functions, columns, ARRAY_SIZE(columns), top_row, &t)) < 0)
+	    (r = table_of_rows(functions, columns, ARRAY_SIZE(columns), top_row, &t)) < 0 ||
+	    (r = print_subject(f, reply)) < 0)
 		return r;
 
-	fprintf(f, "session %lld: %lld samples (%s)", session, total, event);
+	fprintf(f, ": %lld samples (%s)", total, event);
 	if (json_array_size(functions) == 1)
 		fprintf(f, "; the hottest function by self samples");
 	else if (json_array_size(functions) > 1)

@@ -32,6 +32,7 @@ void format_local_time(char *buf, size_t size, long long ns, bool zone);
 void format_elapsed(char *buf, size_t size, double s);
 void print_python(FILE *f, const json_t *o, const char *label, bool say_not_found);
 int print_counters(FILE *f, const json_t *o);
+int print_subject(FILE *f, const json_t *reply);
 void format_location(char *buf, size_t size, const char *file, long long line, bool has_line);
 int bad_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* In output-sql.c: a JSON scalar as text, as the sql table prints it. */

@@ -93,6 +93,13 @@ static const struct command commands[] = {
 	 .synopsis = "\"SELECT ...\" [--csv] [--max-rows N]",
 	 .summary = "run a read-only SQL query over the stored profiles",
 	 .options = "csv max-rows"},
+	{.name = "fleet", .operand = OPERAND_FLEET, .run = run_fleet, .without_profd = true,
+	 .synopsis = "top|hotpaths [--since DURATION] [--host NAME] [--comm NAME] [--label TEXT]\n"
+		     "        [--event NAME] [--limit N] [--ascii] [--clickhouse-url URL]\n"
+		     "        [--database DB] [--user NAME] [--password-file FILE]\n"
+		     "  or: profctl fleet sql \"SELECT ...\" [--csv] [--clickhouse-url URL] ...",
+	 .summary = "top, hotpaths or SQL over every host's sessions, from ClickHouse",
+	 .options = "clickhouse-url database user password-file since host comm label event limit ascii csv"},
 	{.name = "gpu", .operand = OPERAND_SESSION, .run = run_gpu,
 	 .synopsis = "SESSION [--limit N]",
 	 .summary = "kernel launches, CUDA API times, copies, GPU memory growth",
@@ -139,6 +146,7 @@ static void help_global(FILE *f)
 			 : commands[i].operand == OPERAND_TOPIC	  ? "[COMMAND]"
 			 : commands[i].operand == OPERAND_TWO_SESSIONS ? "A B"
 			 : commands[i].operand == OPERAND_SQL	  ? "QUERY"
+			 : commands[i].operand == OPERAND_FLEET	  ? "REPORT"
 								  : "");
 		fprintf(f, "  %-19s %s\n", head, commands[i].summary);
 	}
@@ -156,6 +164,7 @@ static void help_global(FILE *f)
 		"  profctl flamegraph 7 -o cpu.svg\n"
 		"  profctl export 7 --format pprof -o cpu.pb.gz\n"
 		"  profctl sql \"SELECT * FROM hot_functions WHERE session_id = 7\"\n"
+		"  profctl fleet top --since 2h --comm python3 --clickhouse-url http://ch:8123\n"
 		"  profctl help attach\n"
 		"\n"
 		"Exit status: 0 success, 1 error (from profd, or profd unreachable),\n"
@@ -197,6 +206,12 @@ static int parse_operand(const char *operand, struct args *a, bool *have_operand
 {
 	if (a->command->operand == OPERAND_TWO_SESSIONS && *have_operand && !a->id2)
 		return parse_integer(operand, "SESSION_B", 1, LLONG_MAX, &a->id2);
+	/* fleet sql QUERY: the second operand. */
+	if (a->command->operand == OPERAND_FLEET && *have_operand && !a->sql &&
+	    strcmp(a->fleet_report, "sql") == 0) {
+		a->sql = operand;
+		return 0;
+	}
 	if (*have_operand || a->command->operand == OPERAND_NONE) {
 		log_error("unexpected argument '%s' (see 'profctl %s --help')", operand,
 			  a->command->name);
@@ -215,6 +230,9 @@ static int parse_operand(const char *operand, struct args *a, bool *have_operand
 		return parse_integer(operand, "SESSION_A", 1, LLONG_MAX, &a->id);
 	case OPERAND_SQL:
 		a->sql = operand;
+		return 0;
+	case OPERAND_FLEET:
+		a->fleet_report = operand; /* checked by fleet__check_args() */
 		return 0;
 	default:
 		a->help_topic = command_find(operand);
@@ -356,9 +374,10 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 	if (!have_operand && a->command->operand != OPERAND_NONE &&
 	    a->command->operand != OPERAND_TOPIC && a->command->operand != OPERAND_TARGET) {
 		log_error("missing %s (see 'profctl %s --help')",
-			  a->command->operand == OPERAND_PID	? "PID"
-			  : a->command->operand == OPERAND_SQL ? "SQL statement"
-							       : "SESSION",
+			  a->command->operand == OPERAND_PID	 ? "PID"
+			  : a->command->operand == OPERAND_SQL	 ? "SQL statement"
+			  : a->command->operand == OPERAND_FLEET ? "report: top, hotpaths or sql"
+								 : "SESSION",
 			  a->command->name);
 		return -EINVAL;
 	}
@@ -375,6 +394,8 @@ static int parse_command_line(int argc, char **argv, struct args *a)
 		log_error("--from %g must be less than --to %g", a->from_s, a->to_s);
 		return -EINVAL;
 	}
+	if (a->command->operand == OPERAND_FLEET)
+		return fleet__check_args(a);
 	return 0;
 }
 
@@ -418,6 +439,11 @@ int main(int argc, char **argv)
 		return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 	}
 
+	if (a.command->without_profd) {
+		r = a.command->run(NULL, &a);
+		goto done;
+	}
+
 	r = conn__open(a.socket_path, &conn);
 	if (r == -ENOENT || r == -ECONNREFUSED) {
 		log_error_errno(
@@ -431,6 +457,7 @@ int main(int argc, char **argv)
 	}
 
 	r = a.command->run(conn, &a);
+done:
 	if (fflush(stdout) != 0) {
 		log_error_errno(-errno, "cannot write output: %m");
 		return EXIT_FAILURE;

@@ -2,7 +2,8 @@
  * profctl.h - what the files of profctl share: the parsed command line, the
  * command table's entry, and the helpers that send a request and print
  * its answer (call.c). Each command group is a file of its own:
- * cmd-attach.c, cmd-report.c, cmd-export.c, cmd-diff.c, cmd-sql.c.
+ * cmd-attach.c, cmd-report.c, cmd-export.c, cmd-diff.c, cmd-sql.c,
+ * cmd-fleet.c (which talks to ClickHouse, not to profd).
  */
 #pragma once
 
@@ -34,6 +35,7 @@ enum operand {
 	OPERAND_TWO_SESSIONS, /* diff A B */
 	OPERAND_SQL,	      /* sql "SELECT ..." */
 	OPERAND_TARGET,
+	OPERAND_FLEET, /* fleet top|hotpaths, fleet sql "SELECT ..." */
 };
 
 
@@ -81,6 +83,14 @@ struct args {
 	const char *label;		  /* snapshot --label TEXT */
 	uint64_t pid_start_ticks;	  /* attach request: the start time of the process meant */
 	const struct command *help_topic; /* "help COMMAND" */
+	/* fleet: the report, and where ClickHouse is (cmd-fleet.c fills the defaults). */
+	const char *fleet_report;   /* "top", "hotpaths" or "sql" */
+	const char *clickhouse_url; /* --clickhouse-url */
+	const char *database;	    /* --database */
+	const char *user;	    /* --user */
+	const char *password_file;  /* --password-file */
+	double since_s;		    /* --since; 0: the default */
+	const char *host;	    /* --host NAME */
 };
 
 struct command {
@@ -91,6 +101,7 @@ struct command {
 	const char *options;   /* the command's own options' long names, space-separated
 				* (client/cmdline.c); the common ones are added */
 	int (*run)(struct conn *c, const struct args *a);
+	bool without_profd; /* run() gets no connection to profd (fleet) */
 };
 
 /*
@@ -147,6 +158,14 @@ bool want_ascii(const struct args *a);
 int call_and_draw(struct conn *c, const struct args *a, json_t *request,
 		  int (*fn)(FILE *f, const json_t *reply, bool ascii));
 
+/*
+ * In cmd-fleet.c. fleet__check_args(): after parsing, the fleet report
+ * named and its operands, and where ClickHouse is (--clickhouse-url, else
+ * $PROFD_CLICKHOUSE_URL, else profd.conf's [fleet] settings) filled into
+ * @a; logs a usage error and returns -EINVAL, or -ENOMEM.
+ */
+int fleet__check_args(struct args *a);
+
 /* In cmd-export.c: the export format named @name, or NULL. */
 const struct export_format *export_format_find(const char *name);
 
@@ -170,3 +189,4 @@ int run_flamegraph(struct conn *c, const struct args *a);
 int run_diff(struct conn *c, const struct args *a);
 int run_sql(struct conn *c, const struct args *a);
 int run_ping(struct conn *c, const struct args *a);
+int run_fleet(struct conn *c, const struct args *a);
