@@ -53,6 +53,7 @@ struct profd {
 	struct session_env env;
 	struct server *server;
 	struct readers *readers; /* reports and SQL run there, never on the loop */
+	struct shipper *shipper; /* ships sessions to ClickHouse; NULL without clickhouse_url */
 	struct unwind_worker *worker;
 	struct offcpu *offcpu; /* NULL if off-CPU tracing cannot load */
 	struct malloc_probes

@@ -24,6 +24,7 @@
 #include "collect/sampler.h"
 #include "collect/unwind_worker.h"
 #include "collect/uprobes.h"
+#include "fleet/shipper.h"
 #include "log.h"
 #include "protocol.h"
 #include "service/config.h"
@@ -328,6 +329,30 @@ static int run(void)
 		}
 	}
 
+	if (cfg.clickhouse_url && *cfg.clickhouse_url) {
+		struct shipper_settings ship = {
+		    .db_path = cfg.db_path,
+		    .url = cfg.clickhouse_url,
+		    .database = cfg.clickhouse_database,
+		    .user = cfg.clickhouse_user,
+		    .password = cfg.clickhouse_password,
+		    .password_file = cfg.clickhouse_password_file,
+		    .host_name = cfg.host_name,
+		    .interval_s = cfg.fleet_interval_s,
+		};
+
+		/* Retention and the window merge wait for what ClickHouse has not got. */
+		store__set_fleet_sinks(p.env.store, STORE_SINK_CLICKHOUSE);
+		r = shipper__new(&ship, &p.shipper);
+		if (r < 0) {
+			log_error_errno(r, "Failed to start shipping to ClickHouse at %s: %m",
+					cfg.clickhouse_url);
+			goto out;
+		}
+		log_info("shipping sessions to ClickHouse at %s every %u s", cfg.clickhouse_url,
+			 cfg.fleet_interval_s);
+	}
+
 	r = notify__listen_fd();
 	if (r >= 0) {
 		/* Socket activation (profd.socket): systemd made the socket and its mode. */
@@ -387,6 +412,8 @@ static int run(void)
 out:
 	server__free(p.server); /* first: a client waiting for a reader cancels its query */
 	readers__free(p.readers);
+	/* After the sessions ended: their last chunks go out, for at most SHIPPER_STOP_NS. */
+	shipper__free(p.shipper);
 	unwind_worker__free(p.worker);
 	offcpu__free(p.offcpu);
 	malloc_probes__free(p.malloc_probes);
