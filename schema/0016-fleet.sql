@@ -5,7 +5,9 @@
 -- windows before shipped_until_ns are in the sink; done = 1 once an ended
 -- session is there whole. chunks and rows count what was sent, failures the
 -- attempts that failed (last_error: the latest one's message, NULL after a
--- success).
+-- success). pending_until_ns: the end of the chunk being sent (NULL: none),
+-- written before its first INSERT, so that a retry after a lost answer
+-- sends the same chunk, which ClickHouse then recognizes as there.
 CREATE TABLE fleet_cursors (
 	session_id       INTEGER REFERENCES sessions (id) ON DELETE CASCADE,
 	sink             TEXT NOT NULL CHECK (sink IN ('clickhouse', 'pyroscope')),
@@ -16,5 +18,6 @@ CREATE TABLE fleet_cursors (
 	last_error       TEXT,
 	last_attempt_ns  INTEGER,
 	done             INTEGER NOT NULL DEFAULT 0,
+	pending_until_ns INTEGER,
 	PRIMARY KEY (session_id, sink)
 ) WITHOUT ROWID;

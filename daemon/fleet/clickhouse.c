@@ -195,8 +195,17 @@ static void first_line(const struct fleet_buf *b, char *out, size_t size)
 	out[i] = '\0';
 }
 
-/* One POST to @url_query (after the server's URL) with @body; the answer in ch->answer. */
-static int post(struct clickhouse *ch, const char *url_query, const char *body, size_t len)
+/*
+ * One POST to @url_query (after the server's URL) with @body; the answer in
+ * ch->answer. @fresh: on a new connection. libcurl sends a request again by
+ * itself when a reused connection breaks before any answer arrives (it
+ * takes the connection for one the server had closed while idle); for an
+ * INSERT whose answer was lost that would store its rows twice, so inserts
+ * go on a connection of their own, and a broken one is an error the
+ * shipper checks (clickhouse__count() of the chunk) before sending again.
+ */
+static int post(struct clickhouse *ch, const char *url_query, const char *body, size_t len,
+		bool fresh)
 {
 	_cleanup_free_ char *url = NULL;
 	curl_off_t sent = 0;
@@ -228,6 +237,7 @@ static int post(struct clickhouse *ch, const char *url_query, const char *body, 
 	curl_easy_setopt(ch->curl, CURLOPT_ERRORBUFFER, ch->curl_err);
 	/* A body of rows is sent at once, without "Expect: 100-continue" round trips. */
 	curl_easy_setopt(ch->curl, CURLOPT_EXPECT_100_TIMEOUT_MS, 0L);
+	curl_easy_setopt(ch->curl, CURLOPT_FRESH_CONNECT, fresh ? 1L : 0L);
 	ch->requests++;
 	rc = curl_easy_perform(ch->curl);
 	if (curl_easy_getinfo(ch->curl, CURLINFO_SIZE_UPLOAD_T, &sent) == CURLE_OK && sent > 0)
@@ -281,7 +291,7 @@ int clickhouse__query(struct clickhouse *ch, const char *sql, bool in_database,
 		q = NULL;
 		return fail(ch, -ENOMEM, "out of memory");
 	}
-	r = post(ch, q, sql, strlen(sql));
+	r = post(ch, q, sql, strlen(sql), false);
 	if (r >= 0 && ret_out) {
 		fleet_buf__reset(ret_out);
 		if (ch->answer.len && fleet_buf__append(ret_out, ch->answer.data, ch->answer.len) < 0)
@@ -300,7 +310,7 @@ int clickhouse__insert(struct clickhouse *ch, const char *table, const char *bod
 		q = NULL;
 		return fail(ch, -ENOMEM, "out of memory");
 	}
-	return post(ch, q, body, len);
+	return post(ch, q, body, len, true);
 }
 
 int clickhouse__count(struct clickhouse *ch, const char *sql, uint64_t *ret)

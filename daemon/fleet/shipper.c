@@ -54,6 +54,7 @@ struct ship_session {
 	int64_t id, started_ns, ended_ns; /* ended_ns 0 while running */
 	int64_t merged_until_ns, merged_window_ns; /* 0: not merged */
 	int64_t shipped_until_ns;
+	int64_t pending_until_ns; /* the chunk an earlier attempt began to send; 0: none */
 	int pid;
 	char *comm, *label, *user, *sampled_event;
 };
@@ -71,8 +72,8 @@ struct shipper {
 	char *host, *q_host; /* host name, and quoted for SQL */
 	unsigned interval_s;
 	bool tables_ready;
-	bool failing;	  /* the last attempt failed (logged once per message) */
-	char logged[512]; /* the last error logged */
+	bool failing;	/* the last attempt failed */
+	int logged_err; /* ... with this -errno, logged once */
 	int64_t cache_session; /* the session the caches below are of */
 	struct hashmap frames, stacks;
 	struct fleet_buf body;
@@ -232,16 +233,21 @@ static void attempt_failed(struct shipper *sh, int64_t session_id, int r)
 		return;
 	if (r == -EIO && !*msg)
 		msg = "reading the local database failed";
-	if (session_id)
-		(void)exec_cursor(sh,
-				  "UPDATE fleet_cursors SET failures = failures + 1, last_error = ?5, "
-				  "last_attempt_ns = ?2 WHERE session_id = ?1 AND sink = 'clickhouse'",
-				  session_id, (int64_t)now_ns(CLOCK_REALTIME), 0, 0, msg);
-	if (!sh->failing || strcmp(sh->logged, msg) != 0) {
+	/* Counted where profctl session shows it: on @session_id, or when the
+	 * round failed before any session (the tables), on every pending one. */
+	(void)exec_cursor(sh,
+			  "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns, failures, "
+			  "last_error, last_attempt_ns) SELECT s.id, 'clickhouse', s.started_at_ns, 1, "
+			  "?5, ?2 FROM sessions s LEFT JOIN fleet_cursors c ON c.session_id = s.id AND "
+			  "c.sink = 'clickhouse' WHERE (?1 = 0 OR s.id = ?1) AND coalesce(c.done, 0) = 0 "
+			  "ON CONFLICT DO UPDATE SET failures = failures + 1, "
+			  "last_error = excluded.last_error, last_attempt_ns = excluded.last_attempt_ns",
+			  session_id, (int64_t)now_ns(CLOCK_REALTIME), 0, 0, msg);
+	/* Once per kind of failure, not at every retry. */
+	if (!sh->failing || sh->logged_err != r)
 		log_warning("fleet: %s (retrying with backoff; sessions are kept until shipped)",
 			    msg);
-		snprintf(sh->logged, sizeof(sh->logged), "%s", msg);
-	}
+	sh->logged_err = r;
 	sh->failing = true;
 }
 
@@ -259,7 +265,7 @@ static int session_load(struct shipper *sh, int64_t id, struct ship_session *s)
 		"SELECT s.pid, s.comm, coalesce(s.label, ''), s.uid, s.started_at_ns, "
 		"coalesce(s.ended_at_ns, 0), coalesce(s.merged_until_ns, 0), "
 		"coalesce(s.merged_window_ns, 0), coalesce(s.sampled_event, ''), "
-		"c.shipped_until_ns FROM sessions s LEFT JOIN fleet_cursors c ON c.session_id = "
+		"c.shipped_until_ns, coalesce(c.pending_until_ns, 0) FROM sessions s LEFT JOIN fleet_cursors c ON c.session_id = "
 		"s.id AND c.sink = 'clickhouse' WHERE s.id = ?1",
 		-1, &st, NULL) != SQLITE_OK)
 		return sql_failed(sh, "sessions");
@@ -280,6 +286,7 @@ static int session_load(struct shipper *sh, int64_t id, struct ship_session *s)
 	s->shipped_until_ns = sqlite3_column_type(st, 9) == SQLITE_NULL
 				  ? s->started_ns
 				  : sqlite3_column_int64(st, 9);
+	s->pending_until_ns = sqlite3_column_int64(st, 10);
 	if (getpwuid_r((uid_t)sqlite3_column_int64(st, 3), &pw, pwbuf, sizeof(pwbuf), &res) != 0)
 		res = NULL;
 	s->user = strdup(res ? res->pw_name : "");
@@ -788,6 +795,20 @@ static int ship_session(struct shipper *sh, int64_t id)
 		bool last;
 
 		to = chunk_end(&s, from, &last);
+		if (s.pending_until_ns > from) {
+			/* The same chunk as the attempt that failed: ClickHouse may
+			 * have some of its tables, and must see the same rows. */
+			to = s.pending_until_ns;
+			last = to == INT64_MAX;
+		} else if (to > from) {
+			r = exec_cursor(sh,
+					"UPDATE fleet_cursors SET pending_until_ns = ?2 "
+					"WHERE session_id = ?1 AND sink = 'clickhouse'",
+					id, to, 0, 0, NULL);
+			if (r < 0)
+				break;
+			s.pending_until_ns = to;
+		}
 		if (to <= from)
 			break;
 		/* The first chunk takes a window that began before the session did. */
@@ -802,7 +823,8 @@ static int ship_session(struct shipper *sh, int64_t id)
 		s.shipped_until_ns = last ? MAX(from, s.ended_ns) : to;
 		r = exec_cursor(sh,
 				"UPDATE fleet_cursors SET shipped_until_ns = ?2, chunks = chunks + 1, "
-				"rows = rows + ?3, last_error = NULL, last_attempt_ns = ?4, done = ?5 "
+				"rows = rows + ?3, last_error = NULL, last_attempt_ns = ?4, done = ?5, "
+				"pending_until_ns = NULL "
 				"WHERE session_id = ?1 AND sink = 'clickhouse'",
 				id, s.shipped_until_ns, (int64_t)sh->chunk_rows,
 				(int64_t)now_ns(CLOCK_REALTIME), last ? "1" : "0");
@@ -810,6 +832,7 @@ static int ship_session(struct shipper *sh, int64_t id)
 			  " rows, %" PRIu64 " bytes in %.1f ms%s",
 			  id, chunk_ns, sh->chunk_rows, clickhouse__bytes_sent(sh->ch) - sent0,
 			  (double)(now_ns(CLOCK_MONOTONIC) - t0) / 1e6, last ? " (the last)" : "");
+		s.pending_until_ns = 0;
 		if (last)
 			break;
 	}

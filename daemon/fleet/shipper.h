@@ -24,7 +24,7 @@ struct shipper_settings {
 };
 
 /* How long shipper__free() lets the last round run before it cancels the transfer. */
-#define SHIPPER_STOP_NS (3 * 1000000000ULL)
+#define SHIPPER_STOP_NS (2 * 1000000000ULL)
 
 /*
  * shipper__new() - start the shipping thread. It creates the tables at its

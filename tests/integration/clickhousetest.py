@@ -4,7 +4,9 @@
 ClickHouse(password=None) copies /etc/clickhouse-server/{config,users}.xml,
 points their paths at the temporary directory and their ports at free
 loopback ports, starts the server and waits for /ping. query() runs SQL over
-the HTTP interface. stop() sends SIGTERM; pause()/resume() SIGSTOP/SIGCONT.
+the HTTP interface. stop() sends SIGTERM (the server then finishes what it serves, seconds),
+kill() SIGKILL; start() again on the same directory brings it back with its
+data; pause()/resume() SIGSTOP/SIGCONT.
 """
 import os
 import re
@@ -134,6 +136,12 @@ class ClickHouse:
 
     def resume(self):
         self.proc.send_signal(signal.SIGCONT)
+
+    def kill(self):
+        """Take the server down at once (SIGKILL), as a crash or a lost host would."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def stop(self):
         if self.proc and self.proc.poll() is None:
