@@ -163,7 +163,7 @@ void clickhouse__free(struct clickhouse *ch)
 }
 
 static int fail(struct clickhouse *ch, int r, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /* Sets the message "ClickHouse at URL: ..." and returns @r. */
 static int fail(struct clickhouse *ch, int r, const char *fmt, ...)
@@ -263,7 +263,8 @@ static int post(struct clickhouse *ch, const char *url_query, const char *body, 
 	case CURLE_OUT_OF_MEMORY:
 		return fail(ch, -ENOMEM, "out of memory");
 	default:
-		return fail(ch, -EIO, "%s", ch->curl_err[0] ? ch->curl_err : curl_easy_strerror(rc));
+		return fail(ch, -EIO, "%s",
+			    ch->curl_err[0] ? ch->curl_err : curl_easy_strerror(rc));
 	}
 	curl_easy_getinfo(ch->curl, CURLINFO_RESPONSE_CODE, &status);
 	if (status == 200)
@@ -272,10 +273,9 @@ static int post(struct clickhouse *ch, const char *url_query, const char *body, 
 	/* 18.16 answers a bad user or password with 401 and Code 192, 193 or 194;
 	 * later versions with 516 (AUTHENTICATION_FAILED). */
 	if (status == 401 || status == 403 || status == 516 ||
-	    (ch->answer.data && (strstr(ch->answer.data, "Code: 192,") ||
-				 strstr(ch->answer.data, "Code: 193,") ||
-				 strstr(ch->answer.data, "Code: 194,") ||
-				 strstr(ch->answer.data, "Code: 516,"))))
+	    (ch->answer.data &&
+	     (strstr(ch->answer.data, "Code: 192,") || strstr(ch->answer.data, "Code: 193,") ||
+	      strstr(ch->answer.data, "Code: 194,") || strstr(ch->answer.data, "Code: 516,"))))
 		return fail(ch, -EACCES, "authentication failed as user '%s': %s", ch->user, line);
 	return fail(ch, -EPROTO, "HTTP %ld: %s", status, line[0] ? line : "(empty answer)");
 }
@@ -294,7 +294,8 @@ int clickhouse__query(struct clickhouse *ch, const char *sql, bool in_database,
 	r = post(ch, q, sql, strlen(sql), false);
 	if (r >= 0 && ret_out) {
 		fleet_buf__reset(ret_out);
-		if (ch->answer.len && fleet_buf__append(ret_out, ch->answer.data, ch->answer.len) < 0)
+		if (ch->answer.len &&
+		    fleet_buf__append(ret_out, ch->answer.data, ch->answer.len) < 0)
 			return fail(ch, -ENOMEM, "out of memory");
 	}
 	return r;

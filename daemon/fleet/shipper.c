@@ -1,4 +1,5 @@
-/* shipper.c - the ClickHouse shipping thread: cursors, chunks, exactly once, backoff (docs/fleet.md). */
+/* shipper.c - the ClickHouse shipping thread: cursors, chunks, exactly once, backoff
+ * (docs/fleet.md). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -37,7 +38,7 @@
 /* A frame as the reports name it, cached for the session being shipped. */
 struct ship_frame {
 	int64_t id;
-	char *name;   /* function, or "<module basename>+0x<rel_addr>" */
+	char *name; /* function, or "<module basename>+0x<rel_addr>" */
 	char *module;
 	bool kernel;
 	uint8_t role; /* enum frame_role */
@@ -51,7 +52,7 @@ struct ship_stack {
 
 /* What a chunk needs of its session's row. */
 struct ship_session {
-	int64_t id, started_ns, ended_ns; /* ended_ns 0 while running */
+	int64_t id, started_ns, ended_ns;	   /* ended_ns 0 while running */
 	int64_t merged_until_ns, merged_window_ns; /* 0: not merged */
 	int64_t shipped_until_ns;
 	int64_t pending_until_ns; /* the chunk an earlier attempt began to send; 0: none */
@@ -64,16 +65,16 @@ struct shipper {
 	bool started;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	bool kicked, stopping; /* under lock */
-	atomic_bool cancel;    /* transfers stop at once */
+	bool kicked, stopping;		   /* under lock */
+	atomic_bool cancel;		   /* transfers stop at once */
 	_Atomic uint64_t deadline_mono_ns; /* the last round is cancelled after this; 0: none */
 	struct clickhouse *ch;
 	sqlite3 *db;
 	char *host, *q_host; /* host name, and quoted for SQL */
 	unsigned interval_s;
 	bool tables_ready;
-	bool failing;	/* the last attempt failed */
-	int logged_err; /* ... with this -errno, logged once */
+	bool failing;	       /* the last attempt failed */
+	int logged_err;	       /* ... with this -errno, logged once */
 	int64_t cache_session; /* the session the caches below are of */
 	struct hashmap frames, stacks;
 	struct fleet_buf body;
@@ -125,7 +126,8 @@ static bool on_cancel(void *arg)
 
 /* --- JSONEachRow bodies ------------------------------------------------ */
 
-static int buf_printf(struct fleet_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int buf_printf(struct fleet_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 static int buf_printf(struct fleet_buf *b, const char *fmt, ...)
 {
@@ -235,14 +237,15 @@ static void attempt_failed(struct shipper *sh, int64_t session_id, int r)
 		msg = "reading the local database failed";
 	/* Counted where profctl session shows it: on @session_id, or when the
 	 * round failed before any session (the tables), on every pending one. */
-	(void)exec_cursor(sh,
-			  "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns, failures, "
-			  "last_error, last_attempt_ns) SELECT s.id, 'clickhouse', s.started_at_ns, 1, "
-			  "?5, ?2 FROM sessions s LEFT JOIN fleet_cursors c ON c.session_id = s.id AND "
-			  "c.sink = 'clickhouse' WHERE (?1 = 0 OR s.id = ?1) AND coalesce(c.done, 0) = 0 "
-			  "ON CONFLICT DO UPDATE SET failures = failures + 1, "
-			  "last_error = excluded.last_error, last_attempt_ns = excluded.last_attempt_ns",
-			  session_id, (int64_t)now_ns(CLOCK_REALTIME), 0, 0, msg);
+	(void)exec_cursor(
+	    sh,
+	    "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns, failures, "
+	    "last_error, last_attempt_ns) SELECT s.id, 'clickhouse', s.started_at_ns, 1, "
+	    "?5, ?2 FROM sessions s LEFT JOIN fleet_cursors c ON c.session_id = s.id AND "
+	    "c.sink = 'clickhouse' WHERE (?1 = 0 OR s.id = ?1) AND coalesce(c.done, 0) = 0 "
+	    "ON CONFLICT DO UPDATE SET failures = failures + 1, "
+	    "last_error = excluded.last_error, last_attempt_ns = excluded.last_attempt_ns",
+	    session_id, (int64_t)now_ns(CLOCK_REALTIME), 0, 0, msg);
 	/* Once per kind of failure, not at every retry. */
 	if (!sh->failing || sh->logged_err != r)
 		log_warning("fleet: %s (retrying with backoff; sessions are kept until shipped)",
@@ -265,7 +268,8 @@ static int session_load(struct shipper *sh, int64_t id, struct ship_session *s)
 		"SELECT s.pid, s.comm, coalesce(s.label, ''), s.uid, s.started_at_ns, "
 		"coalesce(s.ended_at_ns, 0), coalesce(s.merged_until_ns, 0), "
 		"coalesce(s.merged_window_ns, 0), coalesce(s.sampled_event, ''), "
-		"c.shipped_until_ns, coalesce(c.pending_until_ns, 0) FROM sessions s LEFT JOIN fleet_cursors c ON c.session_id = "
+		"c.shipped_until_ns, coalesce(c.pending_until_ns, 0) FROM sessions s LEFT JOIN "
+		"fleet_cursors c ON c.session_id = "
 		"s.id AND c.sink = 'clickhouse' WHERE s.id = ?1",
 		-1, &st, NULL) != SQLITE_OK)
 		return sql_failed(sh, "sessions");
@@ -283,9 +287,8 @@ static int session_load(struct shipper *sh, int64_t id, struct ship_session *s)
 	    .merged_until_ns = sqlite3_column_int64(st, 6),
 	    .merged_window_ns = sqlite3_column_int64(st, 7),
 	};
-	s->shipped_until_ns = sqlite3_column_type(st, 9) == SQLITE_NULL
-				  ? s->started_ns
-				  : sqlite3_column_int64(st, 9);
+	s->shipped_until_ns =
+	    sqlite3_column_type(st, 9) == SQLITE_NULL ? s->started_ns : sqlite3_column_int64(st, 9);
 	s->pending_until_ns = sqlite3_column_int64(st, 10);
 	if (getpwuid_r((uid_t)sqlite3_column_int64(st, 3), &pw, pwbuf, sizeof(pwbuf), &res) != 0)
 		res = NULL;
@@ -306,8 +309,10 @@ static int send_session_row(struct shipper *sh, const struct ship_session *s)
 	if (sqlite3_prepare_v2(
 		sh->db,
 		"SELECT pid, comm, coalesce(exe, ''), coalesce(label, ''), uid, event, events, "
-		"freq_hz, started_at_ns, coalesce(ended_at_ns, 0), state, coalesce(end_reason, ''), "
-		"samples, lost_samples, truncated_stacks, missing_user_stacks, unsymbolized_frames, "
+		"freq_hz, started_at_ns, coalesce(ended_at_ns, 0), state, coalesce(end_reason, "
+		"''), "
+		"samples, lost_samples, truncated_stacks, missing_user_stacks, "
+		"unsymbolized_frames, "
 		"limit_dropped_samples FROM sessions WHERE id = ?1",
 		-1, &st, NULL) != SQLITE_OK)
 		return sql_failed(sh, "sessions");
@@ -326,8 +331,9 @@ static int send_session_row(struct shipper *sh, const struct ship_session *s)
 	r = r ?: buf_field_str(b, "event", col_text(st, 5), false);
 	r = r ?: buf_field_str(b, "events", col_text(st, 6), false);
 	r = r ?: buf_field_i64(b, "freq_hz", sqlite3_column_int64(st, 7), false);
-	r = r ?: buf_field_i64(b, "started_at", sqlite3_column_int64(st, 8) / (int64_t)NSEC_PER_SEC,
-			       false);
+	r = r
+		?: buf_field_i64(b, "started_at",
+				 sqlite3_column_int64(st, 8) / (int64_t)NSEC_PER_SEC, false);
 	r = r ?: buf_field_i64(b, "started_at_ns", sqlite3_column_int64(st, 8), false);
 	r = r ?: buf_field_i64(b, "ended_at_ns", sqlite3_column_int64(st, 9), false);
 	r = r ?: buf_field_str(b, "state", col_text(st, 10), false);
@@ -441,8 +447,10 @@ static int send_stacks(struct shipper *sh, const struct ship_session *s, int64_t
 	if (sqlite3_prepare_v2(
 		sh->db,
 		"SELECT x.stack_id, s.frame_ids, s.truncated FROM (SELECT stack_id FROM samples "
-		"WHERE session_id = ?1 AND window_ns >= ?2 AND window_ns < ?3 UNION SELECT stack_id "
-		"FROM event_samples WHERE session_id = ?1 AND window_ns >= ?2 AND window_ns < ?3) x "
+		"WHERE session_id = ?1 AND window_ns >= ?2 AND window_ns < ?3 UNION SELECT "
+		"stack_id "
+		"FROM event_samples WHERE session_id = ?1 AND window_ns >= ?2 AND window_ns < ?3) "
+		"x "
 		"JOIN stacks s ON s.id = x.stack_id",
 		-1, &ids, NULL) != SQLITE_OK ||
 	    sqlite3_prepare_v2(sh->db,
@@ -502,10 +510,11 @@ static int send_stacks(struct shipper *sh, const struct ship_session *s, int64_t
 
 				if (i)
 					r = fleet_buf__append(b, ",", 1);
-				r = r ?: buf_json_str(b, col == 0	 ? f->name
-							 : col == 1 ? f->module
-							 : f->kernel ? "kernel"
-								     : "user");
+				r = r
+					?: buf_json_str(b, col == 0    ? f->name
+							   : col == 1  ? f->module
+							   : f->kernel ? "kernel"
+								       : "user");
 			}
 			r = r ?: fleet_buf__append(b, "]", 1);
 		}
@@ -598,12 +607,14 @@ static int send_samples(struct shipper *sh, const struct ship_session *s, int64_
 
 	if (sqlite3_prepare_v2(
 		sh->db,
-		"SELECT x.e, x.m, x.tid, x.stack_id, x.n, coalesce(t.name, ''), coalesce(t.pid, ?5) "
+		"SELECT x.e, x.m, x.tid, x.stack_id, x.n, coalesce(t.name, ''), coalesce(t.pid, "
+		"?5) "
 		"FROM (SELECT 0 AS e, max(window_ns - ?4, 0) / 60000000000 AS m, tid, stack_id, "
 		"      sum(count) AS n FROM samples WHERE session_id = ?1 AND window_ns >= ?2 AND "
 		"      window_ns < ?3 GROUP BY m, tid, stack_id "
 		"      UNION ALL "
-		"      SELECT 1, max(window_ns - ?4, 0) / 60000000000 AS m, tid, stack_id, sum(count) "
+		"      SELECT 1, max(window_ns - ?4, 0) / 60000000000 AS m, tid, stack_id, "
+		"sum(count) "
 		"      FROM event_samples WHERE session_id = ?1 AND window_ns >= ?2 AND "
 		"      window_ns < ?3 GROUP BY m, tid, stack_id) x "
 		"LEFT JOIN threads t ON t.session_id = ?1 AND t.tid = x.tid "
@@ -628,8 +639,10 @@ static int send_samples(struct shipper *sh, const struct ship_session *s, int64_
 		r = buf_field_str(b, "host", sh->host, true);
 		r = r ?: buf_field_i64(b, "session_id", s->id, false);
 		r = r ?: buf_field_i64(b, "chunk_ns", chunk_ns + part, false);
-		r = r ?: buf_field_str(b, "event",
-				       sqlite3_column_int(st, 0) ? s->sampled_event : "cpu", false);
+		r = r
+			?: buf_field_str(b, "event",
+					 sqlite3_column_int(st, 0) ? s->sampled_event : "cpu",
+					 false);
 		r = r ?: buf_field_i64(b, "minute", minute_s, false);
 		r = r ?: buf_field_i64(b, "tid", sqlite3_column_int64(st, 2), false);
 		r = r ?: buf_field_str(b, "thread", col_text(st, 5), false);
@@ -665,27 +678,30 @@ static int send_memory(struct shipper *sh, const struct ship_session *s, int64_t
 	uint64_t rows = 0;
 	int rc, r;
 
-	if (sqlite3_prepare_v2(sh->db,
-			       "SELECT pid, time_ns, rss_bytes, coalesce(pss_bytes, -1), anon_bytes, "
-			       "file_bytes, shmem_bytes, swap_bytes FROM memory_samples "
-			       "WHERE session_id = ?1 AND time_ns >= ?2 AND time_ns < ?3 "
-			       "ORDER BY time_ns, pid LIMIT 1000000",
-			       -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(
+		sh->db,
+		"SELECT pid, time_ns, rss_bytes, coalesce(pss_bytes, -1), anon_bytes, "
+		"file_bytes, shmem_bytes, swap_bytes FROM memory_samples "
+		"WHERE session_id = ?1 AND time_ns >= ?2 AND time_ns < ?3 "
+		"ORDER BY time_ns, pid LIMIT 1000000",
+		-1, &st, NULL) != SQLITE_OK)
 		return sql_failed(sh, "memory_samples");
 	sqlite3_bind_int64(st, 1, s->id);
 	sqlite3_bind_int64(st, 2, lo);
 	sqlite3_bind_int64(st, 3, hi);
 	fleet_buf__reset(b);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		static const char *const cols[] = {"rss_bytes", "pss_bytes", "anon_bytes",
+		static const char *const cols[] = {"rss_bytes",	 "pss_bytes",	"anon_bytes",
 						   "file_bytes", "shmem_bytes", "swap_bytes"};
 
 		r = buf_field_str(b, "host", sh->host, true);
 		r = r ?: buf_field_i64(b, "session_id", s->id, false);
 		r = r ?: buf_field_i64(b, "chunk_ns", chunk_ns, false);
 		r = r ?: buf_field_i64(b, "pid", sqlite3_column_int64(st, 0), false);
-		r = r ?: buf_field_i64(b, "time", sqlite3_column_int64(st, 1) / (int64_t)NSEC_PER_SEC,
-				       false);
+		r = r
+			?: buf_field_i64(b, "time",
+					 sqlite3_column_int64(st, 1) / (int64_t)NSEC_PER_SEC,
+					 false);
 		r = r ?: buf_field_i64(b, "time_ns", sqlite3_column_int64(st, 1), false);
 		for (int i = 0; i < 6 && r >= 0; i++)
 			r = buf_field_i64(b, cols[i], sqlite3_column_int64(st, 2 + i), false);
@@ -821,13 +837,14 @@ static int ship_session(struct shipper *sh, int64_t id)
 		if (r < 0)
 			break;
 		s.shipped_until_ns = last ? MAX(from, s.ended_ns) : to;
-		r = exec_cursor(sh,
-				"UPDATE fleet_cursors SET shipped_until_ns = ?2, chunks = chunks + 1, "
-				"rows = rows + ?3, last_error = NULL, last_attempt_ns = ?4, done = ?5, "
-				"pending_until_ns = NULL "
-				"WHERE session_id = ?1 AND sink = 'clickhouse'",
-				id, s.shipped_until_ns, (int64_t)sh->chunk_rows,
-				(int64_t)now_ns(CLOCK_REALTIME), last ? "1" : "0");
+		r = exec_cursor(
+		    sh,
+		    "UPDATE fleet_cursors SET shipped_until_ns = ?2, chunks = chunks + 1, "
+		    "rows = rows + ?3, last_error = NULL, last_attempt_ns = ?4, done = ?5, "
+		    "pending_until_ns = NULL "
+		    "WHERE session_id = ?1 AND sink = 'clickhouse'",
+		    id, s.shipped_until_ns, (int64_t)sh->chunk_rows,
+		    (int64_t)now_ns(CLOCK_REALTIME), last ? "1" : "0");
 		log_debug("fleet: session %" PRId64 ": chunk %" PRId64 " shipped, %" PRIu64
 			  " rows, %" PRIu64 " bytes in %.1f ms%s",
 			  id, chunk_ns, sh->chunk_rows, clickhouse__bytes_sent(sh->ch) - sent0,
@@ -900,12 +917,13 @@ static void *shipper_main(void *arg)
 
 		if (last)
 			break;
-		backoff_ns = r < 0 ? MIN(backoff_ns ? backoff_ns * 2 : NSEC_PER_SEC, interval_ns) : 0;
+		backoff_ns =
+		    r < 0 ? MIN(backoff_ns ? backoff_ns * 2 : NSEC_PER_SEC, interval_ns) : 0;
 		wait_ns = r < 0 ? backoff_ns : interval_ns;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += (time_t)(wait_ns / NSEC_PER_SEC) +
-			     (time_t)((uint64_t)ts.tv_nsec + wait_ns % NSEC_PER_SEC) /
-				 (time_t)NSEC_PER_SEC;
+		ts.tv_sec +=
+		    (time_t)(wait_ns / NSEC_PER_SEC) +
+		    (time_t)((uint64_t)ts.tv_nsec + wait_ns % NSEC_PER_SEC) / (time_t)NSEC_PER_SEC;
 		ts.tv_nsec = (long)(((uint64_t)ts.tv_nsec + wait_ns % NSEC_PER_SEC) % NSEC_PER_SEC);
 		pthread_mutex_lock(&sh->lock);
 		while (!sh->kicked && !sh->stopping &&
@@ -982,9 +1000,9 @@ int shipper__new(const struct shipper_settings *set, struct shipper **ret)
 		r = -ENOMEM;
 		goto fail;
 	}
-	r = clickhouse__new(set->url,
-			    set->database && *set->database ? set->database : "profd", set->user,
-			    set->password ? set->password : password, on_cancel, sh, &sh->ch);
+	r = clickhouse__new(set->url, set->database && *set->database ? set->database : "profd",
+			    set->user, set->password ? set->password : password, on_cancel, sh,
+			    &sh->ch);
 	if (r < 0)
 		goto fail;
 	if (password)

@@ -13,14 +13,14 @@ struct shipper;
 
 /* What the shipper needs from profd's settings ([fleet], docs/fleet.md); strings are copied. */
 struct shipper_settings {
-	const char *db_path;		/* profd's database */
-	const char *url;		/* http(s)://host:port of ClickHouse */
-	const char *database;		/* NULL or "": "profd" */
-	const char *user;		/* NULL or "": "default" */
-	const char *password;		/* NULL: none (or from password_file) */
-	const char *password_file;	/* the password's first line, if password is not set */
-	const char *host_name;		/* NULL or "": gethostname() */
-	unsigned interval_s;		/* running sessions are shipped this often, >= 1 */
+	const char *db_path;	   /* profd's database */
+	const char *url;	   /* http(s)://host:port of ClickHouse */
+	const char *database;	   /* NULL or "": "profd" */
+	const char *user;	   /* NULL or "": "default" */
+	const char *password;	   /* NULL: none (or from password_file) */
+	const char *password_file; /* the password's first line, if password is not set */
+	const char *host_name;	   /* NULL or "": gethostname() */
+	unsigned interval_s;	   /* running sessions are shipped this often, >= 1 */
 };
 
 /* How long shipper__free() lets the last round run before it cancels the transfer. */
@@ -40,7 +40,8 @@ struct shipper_settings {
  */
 int shipper__new(const struct shipper_settings *s, struct shipper **ret);
 
-/* shipper__kick() - a session ended: ship now rather than at the next interval. Never blocks long. */
+/* shipper__kick() - a session ended: ship now rather than at the next interval. Never blocks long.
+ */
 void shipper__kick(struct shipper *sh);
 
 /*
