@@ -331,6 +331,36 @@ int output__attach(FILE *f, const json_t *reply)
 	return 0;
 }
 
+/*
+ * The "fleet" object's sinks that shipped the session, a line each:
+ * "clickhouse:          shipped 120 s (done), 3 chunks, 4120 rows, 2 failures"
+ * and the last error on its own line.
+ */
+static void print_fleet(FILE *f, const json_t *fleet)
+{
+	const char *sink;
+	const json_t *c;
+
+	if (!json_is_object(fleet))
+		return;
+	json_object_foreach((json_t *)fleet, sink, c) {
+		const json_t *err = json_object_get(c, "last_error");
+		char label[32];
+
+		if (!json_is_object(c))
+			continue;
+		snprintf(label, sizeof(label), "%s:", sink);
+		fprintf(f, "%-21sshipped %.0f s%s, %lld chunks, %lld rows, %lld failures\n", label,
+			json_number_value(json_object_get(c, "shipped_until_s")),
+			json_is_true(json_object_get(c, "done")) ? " (done)" : "",
+			(long long)json_integer_value(json_object_get(c, "chunks")),
+			(long long)json_integer_value(json_object_get(c, "rows")),
+			(long long)json_integer_value(json_object_get(c, "failures")));
+		if (json_is_string(err))
+			fprintf(f, "%-21s%s\n", "  last error:", json_string_value(err));
+	}
+}
+
 /* output__session() - "key: value" lines for one SESSION object. */
 int output__session(FILE *f, const json_t *s)
 {
@@ -419,6 +449,7 @@ int output__session(FILE *f, const json_t *s)
 		if (json_is_string(label))
 			fprintf(f, "%-21s%s\n", "label:", json_string_value(label));
 	}
+	print_fleet(f, json_object_get(s, "fleet"));
 	return 0;
 }
 

@@ -477,6 +477,74 @@ static void test_merge_windows(const char *dir)
 	store__close(st);
 }
 
+/*
+ * With ClickHouse as a sink: the age limit keeps an ended session until
+ * ClickHouse has it whole, the size limit deletes it anyway and counts it,
+ * and windows are merged only below what was shipped.
+ */
+static void test_fleet_guards(const char *dir)
+{
+	const uint64_t day = 86400ULL * NSEC_PER_SEC, sec = NSEC_PER_SEC, now = 100 * day;
+	struct store_retention res;
+	struct store_merge merge;
+	struct store *st = NULL;
+	char path[160], sql[256];
+	int64_t unshipped, shipped, fid = 0, stack = 0;
+
+	snprintf(path, sizeof(path), "%s/fleet.db", dir);
+	CHECK_INT_EQ(store__open(path, &st), 0);
+	store__set_fleet_sinks(st, STORE_SINK_CLICKHOUSE);
+	unshipped = add_session(st, 1 * day, 2 * day);
+	shipped = add_session(st, 1 * day, 2 * day);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns, done) "
+		 "VALUES (%lld, 'clickhouse', %llu, 1)",
+		 (long long)shipped, (unsigned long long)(2 * day));
+	CHECK_INT_EQ(sqlite3_exec(store__db(st), sql, NULL, NULL, NULL), SQLITE_OK);
+	CHECK_INT_EQ(store__retention(st, now, 30 * day, 0, &res), 0);
+	CHECK_INT_EQ(res.sessions_deleted, 1);
+	CHECK_INT_EQ(res.unshipped_deleted, 0);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM sessions WHERE id = %lld",
+		 (long long)unshipped);
+	CHECK_INT_EQ(query_int(st, sql), 1);
+	/* The size limit protects the disk: the unshipped one goes, and is counted. */
+	CHECK_INT_EQ(store__retention(st, now, 30 * day, 1, &res), 0);
+	CHECK_INT_EQ(res.sessions_deleted, 1);
+	CHECK_INT_EQ(res.unshipped_deleted, 1);
+
+	/* A running session with 30 windows of 1 s, shipped up to 12 s: windows of 10 s
+	 * older than 5 s are merged up to 10 s only (the shipped bound), not to 20 s. */
+	{
+		const uint64_t t0 = 5000 * sec;
+		int64_t a = add_session(st, t0, 0);
+
+		CHECK_INT_EQ(test_frame_id(st, "/bin/f", 0x10, NULL, &fid), 0);
+		CHECK_INT_EQ(store__stack_id(st, &fid, 1, false, true, &stack), 0);
+		CHECK_INT_EQ(store__begin(st), 0);
+		for (uint64_t w = 0; w < 30; w++)
+			CHECK_INT_EQ(store__sample_add(st, a, t0 + w * sec, 1, stack, 1, 0), 0);
+		CHECK_INT_EQ(store__commit(st), 0);
+		CHECK_INT_EQ(store__merge_windows(st, t0 + 30 * sec, 5 * sec, 10 * sec, 100, &merge),
+			     0);
+		CHECK_INT_EQ(merge.sessions, 0); /* no cursor yet: nothing shipped, nothing merged */
+		snprintf(sql, sizeof(sql),
+			 "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns) "
+			 "VALUES (%lld, 'clickhouse', %llu)",
+			 (long long)a, (unsigned long long)(t0 + 12 * sec));
+		CHECK_INT_EQ(sqlite3_exec(store__db(st), sql, NULL, NULL, NULL), SQLITE_OK);
+		CHECK_INT_EQ(store__merge_windows(st, t0 + 30 * sec, 5 * sec, 10 * sec, 100, &merge),
+			     0);
+		CHECK_INT_EQ(merge.sessions, 1);
+		snprintf(sql, sizeof(sql), "SELECT merged_until_ns - %llu FROM sessions WHERE id = %lld",
+			 (unsigned long long)t0, (long long)a);
+		CHECK_INT_EQ(query_int(st, sql), (long long)(10 * sec));
+		snprintf(sql, sizeof(sql), "SELECT sum(count) FROM samples WHERE session_id = %lld",
+			 (long long)a);
+		CHECK_INT_EQ(query_int(st, sql), 30);
+	}
+	store__close(st);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/test-store-XXXXXX", path[128], bad[128];
@@ -598,6 +666,7 @@ int main(void)
 	test_retention(dir);
 	test_rollups(dir);
 	test_merge_windows(dir);
+	test_fleet_guards(dir);
 
 	snprintf(path, sizeof(path), "rm -rf %s", dir);
 	if (system(path) != 0)

@@ -86,12 +86,60 @@ static int session_from_row(sqlite3_stmt *st, int64_t now, json_t **ret)
 }
 
 /*
+ * The "fleet" object of a session: for each sink ("clickhouse",
+ * "pyroscope"), null if it never shipped the session, else how far it got
+ * (shipped_until_s: seconds of the session shipped), its chunks, rows,
+ * failed attempts, the last one's message (null after a success) and done.
+ */
+static int fleet_object(sqlite3 *db, int64_t session_id, int64_t started_ns, json_t **ret)
+{
+	static const char *const sinks[] = {"clickhouse", "pyroscope"};
+	_cleanup_json_ json_t *o = json_object();
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	int r, fail = 0;
+
+	if (!o)
+		return -ENOMEM;
+	for (size_t i = 0; i < ARRAY_SIZE(sinks); i++)
+		fail |= json_object_set_new(o, sinks[i], json_null());
+	r = report__prepare(db,
+			    "SELECT sink, shipped_until_ns, chunks, rows, failures, last_error, done "
+			    "FROM fleet_cursors WHERE session_id = ?1",
+			    &st);
+	if (r < 0)
+		return r;
+	sqlite3_bind_int64(st, 1, session_id);
+	while ((r = report__step(st)) > 0) {
+		json_t *c = json_object();
+
+		if (!c)
+			return -ENOMEM;
+		fail |= json_object_set_new(
+		    c, "shipped_until_s",
+		    report__seconds(MAX(sqlite3_column_int64(st, 1) - started_ns, 0)));
+		fail |= json_object_set_new(c, "chunks", report__col_int(st, 2));
+		fail |= json_object_set_new(c, "rows", report__col_int(st, 3));
+		fail |= json_object_set_new(c, "failures", report__col_int(st, 4));
+		fail |= json_object_set_new(c, "last_error", report__col_text(st, 5));
+		fail |= json_object_set_new(c, "done", json_boolean(sqlite3_column_int(st, 6)));
+		fail |= json_object_set_new(o, (const char *)sqlite3_column_text(st, 0), c);
+	}
+	if (r < 0)
+		return r;
+	if (fail)
+		return -ENOMEM;
+	*ret = TAKE_PTR(o);
+	return 0;
+}
+
+/*
  * query__session() - the SESSION object of docs/protocol.md for @session_id.
  * @db: open connection at the current schema; only read.
  * @session_id: sessions.id.
  * @ret: on success a new object, owned by the caller; untouched on failure.
  *
- * elapsed_s runs to now (CLOCK_REALTIME) while the session has no ended_at.
+ * elapsed_s runs to now (CLOCK_REALTIME) while the session has no ended_at;
+ * "fleet" says what the fleet sinks have of it (fleet_cursors, schema 16).
  * Returns 0, -ENOENT for an unknown session, -EIO on an SQLite error,
  * -ENOMEM. Allocates; does not log; blocks only on SQLite's file I/O.
  */
@@ -100,10 +148,22 @@ int query__session(sqlite3 *db, int64_t session_id, json_t **ret)
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	int r;
 
+	_cleanup_json_ json_t *o = NULL;
+	json_t *fleet;
+
 	r = report__row(db, SESSION_SELECT " WHERE s.id = ?1", session_id, &st);
 	if (r < 0)
 		return r;
-	return session_from_row(st, (int64_t)now_ns(CLOCK_REALTIME), ret);
+	r = session_from_row(st, (int64_t)now_ns(CLOCK_REALTIME), &o);
+	if (r < 0)
+		return r;
+	r = fleet_object(db, session_id, sqlite3_column_int64(st, SC_STARTED_AT_NS), &fleet);
+	if (r < 0)
+		return r;
+	if (json_object_set_new(o, "fleet", fleet) < 0)
+		return -ENOMEM;
+	*ret = TAKE_PTR(o);
+	return 0;
 }
 
 /*

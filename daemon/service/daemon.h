@@ -54,6 +54,7 @@ struct profd {
 	struct server *server;
 	struct readers *readers; /* reports and SQL run there, never on the loop */
 	struct pyroscope *pyroscope; /* the Pyroscope push thread; NULL without pyroscope_url */
+	struct shipper *shipper; /* ships sessions to ClickHouse; NULL without clickhouse_url */
 	struct unwind_worker *worker;
 	struct offcpu *offcpu; /* NULL if off-CPU tracing cannot load */
 	struct malloc_probes

@@ -25,6 +25,7 @@
 #include "collect/unwind_worker.h"
 #include "collect/uprobes.h"
 #include "fleet/pyroscope.h"
+#include "fleet/shipper.h"
 #include "log.h"
 #include "protocol.h"
 #include "service/config.h"
@@ -341,6 +342,29 @@ static int run(void)
 		}
 	}
 
+	if (cfg.clickhouse_url && *cfg.clickhouse_url) {
+		struct shipper_settings ship = {
+		    .db_path = cfg.db_path,
+		    .url = cfg.clickhouse_url,
+		    .database = cfg.clickhouse_database,
+		    .user = cfg.clickhouse_user,
+		    .password = cfg.clickhouse_password,
+		    .password_file = cfg.clickhouse_password_file,
+		    .host_name = cfg.host_name,
+		    .interval_s = cfg.fleet_interval_s,
+		};
+
+		/* Retention and the window merge wait for what ClickHouse has not got. */
+		store__set_fleet_sinks(p.env.store, STORE_SINK_CLICKHOUSE);
+		r = shipper__new(&ship, &p.shipper);
+		if (r < 0) {
+			log_error_errno(r, "Failed to start shipping to ClickHouse at %s: %m",
+					cfg.clickhouse_url);
+			goto out;
+		}
+		log_info("shipping sessions to ClickHouse at %s every %u s", cfg.clickhouse_url,
+			 cfg.fleet_interval_s);
+	}
 	if (cfg.pyroscope_url && *cfg.pyroscope_url) {
 		struct pyroscope_settings ps = {
 		    .url = cfg.pyroscope_url,
@@ -423,6 +447,8 @@ out:
 	server__free(p.server); /* first: a client waiting for a reader cancels its query */
 	readers__free(p.readers);
 	pyroscope__free(p.pyroscope); /* the last pieces of the sessions just ended */
+	/* After the sessions ended: their last chunks go out, for at most SHIPPER_STOP_NS. */
+	shipper__free(p.shipper);
 	unwind_worker__free(p.worker);
 	offcpu__free(p.offcpu);
 	malloc_probes__free(p.malloc_probes);

@@ -14,6 +14,7 @@
 #include "collect/sampler.h"
 #include "collect/unwind_worker.h"
 #include "fleet/pyroscope.h"
+#include "fleet/shipper.h"
 #include "log.h"
 #include "service/daemon.h"
 #include "service/notify.h"
@@ -273,6 +274,8 @@ int profd__end_session(struct profd *p, unsigned slot, const char *reason)
 	session__free(s);
 	profd__notify_status(p);
 	pyroscope__session_ended(p->pyroscope); /* its last piece, now */
+	/* Its last chunk goes to ClickHouse now, not at the next interval. */
+	shipper__kick(p->shipper);
 	return r;
 }
 
@@ -325,6 +328,10 @@ void profd__run_retention(struct profd *p)
 		log_info("retention: deleted %u ended session(s); database %llu -> %llu bytes",
 			 res.sessions_deleted, (unsigned long long)res.bytes_before,
 			 (unsigned long long)res.bytes_after);
+		if (res.unshipped_deleted)
+			log_warning("retention: %u of the deleted sessions were not shipped to the "
+				    "fleet sinks whole (max_db_bytes reached)",
+				    res.unshipped_deleted);
 	}
 	if (res.over_limit)
 		log_warning("database is larger than max_db_bytes (%llu) with only running "

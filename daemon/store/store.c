@@ -481,16 +481,58 @@ static int delete_sessions(struct store *st, const char *where, int64_t arg, uns
 	return 0;
 }
 
+void store__set_fleet_sinks(struct store *st, unsigned sinks)
+{
+	st->fleet_sinks = sinks;
+}
+
+/*
+ * The SQL condition "every configured sink has session sessions.id whole",
+ * "1" without sinks; malloc'd, NULL for out of memory.
+ */
+static char *shipped_condition(const struct store *st)
+{
+	static const struct {
+		unsigned bit;
+		const char *name;
+	} sinks[] = {{STORE_SINK_CLICKHOUSE, "clickhouse"}, {STORE_SINK_PYROSCOPE, "pyroscope"}};
+	char *sql = strdup("1");
+
+	for (size_t i = 0; i < ARRAY_SIZE(sinks) && sql; i++) {
+		char *more;
+
+		if (!(st->fleet_sinks & sinks[i].bit))
+			continue;
+		if (asprintf(&more,
+			     "%s AND EXISTS (SELECT 1 FROM fleet_cursors c WHERE c.session_id = "
+			     "sessions.id AND c.sink = '%s' AND c.done)",
+			     sql, sinks[i].name) < 0)
+			more = NULL;
+		free(sql);
+		sql = more;
+	}
+	return sql;
+}
+
 int store__retention(struct store *st, uint64_t now_ns, uint64_t retention_ns,
 		     uint64_t max_db_bytes, struct store_retention *ret)
 {
 	int64_t size = store__size_bytes(st), live;
+	_cleanup_free_ char *shipped = shipped_condition(st), *aged = NULL;
 	int r;
 
 	*ret = (struct store_retention){.bytes_before = size > 0 ? (uint64_t)size : 0};
+	if (!shipped)
+		return -ENOMEM;
+	/* The age limit waits for the fleet sinks: they are the long-term store. */
 	if (retention_ns && now_ns > retention_ns) {
-		r = delete_sessions(st, "coalesce(ended_at_ns, started_at_ns) < ?1",
-				    (int64_t)(now_ns - retention_ns), &ret->sessions_deleted);
+		if (asprintf(&aged, "coalesce(ended_at_ns, started_at_ns) < ?1 AND %s", shipped) <
+		    0) {
+			aged = NULL;
+			return -ENOMEM;
+		}
+		r = delete_sessions(st, aged, (int64_t)(now_ns - retention_ns),
+				    &ret->sessions_deleted);
 		if (r < 0)
 			return r;
 	}
@@ -511,6 +553,26 @@ int store__retention(struct store *st, uint64_t now_ns, uint64_t retention_ns,
 		batch = (int64_t)((double)ended * (double)(live - (int64_t)max_db_bytes) /
 				  (double)live) +
 			1;
+		/* The size limit protects the disk: it deletes unshipped sessions too, and counts them. */
+		if (st->fleet_sinks) {
+			_cleanup_stmt_ sqlite3_stmt *q = NULL;
+			_cleanup_free_ char *sql = NULL;
+
+			if (asprintf(&sql,
+				     "SELECT count(*) FROM (SELECT id FROM sessions WHERE state = "
+				     "'ended' ORDER BY coalesce(ended_at_ns, started_at_ns), id LIMIT "
+				     "?1) s JOIN sessions ON sessions.id = s.id WHERE NOT (%s)",
+				     shipped) < 0) {
+				sql = NULL;
+				return -ENOMEM;
+			}
+			if (sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK)
+				return -EIO;
+			sqlite3_bind_int64(q, 1, batch);
+			if (sqlite3_step(q) != SQLITE_ROW)
+				return -EIO;
+			ret->unshipped_deleted += (unsigned)sqlite3_column_int64(q, 0);
+		}
 		r = delete_sessions(st,
 				    "id IN (SELECT id FROM sessions WHERE state = 'ended' "
 				    "ORDER BY coalesce(ended_at_ns, started_at_ns), id LIMIT ?1)",

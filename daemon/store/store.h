@@ -74,9 +74,25 @@ void store__rollback(struct store *st);
  */
 int store__mark_interrupted(struct store *st);
 
+/* The fleet sinks sessions are shipped to (fleet_cursors.sink, schema 16). */
+enum store_sink {
+	STORE_SINK_CLICKHOUSE = 1 << 0,
+	STORE_SINK_PYROSCOPE = 1 << 1,
+};
+
+/*
+ * store__set_fleet_sinks() - the sinks (STORE_SINK_* bits, 0: none) that
+ * sessions are shipped to: store__retention()'s age limit then keeps an
+ * ended session until every one of them has it whole (fleet_cursors.done),
+ * and store__merge_windows() never merges past what was shipped to
+ * ClickHouse (its chunks read the windows). Does not fail.
+ */
+void store__set_fleet_sinks(struct store *st, unsigned sinks);
+
 /* What store__retention() did. */
 struct store_retention {
 	unsigned sessions_deleted;
+	unsigned unshipped_deleted; /* of those, sessions a fleet sink did not have whole */
 	uint64_t bytes_before;   /* database file size before, bytes */
 	uint64_t bytes_after;    /* after, once free pages went back to the file system */
 	bool over_limit;         /* still above max_db_bytes: only running sessions left */
@@ -85,8 +101,10 @@ struct store_retention {
 /*
  * store__retention() - delete ended sessions (whole: every row of theirs,
  * then the stacks and frames no session uses any more) that ended more than
- * @retention_ns before @now_ns (0: no age limit), then the oldest ended ones
- * while the live data is larger than @max_db_bytes (0: no size limit).
+ * @retention_ns before @now_ns (0: no age limit) and that every fleet sink
+ * (store__set_fleet_sinks()) has whole, then the oldest ended ones while the
+ * live data is larger than @max_db_bytes (0: no size limit), shipped or not
+ * (unshipped_deleted counts those a sink did not have).
  * Running sessions are never deleted. Free pages go back to the file system
  * (incremental vacuum, if store__enable_incremental_vacuum() was done) and
  * the WAL is truncated. Each round is one transaction.
@@ -113,7 +131,9 @@ struct store_merge {
  * the sums (docs/schema.md, schema 15); the rollups are unchanged; the
  * session's merged_until_ns and merged_window_ns say how far. A session
  * keeps the @window_ns it was first merged with, and merged windows start
- * at started_at_ns + k * window_ns. @after_ns 0 or @window_ns under 2 s:
+ * at started_at_ns + k * window_ns. With STORE_SINK_CLICKHOUSE set, a
+ * session is merged only up to its fleet_cursors.shipped_until_ns for
+ * ClickHouse (not at all before it has a cursor). @after_ns 0 or @window_ns under 2 s:
  * nothing is done. Returns 0 with *@ret filled, -ENOMEM, or -EIO
  * (store__errmsg(); the session being merged is left as it was). Blocks
  * for as long as the merge takes; does not log.

@@ -57,6 +57,7 @@ struct store {
 	sqlite3 *db;
 	sqlite3_stmt *stmt[_STMT_MAX];	    /* stmt_sql of store.c, prepared at open */
 	sqlite3_stmt *lazy[STORE_LAZY_MAX]; /* prepared by store__lazy() */
+	unsigned fleet_sinks;		    /* STORE_SINK_* set: store__set_fleet_sinks() */
 };
 
 /* Documented where they are defined, in store.c. */

@@ -125,10 +125,15 @@ int store__merge_windows(struct store *st, uint64_t now_ns, uint64_t after_ns, u
 {
 	/* A session keeps the merged window it started merging with; an ended
 	 * one is done once its mark passed its end. */
+	/* ?3: bounded by what was shipped to ClickHouse (its chunks read the
+	 * windows; a session it has whole is not), the 7th column. */
 	static const char pending[] =
 	    "SELECT id, started_at_ns, coalesce(merged_until_ns, started_at_ns), "
-	    "       coalesce(merged_window_ns, ?2), ended_at_ns, merged_until_ns FROM sessions "
-	    "WHERE coalesce(merged_until_ns, started_at_ns) + coalesce(merged_window_ns, ?2) <= ?1 "
+	    "       coalesce(merged_window_ns, ?2), ended_at_ns, merged_until_ns, bound "
+	    "FROM (SELECT *, CASE WHEN ?3 THEN min(?1, coalesce((SELECT CASE WHEN done THEN ?1 "
+	    "       ELSE shipped_until_ns END FROM fleet_cursors c WHERE c.session_id = sessions.id AND "
+	    "       c.sink = 'clickhouse'), started_at_ns)) ELSE ?1 END AS bound FROM sessions) "
+	    "WHERE coalesce(merged_until_ns, started_at_ns) + coalesce(merged_window_ns, ?2) <= bound "
 	    "  AND (ended_at_ns IS NULL OR coalesce(merged_until_ns, started_at_ns) < ended_at_ns) "
 	    "ORDER BY coalesce(merged_until_ns, started_at_ns), id";
 	_cleanup_stmt_ sqlite3_stmt *stmt = NULL;
@@ -146,6 +151,7 @@ int store__merge_windows(struct store *st, uint64_t now_ns, uint64_t after_ns, u
 		return -EIO;
 	sqlite3_bind_int64(stmt, 1, cutoff);
 	sqlite3_bind_int64(stmt, 2, (int64_t)window_ns);
+	sqlite3_bind_int(stmt, 3, !!(st->fleet_sinks & STORE_SINK_CLICKHOUSE));
 	while (budget && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
 		struct merge_span m = {
 		    .session_id = sqlite3_column_int64(stmt, 0),
@@ -156,7 +162,7 @@ int store__merge_windows(struct store *st, uint64_t now_ns, uint64_t after_ns, u
 
 		/* Whole merged windows that ended before the cutoff, at most the
 		 * budget; an ended session's up to the one that holds its end. */
-		windows = m.window_ns > 0 ? (cutoff - mark) / m.window_ns : 0;
+		windows = m.window_ns > 0 ? (sqlite3_column_int64(stmt, 6) - mark) / m.window_ns : 0;
 		if (sqlite3_column_type(stmt, 4) != SQLITE_NULL)
 			windows =
 			    MIN(windows, (sqlite3_column_int64(stmt, 4) - mark + m.window_ns - 1) /

@@ -1,0 +1,306 @@
+"""Two real profds ship spin-threads sessions to one real ClickHouse
+(docs/fleet.md): every sample arrives exactly once per host, even when the
+server is down for a while mid-session and when the answer to an INSERT is
+lost after the server stored it; the hot function tops a query over both
+hosts. Then servers that refuse, fail, answer garbage, hang or reject the
+password: each is a clear log line and a count in profctl session, local
+profiling goes on, and profd stops promptly."""
+import http.server
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from clickhousetest import ClickHouse, free_port, server_binary  # noqa: E402
+from profdtest import Failure, Profd, binary, check, require_root_bpf, run, wait_for_threads  # noqa: E402
+
+
+class CutProxy:
+    """TCP proxy to @port that, once armed, forwards the next INSERT into
+    samples and closes the client's connection instead of relaying the
+    server's answer: the server stored the rows, the client never knows."""
+
+    def __init__(self, port):
+        self.port, self.armed, self.cuts = port, False, 0
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(('127.0.0.1', 0))
+        self.sock.listen(16)
+        self.url = 'http://127.0.0.1:%d' % self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                s = socket.create_connection(('127.0.0.1', self.port))
+            except OSError:
+                c.close()
+                continue
+            state = {'cut': False}
+            threading.Thread(target=self._up, args=(c, s, state), daemon=True).start()
+            threading.Thread(target=self._down, args=(s, c, state), daemon=True).start()
+
+    def _up(self, c, s, state):
+        try:
+            while True:
+                data = c.recv(65536)
+                if not data:
+                    break
+                if self.armed and b'INSERT%20INTO%20samples' in data:
+                    self.armed = False
+                    state['cut'] = True
+                s.sendall(data)
+        except OSError:
+            pass
+        for x in (c, s):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _down(self, s, c, state):
+        try:
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    break
+                if state['cut']:
+                    self.cuts += 1
+                    break
+                c.sendall(data)
+        except OSError:
+            pass
+        for x in (c, s):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+                x.close()
+            except OSError:
+                pass
+
+
+def fleet_of(d, sid):
+    return d.json('session', sid)['session']['fleet']['clickhouse']
+
+
+def wait_shipped(d, sid, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        c = fleet_of(d, sid)
+        if c and c['done']:
+            return c
+        time.sleep(0.5)
+    raise Failure('session %s not shipped whole within %d s: %r\n%s'
+                         % (sid, timeout, fleet_of(d, sid), d.logtext()[-3000:]))
+
+
+def chunk_table(ch, d, host, sid):
+    """Samples per shipped chunk, in ClickHouse and in the local windows of its span."""
+    import sqlite3
+    chunks = [(int(c), int(n)) for c, n in ch.rows(
+        "SELECT chunk_ns, sum(count) FROM samples WHERE host = '%s' AND session_id = %d "
+        "GROUP BY chunk_ns ORDER BY chunk_ns" % (host, sid))]
+    db = sqlite3.connect('file:%s?mode=ro' % d.db, uri=True)
+    out = []
+    for i, (c, n) in enumerate(chunks):
+        hi = chunks[i + 1][0] if i + 1 < len(chunks) else 1 << 62
+        lo = 0 if i == 0 else c
+        local = db.execute('SELECT coalesce(sum(count), 0) FROM samples WHERE session_id = ? AND '
+                           'window_ns >= ? AND window_ns < ?', (sid, lo, hi)).fetchone()[0]
+        out.append('chunk %d: %d in ClickHouse, %d local' % (c, n, local))
+    return '\n'.join(out)
+
+
+def attach_spin(d, seconds, weights='1,2'):
+    w = d.spawn(binary('SPIN_THREADS'), '--seconds', str(seconds), '--weights', weights)
+    wait_for_threads(w.pid, len(weights.split(',')) + 1)
+    return w, d.json('attach', w.pid, '--freq', '199')['session']
+
+
+def ship_two_hosts():
+    with ClickHouse() as ch:
+        proxy = CutProxy(ch.http_port)
+        proxy.armed = True
+        common = ['--fleet-interval', '2', '--log-level', 'debug']
+        with Profd(common + ['--host-name', 'host-a', '--clickhouse-url', proxy.url]) as a, \
+                Profd(common + ['--host-name', 'host-b', '--clickhouse-url', ch.url]) as b:
+            wa, sa = attach_spin(a, 16)
+            wb, sb = attach_spin(b, 8)
+            # Running sessions ship while they run.
+            deadline = time.time() + 15
+            while time.time() < deadline and not (fleet_of(a, sa) or {}).get('chunks'):
+                time.sleep(0.5)
+            check((fleet_of(a, sa) or {}).get('chunks', 0) > 0,
+                  'session %d shipped no chunk while it ran: %r' % (sa, fleet_of(a, sa)))
+            # The server goes away mid-session, and comes back.
+            ch.kill()
+            down = None
+            deadline = time.time() + 12
+            while time.time() < deadline:
+                c = fleet_of(a, sa)
+                if c['failures'] > 0 and c['last_error']:
+                    down = c
+                    break
+                time.sleep(0.5)
+            check(down is not None, 'no failure counted while ClickHouse was down: %r' % fleet_of(a, sa))
+            print('while down:', down)
+            # Through the proxy the server's death reads as a lost connection.
+            check(down['last_error'].startswith('ClickHouse at ') and
+                  ('connection lost' in down['last_error'] or 'connection refused' in down['last_error']),
+                  'last_error does not say why: %r' % down['last_error'])
+            _, out, _ = a.ctl('session', sa)
+            check('last error:' in out and 'failures' in out, 'profctl session does not show the failure:\n' + out)
+            time.sleep(2)
+            ch.start()
+            wa.wait(timeout=60)
+            wb.wait(timeout=60)
+            a.wait_ended(sa)
+            b.wait_ended(sb)
+            ca, cb = wait_shipped(a, sa), wait_shipped(b, sb)
+            print('shipped:', ca, cb)
+            check(ca['last_error'] is None, 'last_error stays after a success: %r' % ca)
+            check(proxy.cuts == 1, 'the proxy cut %d answers, expected 1' % proxy.cuts)
+            check('already in ClickHouse' in a.logtext(),
+                  'profd did not notice the INSERT whose answer was lost:\n' + a.logtext()[-3000:])
+
+            for host, d, sid in (('host-a', a, sa), ('host-b', b, sb)):
+                local = d.json('top', sid, '--limit', '1')['total_samples']
+                remote = int(ch.value("SELECT sum(count) FROM samples WHERE host = '%s' AND "
+                                      "session_id = %d AND event = 'cpu'" % (host, sid)) or 0)
+                print('%s: %d samples locally, %d in ClickHouse' % (host, local, remote))
+                check(local > 100, '%s: only %d samples' % (host, local))
+                if remote != local:
+                    print(chunk_table(ch, d, host, sid))
+                    print(ch.logtext())
+                check(remote == local, '%s: ClickHouse has %d samples, the session %d' % (host, remote, local))
+                row = ch.rows("SELECT state, samples FROM sessions FINAL WHERE host = '%s' AND "
+                              "session_id = %d" % (host, sid))
+                check(len(row) == 1 and row[0][0] == 'ended', '%s: sessions row %r' % (host, row))
+            missing = int(ch.value('SELECT count() FROM samples WHERE stack_hash NOT IN '
+                                   '(SELECT stack_hash FROM stacks)'))
+            check(missing == 0, '%d sample rows name a stack ClickHouse does not have' % missing)
+            top = ch.rows("SELECT functions[1] AS f, sum(count) AS n, uniqExact(host) FROM samples "
+                          "ANY INNER JOIN (SELECT DISTINCT stack_hash, functions FROM stacks) "
+                          "USING stack_hash WHERE event = 'cpu' GROUP BY f ORDER BY n DESC LIMIT 3")
+            print('fleet top:', top)
+            check(top and top[0][0] == 'hot_function' and top[0][2] == '2',
+                  'hot_function does not top the fleet: %r' % top)
+            t0 = time.time()
+            check(a.stop() == 0, 'profd exited %s' % a.proc.returncode)
+            print('profd stopped in %.1f s' % (time.time() - t0))
+
+
+class BadServer(http.server.BaseHTTPRequestHandler):
+    """HTTP 500, or 200 with garbage, or an answer after 40 s."""
+    mode = '500'
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get('Content-Length') or 0))
+        if self.mode == 'slow':
+            time.sleep(40)
+        if self.mode == '500':
+            body = b'Code: 999, e.displayText() = boom from the test\n'
+            self.send_response(500)
+        else:
+            body = b'<html>hello, I am not ClickHouse</html>\n'
+            self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def bad_server(mode):
+    cls = type('Bad' + mode, (BadServer,), {'mode': mode})
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), cls)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, 'http://127.0.0.1:%d' % srv.server_address[1]
+
+
+def bad_input():
+    srv500, url500 = bad_server('500')
+    srvgarbage, urlgarbage = bad_server('garbage')
+    srvslow, urlslow = bad_server('slow')
+    pwfile = tempfile.NamedTemporaryFile('w', suffix='.pw', delete=False)
+    pwfile.write('wrong-password\n')
+    pwfile.close()
+    with ClickHouse(password='right-password') as ch:
+        conf = tempfile.NamedTemporaryFile('w', suffix='.conf', delete=False)
+        conf.write('[fleet]\nclickhouse_url = %s\nclickhouse_password_file = %s\n' % (ch.url, pwfile.name))
+        conf.close()
+        cases = [
+            ('refused', ['--clickhouse-url', 'http://127.0.0.1:%d' % free_port()], 'connection refused'),
+            ('500', ['--clickhouse-url', url500], 'HTTP 500: Code: 999'),
+            ('garbage', ['--clickhouse-url', urlgarbage], 'unexpected answer'),
+            ('slow', ['--clickhouse-url', urlslow], 'no answer in time'),
+            ('auth', ['--config', conf.name], 'authentication failed'),
+        ]
+        ds, sessions = [], []
+        try:
+            for name, args, _ in cases:
+                d = Profd(['--fleet-interval', '2'] + args)
+                d.start()
+                ds.append(d)
+            for d in ds:
+                w, sid = attach_spin(d, 4, '1')
+                sessions.append((w, sid))
+            for d, (w, sid) in zip(ds, sessions):
+                w.wait(timeout=30)
+                d.wait_ended(sid)
+            # The slow server makes its request fail at curl's 30 s limit.
+            deadline = time.time() + 45
+            for (name, _, expect), d, (_, sid) in zip(cases, ds, sessions):
+                while True:
+                    s = d.json('session', sid)['session']
+                    c = s['fleet']['clickhouse']
+                    if (c and c['failures'] > 0) or time.time() > deadline:
+                        break
+                    time.sleep(0.5)
+                print('%s: %d samples; fleet %r' % (name, s['samples'], c))
+                check(s['samples'] > 50, '%s: local profiling stopped: %d samples' % (name, s['samples']))
+                check(c and c['failures'] > 0 and expect in (c['last_error'] or ''),
+                      '%s: expected a failure with %r, got %r' % (name, expect, c))
+                check(not c['done'], '%s: counted as shipped' % name)
+                log = d.logtext()
+                check(expect in log, '%s: no log line saying %r:\n%s' % (name, expect, log[-2000:]))
+                check(log.count(expect) <= 3, '%s: the error is logged at every retry (%d times)'
+                      % (name, log.count(expect)))
+            for (name, _, _), d in zip(cases, ds):
+                t0 = time.time()
+                d.proc.send_signal(signal.SIGTERM)
+                d.proc.wait(timeout=20)
+                took = time.time() - t0
+                print('%s: profd stopped in %.1f s' % (name, took))
+                check(took < 5, '%s: profd took %.1f s to stop' % (name, took))
+        finally:
+            for d in ds:
+                d.__exit__(None, None, None)
+            for srv in (srv500, srvgarbage, srvslow):
+                srv.shutdown()
+            os.unlink(conf.name)
+            os.unlink(pwfile.name)
+
+
+def test():
+    require_root_bpf()
+    server_binary()
+    t0 = time.time()
+    ship_two_hosts()
+    print('two hosts: %.0f s' % (time.time() - t0))
+    t0 = time.time()
+    bad_input()
+    print('bad input: %.0f s' % (time.time() - t0))
+
+
+if __name__ == '__main__':
+    run(test)
