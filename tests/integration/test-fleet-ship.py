@@ -6,6 +6,7 @@ hosts. Then servers that refuse, fail, answer garbage, hang or reject the
 password: each is a clear log line and a count in profctl session, local
 profiling goes on, and profd stops promptly."""
 import http.server
+import json
 import os
 import signal
 import socket
@@ -170,8 +171,10 @@ def ship_two_hosts():
             check('already in ClickHouse' in a.logtext(),
                   'profd did not notice the INSERT whose answer was lost:\n' + a.logtext()[-3000:])
 
+            locals_ = {}
             for host, d, sid in (('host-a', a, sa), ('host-b', b, sb)):
                 local = d.json('top', sid, '--limit', '1')['total_samples']
+                locals_[host] = (local, d.json('top', sid, '--limit', '1')['functions'][0]['function'])
                 remote = int(ch.value("SELECT sum(count) FROM samples WHERE host = '%s' AND "
                                       "session_id = %d AND event = 'cpu'" % (host, sid)) or 0)
                 print('%s: %d samples locally, %d in ClickHouse' % (host, local, remote))
@@ -192,6 +195,18 @@ def ship_two_hosts():
             print('fleet top:', top)
             check(top and top[0][0] == 'hot_function' and top[0][2] == '2',
                   'hot_function does not top the fleet: %r' % top)
+            # What a user asks: profctl fleet top over both hosts sums the two sessions,
+            # and its hottest function is each host's own.
+            _, out, _ = a.ctl('fleet', 'top', '--clickhouse-url', ch.url, '--since', '1h', '--json')
+            fleet = json.loads(out)
+            print('profctl fleet top: %d samples, %d hosts, %d sessions, first %s' % (
+                fleet['total_samples'], fleet['hosts'], fleet['sessions'], fleet['functions'][0]['function']))
+            check(fleet['total_samples'] == sum(n for n, _ in locals_.values()),
+                  'fleet top has %d samples, the two sessions %r' % (fleet['total_samples'], locals_))
+            check(fleet['hosts'] == 2 and fleet['sessions'] == 2, 'fleet top counts %d hosts, %d sessions' % (
+                fleet['hosts'], fleet['sessions']))
+            check(all(f == fleet['functions'][0]['function'] for _, f in locals_.values()),
+                  'fleet top first %r, the hosts\' own %r' % (fleet['functions'][0]['function'], locals_))
             t0 = time.time()
             check(a.stop() == 0, 'profd exited %s' % a.proc.returncode)
             print('profd stopped in %.1f s' % (time.time() - t0))
