@@ -213,6 +213,10 @@ static void test_top(sqlite3 *db)
 		return;
 	CHECK_STR(gs(o, "event"), "cpu-clock");
 	CHECK_INT(json_array_size(get(o, "functions")), 7);
+	/* The session's own columns, not null. */
+	CHECK_INT(gi(o, "pid_start_ticks"), 777);
+	CHECK(json_is_integer(get(o, "limit_dropped_samples")));
+	CHECK(json_is_null(get(o, "label")));
 
 	/* hot_loop: two addresses, one function; file/line of the address with most self. */
 	f = at(o, "functions", 0);

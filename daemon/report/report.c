@@ -441,7 +441,8 @@ int report__head(sqlite3 *db, int64_t session_id, const char *table, const struc
 	r = report__prepare(db,
 			    "SELECT s.event, s.lost_samples, s.truncated_stacks,"
 			    " s.missing_user_stacks, s.unsymbolized_frames, ?2, ?3,"
-			    " s.frames, s.unwind, s.sampled_event, " PYTHON_COLUMNS
+			    " s.frames, s.unwind, s.sampled_event, s.label, s.pid_start_ticks,"
+			    " s.limit_dropped_samples, " PYTHON_COLUMNS
 			    " FROM sessions s WHERE s.id = ?1",
 			    &st);
 	if (r >= 0)
@@ -467,16 +468,16 @@ int report__head(sqlite3 *db, int64_t session_id, const char *table, const struc
 	fail |= json_object_set_new(o, "truncated_stacks", report__col_int(st, 2));
 	fail |= json_object_set_new(o, "missing_user_stacks", report__col_int(st, 3));
 	fail |= json_object_set_new(o, "unsymbolized_frames", report__col_int(st, 4));
-	fail |= json_object_set_new(o, "label", report__col_text(st, SC_LABEL));
-	fail |= json_object_set_new(o, "pid_start_ticks", report__col_int(st, SC_PID_START_TICKS));
-	fail |= json_object_set_new(o, "limit_dropped_samples",
-				    report__col_int(st, SC_LIMIT_DROPPED_SAMPLES));
+	/* Columns of this statement, not of SESSION_COLUMNS (SC_*). */
+	fail |= json_object_set_new(o, "label", report__col_text(st, 10));
+	fail |= json_object_set_new(o, "pid_start_ticks", report__col_int(st, 11));
+	fail |= json_object_set_new(o, "limit_dropped_samples", report__col_int(st, 12));
 	fail |= json_object_set_new(
 	    o, "unsymbolized_pct",
 	    report__json_pct(sqlite3_column_int64(st, 4), sqlite3_column_int64(st, 7)));
 	fail |= json_object_set_new(o, "unwind", report__col_text(st, 8));
 	fail |= json_object_set_new(o, "root_samples", report__col_int(st, 6));
-	fail |= json_object_set_new(o, "python", report__python(st, 10));
+	fail |= json_object_set_new(o, "python", report__python(st, 13));
 	fail |= json_object_set_new(
 	    o, "root_pct",
 	    report__json_pct(sqlite3_column_int64(st, 6), sqlite3_column_int64(st, 5)));
