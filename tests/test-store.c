@@ -451,6 +451,46 @@ static void test_merge_windows(const char *dir)
 	CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
 	CHECK_INT_EQ(session_sum(st, "sum(count)", "samples", a), before[0] + 4);
 
+	/* Step by step, as the event loop merges: the mark first, then parts of a few threads. */
+	{
+		int64_t c = add_session(st, t0, 0);
+		struct store_merge_cursor cur = {0};
+		long long before_c, rows_c;
+		unsigned steps = 0;
+
+		CHECK_INT_EQ(store__begin(st), 0);
+		for (uint64_t w = 0; w < 30; w++)
+			for (int tid = 1; tid <= 4; tid++)
+				CHECK_INT_EQ(store__sample_add(st, c, t0 + w * sec, tid, s1, 1 + tid, 0), 0);
+		CHECK_INT_EQ(store__commit(st), 0);
+		before_c = session_sum(st, "sum(count)", "samples", c);
+		rows_c = session_sum(st, "count(*)", "samples", c);
+		/* Sessions a and b are merged up to now already: only c is due. */
+		CHECK_INT_EQ(store__merge_step(st, t0 + 36 * sec, 6 * sec, 10 * sec, 25, &cur, &res), 0);
+		CHECK(cur.active && res.sessions == 1 && res.more);
+		/* The mark moved before any row: a range over the span is read whole from now on. */
+		CHECK_INT_EQ(query_int(st, "SELECT merged_until_ns - started_at_ns FROM sessions "
+					   "WHERE id = 3"),
+			     10 * (long long)sec);
+		CHECK_INT_EQ(session_sum(st, "count(*)", "samples", c), rows_c);
+		do {
+			CHECK_INT_EQ(store__merge_step(st, t0 + 36 * sec, 6 * sec, 10 * sec, 25, &cur,
+						       &res),
+				     0);
+			steps++;
+		} while (res.more && steps < 1000);
+		/* 3 windows x (2 parts of samples (2 threads = 20 rows each) + 4 empty tables + windows). */
+		CHECK(steps > 3 * 3);
+		CHECK(!cur.active);
+		CHECK_INT_EQ(session_sum(st, "sum(count)", "samples", c), before_c);
+		CHECK_INT_EQ(session_sum(st, "count(*)", "samples", c), 3 * 4);
+		CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
+		CHECK_INT_EQ(query_int(st, "SELECT merged_until_ns - started_at_ns FROM sessions "
+					   "WHERE id = 3"),
+			     30 * (long long)sec);
+		CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM window_merge"), 0);
+	}
+
 	/* after 0 or a window under 2 s: nothing. */
 	CHECK_INT_EQ(store__merge_windows(st, t0 + 1000 * sec, 0, 10 * sec, 100, &res), 0);
 	CHECK_INT_EQ(res.sessions, 0);

@@ -116,7 +116,7 @@ int store__retention(struct store *st, uint64_t now_ns, uint64_t retention_ns,
 
 /* What store__merge_windows() did. */
 struct store_merge {
-	unsigned sessions;    /* sessions whose windows were merged */
+	unsigned sessions;    /* sessions whose windows were merged (started, for a step) */
 	uint64_t rows_before; /* rows of the window tables that were merged */
 	uint64_t rows_after;  /* the rows they became */
 	bool more;	      /* stopped at @max_windows: older windows are left to merge */
@@ -125,8 +125,9 @@ struct store_merge {
 /*
  * store__merge_windows() - merge the 1 s windows of every session that
  * ended more than @after_ns before @now_ns (CLOCK_REALTIME ns) into windows
- * of @window_ns, at most @max_windows merged windows in all (oldest first),
- * one transaction per session. The rows of samples, event_samples, offcpu,
+ * of @window_ns, at most @max_windows merged windows in all (oldest first):
+ * per merged window, one transaction for the session's mark, then one per
+ * table. The rows of samples, event_samples, offcpu,
  * thread_counters and windows in a merged window become one per key with
  * the sums (docs/schema.md, schema 15); the rollups are unchanged; the
  * session's merged_until_ns and merged_window_ns say how far. A session
@@ -135,11 +136,40 @@ struct store_merge {
  * session is merged only up to its fleet_cursors.shipped_until_ns for
  * ClickHouse (not at all before it has a cursor). @after_ns 0 or @window_ns under 2 s:
  * nothing is done. Returns 0 with *@ret filled, -ENOMEM, or -EIO
- * (store__errmsg(); the session being merged is left as it was). Blocks
- * for as long as the merge takes; does not log.
+ * (store__errmsg(); the part being merged is left as it was). Blocks
+ * for as long as the merge takes (store__merge_step() is the bounded
+ * form); does not log.
  */
 int store__merge_windows(struct store *st, uint64_t now_ns, uint64_t after_ns, uint64_t window_ns,
 			 unsigned max_windows, struct store_merge *ret);
+
+/*
+ * Where store__merge_step() is: the merged window it works on and how far
+ * it got. Zero it before the first call; it lives in memory only (after a
+ * restart, rows of a window whose mark had moved stay unmerged: right,
+ * only not smaller).
+ */
+struct store_merge_cursor {
+	bool active;				/* a merged window is being merged */
+	bool marked;				/* its session's mark has moved */
+	int64_t session_id, started_ns, window_ns; /* its session, and the merged window's length */
+	int64_t from, to;			/* the span of window_ns it merges, [from, to) */
+	size_t table;				/* the table at hand (windows.c) */
+	int64_t next_tid;			/* its first thread not merged yet */
+};
+
+/*
+ * store__merge_step() - one short transaction of what store__merge_windows()
+ * does for one merged window at a time: first the session's mark, then each
+ * table's rows in parts of a few threads, at most about @max_rows rows per
+ * transaction (a thread's rows are never split). For the event loop: it
+ * never holds the database (nor the caller) for long. @c carries the work
+ * from call to call. *@ret: sessions 1 when a merged window was started,
+ * the rows merged, and more false only when nothing was due. Returns 0,
+ * -ENOMEM or -EIO (that step rolled back; @c starts over at the next call).
+ */
+int store__merge_step(struct store *st, uint64_t now_ns, uint64_t after_ns, uint64_t window_ns,
+		      unsigned max_rows, struct store_merge_cursor *c, struct store_merge *ret);
 
 /*
  * store__enable_incremental_vacuum() - switch the database to
