@@ -332,6 +332,17 @@ static long long session_sum(struct store *st, const char *expr, const char *tab
 	return query_int(st, sql);
 }
 
+/* How far session @id's windows are merged, in seconds from its start. */
+static long long merged_until_s(struct store *st, int64_t id)
+{
+	char sql[128];
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT (merged_until_ns - started_at_ns) / 1000000000 FROM sessions WHERE id = %lld",
+		 (long long)id);
+	return query_int(st, sql);
+}
+
 /*
  * Windows merged as they age (schema/0015): the rows of a merged window
  * become one per key with the same sums, in every table with windows; the
@@ -404,26 +415,16 @@ static void test_merge_windows(const char *dir)
 	CHECK_INT_EQ(store__merge_windows(st, t0 + 38 * sec, 6 * sec, 10 * sec, 2, &res), 0);
 	CHECK_INT_EQ(res.sessions, 1);
 	CHECK(res.more);
-	CHECK_INT_EQ(query_int(st, "SELECT merged_until_ns - started_at_ns FROM sessions "
-				   "WHERE id = 1"),
-		     20 * (long long)sec);
+	CHECK_INT_EQ(merged_until_s(st, 1), 20);
 	CHECK_INT_EQ(store__merge_windows(st, t0 + 38 * sec, 6 * sec, 10 * sec, 100, &res), 0);
 	CHECK_INT_EQ(res.sessions, 2);
 	CHECK(!res.more);
-	CHECK_INT_EQ(query_int(st, "SELECT merged_until_ns - started_at_ns FROM sessions "
-				   "WHERE id = 1"),
-		     30 * (long long)sec);
+	CHECK_INT_EQ(merged_until_s(st, 1), 30);
 	/* b ended at 25 s: merged up to the window that holds its end, and no further. */
-	CHECK_INT_EQ(query_int(st, "SELECT merged_until_ns - started_at_ns FROM sessions "
-				   "WHERE id = 2"),
-		     30 * (long long)sec);
+	CHECK_INT_EQ(merged_until_s(st, 2), 30);
 	CHECK_INT_EQ(store__merge_windows(st, t0 + 100 * sec, 6 * sec, 10 * sec, 100, &res), 0);
-	CHECK_INT_EQ(query_int(st, "SELECT merged_until_ns - started_at_ns FROM sessions "
-				   "WHERE id = 2"),
-		     30 * (long long)sec);
-	CHECK_INT_EQ(query_int(st, "SELECT merged_until_ns - started_at_ns FROM sessions "
-				   "WHERE id = 1"),
-		     90 * (long long)sec);
+	CHECK_INT_EQ(merged_until_s(st, 2), 30);
+	CHECK_INT_EQ(merged_until_s(st, 1), 90);
 
 	/* The same sums in fewer rows; merged windows on t0 + k * 10 s. */
 	CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
@@ -469,9 +470,7 @@ static void test_merge_windows(const char *dir)
 		CHECK_INT_EQ(store__merge_step(st, t0 + 36 * sec, 6 * sec, 10 * sec, 25, &cur, &res), 0);
 		CHECK(cur.active && res.sessions == 1 && res.more);
 		/* The mark moved before any row: a range over the span is read whole from now on. */
-		CHECK_INT_EQ(query_int(st, "SELECT merged_until_ns - started_at_ns FROM sessions "
-					   "WHERE id = 3"),
-			     10 * (long long)sec);
+		CHECK_INT_EQ(merged_until_s(st, 3), 10);
 		CHECK_INT_EQ(session_sum(st, "count(*)", "samples", c), rows_c);
 		do {
 			CHECK_INT_EQ(store__merge_step(st, t0 + 36 * sec, 6 * sec, 10 * sec, 25, &cur,
@@ -485,9 +484,7 @@ static void test_merge_windows(const char *dir)
 		CHECK_INT_EQ(session_sum(st, "sum(count)", "samples", c), before_c);
 		CHECK_INT_EQ(session_sum(st, "count(*)", "samples", c), 3 * 4);
 		CHECK_INT_EQ(rollup_mismatches(st, 0), 0);
-		CHECK_INT_EQ(query_int(st, "SELECT merged_until_ns - started_at_ns FROM sessions "
-					   "WHERE id = 3"),
-			     30 * (long long)sec);
+		CHECK_INT_EQ(merged_until_s(st, 3), 30);
 		CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM window_merge"), 0);
 	}
 

@@ -40,23 +40,30 @@ struct merge_span {
 	int64_t session_id, started_ns, window_ns, from, to, tid_lo, tid_hi;
 };
 
+/* @sql prepared into *@ret with @m bound: ?1 session, ?2/?3 span, ?4 start, ?5 window, ?6/?7
+ * threads. */
+static int prepare_bound(struct store *st, const char *sql, const struct merge_span *m,
+			 sqlite3_stmt **ret)
+{
+	const int64_t v[] = {m->session_id, m->from,   m->to,	 m->started_ns,
+			     m->window_ns,  m->tid_lo, m->tid_hi};
+
+	if (sqlite3_prepare_v2(st->db, sql, -1, ret, NULL) != SQLITE_OK)
+		return -EIO;
+	/* Parameters a statement does not use are ignored. */
+	for (size_t i = 0; i < ARRAY_SIZE(v); i++)
+		sqlite3_bind_int64(*ret, (int)i + 1, v[i]);
+	return 0;
+}
+
 static int exec_bound(struct store *st, const char *sql, const struct merge_span *m,
 		      uint64_t *ret_changes)
 {
 	_cleanup_stmt_ sqlite3_stmt *stmt = NULL;
-	int r;
+	int r = prepare_bound(st, sql, m, &stmt);
 
-	if (sqlite3_prepare_v2(st->db, sql, -1, &stmt, NULL) != SQLITE_OK)
-		return -EIO;
-	/* Unused parameters are ignored: each statement takes what it needs. */
-	sqlite3_bind_int64(stmt, 1, m->session_id);
-	sqlite3_bind_int64(stmt, 2, m->from);
-	sqlite3_bind_int64(stmt, 3, m->to);
-	sqlite3_bind_int64(stmt, 4, m->started_ns);
-	sqlite3_bind_int64(stmt, 5, m->window_ns);
-	sqlite3_bind_int64(stmt, 6, m->tid_lo);
-	sqlite3_bind_int64(stmt, 7, m->tid_hi);
-	r = store__step_done(stmt);
+	if (r >= 0)
+		r = store__step_done(stmt);
 	if (r >= 0 && ret_changes)
 		*ret_changes += (uint64_t)sqlite3_changes64(st->db);
 	return r;
@@ -142,17 +149,13 @@ static int part_end(struct store *st, const struct merged_table *t, const struct
 
 	if (asprintf(&sql,
 		     "SELECT tid, count(*) FROM main.%s WHERE session_id = ?1 AND window_ns >= ?2 "
-		     "AND window_ns < ?3 AND tid >= ?4 GROUP BY tid ORDER BY tid",
+		     "AND window_ns < ?3 AND tid >= ?6 GROUP BY tid ORDER BY tid",
 		     t->name) < 0) {
 		sql = NULL;
 		return -ENOMEM;
 	}
-	if (sqlite3_prepare_v2(st->db, sql, -1, &stmt, NULL) != SQLITE_OK)
+	if (prepare_bound(st, sql, m, &stmt) < 0)
 		return -EIO;
-	sqlite3_bind_int64(stmt, 1, m->session_id);
-	sqlite3_bind_int64(stmt, 2, m->from);
-	sqlite3_bind_int64(stmt, 3, m->to);
-	sqlite3_bind_int64(stmt, 4, m->tid_lo);
 	while (rows < max_rows && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
 		*ret_tid = sqlite3_column_int64(stmt, 0);
 		rows += (uint64_t)sqlite3_column_int64(stmt, 1);
