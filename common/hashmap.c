@@ -96,3 +96,55 @@ void hashmap__free(struct hashmap *m)
 	free(m->vals);
 	*m = (struct hashmap){ 0 };
 }
+
+/* An id looked up in an id_index: the index its entries point into. */
+struct id_key {
+	const struct id_index *x;
+	int64_t id;
+};
+
+static bool id_eq(const void *entry, const void *key)
+{
+	const struct id_key *k = key;
+
+	return k->x->ids[(uintptr_t)entry - 1] == k->id;
+}
+
+long id_index__find(const struct id_index *x, int64_t id)
+{
+	struct id_key key = {x, id};
+	void *found = hashmap__find(&x->map, hash64(HASH64_INIT, &id, sizeof(id)), id_eq, &key);
+
+	return found ? (long)((uintptr_t)found - 1) : -1;
+}
+
+long id_index__add(struct id_index *x, int64_t id, bool *ret_added)
+{
+	long i = id_index__find(x, id);
+
+	if (ret_added)
+		*ret_added = i < 0;
+	if (i >= 0)
+		return i;
+	if (x->n == x->cap) {
+		size_t cap = x->cap ? 2 * x->cap : 64;
+		int64_t *ids = realloc(x->ids, cap * sizeof(*ids));
+
+		if (!ids)
+			return -ENOMEM;
+		x->ids = ids;
+		x->cap = cap;
+	}
+	if (hashmap__insert(&x->map, hash64(HASH64_INIT, &id, sizeof(id)),
+			    (void *)(uintptr_t)(x->n + 1)) < 0)
+		return -ENOMEM;
+	x->ids[x->n] = id;
+	return (long)x->n++;
+}
+
+void id_index__free(struct id_index *x)
+{
+	hashmap__free(&x->map);
+	free(x->ids);
+	*x = (struct id_index){ 0 };
+}

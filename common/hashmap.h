@@ -38,6 +38,28 @@ void hashmap__free(struct hashmap *m); /* frees the table, not the entries */
 	for (size_t i = 0; i < (m)->cap; i++)                                                      \
 		if (((v) = (m)->vals[i]) != NULL)
 
+/*
+ * id_index - 64-bit ids (stack ids, frame ids, window starts) to dense
+ * indexes 0, 1, 2, ... in the order they were first added: the index of an
+ * entry in an array the caller keeps beside it. ids[i] is entry i's id.
+ * Zero-initialized is empty.
+ */
+struct id_index {
+	struct hashmap map; /* hash of an id -> 1 + its index, as a pointer */
+	int64_t *ids;
+	size_t n, cap;
+};
+
+/* id_index__find() - the index of @id, or -1 if it was never added. */
+long id_index__find(const struct id_index *x, int64_t id);
+/*
+ * id_index__add() - the index of @id, which is x->n (then incremented) if
+ * it is new. *@ret_added (may be NULL) tells which. Returns >= 0, or
+ * -ENOMEM (nothing added).
+ */
+long id_index__add(struct id_index *x, int64_t id, bool *ret_added);
+void id_index__free(struct id_index *x);
+
 /* hash64() - FNV-1a over @len bytes, continuing from @h (start with HASH64_INIT). */
 #define HASH64_INIT 0xcbf29ce484222325ULL
 static inline uint64_t hash64(uint64_t h, const void *data, size_t len)

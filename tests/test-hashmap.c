@@ -55,5 +55,31 @@ int main(void)
 	for (int k = 0; k < N; k++)
 		CHECK((hashmap__find(&m, hash_of(k), id_eq, &ids[k]) != NULL) == in[k]);
 	hashmap__free(&m);
+
+	/* id_index: dense indexes in first-added order, the same index for an id added again. */
+	{
+		struct id_index x = {};
+		bool added;
+
+		CHECK_INT_EQ(id_index__find(&x, 7), -1);
+		for (int64_t k = 0; k < 5000; k++) {
+			int64_t id = (k * 7919) % 5003 - 2500; /* distinct, negative ones too */
+
+			CHECK_INT_EQ(id_index__add(&x, id, &added), k);
+			CHECK(added);
+		}
+		for (int64_t k = 0; k < 5000; k++) {
+			int64_t id = (k * 7919) % 5003 - 2500;
+
+			CHECK_INT_EQ(id_index__add(&x, id, &added), k);
+			CHECK(!added);
+			CHECK_INT_EQ(id_index__find(&x, id), k);
+			CHECK_INT_EQ(x.ids[k], id);
+		}
+		CHECK_INT_EQ(x.n, 5000);
+		CHECK_INT_EQ(id_index__find(&x, 1 << 20), -1);
+		id_index__free(&x);
+		CHECK_INT_EQ(x.n, 0);
+	}
 	return check_exit("hashmap");
 }

@@ -33,41 +33,24 @@ void profile__free(struct profile *p)
 	free(p->groups);
 	free(p->stacks);
 	free(p->fidx);
-	hashmap__free(&p->index);
+	id_index__free(&p->index);
 	*p = (struct profile){};
-}
-
-/* A frame id looked up in profile.index: the profile its entries index. */
-struct frame_key {
-	const struct profile *p;
-	int64_t id;
-};
-
-static bool frame_index_eq(const void *entry, const void *key)
-{
-	const struct frame_key *k = key;
-
-	return k->p->frames[(uintptr_t)entry - 1].id == k->id;
 }
 
 /* Index into p->frames of frame @id, adding an empty entry if new. Returns >= 0 or -ENOMEM. */
 static int64_t profile__frame_index(struct profile *p, int64_t id)
 {
-	struct frame_key key = {p, id};
-	uint64_t h = hash64(HASH64_INIT, &id, sizeof(id));
-	void *found = hashmap__find(&p->index, h, frame_index_eq, &key);
-	int r;
+	int r = grow_array_to((void **)&p->frames, &p->cap_frames, p->n_frames + 1,
+			      sizeof(*p->frames));
+	bool added;
+	long i;
 
-	if (found)
-		return (int64_t)(uintptr_t)found - 1;
-	r = grow_array_to((void **)&p->frames, &p->cap_frames, p->n_frames + 1, sizeof(*p->frames));
 	if (r < 0)
 		return r;
-	p->frames[p->n_frames] = (struct qframe){.id = id};
-	r = hashmap__insert(&p->index, h, (void *)(uintptr_t)(p->n_frames + 1));
-	if (r < 0)
-		return r;
-	return (int64_t)p->n_frames++;
+	i = id_index__add(&p->index, id, &added);
+	if (i >= 0 && added)
+		p->frames[p->n_frames++] = (struct qframe){.id = id};
+	return i;
 }
 
 /* strdup() of column @i, NULL for SQL NULL. Returns 0 or -ENOMEM. */
@@ -165,19 +148,6 @@ static bool qframe_better_rep(const struct qframe *a, const struct qframe *b)
 	return a->id < b->id;
 }
 
-/* A stack id looked up in the index of stacks by id: the profile its entries index. */
-struct stack_key {
-	const struct profile *p;
-	int64_t id;
-};
-
-static bool stack_index_eq(const void *entry, const void *key)
-{
-	const struct stack_key *k = key;
-
-	return k->p->stacks[(uintptr_t)entry - 1].id == k->id;
-}
-
 static int qstack_cmp_id(const void *a, const void *b)
 {
 	const struct qstack *x = a, *y = b;
@@ -199,7 +169,7 @@ static int profile__sum_stacks(struct profile *p, sqlite3 *db, int64_t session_i
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	_cleanup_free_ char *sql = NULL;
-	struct hashmap by_id = {};
+	struct id_index by_id = {};
 	int r;
 
 	if (asprintf(&sql,
@@ -213,25 +183,23 @@ static int profile__sum_stacks(struct profile *p, sqlite3 *db, int64_t session_i
 	if (r < 0)
 		return r;
 	while ((r = report__step(st)) > 0) {
-		struct stack_key key = {p, sqlite3_column_int64(st, 0)};
-		int64_t n = sqlite3_column_int64(st, 1);
-		uint64_t h = hash64(HASH64_INIT, &key.id, sizeof(key.id));
-		void *found = hashmap__find(&by_id, h, stack_index_eq, &key);
+		int64_t id = sqlite3_column_int64(st, 0), n = sqlite3_column_int64(st, 1);
+		bool added;
+		long i;
 
 		sums->total += n;
-		if (found) {
-			p->stacks[(uintptr_t)found - 1].n += n;
-			continue;
-		}
 		r = grow_array_to((void **)&p->stacks, &p->cap_stacks, p->n_stacks + 1,
 				  sizeof(*p->stacks));
-		if (r >= 0)
-			r = hashmap__insert(&by_id, h, (void *)(uintptr_t)(p->n_stacks + 1));
-		if (r < 0)
+		i = r < 0 ? r : id_index__add(&by_id, id, &added);
+		if (i < 0) {
+			r = (int)i;
 			break;
-		p->stacks[p->n_stacks++] = (struct qstack){.id = key.id, .n = n};
+		}
+		if (added)
+			p->stacks[p->n_stacks++] = (struct qstack){.id = id};
+		p->stacks[i].n += n;
 	}
-	hashmap__free(&by_id);
+	id_index__free(&by_id);
 	if (r < 0)
 		return r;
 	if (p->n_stacks > 0)

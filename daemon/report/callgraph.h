@@ -51,7 +51,7 @@ struct profile {
 	size_t n_stacks, cap_stacks;
 	int64_t *fidx; /* frame ids as read, then indexes into frames */
 	size_t n_fidx, cap_fidx;
-	struct hashmap index; /* frame id -> 1 + index into frames, as a pointer */
+	struct id_index index; /* frame id -> index into frames */
 };
 
 /* What top and hotpaths start from: callgraph__load() fills it, callgraph__done() frees it. */

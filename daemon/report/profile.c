@@ -178,18 +178,6 @@ struct row_window {
 	size_t n;
 };
 
-struct row_window_key {
-	const struct row_window *v;
-	int64_t window;
-};
-
-static bool row_window_eq(const void *entry, const void *key)
-{
-	const struct row_window_key *k = key;
-
-	return k->v[(uintptr_t)entry - 1].window == k->window;
-}
-
 static int row_window_cmp(const void *a, const void *b)
 {
 	const struct row_window *x = a, *y = b;
@@ -213,7 +201,7 @@ static int rows_by_window(struct sample_row *rows, size_t n)
 	_cleanup_free_ uint32_t *slot = NULL, *src = NULL;
 	_cleanup_free_ struct row_window *w = NULL;
 	_cleanup_free_ size_t *rank = NULL;
-	struct hashmap index = {};
+	struct id_index index = {}; /* window start -> index into w */
 	size_t n_w = 0, cap_w = 0;
 	int r = -ENOMEM;
 
@@ -226,19 +214,18 @@ static int rows_by_window(struct sample_row *rows, size_t n)
 	if (!slot || !src)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
-		struct row_window_key key = {w, rows[i].window};
-		uint64_t h = hash64(HASH64_INIT, &key.window, sizeof(key.window));
-		void *found = hashmap__find(&index, h, row_window_eq, &key);
+		bool added;
+		long k;
 
-		if (!found) {
-			if (grow_array((void **)&w, &cap_w, n_w, sizeof(*w)) < 0 ||
-			    hashmap__insert(&index, h, (void *)(uintptr_t)(n_w + 1)) < 0)
-				goto out;
-			w[n_w] = (struct row_window){.window = rows[i].window};
-			found = (void *)(uintptr_t)++n_w;
-		}
-		slot[i] = (uint32_t)((uintptr_t)found - 1);
-		w[slot[i]].n++;
+		if (grow_array((void **)&w, &cap_w, n_w, sizeof(*w)) < 0)
+			goto out;
+		k = id_index__add(&index, rows[i].window, &added);
+		if (k < 0)
+			goto out;
+		if (added)
+			w[n_w++] = (struct row_window){.window = rows[i].window};
+		slot[i] = (uint32_t)k;
+		w[k].n++;
 	}
 	/* The windows in order; rank[k]: where window k (by first sight) went. */
 	rank = reallocarray(NULL, n_w, sizeof(*rank));
@@ -276,7 +263,7 @@ static int rows_by_window(struct sample_row *rows, size_t n)
 	}
 	r = 0;
 out:
-	hashmap__free(&index);
+	id_index__free(&index);
 	return r;
 }
 
@@ -295,44 +282,28 @@ struct row_stack {
 struct row_stacks {
 	struct row_stack *v;
 	size_t n, cap;
-	struct hashmap index; /* stack id -> 1 + index into v, as a pointer */
+	struct id_index index; /* stack id -> index into v */
 };
-
-struct row_stack_key {
-	const struct row_stacks *s;
-	int64_t id;
-};
-
-static bool row_stack_eq(const void *entry, const void *key)
-{
-	const struct row_stack_key *k = key;
-
-	return k->s->v[(uintptr_t)entry - 1].id == k->id;
-}
 
 /* Index in @s of stack @id, added (count 0, window INT64_MAX) if new; >= 0 or -ENOMEM. */
 static ssize_t row_stacks__index(struct row_stacks *s, int64_t id)
 {
-	struct row_stack_key key = {s, id};
-	uint64_t h = hash64(HASH64_INIT, &id, sizeof(id));
-	void *found = hashmap__find(&s->index, h, row_stack_eq, &key);
-	int r;
+	int r = grow_array((void **)&s->v, &s->cap, s->n, sizeof(*s->v));
+	bool added;
+	long i;
 
-	if (found)
-		return (ssize_t)(uintptr_t)found - 1;
-	r = grow_array((void **)&s->v, &s->cap, s->n, sizeof(*s->v));
-	if (r >= 0)
-		r = hashmap__insert(&s->index, h, (void *)(uintptr_t)(s->n + 1));
 	if (r < 0)
 		return r;
-	s->v[s->n] = (struct row_stack){.id = id, .window = INT64_MAX};
-	return (ssize_t)s->n++;
+	i = id_index__add(&s->index, id, &added);
+	if (i >= 0 && added)
+		s->v[s->n++] = (struct row_stack){.id = id, .window = INT64_MAX};
+	return i;
 }
 
 static void row_stacks__free(struct row_stacks *s)
 {
 	free(s->v);
-	hashmap__free(&s->index);
+	id_index__free(&s->index);
 	*s = (struct row_stacks){};
 }
 
