@@ -232,7 +232,8 @@ static int rows_by_window(struct sample_row *rows, size_t n)
 	if (!rank)
 		goto out;
 	for (size_t k = 0; k < n_w; k++)
-		w[k].n = w[k].n << 32 | k; /* count, and the window's first-sight index to find it */
+		w[k].n =
+		    w[k].n << 32 | k; /* count, and the window's first-sight index to find it */
 	qsort(w, n_w, sizeof(*w), row_window_cmp);
 	for (size_t k = 0, at = 0; k < n_w; k++) {
 		size_t count = w[k].n >> 32;
