@@ -334,6 +334,7 @@ int output__attach(FILE *f, const json_t *reply)
 /*
  * The "fleet" object's sinks that shipped the session, a line each:
  * "clickhouse:          shipped 120 s (done), 3 chunks, 4120 rows, 2 failures"
+ * "pyroscope:           pushed 120 s (done), 58 pieces, 47030 samples, 0 failures"
  * and the last error on its own line.
  */
 static void print_fleet(FILE *f, const json_t *fleet)
@@ -349,12 +350,18 @@ static void print_fleet(FILE *f, const json_t *fleet)
 
 		if (!json_is_object(c))
 			continue;
+		/* Pyroscope's chunks are pushes of pprof, its rows the samples in them. */
+		bool push = strcmp(sink, "pyroscope") == 0;
+
 		snprintf(label, sizeof(label), "%s:", sink);
-		fprintf(f, "%-21sshipped %.0f s%s, %lld chunks, %lld rows, %lld failures\n", label,
+		fprintf(f, "%-21s%s %.0f s%s, %lld %s, %lld %s, %lld failures\n", label,
+			push ? "pushed" : "shipped",
 			json_number_value(json_object_get(c, "shipped_until_s")),
 			json_is_true(json_object_get(c, "done")) ? " (done)" : "",
 			(long long)json_integer_value(json_object_get(c, "chunks")),
+			push ? "pieces" : "chunks",
 			(long long)json_integer_value(json_object_get(c, "rows")),
+			push ? "samples" : "rows",
 			(long long)json_integer_value(json_object_get(c, "failures")));
 		if (json_is_string(err))
 			fprintf(f, "%-21s%s\n", "  last error:", json_string_value(err));

@@ -515,9 +515,9 @@ static void test_merge_windows(const char *dir)
 }
 
 /*
- * With ClickHouse as a sink: the age limit keeps an ended session until
- * ClickHouse has it whole, the size limit deletes it anyway and counts it,
- * and windows are merged only below what was shipped.
+ * With ClickHouse (and Pyroscope) as sinks: the age limit keeps an ended
+ * session until every sink has it whole, the size limit deletes it anyway
+ * and counts it, and windows are merged only below what every sink has.
  */
 static void test_fleet_guards(const char *dir)
 {
@@ -578,6 +578,61 @@ static void test_fleet_guards(const char *dir)
 		snprintf(sql, sizeof(sql), "SELECT sum(count) FROM samples WHERE session_id = %lld",
 			 (long long)a);
 		CHECK_INT_EQ(query_int(st, sql), 30);
+
+		/* With Pyroscope too, the merge waits for the lesser cursor: none
+		 * of Pyroscope's yet, nothing more; pushed to 21 s, merged to 20 s
+		 * although ClickHouse has 25 s. */
+		store__set_fleet_sinks(st, STORE_SINK_CLICKHOUSE | STORE_SINK_PYROSCOPE);
+		snprintf(sql, sizeof(sql),
+			 "UPDATE fleet_cursors SET shipped_until_ns = %llu WHERE session_id = %lld",
+			 (unsigned long long)(t0 + 25 * sec), (long long)a);
+		CHECK_INT_EQ(sqlite3_exec(store__db(st), sql, NULL, NULL, NULL), SQLITE_OK);
+		CHECK_INT_EQ(store__merge_windows(st, t0 + 30 * sec, 5 * sec, 10 * sec, 100, &merge),
+			     0);
+		CHECK_INT_EQ(merge.sessions, 0);
+		snprintf(sql, sizeof(sql),
+			 "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns) "
+			 "VALUES (%lld, 'pyroscope', %llu)",
+			 (long long)a, (unsigned long long)(t0 + 21 * sec));
+		CHECK_INT_EQ(sqlite3_exec(store__db(st), sql, NULL, NULL, NULL), SQLITE_OK);
+		CHECK_INT_EQ(store__merge_windows(st, t0 + 30 * sec, 5 * sec, 10 * sec, 100, &merge),
+			     0);
+		CHECK_INT_EQ(merge.sessions, 1);
+		snprintf(sql, sizeof(sql), "SELECT merged_until_ns - %llu FROM sessions WHERE id = %lld",
+			 (unsigned long long)t0, (long long)a);
+		CHECK_INT_EQ(query_int(st, sql), (long long)(20 * sec));
+		snprintf(sql, sizeof(sql), "SELECT sum(count) FROM samples WHERE session_id = %lld",
+			 (long long)a);
+		CHECK_INT_EQ(query_int(st, sql), 30);
+	}
+
+	/* Both sinks: the age limit deletes a session only once both have it
+	 * whole; ClickHouse alone is not enough. */
+	{
+		int64_t both = add_session(st, 1 * day, 2 * day);
+		int64_t half = add_session(st, 1 * day, 2 * day);
+
+		snprintf(sql, sizeof(sql),
+			 "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns, done) "
+			 "VALUES (%lld, 'clickhouse', 0, 1), (%lld, 'pyroscope', 0, 1), "
+			 "(%lld, 'clickhouse', 0, 1), (%lld, 'pyroscope', 0, 0)",
+			 (long long)both, (long long)both, (long long)half, (long long)half);
+		CHECK_INT_EQ(sqlite3_exec(store__db(st), sql, NULL, NULL, NULL), SQLITE_OK);
+		CHECK_INT_EQ(store__retention(st, now, 30 * day, 0, &res), 0);
+		CHECK_INT_EQ(res.sessions_deleted, 1);
+		snprintf(sql, sizeof(sql), "SELECT count(*) FROM sessions WHERE id IN (%lld, %lld)",
+			 (long long)both, (long long)half);
+		CHECK_INT_EQ(query_int(st, sql), 1);
+		snprintf(sql, sizeof(sql), "SELECT count(*) FROM sessions WHERE id = %lld",
+			 (long long)half);
+		CHECK_INT_EQ(query_int(st, sql), 1);
+		/* Pushed whole at last: it goes too. */
+		snprintf(sql, sizeof(sql),
+			 "UPDATE fleet_cursors SET done = 1 WHERE session_id = %lld",
+			 (long long)half);
+		CHECK_INT_EQ(sqlite3_exec(store__db(st), sql, NULL, NULL, NULL), SQLITE_OK);
+		CHECK_INT_EQ(store__retention(st, now, 30 * day, 0, &res), 0);
+		CHECK_INT_EQ(res.sessions_deleted, 1);
 	}
 	store__close(st);
 }

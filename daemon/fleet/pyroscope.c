@@ -1,8 +1,9 @@
 /*
  * pyroscope.c - the Pyroscope push: a thread of its own that sends each
  * session's CPU samples, a piece of window time at a time, as gzip'd pprof
- * to POST {url}/ingest, with a cursor per session so that every sample
- * arrives once.
+ * to POST {url}/ingest, with a cursor per session in the database
+ * (fleet_cursors, sink 'pyroscope') so that every sample arrives, across
+ * restarts and crashes too, and once unless an answer was lost.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -19,6 +20,7 @@
 #include <jansson.h>
 #include <sqlite3.h>
 
+#include "fleet/cursor.h"
 #include "fleet/pyroscope.h"
 #include "log.h"
 #include "pprof.h"
@@ -46,34 +48,16 @@
 /* Of a failed answer's body, the first line up to this many bytes goes in the error. */
 #define ERROR_BODY_BYTES 200
 
-/*
- * A session's push state: what fleet_cursors (sink 'pyroscope') holds once
- * schema 16 has it. pushed_until_ns is window time (CLOCK_REALTIME ns, the
- * session's start + whole seconds): the samples of every window before it
- * are in Pyroscope.
- */
-struct push_cursor {
-	int64_t session_id;
-	int64_t pushed_until_ns;
-	uint64_t pieces;  /* pushes answered 2xx */
-	uint64_t samples; /* samples in them */
-	uint64_t failures;
-	int64_t last_attempt_ns; /* CLOCK_REALTIME */
-	char last_error[256];	 /* "" after a success */
-	bool done;		 /* ended, and pushed to its end */
-};
+/* fleet_cursors.sink of this thread's rows. */
+#define SINK "pyroscope"
 
 struct pyroscope {
 	/* Settings, owned. */
 	char *url, *app, *tenant, *user, *password, *host;
 	uint64_t interval_ns;
-	sqlite3 *db; /* the thread's own, read-only */
+	sqlite3 *db; /* the thread's own; it writes only its fleet_cursors rows */
 	CURL *curl;
 	struct curl_slist *headers;
-	int64_t first_session_id; /* sessions above it are pushed (those created after the start) */
-	/* The cursors, in memory: cursor__load() and cursor__save() are the only ways in. */
-	struct push_cursor *cursors;
-	size_t n_cursors, cap_cursors;
 	/* The push state, for one log line per change. */
 	bool failing;
 	char error[256];
@@ -102,58 +86,6 @@ static void push_session__done(struct push_session *s)
 	free(s->comm);
 	free(s->exe);
 	free(s->label);
-}
-
-/*
- * cursor__load() - session @id's push state into *@ret (a copy). Returns 0,
- * or -ENOENT if nothing was pushed of it yet (then *@ret starts at
- * @started_at_ns, nothing pushed). Today the cursors live in this thread's
- * memory: after a restart no session has one (see first_session_id).
- */
-static int cursor__load(const struct pyroscope *ps, int64_t id, int64_t started_at_ns,
-			struct push_cursor *ret)
-{
-	for (size_t i = 0; i < ps->n_cursors; i++)
-		if (ps->cursors[i].session_id == id) {
-			*ret = ps->cursors[i];
-			return 0;
-		}
-	*ret = (struct push_cursor){.session_id = id, .pushed_until_ns = started_at_ns};
-	return -ENOENT;
-}
-
-/*
- * cursor__save() - record @c as its session's push state, replacing the
- * one before. Called after each answered push (success or failure), so
- * that a push whose answer was 2xx is never sent again. Returns 0 or
- * -ENOMEM (then the state before stays, and that piece would be pushed
- * again).
- */
-static int cursor__save(struct pyroscope *ps, const struct push_cursor *c)
-{
-	int r;
-
-	for (size_t i = 0; i < ps->n_cursors; i++)
-		if (ps->cursors[i].session_id == c->session_id) {
-			ps->cursors[i] = *c;
-			return 0;
-		}
-	r = grow_array((void **)&ps->cursors, &ps->cap_cursors, ps->n_cursors,
-		       sizeof(*ps->cursors));
-	if (r < 0)
-		return r;
-	ps->cursors[ps->n_cursors++] = *c;
-	return 0;
-}
-
-/* cursor__forget() - session @id is gone from the store (retention): drop its state. */
-static void cursor__forget(struct pyroscope *ps, int64_t id)
-{
-	for (size_t i = 0; i < ps->n_cursors; i++)
-		if (ps->cursors[i].session_id == id) {
-			ps->cursors[i] = ps->cursors[--ps->n_cursors];
-			return;
-		}
 }
 
 /* A copy of @s with every character Pyroscope's name parser stops at made '_'; NULL: -ENOMEM. */
@@ -401,110 +333,134 @@ static void push_state(struct pyroscope *ps, const char *error)
 	snprintf(ps->error, sizeof(ps->error), "%s", error);
 }
 
-/*
- * push_session() - push session @s's pieces due now: from its cursor to
- * SETTLE_NS before @real_ns (CLOCK_REALTIME ns; window time, whole seconds), or to its end
- * once ended, each piece at most PIECE_MAX_NS. Returns 0 (all due pushed,
- * or nothing due), -EIO (a push failed: its cursor stays), or another
- * -errno (reading the store).
- */
-static int push_session(struct pyroscope *ps, const struct push_session *s, int64_t real_ns)
+/* A cursor call's -EIO, logged with SQLite's message (the database, not the server). */
+static int cursor_result(struct pyroscope *ps, int r)
 {
-	struct push_cursor c;
+	if (r == -EIO)
+		log_error("Pyroscope: writing the push cursor (fleet_cursors) failed: %s",
+			  sqlite3_errmsg(ps->db));
+	return r;
+}
+
+/*
+ * push_session() - push session @s's pieces due now: from its cursor
+ * (fleet_cursors, sink 'pyroscope'; made at its start if it has none) to
+ * SETTLE_NS before @real_ns (CLOCK_REALTIME ns; window time, whole seconds),
+ * or to its end once ended, each piece at most PIECE_MAX_NS. After each
+ * answered push the cursor moves (or counts the failure) in the database,
+ * so a restart goes on from there. *@ret_done: the session is pushed whole.
+ * Returns 0 (all due pushed, nothing due, or the session is gone), -EIO
+ * (a push failed: its cursor stays; or the database failed, logged), or
+ * another -errno (reading the store).
+ */
+static int push_session(struct pyroscope *ps, const struct push_session *s, int64_t real_ns,
+			bool *ret_done)
+{
+	struct fleet_cursor c;
 	int64_t due;
 	int r;
 
-	cursor__load(ps, s->id, s->started_at_ns, &c);
-	if (c.done)
+	*ret_done = false;
+	r = fleet_cursor__begin(ps->db, SINK, s->id, s->started_at_ns);
+	r = r ?: fleet_cursor__load(ps->db, SINK, s->id, &c);
+	if (r == -ENOENT)
+		return 0; /* deleted by retention meanwhile */
+	if (r < 0)
+		return cursor_result(ps, r);
+	if (c.done) {
+		*ret_done = true;
 		return 0;
+	}
 	/* Whole seconds from the start: 1 s windows are pushed whole. */
 	due = s->running ? s->started_at_ns + (real_ns - (int64_t)SETTLE_NS - s->started_at_ns) /
 						  (int64_t)NSEC_PER_SEC * (int64_t)NSEC_PER_SEC
 			 : INT64_MAX;
 	/* An ended session: pieces up to its end, the last one to INT64_MAX (every window left). */
-	while (!s->running || c.pushed_until_ns < due) {
+	while (!s->running || c.shipped_until_ns < due) {
 		_cleanup_free_ char *body = NULL, *url = NULL;
-		int64_t end = s->running ? due : MAX(s->ended_at_ns, c.pushed_until_ns);
-		int64_t to = s->running ? due : INT64_MAX, read_to, samples;
+		int64_t from = c.shipped_until_ns;
+		int64_t end = s->running ? due : MAX(s->ended_at_ns, from);
+		int64_t to = s->running ? due : INT64_MAX, read_to, samples, until;
 		size_t len;
 		char err[256];
 
-		if (end - c.pushed_until_ns > (int64_t)PIECE_MAX_NS) {
+		if (end - from > (int64_t)PIECE_MAX_NS) {
 			/* Catching up: pieces end on the merged windows' minute grid. */
-			to = c.pushed_until_ns + (int64_t)PIECE_MAX_NS;
+			to = from + (int64_t)PIECE_MAX_NS;
 			to = s->started_at_ns + (to - s->started_at_ns) / (int64_t)PIECE_GRID_NS *
 						    (int64_t)PIECE_GRID_NS;
-			if (to <= c.pushed_until_ns)
-				to = c.pushed_until_ns + (int64_t)PIECE_MAX_NS;
+			if (to <= from)
+				to = from + (int64_t)PIECE_MAX_NS;
 		}
-		r = encode(ps, s, c.pushed_until_ns, to, &body, &len, &samples, &read_to);
-		if (r == -ENOENT) {
-			cursor__forget(ps, s->id); /* deleted by retention meanwhile */
-			return 0;
-		}
+		r = encode(ps, s, from, to, &body, &len, &samples, &read_to);
+		if (r == -ENOENT)
+			return 0; /* deleted by retention meanwhile */
 		if (r < 0)
 			return r;
 		if (body) {
-			url = ingest_url(ps, s, c.pushed_until_ns,
-					 to == INT64_MAX ? MAX(s->ended_at_ns, c.pushed_until_ns)
-							 : read_to);
+			url = ingest_url(ps, s, from,
+					 to == INT64_MAX ? MAX(s->ended_at_ns, from) : read_to);
 			if (!url)
 				return -ENOMEM;
-			c.last_attempt_ns = (int64_t)now_ns(CLOCK_REALTIME);
 			r = post(ps, url, body, len, err, sizeof(err));
 			if (r < 0) {
-				c.failures++;
-				snprintf(c.last_error, sizeof(c.last_error), "%s", err);
-				(void)cursor__save(ps, &c);
+				/* Counted where profctl session shows it; the cursor stays. */
+				r = fleet_cursor__failed(ps->db, SINK, s->id, err);
+				if (r < 0 && r != -ENOENT)
+					(void)cursor_result(ps, r);
 				push_state(ps, err);
-				return r;
+				return -EIO;
 			}
 			push_state(ps, NULL);
-			c.pieces++;
-			c.samples += (uint64_t)samples;
-			c.last_error[0] = '\0';
-			log_debug(
-			    "Pyroscope: session %" PRId64 ": pushed %" PRId64
-			    " samples of [%.3f s, %.3f s) from its start",
-			    s->id, samples, (double)(c.pushed_until_ns - s->started_at_ns) / 1e9,
-			    to == INT64_MAX ? -1.0 : (double)(read_to - s->started_at_ns) / 1e9);
+			log_debug("Pyroscope: session %" PRId64 ": pushed %" PRId64
+				  " samples of [%.3f s, %.3f s) from its start",
+				  s->id, samples, (double)(from - s->started_at_ns) / 1e9,
+				  to == INT64_MAX ? -1.0
+						  : (double)(read_to - s->started_at_ns) / 1e9);
 		}
-		if (to == INT64_MAX) {
-			c.done = true;
-			c.pushed_until_ns = MAX(s->ended_at_ns, c.pushed_until_ns);
-		} else {
-			c.pushed_until_ns = read_to;
-		}
-		r = cursor__save(ps, &c);
+		/* Pushed: the cursor moves now. A crash before this line re-sends the piece
+		 * (Pyroscope keeps no key to recognize it: docs/fleet.md). */
+		until = to == INT64_MAX ? MAX(s->ended_at_ns, from) : read_to;
+		r = fleet_cursor__advance(ps->db, SINK, s->id, until, body ? 1 : 0,
+					  body ? samples : 0, to == INT64_MAX);
 		if (r < 0)
-			return r;
-		if (c.done)
+			return cursor_result(ps, r);
+		c.shipped_until_ns = until;
+		if (to == INT64_MAX) {
+			*ret_done = true;
 			break;
+		}
 	}
 	return 0;
 }
 
 /*
- * round_push() - push what is due of every session created since the start
- * (and not fully pushed). Returns 0, or the first failure's -errno (the
- * sessions after it wait for the next round: the server is the same).
+ * round_push() - push what is due of every session not pushed whole: those
+ * with a cursor not done, and those without one yet (sessions stored since
+ * Pyroscope was first configured on this database: pyroscope__new() gave a
+ * done cursor to the ones before). Returns 0, or the first failure's -errno
+ * (the sessions after it wait for the next round: the server is the same).
  */
 static int round_push(struct pyroscope *ps)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	int64_t now = (int64_t)now_ns(CLOCK_REALTIME);
 	struct push_session *list = NULL;
-	size_t n = 0, cap = 0;
+	size_t n = 0, cap = 0, done = 0;
 	int r = 0, rc;
 
 	if (sqlite3_prepare_v2(
 		ps->db,
-		"SELECT id, pid, comm, coalesce(exe, ''), coalesce(label, ''), freq_hz,"
-		" started_at_ns, coalesce(ended_at_ns, 0), state = 'running'"
-		" FROM sessions WHERE id > ?1 ORDER BY id",
+		"SELECT s.id, s.pid, s.comm, coalesce(s.exe, ''), coalesce(s.label, ''), "
+		" s.freq_hz, s.started_at_ns, coalesce(s.ended_at_ns, 0), s.state = 'running'"
+		" FROM sessions s LEFT JOIN fleet_cursors c ON c.session_id = s.id AND c.sink = ?1"
+		" WHERE coalesce(c.done, 0) = 0 ORDER BY s.id",
 		-1, &st, NULL) != SQLITE_OK ||
-	    sqlite3_bind_int64(st, 1, ps->first_session_id) != SQLITE_OK)
+	    sqlite3_bind_text(st, 1, SINK, -1, SQLITE_STATIC) != SQLITE_OK) {
+		log_error("Pyroscope: reading the sessions to push failed: %s",
+			  sqlite3_errmsg(ps->db));
 		return -EIO;
+	}
 	/* The rows first: the pushes read the store through other statements. */
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		struct push_session *s;
@@ -529,19 +485,21 @@ static int round_push(struct pyroscope *ps)
 			break;
 		}
 	}
-	if (r == 0 && rc != SQLITE_DONE)
+	if (r == 0 && rc != SQLITE_DONE) {
+		log_error("Pyroscope: reading the sessions to push failed: %s",
+			  sqlite3_errmsg(ps->db));
 		r = -EIO;
-	sqlite3_finalize(TAKE_PTR(st));
-	for (size_t i = 0; i < n && r == 0; i++)
-		r = push_session(ps, &list[i], now);
-	ps->unfinished = 0;
-	for (size_t i = 0; i < n; i++) {
-		struct push_cursor c;
-
-		cursor__load(ps, list[i].id, list[i].started_at_ns, &c);
-		ps->unfinished += !c.done;
-		push_session__done(&list[i]);
 	}
+	sqlite3_finalize(TAKE_PTR(st));
+	for (size_t i = 0; i < n && r == 0; i++) {
+		bool whole;
+
+		r = push_session(ps, &list[i], now, &whole);
+		done += whole;
+	}
+	ps->unfinished = n - done;
+	for (size_t i = 0; i < n; i++)
+		push_session__done(&list[i]);
 	free(list);
 	return r;
 }
@@ -619,7 +577,6 @@ static char *dup_or_null(const char *s)
 
 int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, struct pyroscope **ret)
 {
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	struct pyroscope *ps;
 	pthread_condattr_t ca;
 	char host[256];
@@ -689,19 +646,33 @@ int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, stru
 		ps->headers = l;
 	}
 
-	if (sqlite3_open_v2(db_path, &ps->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) !=
+	if (sqlite3_open_v2(db_path, &ps->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
 	    SQLITE_OK) {
 		r = ps->db ? -EIO : -ENOMEM;
 		goto fail;
 	}
+	/* The loop's flushes hold the write lock for a few ms at a time. */
 	sqlite3_busy_timeout(ps->db, 5000);
-	if (sqlite3_prepare_v2(ps->db, "SELECT coalesce(max(id), 0) FROM sessions", -1, &st,
-			       NULL) != SQLITE_OK ||
-	    sqlite3_step(st) != SQLITE_ROW) {
+	/* A cursor of a session retention deleted meanwhile is refused, not left behind. */
+	if (sqlite3_exec(ps->db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL) != SQLITE_OK) {
 		r = -EIO;
 		goto fail;
 	}
-	ps->first_session_id = sqlite3_column_int64(st, 0);
+	/*
+	 * The first start with Pyroscope on this database (no cursor of it
+	 * yet): the sessions stored until now are marked done, nothing pushed,
+	 * rather than pushing the database's whole history. Every session
+	 * stored later gets its cursor at first sight (round_push()), so after
+	 * a restart or a crash, pushing goes on where it was.
+	 */
+	if (sqlite3_exec(ps->db,
+			 "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns, done) "
+			 "SELECT id, '" SINK "', started_at_ns, 1 FROM sessions WHERE NOT EXISTS "
+			 "(SELECT 1 FROM fleet_cursors WHERE sink = '" SINK "')",
+			 NULL, NULL, NULL) != SQLITE_OK) {
+		r = -EIO;
+		goto fail;
+	}
 
 	/* jansson's hash seed, before the thread makes an object (jansson's docs). */
 	json_object_seed(0);
@@ -738,7 +709,8 @@ void pyroscope__free(struct pyroscope *ps)
 		pthread_mutex_unlock(&ps->lock);
 		pthread_join(ps->thread, NULL);
 		if (ps->unfinished)
-			log_warning("Pyroscope at %s: %zu session(s) not fully pushed at stop%s%s",
+			log_warning("Pyroscope at %s: %zu session(s) not fully pushed at stop%s%s; "
+				    "the next start pushes the rest",
 				    ps->url, ps->unfinished, ps->failing ? ": " : "", ps->error);
 	}
 	sqlite3_close_v2(ps->db);
@@ -748,7 +720,6 @@ void pyroscope__free(struct pyroscope *ps)
 		curl_global_cleanup();
 	pthread_cond_destroy(&ps->wake);
 	pthread_mutex_destroy(&ps->lock);
-	free(ps->cursors);
 	free(ps->url);
 	free(ps->app);
 	free(ps->host);

@@ -16,6 +16,7 @@
 #include <sqlite3.h>
 
 #include "fleet/clickhouse.h"
+#include "fleet/cursor.h"
 #include "fleet/shipper.h"
 #include "hashmap.h"
 #include "log.h"
@@ -34,6 +35,8 @@
 /* At most this many rows in one INSERT: a chunk with more is sent in parts,
  * part k with chunk_ns = the chunk's start + k (ns), each counted once. */
 #define ROWS_PER_INSERT 50000
+/* fleet_cursors.sink of this thread's rows. */
+#define SINK "clickhouse"
 
 /* A frame as the reports name it, cached for the session being shipped. */
 struct ship_frame {
@@ -206,24 +209,10 @@ static int sql_failed(struct shipper *sh, const char *what)
 	return -EIO;
 }
 
-static int exec_cursor(struct shipper *sh, const char *sql, int64_t session_id, int64_t a,
-		       int64_t b, int64_t c, const char *text)
+/* A cursor call's result: -EIO logged with SQLite's message. */
+static int cursor_result(struct shipper *sh, int r)
 {
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	int rc;
-
-	if (sqlite3_prepare_v2(sh->db, sql, -1, &st, NULL) != SQLITE_OK)
-		return sql_failed(sh, "fleet_cursors");
-	sqlite3_bind_int64(st, 1, session_id);
-	sqlite3_bind_int64(st, 2, a);
-	sqlite3_bind_int64(st, 3, b);
-	sqlite3_bind_int64(st, 4, c);
-	if (text)
-		sqlite3_bind_text(st, 5, text, -1, SQLITE_TRANSIENT);
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_CONSTRAINT)
-		return -ENOENT; /* the session was deleted meanwhile */
-	return rc == SQLITE_DONE ? 0 : sql_failed(sh, "fleet_cursors");
+	return r == -EIO ? sql_failed(sh, "fleet_cursors") : r;
 }
 
 /* A failed attempt at @session_id (0: none in particular): counted, and logged if new. */
@@ -237,15 +226,7 @@ static void attempt_failed(struct shipper *sh, int64_t session_id, int r)
 		msg = "reading the local database failed";
 	/* Counted where profctl session shows it: on @session_id, or when the
 	 * round failed before any session (the tables), on every pending one. */
-	(void)exec_cursor(
-	    sh,
-	    "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns, failures, "
-	    "last_error, last_attempt_ns) SELECT s.id, 'clickhouse', s.started_at_ns, 1, "
-	    "?5, ?2 FROM sessions s LEFT JOIN fleet_cursors c ON c.session_id = s.id AND "
-	    "c.sink = 'clickhouse' WHERE (?1 = 0 OR s.id = ?1) AND coalesce(c.done, 0) = 0 "
-	    "ON CONFLICT DO UPDATE SET failures = failures + 1, "
-	    "last_error = excluded.last_error, last_attempt_ns = excluded.last_attempt_ns",
-	    session_id, (int64_t)now_ns(CLOCK_REALTIME), 0, 0, msg);
+	(void)cursor_result(sh, fleet_cursor__failed(sh->db, SINK, session_id, msg));
 	/* Once per kind of failure, not at every retry. */
 	if (!sh->failing || sh->logged_err != r)
 		log_warning("fleet: %s (retrying with backoff; sessions are kept until shipped)",
@@ -798,10 +779,7 @@ static int ship_session(struct shipper *sh, int64_t id)
 		caches_clear(sh);
 		sh->cache_session = id;
 	}
-	r = exec_cursor(sh,
-			"INSERT OR IGNORE INTO fleet_cursors (session_id, sink, shipped_until_ns) "
-			"VALUES (?1, 'clickhouse', ?2)",
-			id, s.started_ns, 0, 0, NULL);
+	r = cursor_result(sh, fleet_cursor__begin(sh->db, SINK, id, s.started_ns));
 	if (r < 0)
 		goto out;
 	r = send_session_row(sh, &s);
@@ -817,10 +795,7 @@ static int ship_session(struct shipper *sh, int64_t id)
 			to = s.pending_until_ns;
 			last = to == INT64_MAX;
 		} else if (to > from) {
-			r = exec_cursor(sh,
-					"UPDATE fleet_cursors SET pending_until_ns = ?2 "
-					"WHERE session_id = ?1 AND sink = 'clickhouse'",
-					id, to, 0, 0, NULL);
+			r = cursor_result(sh, fleet_cursor__set_pending(sh->db, SINK, id, to));
 			if (r < 0)
 				break;
 			s.pending_until_ns = to;
@@ -837,14 +812,8 @@ static int ship_session(struct shipper *sh, int64_t id)
 		if (r < 0)
 			break;
 		s.shipped_until_ns = last ? MAX(from, s.ended_ns) : to;
-		r = exec_cursor(
-		    sh,
-		    "UPDATE fleet_cursors SET shipped_until_ns = ?2, chunks = chunks + 1, "
-		    "rows = rows + ?3, last_error = NULL, last_attempt_ns = ?4, done = ?5, "
-		    "pending_until_ns = NULL "
-		    "WHERE session_id = ?1 AND sink = 'clickhouse'",
-		    id, s.shipped_until_ns, (int64_t)sh->chunk_rows,
-		    (int64_t)now_ns(CLOCK_REALTIME), last ? "1" : "0");
+		r = cursor_result(sh, fleet_cursor__advance(sh->db, SINK, id, s.shipped_until_ns, 1,
+							    (int64_t)sh->chunk_rows, last));
 		log_debug("fleet: session %" PRId64 ": chunk %" PRId64 " shipped, %" PRIu64
 			  " rows, %" PRIu64 " bytes in %.1f ms%s",
 			  id, chunk_ns, sh->chunk_rows, clickhouse__bytes_sent(sh->ch) - sent0,

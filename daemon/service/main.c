@@ -342,6 +342,10 @@ static int run(void)
 		}
 	}
 
+	/* Retention and the window merge wait for what a fleet sink has not got. */
+	store__set_fleet_sinks(
+	    p.env.store, (cfg.clickhouse_url && *cfg.clickhouse_url ? STORE_SINK_CLICKHOUSE : 0) |
+			     (cfg.pyroscope_url && *cfg.pyroscope_url ? STORE_SINK_PYROSCOPE : 0));
 	if (cfg.clickhouse_url && *cfg.clickhouse_url) {
 		struct shipper_settings ship = {
 		    .db_path = cfg.db_path,
@@ -354,8 +358,6 @@ static int run(void)
 		    .interval_s = cfg.fleet_interval_s,
 		};
 
-		/* Retention and the window merge wait for what ClickHouse has not got. */
-		store__set_fleet_sinks(p.env.store, STORE_SINK_CLICKHOUSE);
 		r = shipper__new(&ship, &p.shipper);
 		if (r < 0) {
 			log_error_errno(r, "Failed to start shipping to ClickHouse at %s: %m",

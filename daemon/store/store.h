@@ -84,8 +84,9 @@ enum store_sink {
  * store__set_fleet_sinks() - the sinks (STORE_SINK_* bits, 0: none) that
  * sessions are shipped to: store__retention()'s age limit then keeps an
  * ended session until every one of them has it whole (fleet_cursors.done),
- * and store__merge_windows() never merges past what was shipped to
- * ClickHouse (its chunks read the windows). Does not fail.
+ * and store__merge_windows() never merges past what any of them has
+ * (fleet_cursors.shipped_until_ns: their chunks read the windows). Does not
+ * fail.
  */
 void store__set_fleet_sinks(struct store *st, unsigned sinks);
 
@@ -132,9 +133,10 @@ struct store_merge {
  * the sums (docs/schema.md, schema 15); the rollups are unchanged; the
  * session's merged_until_ns and merged_window_ns say how far. A session
  * keeps the @window_ns it was first merged with, and merged windows start
- * at started_at_ns + k * window_ns. With STORE_SINK_CLICKHOUSE set, a
- * session is merged only up to its fleet_cursors.shipped_until_ns for
- * ClickHouse (not at all before it has a cursor). @after_ns 0 or @window_ns under 2 s:
+ * at started_at_ns + k * window_ns. With fleet sinks set
+ * (store__set_fleet_sinks()), a session is merged only up to the least of
+ * its fleet_cursors.shipped_until_ns for those sinks (not at all before it
+ * has a cursor of each). @after_ns 0 or @window_ns under 2 s:
  * nothing is done. Returns 0 with *@ret filled, -ENOMEM, or -EIO
  * (store__errmsg(); the part being merged is left as it was). Blocks
  * for as long as the merge takes (store__merge_step() is the bounded

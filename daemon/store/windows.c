@@ -254,17 +254,21 @@ static int pending_spans(struct store *st, uint64_t now_ns, uint64_t after_ns, u
 {
 	/* A session keeps the merged window it started merging with; an ended
 	 * one is done once its mark passed its end. */
-	/* ?3: bounded by what was shipped to ClickHouse (its chunks read the
-	 * windows; a session it has whole is not), the 7th column. */
+	/* ?3, ?4: bounded by what was shipped to ClickHouse, pushed to
+	 * Pyroscope (their chunks read the windows; a session a sink has whole
+	 * is not), the 7th column. */
 	static const char pending[] =
 	    "SELECT id, started_at_ns, coalesce(merged_until_ns, started_at_ns), "
 	    "       coalesce(merged_window_ns, ?2), ended_at_ns, merged_until_ns, bound "
-	    "FROM (SELECT *, CASE WHEN ?3 THEN min(?1, coalesce((SELECT CASE WHEN done THEN ?1 "
+	    "FROM (SELECT *, min(?1, "
+	    "       CASE WHEN ?3 THEN coalesce((SELECT CASE WHEN done THEN ?1 "
 	    "       ELSE shipped_until_ns END FROM fleet_cursors c WHERE c.session_id = "
-	    "sessions.id AND "
-	    "       c.sink = 'clickhouse'), started_at_ns)) ELSE ?1 END AS bound FROM sessions) "
-	    "WHERE coalesce(merged_until_ns, started_at_ns) + coalesce(merged_window_ns, ?2) <= "
-	    "bound "
+	    "       sessions.id AND c.sink = 'clickhouse'), started_at_ns) ELSE ?1 END, "
+	    "       CASE WHEN ?4 THEN coalesce((SELECT CASE WHEN done THEN ?1 "
+	    "       ELSE shipped_until_ns END FROM fleet_cursors c WHERE c.session_id = "
+	    "       sessions.id AND c.sink = 'pyroscope'), started_at_ns) ELSE ?1 END) AS bound "
+	    "       FROM sessions) "
+	    "WHERE coalesce(merged_until_ns, started_at_ns) + coalesce(merged_window_ns, ?2) <= bound "
 	    "  AND (ended_at_ns IS NULL OR coalesce(merged_until_ns, started_at_ns) < ended_at_ns) "
 	    "ORDER BY coalesce(merged_until_ns, started_at_ns), id";
 	_cleanup_stmt_ sqlite3_stmt *stmt = NULL;
@@ -284,6 +288,7 @@ static int pending_spans(struct store *st, uint64_t now_ns, uint64_t after_ns, u
 	sqlite3_bind_int64(stmt, 1, cutoff);
 	sqlite3_bind_int64(stmt, 2, (int64_t)window_ns);
 	sqlite3_bind_int(stmt, 3, !!(st->fleet_sinks & STORE_SINK_CLICKHOUSE));
+	sqlite3_bind_int(stmt, 4, !!(st->fleet_sinks & STORE_SINK_PYROSCOPE));
 	while (budget && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
 		struct merge_span m = {
 		    .session_id = sqlite3_column_int64(stmt, 0),
