@@ -57,17 +57,6 @@ static size_t body_write(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return n;
 }
 
-static void curl_easy_cleanupp(CURL **c)
-{
-	if (*c)
-		curl_easy_cleanup(*c);
-}
-
-static void curl_slist_free_allp(struct curl_slist **l)
-{
-	curl_slist_free_all(*l);
-}
-
 /* @url without a "user:password@" part, for messages (into @buf of @size bytes). */
 static const char *url_for_message(const char *url, char *buf, size_t size)
 {
@@ -160,55 +149,83 @@ static char *query_url(CURL *curl, const struct clickhouse *ch)
 	return url;
 }
 
-int clickhouse__query(const struct clickhouse *ch, const char *sql, json_t **ret, char **ret_error)
-{
-	_cleanup_(curl_easy_cleanupp) CURL *curl = NULL;
-	_cleanup_(curl_slist_free_allp) struct curl_slist *headers = NULL;
-	_cleanup_free_ char *url = NULL, *user_header = NULL, *key_header = NULL;
-	_cleanup_free_ char *body_data = NULL;
-	struct body body = {};
-	char errbuf[CURL_ERROR_SIZE] = "", msg[512];
-	long status = 0, os_errno = 0, code;
-	json_error_t jerr;
-	CURLcode cr;
-	json_t *j;
+/* One statement on its way: its transfer, and what it needs until it ends. */
+struct request {
+	CURL *curl;
+	struct curl_slist *headers;
+	char *url, *user_header, *key_header;
+	struct body body;
+	char errbuf[CURL_ERROR_SIZE];
+};
 
-	*ret = NULL;
-	*ret_error = NULL;
-	curl = curl_easy_init();
-	if (!curl || !(url = query_url(curl, ch)))
+static void request_done(struct request *rq)
+{
+	if (rq->curl)
+		curl_easy_cleanup(rq->curl);
+	curl_slist_free_all(rq->headers);
+	free(rq->url);
+	free(rq->user_header);
+	free(rq->key_header);
+	free(rq->body.data);
+	*rq = (struct request){};
+}
+
+/*
+ * request_init() - @rq (zeroed) set up to POST @sql (borrowed: it must
+ * outlive the transfer). Returns 0, -ENOMEM, or -EINVAL with *@ret_error.
+ * request_done() frees what it set up, on failure too.
+ */
+static int request_init(const struct clickhouse *ch, const char *sql, struct request *rq,
+			char **ret_error)
+{
+	rq->curl = curl_easy_init();
+	if (!rq->curl || !(rq->url = query_url(rq->curl, ch)))
 		return -ENOMEM;
 	if (ch->user || ch->password) {
 		/* The server's own headers, not basic auth: the password never goes in a URL. */
-		if (asprintf(&user_header, "X-ClickHouse-User: %s",
+		if (asprintf(&rq->user_header, "X-ClickHouse-User: %s",
 			     ch->user ? ch->user : "default") < 0 ||
-		    asprintf(&key_header, "X-ClickHouse-Key: %s",
+		    asprintf(&rq->key_header, "X-ClickHouse-Key: %s",
 			     ch->password ? ch->password : "") < 0) {
-			user_header = key_header = NULL;
+			rq->user_header = rq->key_header = NULL;
 			return -ENOMEM;
 		}
-		headers = curl_slist_append(NULL, user_header);
-		if (!headers || !curl_slist_append(headers, key_header))
+		rq->headers = curl_slist_append(NULL, rq->user_header);
+		if (!rq->headers || !curl_slist_append(rq->headers, rq->key_header))
 			return -ENOMEM;
 	}
-	if (curl_easy_setopt(curl, CURLOPT_URL, url) != CURLE_OK ||
-	    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, sql) != CURLE_OK ||
-	    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers) != CURLE_OK ||
-	    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, body_write) != CURLE_OK ||
-	    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body) != CURLE_OK ||
-	    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf) != CURLE_OK ||
-	    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
-	    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S) != CURLE_OK ||
-	    curl_easy_setopt(curl, CURLOPT_TIMEOUT, QUERY_TIMEOUT_S) != CURLE_OK ||
-	    curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK)
+	if (curl_easy_setopt(rq->curl, CURLOPT_URL, rq->url) != CURLE_OK ||
+	    curl_easy_setopt(rq->curl, CURLOPT_POSTFIELDS, sql) != CURLE_OK ||
+	    curl_easy_setopt(rq->curl, CURLOPT_HTTPHEADER, rq->headers) != CURLE_OK ||
+	    curl_easy_setopt(rq->curl, CURLOPT_WRITEFUNCTION, body_write) != CURLE_OK ||
+	    curl_easy_setopt(rq->curl, CURLOPT_WRITEDATA, &rq->body) != CURLE_OK ||
+	    curl_easy_setopt(rq->curl, CURLOPT_ERRORBUFFER, rq->errbuf) != CURLE_OK ||
+	    curl_easy_setopt(rq->curl, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
+	    curl_easy_setopt(rq->curl, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S) != CURLE_OK ||
+	    curl_easy_setopt(rq->curl, CURLOPT_TIMEOUT, QUERY_TIMEOUT_S) != CURLE_OK ||
+	    curl_easy_setopt(rq->curl, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK)
 		return fail(-EINVAL, ret_error, ch->url, "cannot set up the request: %s",
-			    errbuf[0] ? errbuf : "libcurl refused an option");
+			    rq->errbuf[0] ? rq->errbuf : "libcurl refused an option");
+	return 0;
+}
 
-	cr = curl_easy_perform(curl);
-	body_data = body.data;
+/*
+ * request_result() - the answer of @rq, whose transfer ended with @cr, as
+ * clickhouse__query() returns it.
+ */
+static int request_result(const struct clickhouse *ch, struct request *rq, CURLcode cr,
+			  json_t **ret, char **ret_error)
+{
+	const char *errbuf = rq->errbuf;
+	struct body *body = &rq->body;
+	long status = 0, os_errno = 0, code;
+	char msg[512];
+	json_error_t jerr;
+	json_t *j;
+
 	if (cr != CURLE_OK) {
-		curl_easy_getinfo(curl, CURLINFO_OS_ERRNO, &os_errno);
-		if (body.too_big)
+		curl_easy_getinfo(rq->curl, CURLINFO_OS_ERRNO, &os_errno);
+		if (body->too_big)
 			return fail(-EMSGSIZE, ret_error, ch->url, "answer longer than %d MiB",
 				    PROFCTL_MAX_RESPONSE_BYTES / (1024 * 1024));
 		if (cr == CURLE_COULDNT_CONNECT && os_errno == ECONNREFUSED)
@@ -224,9 +241,9 @@ int clickhouse__query(const struct clickhouse *ch, const char *sql, json_t **ret
 		return fail(-EHOSTUNREACH, ret_error, ch->url, "%s",
 			    errbuf[0] ? errbuf : curl_easy_strerror(cr));
 	}
-	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_getinfo(rq->curl, CURLINFO_RESPONSE_CODE, &status);
 	if (status != 200) {
-		server_message(body.data ? body.data : "", msg, sizeof(msg), &code);
+		server_message(body->data ? body->data : "", msg, sizeof(msg), &code);
 		if (status == 401 || status == 403 || code == CH_UNKNOWN_USER ||
 		    code == CH_WRONG_PASSWORD || code == CH_REQUIRED_PASSWORD ||
 		    code == CH_AUTHENTICATION_FAILED)
@@ -234,15 +251,15 @@ int clickhouse__query(const struct clickhouse *ch, const char *sql, json_t **ret
 		return fail(-EREMOTEIO, ret_error, ch->url, "HTTP %ld: %s", status, msg);
 	}
 
-	if (body.size == 0 || body.data[strspn(body.data, " \t\r\n")] != '{') {
-		j = json_pack("{s:s%}", "text", body.data ? body.data : "", body.size);
+	if (body->size == 0 || body->data[strspn(body->data, " \t\r\n")] != '{') {
+		j = json_pack("{s:s%}", "text", body->data ? body->data : "", body->size);
 		if (!j)
 			return fail(-EBADMSG, ret_error, ch->url,
 				    "an answer that is not UTF-8 text");
 		*ret = j;
 		return 0;
 	}
-	j = json_loadb(body.data, body.size, 0, &jerr);
+	j = json_loadb(body->data, body->size, 0, &jerr);
 	if (!j)
 		return fail(-EBADMSG, ret_error, ch->url, "malformed JSON answer: %s (line %d)",
 			    jerr.text, jerr.line);
@@ -253,6 +270,68 @@ int clickhouse__query(const struct clickhouse *ch, const char *sql, json_t **ret
 	}
 	*ret = j;
 	return 0;
+}
+
+int clickhouse__query(const struct clickhouse *ch, const char *sql, json_t **ret, char **ret_error)
+{
+	return clickhouse__query_all(ch, 1, &sql, ret, ret_error);
+}
+
+int clickhouse__query_all(const struct clickhouse *ch, size_t n, const char *const *sqls,
+			  json_t **rets, char **ret_error)
+{
+	_cleanup_free_ struct request *rqs = NULL;
+	_cleanup_free_ CURLcode *codes = NULL;
+	CURLM *multi = NULL;
+	CURLMsg *m;
+	int running = 0, left, r = 0;
+	size_t i;
+
+	*ret_error = NULL;
+	for (i = 0; i < n; i++)
+		rets[i] = NULL;
+	rqs = calloc(n, sizeof(*rqs));
+	codes = calloc(n, sizeof(*codes));
+	multi = curl_multi_init();
+	if (!rqs || !codes || !multi) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < n && r >= 0; i++) {
+		r = request_init(ch, sqls[i], &rqs[i], ret_error);
+		if (r >= 0 && curl_multi_add_handle(multi, rqs[i].curl) != CURLM_OK)
+			r = -ENOMEM;
+		codes[i] = CURLE_OK;
+	}
+	if (r < 0)
+		goto out;
+	/* The transfers go side by side; each ends by itself (its own timeouts). */
+	do {
+		if (curl_multi_perform(multi, &running) != CURLM_OK ||
+		    (running && curl_multi_poll(multi, NULL, 0, 1000, NULL) != CURLM_OK)) {
+			r = -ENOMEM; /* libcurl's multi interface fails only on allocation */
+			goto out;
+		}
+		while ((m = curl_multi_info_read(multi, &left)))
+			for (i = 0; i < n; i++)
+				if (m->msg == CURLMSG_DONE && m->easy_handle == rqs[i].curl)
+					codes[i] = m->data.result;
+	} while (running);
+	/* The first statement's failure, in @sqls order. */
+	for (i = 0; i < n && r >= 0; i++)
+		r = request_result(ch, &rqs[i], codes[i], &rets[i], ret_error);
+out:
+	for (i = 0; rqs && i < n; i++) {
+		if (rqs[i].curl)
+			curl_multi_remove_handle(multi, rqs[i].curl);
+		request_done(&rqs[i]);
+		if (r < 0) {
+			json_decref(rets[i]);
+			rets[i] = NULL;
+		}
+	}
+	curl_multi_cleanup(multi);
+	return r;
 }
 
 int clickhouse__int(const json_t *v, long long *ret)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include <jansson.h>
 
@@ -36,6 +37,17 @@ struct clickhouse {
  * Blocks for the query's time. Does not log.
  */
 int clickhouse__query(const struct clickhouse *ch, const char *sql, json_t **ret, char **ret_error);
+
+/*
+ * clickhouse__query_all() - clickhouse__query() of the @n statements
+ * @sqls at once, each on a connection of its own: the server runs them
+ * side by side. Returns 0 with statement i's answer in @rets[i] (caller
+ * unrefs each), or the first failure in @sqls order, as clickhouse__query()
+ * returns it, with every @rets[i] NULL. Blocks until the last one ends.
+ * Does not log.
+ */
+int clickhouse__query_all(const struct clickhouse *ch, size_t n, const char *const *sqls,
+			  json_t **rets, char **ret_error);
 
 /*
  * clickhouse__int() - a cell of an integer column as a number: the server

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include <curl/curl.h>
+#include <zlib.h>
 
 #include "fleet/clickhouse.h"
 #include "util.h"
@@ -14,13 +15,26 @@
 /* An answer is kept up to this size: counts and error messages are short. */
 #define ANSWER_MAX_BYTES (1u << 20)
 
+/*
+ * Insert bodies go gzip'd (Content-Encoding: gzip; ClickHouse 18.16
+ * inflates it, and refuses a cut-off stream whole). JSONEachRow repeats
+ * every key, host, comm and label: bench/fleet measured 88.6 kB per 1,000
+ * samples plain, 5.3 kB at level 6 and 6.3 kB at level 1, and no change
+ * in shipping time beyond the noise (zlib takes about 0.5 s of CPU per
+ * 1 M samples' 90 MB at level 6; docs/fleet.md).
+ */
+#define GZIP_LEVEL 6
+
 struct clickhouse {
 	CURL *curl;
-	struct curl_slist *headers;
+	struct curl_slist *headers, *insert_headers; /* insert_headers: + Content-Encoding */
 	char *url, *database, *user, *password;
 	clickhouse_cancel_fn cancel;
 	void *cancel_arg;
 	struct fleet_buf answer;
+	struct fleet_buf gz; /* the compressed body of the last insert */
+	z_stream zs;	     /* kept between inserts (deflateReset) */
+	bool zs_ready;
 	uint64_t bytes_sent, requests;
 	char curl_err[CURL_ERROR_SIZE];
 	char errmsg[512];
@@ -122,7 +136,8 @@ int clickhouse__new(const char *url, const char *database, const char *user, con
 		goto oom;
 	}
 	ch->headers = curl_slist_append(NULL, h_user);
-	if (!ch->headers)
+	ch->insert_headers = curl_slist_append(NULL, h_user);
+	if (!ch->headers || !ch->insert_headers)
 		goto oom;
 	if (ch->password) {
 		struct curl_slist *l;
@@ -135,7 +150,19 @@ int clickhouse__new(const char *url, const char *database, const char *user, con
 		if (!l)
 			goto oom;
 		ch->headers = l;
+		l = curl_slist_append(ch->insert_headers, h_key);
 		explicit_bzero(h_key, strlen(h_key));
+		if (!l)
+			goto oom;
+		ch->insert_headers = l;
+	}
+	{
+		struct curl_slist *l =
+		    curl_slist_append(ch->insert_headers, "Content-Encoding: gzip");
+
+		if (!l)
+			goto oom;
+		ch->insert_headers = l;
 	}
 	*ret = ch;
 	return 0;
@@ -151,6 +178,10 @@ void clickhouse__free(struct clickhouse *ch)
 	if (ch->curl)
 		curl_easy_cleanup(ch->curl);
 	curl_slist_free_all(ch->headers);
+	curl_slist_free_all(ch->insert_headers);
+	if (ch->zs_ready)
+		deflateEnd(&ch->zs);
+	fleet_buf__done(&ch->gz);
 	if (ch->password) {
 		explicit_bzero(ch->password, strlen(ch->password));
 		free(ch->password);
@@ -205,7 +236,7 @@ static void first_line(const struct fleet_buf *b, char *out, size_t size)
  * shipper checks (clickhouse__count() of the chunk) before sending again.
  */
 static int post(struct clickhouse *ch, const char *url_query, const char *body, size_t len,
-		bool fresh)
+		bool fresh, const struct curl_slist *headers)
 {
 	_cleanup_free_ char *url = NULL;
 	curl_off_t sent = 0;
@@ -221,7 +252,7 @@ static int post(struct clickhouse *ch, const char *url_query, const char *body, 
 	ch->curl_err[0] = '\0';
 	curl_easy_reset(ch->curl); /* keeps the connection */
 	curl_easy_setopt(ch->curl, CURLOPT_URL, url);
-	curl_easy_setopt(ch->curl, CURLOPT_HTTPHEADER, ch->headers);
+	curl_easy_setopt(ch->curl, CURLOPT_HTTPHEADER, headers);
 	curl_easy_setopt(ch->curl, CURLOPT_POST, 1L);
 	curl_easy_setopt(ch->curl, CURLOPT_POSTFIELDS, body);
 	curl_easy_setopt(ch->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
@@ -291,7 +322,7 @@ int clickhouse__query(struct clickhouse *ch, const char *sql, bool in_database,
 		q = NULL;
 		return fail(ch, -ENOMEM, "out of memory");
 	}
-	r = post(ch, q, sql, strlen(sql), false);
+	r = post(ch, q, sql, strlen(sql), false, ch->headers);
 	if (r >= 0 && ret_out) {
 		fleet_buf__reset(ret_out);
 		if (ch->answer.len &&
@@ -299,6 +330,46 @@ int clickhouse__query(struct clickhouse *ch, const char *sql, bool in_database,
 			return fail(ch, -ENOMEM, "out of memory");
 	}
 	return r;
+}
+
+/* @len bytes of @body gzip'd into ch->gz. Returns 0 or -ENOMEM. */
+static int gzip_body(struct clickhouse *ch, const char *body, size_t len)
+{
+	uLong bound;
+	int rc;
+
+	if (!ch->zs_ready) {
+		/* windowBits 15 + 16: a gzip header and trailer, not zlib's. */
+		if (deflateInit2(&ch->zs, GZIP_LEVEL, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
+		    Z_OK)
+			return -ENOMEM;
+		ch->zs_ready = true;
+	} else if (deflateReset(&ch->zs) != Z_OK) {
+		return -ENOMEM;
+	}
+	/* One deflate() call: the body's size fits a uInt (rows per INSERT are capped). */
+	if (len > UINT32_MAX / 2)
+		return -ENOMEM;
+	bound = deflateBound(&ch->zs, (uLong)len);
+	fleet_buf__reset(&ch->gz);
+	if (ch->gz.cap < bound + 1) {
+		char *d = realloc(ch->gz.data, bound + 1);
+
+		if (!d)
+			return -ENOMEM;
+		ch->gz.data = d;
+		ch->gz.cap = bound + 1;
+	}
+	ch->zs.next_in = (Bytef *)body;
+	ch->zs.avail_in = (uInt)len;
+	ch->zs.next_out = (Bytef *)ch->gz.data;
+	ch->zs.avail_out = (uInt)bound;
+	rc = deflate(&ch->zs, Z_FINISH);
+	if (rc != Z_STREAM_END)
+		return -ENOMEM; /* deflateBound() was enough: only a broken zlib gets here */
+	ch->gz.len = bound - ch->zs.avail_out;
+	ch->gz.data[ch->gz.len] = '\0';
+	return 0;
 }
 
 int clickhouse__insert(struct clickhouse *ch, const char *table, const char *body, size_t len)
@@ -311,7 +382,9 @@ int clickhouse__insert(struct clickhouse *ch, const char *table, const char *bod
 		q = NULL;
 		return fail(ch, -ENOMEM, "out of memory");
 	}
-	return post(ch, q, body, len, true);
+	if (gzip_body(ch, body, len) < 0)
+		return fail(ch, -ENOMEM, "out of memory");
+	return post(ch, q, ch->gz.data, ch->gz.len, true, ch->insert_headers);
 }
 
 int clickhouse__count(struct clickhouse *ch, const char *sql, uint64_t *ret)

@@ -61,9 +61,12 @@ int clickhouse__query(struct clickhouse *ch, const char *sql, bool in_database,
 
 /*
  * clickhouse__insert() - "INSERT INTO @table FORMAT JSONEachRow" with the
- * @len bytes of @body (one JSON object per line) as the rows. ClickHouse
- * writes the rows of one INSERT (under max_insert_block_size, ~1 M rows) as
- * one block, atomically. Returns what clickhouse__query() returns.
+ * @len bytes of @body (one JSON object per line) as the rows, sent gzip'd
+ * (Content-Encoding: gzip: a twentieth of the bytes). ClickHouse writes the
+ * rows of one INSERT (under max_insert_block_size, ~1 M rows) as one block,
+ * atomically, and refuses a cut-off gzip stream whole. Returns what
+ * clickhouse__query() returns (-ENOMEM also if @len is over 2 GiB).
+ * Allocates a compressed copy of the body, kept for the next insert.
  */
 int clickhouse__insert(struct clickhouse *ch, const char *table, const char *body, size_t len);
 
@@ -86,7 +89,7 @@ char *clickhouse__quote(const char *s);
 
 /* The message of the last failure ("ClickHouse at URL: HTTP 500: ..."), "" if none. */
 const char *clickhouse__errmsg(const struct clickhouse *ch);
-/* Request bytes (headers not counted) sent so far, and requests made. */
+/* Request bytes sent so far (bodies as sent, compressed; headers not counted), and requests. */
 uint64_t clickhouse__bytes_sent(const struct clickhouse *ch);
 uint64_t clickhouse__requests(const struct clickhouse *ch);
 /* The server's URL, as given. */

@@ -8,8 +8,10 @@ order and frames, read-only SQL (writes refused, nothing changed), and the
 errors a user meets: no server given, nothing listening, a wrong password,
 an unknown database, a bad query.
 
-Skips (77) without clickhouse-server. The DDL below is a copy for this
-test only; profd's own (daemon/fleet/) is the reference.
+The tables are profd's own: a real profd with --clickhouse-url creates
+them (at its first connection, before any session), then the rows go in
+by column name, so the test fails if the daemon's tables change under
+the client. Skips (77) without clickhouse-server, or without root (profd).
 """
 import json
 import os
@@ -18,25 +20,7 @@ import tempfile
 import time
 
 from clickhousetest import TEST_PASSWORD, TEST_USER, ClickHouse, free_port
-from profdtest import Failure, binary, check, run
-
-DDL = [
-    """CREATE TABLE IF NOT EXISTS sessions (host String, session_id UInt64, pid UInt32,
-        comm String, exe String, label String, uid UInt32, user String, event String,
-        events String, freq_hz UInt32, started_at DateTime, started_at_ns UInt64,
-        ended_at_ns UInt64, state String, end_reason String, samples UInt64,
-        lost_samples UInt64, truncated_stacks UInt64, missing_user_stacks UInt64,
-        unsymbolized_frames UInt64, limit_dropped_samples UInt64, version UInt64)
-        ENGINE = ReplacingMergeTree(version) ORDER BY (host, session_id)""",
-    """CREATE TABLE IF NOT EXISTS stacks (stack_hash UInt64, functions Array(String),
-        modules Array(String), kinds Array(String), depth UInt16, truncated UInt8)
-        ENGINE = ReplacingMergeTree ORDER BY stack_hash""",
-    """CREATE TABLE IF NOT EXISTS samples (host String, session_id UInt64, chunk_ns UInt64,
-        event String, minute DateTime, tid UInt32, thread String, pid UInt32, comm String,
-        label String, user String, stack_hash UInt64, count UInt64)
-        ENGINE = MergeTree PARTITION BY toYYYYMM(minute)
-        ORDER BY (host, session_id, chunk_ns, event, tid, stack_hash)""",
-]
+from profdtest import Failure, Profd, binary, check, require_root_bpf, run
 
 APP, LIBC, KERNEL = '/usr/bin/app', '/usr/lib/x86_64-linux-gnu/libc.so.6', '[kernel.kallsyms]'
 
@@ -88,17 +72,41 @@ def sql_array(items):
     return '[' + ','.join(sql_str(i) for i in items) + ']'
 
 
+# The columns the rows below give, by name: a column the client reads that
+# profd renames, drops or retypes fails the INSERT; one it adds takes its default.
+STACK_COLUMNS = 'stack_hash, functions, modules, kinds, depth, truncated'
+SESSION_COLUMNS = ('host, session_id, pid, comm, exe, label, uid, user, event, events, freq_hz, '
+                   'started_at, started_at_ns, ended_at_ns, state, end_reason, samples, lost_samples, '
+                   'truncated_stacks, missing_user_stacks, unsymbolized_frames, limit_dropped_samples, version')
+SAMPLE_COLUMNS = ('host, session_id, chunk_ns, event, minute, tid, thread, pid, comm, label, user, '
+                  'stack_hash, count')
+
+
+def profd_tables(ch):
+    """The database and tables profd creates: a profd with --clickhouse-url makes
+    them at its first connection to the server, at start, with no session."""
+    want = {'sessions', 'stacks', 'samples'}
+    with Profd(['--clickhouse-url', ch.url, '--host-name', 'fleet-cli']) as d:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            got = set(ch.query("SELECT name FROM system.tables WHERE database = 'profd'").split())
+            if want <= got:
+                return
+            time.sleep(0.1)
+        raise Failure('profd did not create its ClickHouse tables within 30 s (has %s):\n%s'
+                      % (sorted(got), d.logtext()))
+
+
 def load(ch):
-    ch.query('CREATE DATABASE profd')
-    for ddl in DDL:
-        ch.query(ddl, database='profd')
+    profd_tables(ch)
     rows = []
     for name, frames in STACKS.items():
         rows.append('(%d,%s,%s,%s,%d,0)' % (HASH[name], sql_array(f for f, _, _ in frames),
                                             sql_array(m for _, m, _ in frames),
                                             sql_array(k for _, _, k in frames), len(frames)))
     # S1 twice, as a second host's shipping leaves it until the table merges.
-    ch.query('INSERT INTO stacks VALUES ' + ','.join(rows + rows[:1]), database='profd')
+    ch.query('INSERT INTO stacks (%s) VALUES %s' % (STACK_COLUMNS, ','.join(rows + rows[:1])),
+             database='profd')
     now = int(time.time())
     rows = []
     srows = []
@@ -114,11 +122,13 @@ def load(ch):
                         % (sql_str(host), session, start * 10**9, sql_str(event), start, tid,
                            sql_str('worker-%d' % tid), sql_str(comm), sql_str(label),
                            HASH[stack], count))
-    ch.query('INSERT INTO sessions VALUES ' + ','.join(srows), database='profd')
-    ch.query('INSERT INTO samples VALUES ' + ','.join(rows), database='profd')
+    ch.query('INSERT INTO sessions (%s) VALUES %s' % (SESSION_COLUMNS, ','.join(srows)),
+             database='profd')
+    ch.query('INSERT INTO samples (%s) VALUES %s' % (SAMPLE_COLUMNS, ','.join(rows)), database='profd')
 
 
 def main():
+    require_root_bpf()
     profctl = binary('PROFCTL')
     with ClickHouse() as ch, tempfile.TemporaryDirectory(prefix='fleet-cli-') as tmp:
         load(ch)
