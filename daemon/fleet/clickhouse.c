@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <curl/curl.h>
+#include "fleet/curl_load.h"
 #include <zlib.h>
 
 #include "fleet/clickhouse.h"

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
+#include "fleet/curl_load.h"
 #include <jansson.h>
 #include <sqlite3.h>
 
@@ -618,6 +618,11 @@ int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, stru
 			goto fail;
 	}
 
+	r = curl_load();
+	if (r < 0) {
+		log_error("Cannot load libcurl for Pyroscope: %s", curl_load_error());
+		goto fail;
+	}
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
 		r = -ENOMEM;
 		goto fail;

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
+#include "fleet/curl_load.h"
 #include <sqlite3.h>
 
 #include "fleet/clickhouse.h"
@@ -941,6 +941,11 @@ int shipper__new(const struct shipper_settings *set, struct shipper **ret)
 		r = read_password(set->password_file, &password);
 		if (r < 0)
 			return r;
+	}
+	r = curl_load();
+	if (r < 0) {
+		log_error("Cannot load libcurl for ClickHouse: %s", curl_load_error());
+		return r;
 	}
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		return -ENOMEM;
