@@ -194,7 +194,8 @@ static int request_init(const struct clickhouse *ch, const char *sql, struct req
 		if (!rq->headers || !curl_slist_append(rq->headers, rq->key_header))
 			return -ENOMEM;
 	}
-	if (curl_easy_setopt(rq->curl, CURLOPT_URL, rq->url) != CURLE_OK ||
+	if ((ch->ca_file && curl_easy_setopt(rq->curl, CURLOPT_CAINFO, ch->ca_file) != CURLE_OK) ||
+	    curl_easy_setopt(rq->curl, CURLOPT_URL, rq->url) != CURLE_OK ||
 	    curl_easy_setopt(rq->curl, CURLOPT_POSTFIELDS, sql) != CURLE_OK ||
 	    curl_easy_setopt(rq->curl, CURLOPT_HTTPHEADER, rq->headers) != CURLE_OK ||
 	    curl_easy_setopt(rq->curl, CURLOPT_WRITEFUNCTION, body_write) != CURLE_OK ||

@@ -15,6 +15,7 @@ struct clickhouse {
 	const char *database; /* the default database of the queries; NULL: the server's */
 	const char *user;     /* NULL: the server's default user */
 	const char *password; /* NULL: none */
+	const char *ca_file;  /* https: CA certificates (PEM) to verify the server; NULL: the system's */
 	bool readonly;	      /* send readonly=1: the server refuses writes and DDL */
 };
 

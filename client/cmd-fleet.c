@@ -28,7 +28,7 @@
 
 /* profd.conf's [fleet] settings profctl uses; strings live until profctl exits. */
 struct fleet_conf {
-	char *url, *database, *user, *password, *password_file;
+	char *url, *database, *user, *password, *password_file, *ca_file;
 };
 
 static struct fleet_conf conf;
@@ -44,6 +44,7 @@ static int on_conf(void *user, const char *section, const char *key, const char 
 	    {"clickhouse_user", offsetof(struct fleet_conf, user)},
 	    {"clickhouse_password", offsetof(struct fleet_conf, password)},
 	    {"clickhouse_password_file", offsetof(struct fleet_conf, password_file)},
+	    {"ca_file", offsetof(struct fleet_conf, ca_file)},
 	};
 
 	if (strcmp(section, "fleet") != 0)
@@ -627,7 +628,8 @@ int run_fleet(struct conn *c, const struct args *a)
 	struct clickhouse ch = {.url = a->clickhouse_url,
 				.database = a->database,
 				.user = a->user,
-				.password = conf.password};
+				.password = conf.password,
+				.ca_file = a->ca_file ? a->ca_file : conf.ca_file};
 	bool hotpaths = strcmp(a->fleet_report, "hotpaths") == 0;
 	int r;
 

@@ -190,6 +190,7 @@ static const struct option_spec specs[] = {
     TEXT("database", 0, database, check_not_empty),
     TEXT("user", 0, user, check_not_empty),
     TEXT("password-file", 0, password_file, check_not_empty),
+    TEXT("ca-file", 0, ca_file, check_not_empty),
     DURATION("since", since_s),
     TEXT("host", 0, host, check_not_empty),
 };

@@ -96,10 +96,11 @@ static const struct command commands[] = {
 	{.name = "fleet", .operand = OPERAND_FLEET, .run = run_fleet, .without_profd = true,
 	 .synopsis = "top|hotpaths [--since DURATION] [--host NAME] [--comm NAME] [--label TEXT]\n"
 		     "        [--event NAME] [--limit N] [--ascii] [--clickhouse-url URL]\n"
-		     "        [--database DB] [--user NAME] [--password-file FILE]\n"
+		     "        [--database DB] [--user NAME] [--password-file FILE] [--ca-file FILE]\n"
 		     "  or: profctl fleet sql \"SELECT ...\" [--csv] [--clickhouse-url URL] ...",
 	 .summary = "top, hotpaths or SQL over every host's sessions, from ClickHouse",
-	 .options = "clickhouse-url database user password-file since host comm label event limit ascii csv"},
+	 .options = "clickhouse-url database user password-file ca-file since host comm label event limit "
+		    "ascii csv"},
 	{.name = "gpu", .operand = OPERAND_SESSION, .run = run_gpu,
 	 .synopsis = "SESSION [--limit N]",
 	 .summary = "kernel launches, CUDA API times, copies, GPU memory growth",

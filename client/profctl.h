@@ -89,6 +89,7 @@ struct args {
 	const char *database;	    /* --database */
 	const char *user;	    /* --user */
 	const char *password_file;  /* --password-file */
+	const char *ca_file;	    /* --ca-file */
 	double since_s;		    /* --since; 0: the default */
 	const char *host;	    /* --host NAME */
 };

@@ -29,6 +29,7 @@ struct clickhouse {
 	CURL *curl;
 	struct curl_slist *headers, *insert_headers; /* insert_headers: + Content-Encoding */
 	char *url, *database, *user, *password;
+	char *ca_file; /* CURLOPT_CAINFO, or NULL: the system's CA certificates */
 	clickhouse_cancel_fn cancel;
 	void *cancel_arg;
 	struct fleet_buf answer;
@@ -171,6 +172,17 @@ oom:
 	return -ENOMEM;
 }
 
+int clickhouse__set_ca_file(struct clickhouse *ch, const char *path)
+{
+	char *copy = path && *path ? strdup(path) : NULL;
+
+	if (path && *path && !copy)
+		return -ENOMEM;
+	free(ch->ca_file);
+	ch->ca_file = copy;
+	return 0;
+}
+
 void clickhouse__free(struct clickhouse *ch)
 {
 	if (!ch)
@@ -182,6 +194,7 @@ void clickhouse__free(struct clickhouse *ch)
 	if (ch->zs_ready)
 		deflateEnd(&ch->zs);
 	fleet_buf__done(&ch->gz);
+	free(ch->ca_file);
 	if (ch->password) {
 		explicit_bzero(ch->password, strlen(ch->password));
 		free(ch->password);
@@ -252,6 +265,8 @@ static int post(struct clickhouse *ch, const char *url_query, const char *body, 
 	ch->curl_err[0] = '\0';
 	curl_easy_reset(ch->curl); /* keeps the connection */
 	curl_easy_setopt(ch->curl, CURLOPT_URL, url);
+	if (ch->ca_file)
+		curl_easy_setopt(ch->curl, CURLOPT_CAINFO, ch->ca_file);
 	curl_easy_setopt(ch->curl, CURLOPT_HTTPHEADER, headers);
 	curl_easy_setopt(ch->curl, CURLOPT_POST, 1L);
 	curl_easy_setopt(ch->curl, CURLOPT_POSTFIELDS, body);

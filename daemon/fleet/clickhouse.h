@@ -44,6 +44,15 @@ int clickhouse__new(const char *url, const char *database, const char *user, con
 void clickhouse__free(struct clickhouse *ch); /* accepts NULL */
 
 /*
+ * clickhouse__set_ca_file() - for an https:// URL, verify the server's
+ * certificate against the CA certificates (PEM) in @path instead of the
+ * system's (curl's CURLOPT_CAINFO); NULL or "": the system's. A
+ * verification failure is -EIO with curl's message ("SSL certificate
+ * problem: ..."). Returns 0 or -ENOMEM.
+ */
+int clickhouse__set_ca_file(struct clickhouse *ch, const char *path);
+
+/*
  * clickhouse__query() - run @sql (the POST body) in the client's database
  * (@in_database false: no database, for CREATE DATABASE). The answer
  * (at most 1 MiB kept) replaces @ret_out's contents if @ret_out is set.

@@ -54,6 +54,7 @@
 struct pyroscope {
 	/* Settings, owned. */
 	char *url, *app, *tenant, *user, *password, *host;
+	char *ca_file; /* https: CURLOPT_CAINFO, or NULL: the system's CA certificates */
 	uint64_t interval_ns;
 	sqlite3 *db; /* the thread's own; it writes only its fleet_cursors rows */
 	CURL *curl;
@@ -189,6 +190,8 @@ static int post(struct pyroscope *ps, const char *url, const void *body, size_t 
 
 	curl_easy_reset(ps->curl);
 	curl_easy_setopt(ps->curl, CURLOPT_URL, url);
+	if (ps->ca_file)
+		curl_easy_setopt(ps->curl, CURLOPT_CAINFO, ps->ca_file);
 	curl_easy_setopt(ps->curl, CURLOPT_POST, 1L);
 	curl_easy_setopt(ps->curl, CURLOPT_POSTFIELDS, body);
 	curl_easy_setopt(ps->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
@@ -603,8 +606,10 @@ int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, stru
 	ps->app = label_value(s->app && *s->app ? s->app : "profd", true);
 	ps->host = label_value(s->host_name && *s->host_name ? s->host_name : host, false);
 	ps->tenant = dup_or_null(s->tenant);
+	ps->ca_file = dup_or_null(s->ca_file);
 	ps->user = dup_or_null(s->user);
 	if (!ps->url || !ps->app || !ps->host || (s->tenant && *s->tenant && !ps->tenant) ||
+	    (s->ca_file && *s->ca_file && !ps->ca_file) ||
 	    (s->user && *s->user && !ps->user)) {
 		r = -ENOMEM;
 		goto fail;
@@ -729,6 +734,7 @@ void pyroscope__free(struct pyroscope *ps)
 	free(ps->app);
 	free(ps->host);
 	free(ps->tenant);
+	free(ps->ca_file);
 	free(ps->user);
 	free(ps->password);
 	free(ps);

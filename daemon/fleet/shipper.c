@@ -977,6 +977,8 @@ int shipper__new(const struct shipper_settings *set, struct shipper **ret)
 	r = clickhouse__new(set->url, set->database && *set->database ? set->database : "profd",
 			    set->user, set->password ? set->password : password, on_cancel, sh,
 			    &sh->ch);
+	if (r >= 0)
+		r = clickhouse__set_ca_file(sh->ch, set->ca_file);
 	if (r < 0)
 		goto fail;
 	if (password)

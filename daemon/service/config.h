@@ -61,6 +61,7 @@ struct profd_config {
 	char *clickhouse_user;
 	char *clickhouse_password;
 	char *clickhouse_password_file; /* the password, read from this file (root only) */
+	char *fleet_ca_file; /* https: the CA certificates (PEM) servers must chain to, not the system's */
 	char *pyroscope_url;		/* http(s)://host:port of Pyroscope's ingest API */
 	char *pyroscope_app;		/* application name of the pushed profiles: "profd" */
 	char *pyroscope_tenant;		/* X-Scope-OrgID header, if set */

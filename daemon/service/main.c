@@ -356,6 +356,7 @@ static int run(void)
 		    .password_file = cfg.clickhouse_password_file,
 		    .host_name = cfg.host_name,
 		    .interval_s = cfg.fleet_interval_s,
+		    .ca_file = cfg.fleet_ca_file,
 		};
 
 		r = shipper__new(&ship, &p.shipper);
@@ -376,6 +377,7 @@ static int run(void)
 		    .password_file = cfg.pyroscope_password_file,
 		    .host_name = cfg.host_name,
 		    .interval_s = cfg.fleet_interval_s,
+		    .ca_file = cfg.fleet_ca_file,
 		};
 
 		r = pyroscope__new(cfg.db_path, &ps, &p.pyroscope);

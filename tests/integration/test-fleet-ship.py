@@ -10,6 +10,8 @@ import json
 import os
 import signal
 import socket
+import ssl
+import subprocess
 import sys
 import tempfile
 import threading
@@ -25,13 +27,20 @@ class CutProxy:
     samples and closes the client's connection instead of relaying the
     server's answer: the server stored the rows, the client never knows."""
 
-    def __init__(self, port):
+    def __init__(self, port, tls=None):
+        """@tls: (certificate file, key file): the proxy speaks https to its clients
+        (Debian's ClickHouse 18.16 is built without TLS)."""
         self.port, self.armed, self.cuts = port, False, 0
+        self.tls = None
+        if tls:
+            self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.tls.load_cert_chain(*tls)
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(('127.0.0.1', 0))
         self.sock.listen(16)
-        self.url = 'http://127.0.0.1:%d' % self.sock.getsockname()[1]
+        self.url = '%s://127.0.0.1:%d' % ('https' if tls else 'http', self.sock.getsockname()[1])
+        self.refused_handshakes = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self):
@@ -40,6 +49,13 @@ class CutProxy:
                 c, _ = self.sock.accept()
             except OSError:
                 return
+            if self.tls:
+                try:
+                    c = self.tls.wrap_socket(c, server_side=True)
+                except (ssl.SSLError, OSError):
+                    self.refused_handshakes += 1  # the client did not trust the certificate
+                    c.close()
+                    continue
             try:
                 s = socket.create_connection(('127.0.0.1', self.port))
             except OSError:
@@ -306,6 +322,50 @@ def bad_input():
             os.unlink(pwfile.name)
 
 
+def ship_over_https():
+    """https:// with a certificate the system does not trust: refused, and said,
+    until ca_file names it; then every sample arrives."""
+    with ClickHouse() as ch, tempfile.TemporaryDirectory(prefix='fleet-tls-') as tmp:
+        cert, key = os.path.join(tmp, 'cert.pem'), os.path.join(tmp, 'key.pem')
+        subprocess.run(['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1',
+                        '-keyout', key, '-out', cert, '-subj', '/CN=127.0.0.1',
+                        '-addext', 'subjectAltName=IP:127.0.0.1'], check=True, capture_output=True)
+        proxy = CutProxy(ch.http_port, tls=(cert, key))
+        conf = os.path.join(tmp, 'profd.conf')
+        with open(conf, 'w') as f:
+            f.write('[fleet]\nclickhouse_url = %s\nca_file = %s\nfleet_interval_s = 2\n' % (proxy.url, cert))
+        # Without ca_file: the certificate is refused, and profctl session says why.
+        with Profd(['--clickhouse-url', proxy.url, '--fleet-interval', '2', '--host-name', 'tls']) as d:
+            w, sid = attach_spin(d, 4)
+            w.wait(timeout=30)
+            d.wait_ended(sid)
+            deadline = time.time() + 20
+            while time.time() < deadline and not (fleet_of(d, sid) or {}).get('last_error'):
+                time.sleep(0.5)
+            c = fleet_of(d, sid) or {}
+            print('https without ca_file:', c.get('last_error'))
+            check('certificate' in (c.get('last_error') or '').lower() and not c.get('done'),
+                  'an untrusted certificate was not refused, or not said: %r' % c)
+        # With it: shipped over TLS, each sample once.
+        with Profd(['--config', conf, '--host-name', 'tls']) as d:
+            w, sid = attach_spin(d, 4)
+            w.wait(timeout=30)
+            d.wait_ended(sid)
+            c = wait_shipped(d, sid)
+            local = d.json('top', sid, '--limit', '1')['total_samples']
+            remote = int(ch.value("SELECT sum(count) FROM samples WHERE host = 'tls' AND session_id = %d "
+                                  "AND event = 'cpu'" % sid) or 0)
+            print('https with ca_file: %d samples locally, %d in ClickHouse; %d handshakes refused before'
+                  % (local, remote, proxy.refused_handshakes))
+            check(local > 50 and remote == local, 'over https: ClickHouse has %d samples, the session %d' % (
+                remote, local))
+            # profctl fleet over https too, trusting the same file.
+            _, out, _ = d.ctl('fleet', 'top', '--clickhouse-url', proxy.url, '--ca-file', cert, '--json')
+            check(json.loads(out)['total_samples'] >= local, 'profctl fleet top over https: %s' % out[:200])
+            rc, _, err = d.ctl('fleet', 'top', '--clickhouse-url', proxy.url, check_rc=False)
+            check(rc == 1 and 'certificate' in err.lower(), 'profctl fleet without the CA: rc %d, %r' % (rc, err))
+
+
 def test():
     require_root_bpf()
     server_binary()
@@ -315,6 +375,9 @@ def test():
     t0 = time.time()
     bad_input()
     print('bad input: %.0f s' % (time.time() - t0))
+    t0 = time.time()
+    ship_over_https()
+    print('https: %.0f s' % (time.time() - t0))
 
 
 if __name__ == '__main__':
