@@ -16,7 +16,9 @@ import http.server
 import os
 import re
 import socket
+import ssl
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -37,7 +39,8 @@ class Listener:
     'ok' (200, the request kept), '500', 'garbage' (bytes that are not HTTP),
     'slow' (no answer for 40 s)."""
 
-    def __init__(self):
+    def __init__(self, tls=None):
+        """@tls: (certificate file, key file) to answer over https."""
         self.mode = 'ok'
         self.accepted = []  # (query dict, headers, body) of the 200 answers
         self.attempts = {'ok': 0, '500': 0, 'garbage': 0, 'slow': 0}
@@ -74,6 +77,10 @@ class Listener:
                     self.end_headers()
 
         self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -177,6 +184,49 @@ def test():
         run_test(go, listener)
     finally:
         listener.close()
+    run_https()
+
+
+def run_https():
+    """https:// with a self-signed certificate: refused and said without ca_file;
+    with it, the session's samples all arrive."""
+    with tempfile.TemporaryDirectory(prefix='pyro-tls-') as tmp:
+        cert, key = os.path.join(tmp, 'cert.pem'), os.path.join(tmp, 'key.pem')
+        subprocess.run(['openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1',
+                        '-keyout', key, '-out', cert, '-subj', '/CN=127.0.0.1',
+                        '-addext', 'subjectAltName=IP:127.0.0.1'], check=True, capture_output=True)
+        listener = Listener(tls=(cert, key))
+        url = 'https://127.0.0.1:%d/' % listener.port
+        conf = os.path.join(tmp, 'profd.conf')
+        with open(conf, 'w') as f:
+            f.write('[fleet]\nca_file = %s\n' % cert)
+        try:
+            for with_ca in (False, True):
+                args = ['--pyroscope-url', url, '--fleet-interval', '2', '--host-name', 'tls-host']
+                with Profd((['--config', conf] if with_ca else []) + args) as d:
+                    w = d.spawn(binary('SPIN_THREADS'), '--seconds', '4', '--weights', '1')
+                    wait_for_threads(w.pid, 2)
+                    sid = d.json('attach', w.pid, '--freq', '397')['session']
+                    d.wait_ended(sid)
+                    py = lambda: d.json('session', sid)['session']['fleet']['pyroscope'] or {}
+                    if not with_ca:
+                        wait_for('a failure over https', lambda: py().get('last_error'), 20)
+                        print('https without ca_file:', py()['last_error'])
+                        check('certificate' in py()['last_error'].lower() and not py()['done'],
+                              'an untrusted certificate was not refused, or not said: %r' % py())
+                        continue
+                    wait_for('the session pushed over https', lambda: py().get('done'), 30)
+                    total = d.json('top', sid, '--limit', '1')['total_samples']
+                    # Only this session's pushes got through the TLS handshake.
+                    with listener.lock:
+                        bodies = [b for _, _, _, b in listener.accepted]
+                    pushed = sum(pprof_read(b)[0] for b in bodies)
+                    print('https with ca_file: %d pushes of %d samples, the session %d' % (
+                        len(bodies), pushed, total))
+                    check(total > 100 and pushed == total and py()['rows'] == total,
+                          'over https: %d samples received, cursor %r, session %d' % (pushed, py(), total))
+        finally:
+            listener.close()
 
 
 def run_test(go, listener):
