@@ -572,12 +572,8 @@ static void test_fleet_guards(const char *dir)
 		CHECK_INT_EQ(store__merge_windows(st, t0 + 30 * sec, 5 * sec, 10 * sec, 100, &merge),
 			     0);
 		CHECK_INT_EQ(merge.sessions, 1);
-		snprintf(sql, sizeof(sql), "SELECT merged_until_ns - %llu FROM sessions WHERE id = %lld",
-			 (unsigned long long)t0, (long long)a);
-		CHECK_INT_EQ(query_int(st, sql), (long long)(10 * sec));
-		snprintf(sql, sizeof(sql), "SELECT sum(count) FROM samples WHERE session_id = %lld",
-			 (long long)a);
-		CHECK_INT_EQ(query_int(st, sql), 30);
+		CHECK_INT_EQ(merged_until_s(st, a), 10);
+		CHECK_INT_EQ(session_sum(st, "sum(count)", "samples", a), 30);
 
 		/* With Pyroscope too, the merge waits for the lesser cursor: none
 		 * of Pyroscope's yet, nothing more; pushed to 21 s, merged to 20 s
@@ -598,12 +594,8 @@ static void test_fleet_guards(const char *dir)
 		CHECK_INT_EQ(store__merge_windows(st, t0 + 30 * sec, 5 * sec, 10 * sec, 100, &merge),
 			     0);
 		CHECK_INT_EQ(merge.sessions, 1);
-		snprintf(sql, sizeof(sql), "SELECT merged_until_ns - %llu FROM sessions WHERE id = %lld",
-			 (unsigned long long)t0, (long long)a);
-		CHECK_INT_EQ(query_int(st, sql), (long long)(20 * sec));
-		snprintf(sql, sizeof(sql), "SELECT sum(count) FROM samples WHERE session_id = %lld",
-			 (long long)a);
-		CHECK_INT_EQ(query_int(st, sql), 30);
+		CHECK_INT_EQ(merged_until_s(st, a), 20);
+		CHECK_INT_EQ(session_sum(st, "sum(count)", "samples", a), 30);
 	}
 
 	/* Both sinks: the age limit deletes a session only once both have it
