@@ -198,13 +198,25 @@ static const struct setting *setting_find(const char *section, const char *key)
 	return NULL;
 }
 
+/* Replace the string *@field with a copy of @value: 0, or -ENOMEM (*@field unchanged). */
+static int set_string(char **field, const char *value)
+{
+	char *copy = strdup(value);
+
+	if (!copy)
+		return -ENOMEM;
+	free(*field);
+	*field = copy;
+	return 0;
+}
+
 static int setting_apply(struct profd_config *c, const struct setting *s, const char *value,
 			 char *errbuf, size_t errlen)
 {
 	void *field = (char *)c + s->offset;
 	unsigned long long v;
 	uint64_t bytes;
-	char *end, *copy;
+	char *end;
 	int r;
 
 	switch (s->kind) {
@@ -212,12 +224,7 @@ static int setting_apply(struct profd_config *c, const struct setting *s, const 
 		if (value[0] != '/')
 			return fail(errbuf, errlen, "%s must be an absolute path, not '%s'", s->key,
 				    value);
-		copy = strdup(value);
-		if (!copy)
-			return -ENOMEM;
-		free(*(char **)field);
-		*(char **)field = copy;
-		return 0;
+		return set_string(field, value);
 	case SET_URL:
 		if (*value && strncmp(value, "http://", 7) != 0 &&
 		    strncmp(value, "https://", 8) != 0)
@@ -226,12 +233,7 @@ static int setting_apply(struct profd_config *c, const struct setting *s, const 
 				    value);
 		/* fall through */
 	case SET_STRING:
-		copy = strdup(value);
-		if (!copy)
-			return -ENOMEM;
-		free(*(char **)field);
-		*(char **)field = copy;
-		return 0;
+		return set_string(field, value);
 	case SET_LOG_LEVEL:
 		r = log_parse_level(value);
 		if (r < 0)
