@@ -40,14 +40,10 @@ void profile__free(struct profile *p)
 /* Index into p->frames of frame @id, adding an empty entry if new. Returns >= 0 or -ENOMEM. */
 static int64_t profile__frame_index(struct profile *p, int64_t id)
 {
-	int r = grow_array_to((void **)&p->frames, &p->cap_frames, p->n_frames + 1,
-			      sizeof(*p->frames));
 	bool added;
-	long i;
+	long i = report__index_add(&p->index, id, (void **)&p->frames, &p->cap_frames, p->n_frames,
+				   sizeof(*p->frames), &added);
 
-	if (r < 0)
-		return r;
-	i = id_index__add(&p->index, id, &added);
 	if (i >= 0 && added)
 		p->frames[p->n_frames++] = (struct qframe){.id = id};
 	return i;
@@ -188,9 +184,8 @@ static int profile__sum_stacks(struct profile *p, sqlite3 *db, int64_t session_i
 		long i;
 
 		sums->total += n;
-		r = grow_array_to((void **)&p->stacks, &p->cap_stacks, p->n_stacks + 1,
-				  sizeof(*p->stacks));
-		i = r < 0 ? r : id_index__add(&by_id, id, &added);
+		i = report__index_add(&by_id, id, (void **)&p->stacks, &p->cap_stacks, p->n_stacks,
+				      sizeof(*p->stacks), &added);
 		if (i < 0) {
 			r = (int)i;
 			break;

@@ -217,9 +217,8 @@ static int rows_by_window(struct sample_row *rows, size_t n)
 		bool added;
 		long k;
 
-		if (grow_array((void **)&w, &cap_w, n_w, sizeof(*w)) < 0)
-			goto out;
-		k = id_index__add(&index, rows[i].window, &added);
+		k = report__index_add(&index, rows[i].window, (void **)&w, &cap_w, n_w, sizeof(*w),
+				      &added);
 		if (k < 0)
 			goto out;
 		if (added)
@@ -289,13 +288,10 @@ struct row_stacks {
 /* Index in @s of stack @id, added (count 0, window INT64_MAX) if new; >= 0 or -ENOMEM. */
 static ssize_t row_stacks__index(struct row_stacks *s, int64_t id)
 {
-	int r = grow_array((void **)&s->v, &s->cap, s->n, sizeof(*s->v));
 	bool added;
-	long i;
+	long i =
+	    report__index_add(&s->index, id, (void **)&s->v, &s->cap, s->n, sizeof(*s->v), &added);
 
-	if (r < 0)
-		return r;
-	i = id_index__add(&s->index, id, &added);
 	if (i >= 0 && added)
 		s->v[s->n++] = (struct row_stack){.id = id, .window = INT64_MAX};
 	return i;

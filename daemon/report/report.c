@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <sqlite3.h>
 
+#include "hashmap.h"
 #include "protocol.h"
 #include "report/query.h"
 #include "report/report.h"
@@ -518,6 +519,24 @@ const char *report__unsymbolized_name(char *buf, size_t size, const char *module
 			  : "?",
 		 (unsigned long long)rel_addr);
 	return buf;
+}
+
+/*
+ * report__index_add() - the index of @id in @index (id_index__add()), with
+ * room made for it in the array *@v that the caller keeps beside @index:
+ * @n elements of @size bytes in use, *@cap allocated (grow_array()). If
+ * *@ret_added, @id is new and its index is @n: the caller fills that
+ * element and counts it. Returns >= 0, or -ENOMEM (nothing added; *@v may
+ * have grown).
+ */
+long report__index_add(struct id_index *index, int64_t id, void **v, size_t *cap, size_t n,
+		       size_t size, bool *ret_added)
+{
+	int r = grow_array(v, cap, n, size);
+
+	if (r < 0)
+		return r;
+	return id_index__add(index, id, ret_added);
 }
 
 /*

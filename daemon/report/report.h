@@ -103,6 +103,9 @@ int report__prepare_range(sqlite3 *db, const char *sql, int64_t session_id,
 			  const struct window_bounds *wb, sqlite3_stmt **ret);
 int window_bounds__json(const struct window_bounds *wb, json_t *o);
 const char *report__unsymbolized_name(char *buf, size_t size, const char *module, int64_t rel_addr);
+struct id_index;
+long report__index_add(struct id_index *index, int64_t id, void **v, size_t *cap, size_t n,
+		       size_t size, bool *ret_added);
 int report__prepare_id(sqlite3 *db, const char *sql, int64_t id, sqlite3_stmt **ret);
 int report__prepare_id_arg(sqlite3 *db, const char *sql, int64_t id, int64_t arg,
 			   sqlite3_stmt **ret);
