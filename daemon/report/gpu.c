@@ -131,21 +131,16 @@ static int session_head(sqlite3 *db, int64_t session_id, json_t **ret, int64_t *
 			int64_t *ret_span_ns)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	int rc;
+	int r;
 
-	if (report__prepare_id(
-		db,
-		"SELECT gpu_lost_calls, nvtx_unmatched, gpu_unnamed_launches, events,"
-		" coalesce(ended_at_ns, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
-		" * 1000000) - started_at_ns, started_at_ns, gpu_truncated_stacks,"
-		" gpu_missing_stacks FROM sessions WHERE id = ?1",
-		session_id, &st) < 0)
-		return -EIO;
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_DONE)
-		return -ENOENT;
-	if (rc != SQLITE_ROW)
-		return -EIO;
+	r = report__row(db,
+			"SELECT gpu_lost_calls, nvtx_unmatched, gpu_unnamed_launches, events,"
+			" coalesce(ended_at_ns, CAST((julianday('now') - 2440587.5) * 86400000 AS"
+			" INTEGER) * 1000000) - started_at_ns, started_at_ns, gpu_truncated_stacks,"
+			" gpu_missing_stacks FROM sessions WHERE id = ?1",
+			session_id, &st);
+	if (r < 0)
+		return r;
 	*ret_span_ns = sqlite3_column_int64(st, 4) > 0 ? sqlite3_column_int64(st, 4) : 0;
 	*ret_start_ns = sqlite3_column_int64(st, 5);
 	*ret = json_pack("{s:I, s:s, s:I, s:I, s:I, s:f, s:I, s:I}", "session",

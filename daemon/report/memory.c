@@ -806,11 +806,9 @@ int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 		"FROM sessions WHERE id = ?1",
 		session_id, (int64_t)now_ns(CLOCK_REALTIME), &st) < 0)
 		return -EIO;
-	r = sqlite3_step(st);
-	if (r == SQLITE_DONE)
-		return -ENOENT;
-	if (r != SQLITE_ROW)
-		return -EIO;
+	r = report__step_row(st);
+	if (r < 0)
+		return r;
 	start_ns = sqlite3_column_int64(st, 0);
 	end_ns = sqlite3_column_int64(st, 1);
 	if (end_ns <= start_ns)

@@ -27,15 +27,9 @@ int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 	int64_t total_ns = 0;
 	int rc, r;
 
-	r = report__prepare_id(db, "SELECT offcpu_lost FROM sessions WHERE id = ?1", session_id,
-			       &st);
+	r = report__row(db, "SELECT offcpu_lost FROM sessions WHERE id = ?1", session_id, &st);
 	if (r < 0)
 		return r;
-	rc = sqlite3_step(st);
-	if (rc == SQLITE_DONE)
-		return -ENOENT;
-	if (rc != SQLITE_ROW)
-		return -EIO;
 	o = json_pack("{s:I, s:I, s:f, s:{}, s:[]}", "session", (json_int_t)session_id,
 		      "offcpu_lost", (json_int_t)sqlite3_column_int64(st, 0), "total_off_cpu_s",
 		      0.0, "by_state", "stacks");
