@@ -6,6 +6,7 @@
 #pragma once
 
 #include <sqlite3.h>
+#include <stdint.h>
 
 enum stmt_id {
 	STMT_SESSION_INSERT,
@@ -62,6 +63,8 @@ struct store {
 
 /* Documented where they are defined, in store.c. */
 int store__step_done(sqlite3_stmt *stmt);
+int store__exec(struct store *st, const char *sql);
+int64_t store__query_int64(struct store *st, const char *sql);
 /*
  * store__lazy() - statement @i of @sql, prepared at its first use and kept
  * until store__close(). NULL if it cannot be prepared (store__errmsg()).
