@@ -82,22 +82,6 @@ static const struct setting {
      offsetof(struct profd_config, pyroscope_password_file), 0, 0},
 };
 
-/* The [fleet] strings, in the order config__done() frees them. */
-static const size_t fleet_strings[] = {
-    offsetof(struct profd_config, host_name),
-    offsetof(struct profd_config, clickhouse_url),
-    offsetof(struct profd_config, clickhouse_database),
-    offsetof(struct profd_config, clickhouse_user),
-    offsetof(struct profd_config, clickhouse_password),
-    offsetof(struct profd_config, clickhouse_password_file),
-    offsetof(struct profd_config, fleet_ca_file),
-    offsetof(struct profd_config, pyroscope_url),
-    offsetof(struct profd_config, pyroscope_app),
-    offsetof(struct profd_config, pyroscope_tenant),
-    offsetof(struct profd_config, pyroscope_user),
-    offsetof(struct profd_config, pyroscope_password_file),
-};
-
 static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
@@ -133,14 +117,15 @@ int config__init(struct profd_config *c)
 											  : -ENOMEM;
 }
 
+/* config__done() - free the strings of @c (every setting of a string kind) and set them NULL. */
 void config__done(struct profd_config *c)
 {
-	free(c->db_path);
-	free(c->socket_path);
-	c->db_path = c->socket_path = NULL;
-	for (size_t i = 0; i < ARRAY_SIZE(fleet_strings); i++) {
-		char **field = (char **)((char *)c + fleet_strings[i]);
+	for (size_t i = 0; i < ARRAY_SIZE(settings); i++) {
+		char **field = (char **)((char *)c + settings[i].offset);
 
+		if (settings[i].kind != SET_PATH && settings[i].kind != SET_STRING &&
+		    settings[i].kind != SET_URL)
+			continue;
 		free(*field);
 		*field = NULL;
 	}
