@@ -80,15 +80,8 @@ int run_diff(struct conn *c, const struct args *a)
 				    strcmp(rows[j].module, module) == 0)
 					d = &rows[j];
 			if (!d) {
-				if (n == cap) {
-					struct diff_row *nr;
-
-					cap = cap ? 2 * cap : 64;
-					nr = reallocarray(rows, cap, sizeof(*rows));
-					if (!nr)
-						return log_oom();
-					rows = nr;
-				}
+				if (grow_array((void **)&rows, &cap, n, sizeof(*rows)) < 0)
+					return log_oom();
 				d = &rows[n++];
 				*d = (struct diff_row){.function = name, .module = module};
 			}

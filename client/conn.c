@@ -230,15 +230,20 @@ static json_t *parse_response(char *line, size_t len, json_error_t *err)
 	if (at == 0)
 		return json_loadb(line, len, JSON_REJECT_DUPLICATES, err);
 	/*
-	 * The object without its last member: valid if and only if the whole
-	 * line is (but for a duplicate key, checked below), as the ',' then
-	 * stands at its top level.
+	 * The object without its last member: valid and not empty if and only
+	 * if the whole line is (but for a duplicate key, checked below), as
+	 * the ',' then stands at its top level after a member. An empty one
+	 * was "{,": jansson says what is wrong with the line.
 	 */
 	line[at] = '}';
 	resp = json_loadb(line, at + 1, JSON_REJECT_DUPLICATES, err);
 	line[at] = ',';
 	if (!resp || !json_is_object(resp))
 		return resp;
+	if (json_object_size(resp) == 0) {
+		json_decref(resp);
+		return json_loadb(line, len, JSON_REJECT_DUPLICATES, err);
+	}
 	if (json_object_getn(resp, key, key_len) ||
 	    json_object_setn_new_nocheck(resp, key, key_len, json_stringn_nocheck(val, val_len)) <
 		0) {

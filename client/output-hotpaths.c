@@ -74,15 +74,9 @@ static struct node *node__child(struct node *parent, const char *function, const
 		}
 	}
 
-	if (parent->n_children == parent->cap_children) {
-		size_t cap = parent->cap_children ? parent->cap_children * 2 : 4;
-		struct node **children = realloc(parent->children, cap * sizeof(*children));
-
-		if (!children)
-			return NULL;
-		parent->children = children;
-		parent->cap_children = cap;
-	}
+	if (grow_array((void **)&parent->children, &parent->cap_children, parent->n_children,
+		       sizeof(*parent->children)) < 0)
+		return NULL;
 	n = calloc(1, sizeof(*n));
 	if (!n)
 		return NULL;

@@ -51,15 +51,8 @@ int table__cellf(struct table *t, const char *fmt, ...)
 	char *cell;
 	int r;
 
-	if (t->n_cells == t->cap_cells) {
-		size_t cap = t->cap_cells ? t->cap_cells * 2 : 64;
-		char **cells = realloc(t->cells, cap * sizeof(*cells));
-
-		if (!cells)
-			return -ENOMEM;
-		t->cells = cells;
-		t->cap_cells = cap;
-	}
+	if (grow_array((void **)&t->cells, &t->cap_cells, t->n_cells, sizeof(*t->cells)) < 0)
+		return -ENOMEM;
 	va_start(ap, fmt);
 	r = vasprintf(&cell, fmt, ap);
 	va_end(ap);

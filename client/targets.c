@@ -31,15 +31,8 @@ static int target_add(struct target **v, size_t *n, size_t *cap, long pid)
 	/* Gone since it was listed: not a target. */
 	if (proc_start_ticks(t.pid, &t.start_ticks) < 0)
 		return 0;
-	if (*n == *cap) {
-		size_t ncap = *cap ? *cap * 2 : 16;
-		struct target *nv = realloc(*v, ncap * sizeof(**v));
-
-		if (!nv)
-			return -ENOMEM;
-		*v = nv;
-		*cap = ncap;
-	}
+	if (grow_array((void **)v, cap, *n, sizeof(**v)) < 0)
+		return -ENOMEM;
 	(*v)[(*n)++] = t;
 	return 0;
 }

@@ -343,6 +343,33 @@ static long long merged_until_s(struct store *st, int64_t id)
 	return query_int(st, sql);
 }
 
+/* Sink @sink ("clickhouse", "pyroscope") has session @sid up to @until_ns, and whole if @done. */
+static void add_cursor(struct store *st, int64_t sid, const char *sink, uint64_t until_ns,
+		       bool done)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns, done) "
+		 "VALUES (%lld, '%s', %llu, %d)",
+		 (long long)sid, sink, (unsigned long long)until_ns, done);
+	CHECK_INT_EQ(sqlite3_exec(store__db(st), sql, NULL, NULL, NULL), SQLITE_OK);
+}
+
+/*
+ * How many sessions a merge at @now_ns moved the mark of, merging windows
+ * of 10 s older than 5 s: the one merge the fleet guard checks repeat after
+ * each change of a cursor.
+ */
+static long long fleet_merge(struct store *st, uint64_t now_ns)
+{
+	struct store_merge merge;
+
+	CHECK_INT_EQ(
+	    store__merge_windows(st, now_ns, 5 * NSEC_PER_SEC, 10 * NSEC_PER_SEC, 100, &merge), 0);
+	return merge.sessions;
+}
+
 /*
  * Windows merged as they age (schema/0015): the rows of a merged window
  * become one per key with the same sums, in every table with windows; the
@@ -523,7 +550,6 @@ static void test_fleet_guards(const char *dir)
 {
 	const uint64_t day = 86400ULL * NSEC_PER_SEC, sec = NSEC_PER_SEC, now = 100 * day;
 	struct store_retention res;
-	struct store_merge merge;
 	struct store *st = NULL;
 	char path[160], sql[256];
 	int64_t unshipped, shipped, fid = 0, stack = 0;
@@ -533,11 +559,7 @@ static void test_fleet_guards(const char *dir)
 	store__set_fleet_sinks(st, STORE_SINK_CLICKHOUSE);
 	unshipped = add_session(st, 1 * day, 2 * day);
 	shipped = add_session(st, 1 * day, 2 * day);
-	snprintf(sql, sizeof(sql),
-		 "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns, done) "
-		 "VALUES (%lld, 'clickhouse', %llu, 1)",
-		 (long long)shipped, (unsigned long long)(2 * day));
-	CHECK_INT_EQ(sqlite3_exec(store__db(st), sql, NULL, NULL, NULL), SQLITE_OK);
+	add_cursor(st, shipped, "clickhouse", 2 * day, true);
 	CHECK_INT_EQ(store__retention(st, now, 30 * day, 0, &res), 0);
 	CHECK_INT_EQ(res.sessions_deleted, 1);
 	CHECK_INT_EQ(res.unshipped_deleted, 0);
@@ -561,17 +583,10 @@ static void test_fleet_guards(const char *dir)
 		for (uint64_t w = 0; w < 30; w++)
 			CHECK_INT_EQ(store__sample_add(st, a, t0 + w * sec, 1, stack, 1, 0), 0);
 		CHECK_INT_EQ(store__commit(st), 0);
-		CHECK_INT_EQ(store__merge_windows(st, t0 + 30 * sec, 5 * sec, 10 * sec, 100, &merge),
-			     0);
-		CHECK_INT_EQ(merge.sessions, 0); /* no cursor yet: nothing shipped, nothing merged */
-		snprintf(sql, sizeof(sql),
-			 "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns) "
-			 "VALUES (%lld, 'clickhouse', %llu)",
-			 (long long)a, (unsigned long long)(t0 + 12 * sec));
-		CHECK_INT_EQ(sqlite3_exec(store__db(st), sql, NULL, NULL, NULL), SQLITE_OK);
-		CHECK_INT_EQ(store__merge_windows(st, t0 + 30 * sec, 5 * sec, 10 * sec, 100, &merge),
-			     0);
-		CHECK_INT_EQ(merge.sessions, 1);
+		/* No cursor yet: nothing shipped, nothing merged. */
+		CHECK_INT_EQ(fleet_merge(st, t0 + 30 * sec), 0);
+		add_cursor(st, a, "clickhouse", t0 + 12 * sec, false);
+		CHECK_INT_EQ(fleet_merge(st, t0 + 30 * sec), 1);
 		CHECK_INT_EQ(merged_until_s(st, a), 10);
 		CHECK_INT_EQ(session_sum(st, "sum(count)", "samples", a), 30);
 
@@ -583,17 +598,9 @@ static void test_fleet_guards(const char *dir)
 			 "UPDATE fleet_cursors SET shipped_until_ns = %llu WHERE session_id = %lld",
 			 (unsigned long long)(t0 + 25 * sec), (long long)a);
 		CHECK_INT_EQ(sqlite3_exec(store__db(st), sql, NULL, NULL, NULL), SQLITE_OK);
-		CHECK_INT_EQ(store__merge_windows(st, t0 + 30 * sec, 5 * sec, 10 * sec, 100, &merge),
-			     0);
-		CHECK_INT_EQ(merge.sessions, 0);
-		snprintf(sql, sizeof(sql),
-			 "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns) "
-			 "VALUES (%lld, 'pyroscope', %llu)",
-			 (long long)a, (unsigned long long)(t0 + 21 * sec));
-		CHECK_INT_EQ(sqlite3_exec(store__db(st), sql, NULL, NULL, NULL), SQLITE_OK);
-		CHECK_INT_EQ(store__merge_windows(st, t0 + 30 * sec, 5 * sec, 10 * sec, 100, &merge),
-			     0);
-		CHECK_INT_EQ(merge.sessions, 1);
+		CHECK_INT_EQ(fleet_merge(st, t0 + 30 * sec), 0);
+		add_cursor(st, a, "pyroscope", t0 + 21 * sec, false);
+		CHECK_INT_EQ(fleet_merge(st, t0 + 30 * sec), 1);
 		CHECK_INT_EQ(merged_until_s(st, a), 20);
 		CHECK_INT_EQ(session_sum(st, "sum(count)", "samples", a), 30);
 	}
@@ -604,12 +611,10 @@ static void test_fleet_guards(const char *dir)
 		int64_t both = add_session(st, 1 * day, 2 * day);
 		int64_t half = add_session(st, 1 * day, 2 * day);
 
-		snprintf(sql, sizeof(sql),
-			 "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns, done) "
-			 "VALUES (%lld, 'clickhouse', 0, 1), (%lld, 'pyroscope', 0, 1), "
-			 "(%lld, 'clickhouse', 0, 1), (%lld, 'pyroscope', 0, 0)",
-			 (long long)both, (long long)both, (long long)half, (long long)half);
-		CHECK_INT_EQ(sqlite3_exec(store__db(st), sql, NULL, NULL, NULL), SQLITE_OK);
+		add_cursor(st, both, "clickhouse", 0, true);
+		add_cursor(st, both, "pyroscope", 0, true);
+		add_cursor(st, half, "clickhouse", 0, true);
+		add_cursor(st, half, "pyroscope", 0, false);
 		CHECK_INT_EQ(store__retention(st, now, 30 * day, 0, &res), 0);
 		CHECK_INT_EQ(res.sessions_deleted, 1);
 		snprintf(sql, sizeof(sql), "SELECT count(*) FROM sessions WHERE id IN (%lld, %lld)",

@@ -23,9 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "timing.h"
 
 #define LEAK_BLOCK (64 * 1024)
 #define WORKING_SET 256
@@ -36,14 +37,6 @@ static long iterations;
 static int nthreads = 2;
 static double delay_s; /* --delay: sleep after "ready", before the work (a profiler attaches) */
 static bool fork_first; /* --fork 1: a child process does the work, the parent waits for it */
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* A cheap PRNG per thread (xorshift). */
 static uint32_t next_rand(uint32_t *s)
@@ -82,10 +75,10 @@ static void run_leak(void)
 {
 	void *set[WORKING_SET] = { 0 };
 	uint32_t seed = 12345;
-	double start = now(), next = start, period = (double)LEAK_BLOCK / (rate_kib * 1024.0);
+	double start = now_s(), next = start, period = (double)LEAK_BLOCK / (rate_kib * 1024.0);
 
-	while (now() - start < seconds) {
-		while (now() >= next) {
+	while (now_s() - start < seconds) {
+		while (now_s() >= next) {
 			void **p = leak_chunk();
 
 			if (p)
@@ -105,10 +98,10 @@ __attribute__((noinline)) static void *churn_thread(void *arg)
 {
 	void *set[WORKING_SET] = { 0 };
 	uint32_t seed = 777 + (uint32_t)(uintptr_t)arg;
-	double start = now();
+	double start = now_s();
 	uint64_t bytes = 0;
 
-	while (now() - start < seconds) {
+	while (now_s() - start < seconds) {
 		for (int k = 0; k < 1000; k++)
 			bytes += churn_step(set, &seed, 4096);
 		usleep(1000);
@@ -127,9 +120,9 @@ static __thread void *volatile sink;
 __attribute__((noinline)) static void *tight_thread(void *arg)
 {
 	uint32_t seed = 99 + (uint32_t)(uintptr_t)arg;
-	double start = now();
+	double start = now_s();
 
-	for (long i = 0; iterations ? i < iterations : (i & 1023) || now() - start < seconds; i++) {
+	for (long i = 0; iterations ? i < iterations : (i & 1023) || now_s() - start < seconds; i++) {
 		char *p = malloc(16 + next_rand(&seed) % 241);
 
 		if (p)
@@ -143,14 +136,14 @@ __attribute__((noinline)) static void *tight_thread(void *arg)
 static void run_threads(void *(*fn)(void *))
 {
 	pthread_t t[64];
-	double start = now();
+	double start = now_s();
 
 	for (long i = 0; i < nthreads; i++)
 		pthread_create(&t[i], NULL, fn, (void *)i);
 	for (int i = 0; i < nthreads; i++)
 		pthread_join(t[i], NULL);
 	if (fn == tight_thread)
-		printf("elapsed %.6f\n", now() - start);
+		printf("elapsed %.6f\n", now_s() - start);
 }
 
 int main(int argc, char **argv)
@@ -182,7 +175,7 @@ int main(int argc, char **argv)
 	printf("ready\n");
 	fflush(stdout);
 	if (delay_s > 0)
-		usleep((useconds_t)(delay_s * 1e6));
+		sleep_s(delay_s);
 	if (fork_first) {
 		pid_t child = fork();
 		int status;

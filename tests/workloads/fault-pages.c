@@ -11,18 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "timing.h"
+
 #define BYTES (16u << 20)
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 __attribute__((noinline)) void touch_pages(void)
 {

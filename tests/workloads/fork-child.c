@@ -8,16 +8,9 @@
 #include <stdlib.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "timing.h"
 
 __attribute__((noinline)) uint64_t spin(uint64_t x)
 {
@@ -51,12 +44,11 @@ __attribute__((noinline)) uint64_t parent_work(double seconds)
 int main(int argc, char **argv)
 {
 	double delay = argc > 1 ? atof(argv[1]) : 1, seconds = argc > 2 ? atof(argv[2]) : 3;
-	struct timespec ts = { (time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9) };
 	pid_t child;
 
 	printf("fork-child: pid %d\n", getpid());
 	fflush(stdout);
-	nanosleep(&ts, NULL);
+	sleep_s(delay);
 	child = fork();
 	if (child == 0) {
 		prctl(PR_SET_NAME, "child-worker");

@@ -28,29 +28,15 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "timing.h"
 
 #define KIB 1024ul
 
 static double seconds = 30;
 /* Where blocks are published, so that the compiler keeps every malloc, memset and free. */
 void *volatile mem_grow_sink;
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void nap(double s)
-{
-	struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
-
-	nanosleep(&ts, NULL);
-}
 
 static void ready(void)
 {
@@ -80,17 +66,17 @@ static void retention(void)
 	mem_grow_sink = malloc(4096 * KIB);
 	free(mem_grow_sink);
 	ready();
-	nap(1.0);
+	sleep_s(1.0);
 	/* Half the time: 4 MiB/s of blocks, each with a pin right after it. */
-	for (double end = now() + seconds / 2; now() < end && n + 16 <= 16 * 64;) {
+	for (double end = now_s() + seconds / 2; now_s() < end && n + 16 <= 16 * 64;) {
 		for (int i = 0; i < 16; i++)
 			bigs[n++] = churn_tensors(&pin);
-		nap(1.0);
+		sleep_s(1.0);
 	}
 	/* Then every block is freed: the pins keep the heap from shrinking. */
 	while (n > 0)
 		free(bigs[--n]);
-	nap(seconds / 2);
+	sleep_s(seconds / 2);
 }
 
 static void *__attribute__((noinline)) leak_buffers(void)
@@ -106,9 +92,9 @@ static void *__attribute__((noinline)) leak_buffers(void)
 static void leak(void)
 {
 	ready();
-	for (double end = now() + seconds; now() < end;) {
+	for (double end = now_s() + seconds; now_s() < end;) {
 		leak_buffers();
-		nap(0.25);
+		sleep_s(0.25);
 	}
 }
 
@@ -137,16 +123,16 @@ static void shm(void)
 
 	ready();
 	/* Forked once a profiler has attached: a child it follows from its start. */
-	nap(1.0);
+	sleep_s(1.0);
 	child = fork();
 	if (child == 0) {
 		int n = 0;
 
 		/* Let the profiler read the child before it grows. */
-		nap(1.0);
-		for (double end = now() + seconds; now() < end;) {
+		sleep_s(1.0);
+		for (double end = now_s() + seconds; now_s() < end;) {
 			grow_shared_tensors(n++);
-			nap(0.25);
+			sleep_s(0.25);
 		}
 		_exit(0);
 	}
@@ -166,7 +152,7 @@ static void maps(long count)
 			p[0] = 1;
 	}
 	ready();
-	nap(seconds);
+	sleep_s(seconds);
 }
 
 int main(int argc, char **argv)

@@ -22,19 +22,13 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "timing.h"
+
 static volatile int stop;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Give a leaf function a frame (see spin-threads.c: GCC 12 omits it otherwise). */
 #define FORCE_FRAME() __asm__ volatile("" : : "r"(__builtin_frame_address(0)))
-
-static int64_t clock_ns(clockid_t clk)
-{
-	struct timespec ts;
-
-	clock_gettime(clk, &ts);
-	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* Burn @ns of this thread's CPU time. */
 __attribute__((noinline)) void spin_half(int64_t ns)
@@ -120,7 +114,6 @@ int main(int argc, char **argv)
 			{ "waiter", waiter_main } };
 	pthread_t tids[3];
 	double seconds;
-	struct timespec ts;
 
 	if (argc != 2 || (seconds = strtod(argv[1], NULL)) <= 0) {
 		fprintf(stderr, "usage: %s SECONDS\n", argv[0]);
@@ -135,9 +128,7 @@ int main(int argc, char **argv)
 	}
 	printf("ready\n");
 	fflush(stdout);
-	ts.tv_sec = (time_t)seconds;
-	ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
-	nanosleep(&ts, NULL);
+	sleep_s(seconds);
 	stop = 1;
 	for (int i = 0; i < 3; i++)
 		pthread_join(tids[i], NULL);

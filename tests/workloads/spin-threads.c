@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "timing.h"
+
 #define PERIOD_NS 100000000LL
 #define MAX_THREADS 64
 #define MAX_LONG(a, b) ((a) > (b) ? (a) : (b))
@@ -41,14 +43,6 @@ static long weights[MAX_THREADS] = { 1, 2, 3 };
 static long hot_spins, warm_spins; /* calibrated: iterations of ~0.9 ms and ~0.1 ms */
 static volatile int stop;
 static double cpu_s[MAX_THREADS]; /* each worker's CPU time, seconds, at its end */
-
-static int64_t clock_ns(clockid_t clk)
-{
-	struct timespec ts;
-
-	clock_gettime(clk, &ts);
-	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /*
  * Give a leaf function a frame: GCC 12 emits none for a leaf that needs no
@@ -260,12 +254,9 @@ int main(int argc, char **argv)
 	hot_spins = (long)((double)calibrate(hot_function, 900000) * hot_factor);
 	warm_spins = calibrate(warm_function, 100000);
 	if (delay_s > 0) {
-		struct timespec ts = { (time_t)delay_s,
-				       (long)((delay_s - (double)(time_t)delay_s) * 1e9) };
-
 		printf("spin-threads: pid %d, workers start in %.1f s\n", getpid(), delay_s);
 		fflush(stdout);
-		nanosleep(&ts, NULL);
+		sleep_s(delay_s);
 	}
 	for (long i = 0; i < nr_idle; i++)
 		pthread_create(&idle[i], NULL, idle_main, (void *)i);
@@ -273,12 +264,9 @@ int main(int argc, char **argv)
 	for (long i = 0; i < nr_threads; i++)
 		pthread_create(&threads[i], NULL, worker_main, (void *)i);
 	if (!iterations) {
-		struct timespec ts = { (time_t)seconds,
-				       (long)((seconds - (double)(time_t)seconds) * 1e9) };
-
 		printf("spin-threads: pid %d, %d threads, %.1f s\n", getpid(), nr_threads, seconds);
 		fflush(stdout);
-		nanosleep(&ts, NULL);
+		sleep_s(seconds);
 		stop = 1;
 	}
 	for (int i = 0; i < nr_threads; i++)

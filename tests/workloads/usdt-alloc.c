@@ -38,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "timing.h"
+
 #define MEAN_INTERVAL (512 * 1024)
 #define LEAK_BLOCK 4096
 #define SAMPLED_MAX 65536 /* sampled blocks live at once, an open-addressing set */
@@ -59,14 +61,6 @@ static __thread uint64_t rng;
 /* The set of sampled blocks not freed yet: frees of the others fire nothing. */
 static uintptr_t sampled[SAMPLED_MAX];
 static pthread_mutex_t sampled_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* An exponential draw of mean MEAN_INTERVAL bytes (xorshift64*, seeded per thread). */
 static int64_t next_interval(void)
@@ -192,9 +186,9 @@ static __attribute__((noinline)) void churn_objects(void)
 static void run_leak(void)
 {
 	size_t per_tick = (size_t)rate_kib * 1024 / LEAK_BLOCK / 10, leaked = 0;
-	double end = now() + seconds;
+	double end = now_s() + seconds;
 
-	while (now() < end) {
+	while (now_s() < end) {
 		void **keep = malloc(per_tick * sizeof(*keep)); /* kept: the leak's own table */
 
 		if (!keep)
@@ -225,13 +219,13 @@ static __attribute__((noinline)) void *tight_thread(void *arg)
 static void run_tight(void)
 {
 	pthread_t t[64];
-	double t0 = now();
+	double t0 = now_s();
 
 	for (int i = 0; i < nthreads; i++)
 		pthread_create(&t[i], NULL, tight_thread, (void *)(uintptr_t)(i + 1));
 	for (int i = 0; i < nthreads; i++)
 		pthread_join(t[i], NULL);
-	printf("%.6f\n", now() - t0);
+	printf("%.6f\n", now_s() - t0);
 }
 
 int main(int argc, char **argv)
@@ -275,7 +269,7 @@ int main(int argc, char **argv)
 	printf("ready\n");
 	fflush(stdout);
 	if (delay_s > 0)
-		usleep((useconds_t)(delay_s * 1e6));
+		sleep_s(delay_s);
 	if (strcmp(mode, "leak") == 0)
 		run_leak();
 	else
