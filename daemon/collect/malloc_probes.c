@@ -302,32 +302,28 @@ static int allocator_files(pid_t pid, char paths[][PATH_MAX], int max)
 	return l.n;
 }
 
+/* map_delete_if()'s test for 'threads': a thread of process *@ctx. */
+static bool thread_of(void *ctx, int fd, const void *key)
+{
+	struct malloc_thread st;
+
+	return bpf_map_lookup_elem(fd, key, &st) == 0 && st.tgid == *(const __u32 *)ctx;
+}
+
+/* map_delete_if()'s test for 'live': a block of process *@ctx. */
+static bool block_of(void *ctx, int fd, const void *key)
+{
+	return ((const struct malloc_live_key *)key)->tgid == *(const __u32 *)ctx;
+}
+
 /* Remove @tgid's entries from the threads and live maps (a session ended, or starts afresh). */
 static void forget_process(struct malloc_probes *h, pid_t tgid)
 {
-	int fd = bpf_map__fd(h->skel->maps.threads);
-	__u32 key, next, *prev = NULL;
-	struct malloc_live_key lkey, lnext, *lprev = NULL;
+	__u32 t = (__u32)tgid;
 
-	while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-		struct malloc_thread st;
-
-		key = next;
-		prev = &key;
-		if (bpf_map_lookup_elem(fd, &key, &st) == 0 && st.tgid == (__u32)tgid) {
-			bpf_map_delete_elem(fd, &key);
-			prev = NULL; /* restart: the deleted key cannot lead on */
-		}
-	}
-	fd = bpf_map__fd(h->skel->maps.live);
-	while (bpf_map_get_next_key(fd, lprev, &lnext) == 0) {
-		lkey = lnext;
-		lprev = &lkey;
-		if (lkey.tgid == (__u32)tgid) {
-			bpf_map_delete_elem(fd, &lkey);
-			lprev = NULL;
-		}
-	}
+	map_delete_if(bpf_map__fd(h->skel->maps.threads), sizeof(__u32), thread_of, &t);
+	map_delete_if(bpf_map__fd(h->skel->maps.live), sizeof(struct malloc_live_key), block_of,
+		      &t);
 }
 
 static int reset_stats(struct malloc_probes *h, unsigned slot, uint64_t sample_bytes)

@@ -620,6 +620,23 @@ static bool has_id(const struct forget_job *j, uint32_t id)
 	return false;
 }
 
+/* A key of 'calls': struct call_key of uprobes.bpf.c. */
+struct open_call {
+	__u32 tid, probe;
+};
+
+/* map_delete_if()'s test for 'calls': a call of a probe of the job; its thread's depth goes. */
+static bool open_call_of(void *ctx, int fd, const void *key)
+{
+	const struct forget_job *j = ctx;
+	const struct open_call *k = key;
+
+	if (!has_id(j, k->probe))
+		return false;
+	bpf_map_delete_elem(j->depth_fd, &k->tid);
+	return true;
+}
+
 /*
  * Forget the calls of a detached slot's probes still open in the kernel
  * maps (a thread waiting in cudaDeviceSynchronize at the detach never
@@ -633,23 +650,8 @@ static bool has_id(const struct forget_job *j, uint32_t id)
 static void forget_open_calls(void *ctx)
 {
 	struct forget_job *j = ctx;
-	int calls = j->calls_fd, depth = j->depth_fd;
-	struct {
-		__u32 tid, probe;
-	} key, next, *prev = NULL;
 
-	while (bpf_map_get_next_key(calls, prev, &next) == 0) {
-		key = next;
-		if (has_id(j, key.probe)) {
-			bpf_map_delete_elem(depth, &key.tid);
-			/* Deleting the current key restarts the walk: next keys stay valid. */
-			if (bpf_map_delete_elem(calls, &key) == 0) {
-				prev = NULL;
-				continue;
-			}
-		}
-		prev = &key;
-	}
+	map_delete_if(j->calls_fd, sizeof(struct open_call), open_call_of, j);
 	free(j);
 }
 
