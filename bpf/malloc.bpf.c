@@ -226,13 +226,13 @@ static __always_inline int alloc_entry(struct pt_regs *ctx, __u32 func, __u64 si
 }
 
 /*
- * The RETURN record of a sampled call of @func in @slot that gave block @addr
- * (0: it failed), which 'live' then holds until its free.
+ * Send a RETURN or FREE record (@kind) of block @addr of a call of @func in
+ * @slot; one the ring buffer has no room for is counted in @cnt (if set).
  */
-static __always_inline int send_return(__u32 tgid, __u32 tid, __u32 slot, __u32 func, __u64 addr)
+static __always_inline void send_block_event(struct malloc_stats *cnt, __u16 kind, __u32 tgid,
+					     __u32 tid, __u32 slot, __u32 func, __u64 addr,
+					     __u32 flags)
 {
-	struct malloc_stats *cnt = slot_stats(slot);
-	struct malloc_live_key key = {};
 	struct malloc_event e = {};
 
 	e.time_ns = bpf_ktime_get_ns();
@@ -240,19 +240,33 @@ static __always_inline int send_return(__u32 tgid, __u32 tid, __u32 slot, __u32 
 	e.pid = tgid;
 	e.tid = tid;
 	e.slot = slot;
-	e.kind = MALLOC_EV_RETURN;
+	e.kind = kind;
 	e.func = func;
+	e.flags = flags;
+	if (events_output(&e, sizeof(e)) != 0 && cnt)
+		cnt->ringbuf_full++;
+}
+
+/*
+ * The RETURN record of a sampled call of @func in @slot that gave block @addr
+ * (0: it failed), which 'live' then holds until its free.
+ */
+static __always_inline int send_return(__u32 tgid, __u32 tid, __u32 slot, __u32 func, __u64 addr)
+{
+	struct malloc_stats *cnt = slot_stats(slot);
+	struct malloc_live_key key = {};
+	__u32 flags = 0;
+
 	if (addr) {
 		key.tgid = tgid;
 		key.addr = addr;
 		if (bpf_map_update_elem(&live, &key, &slot, BPF_ANY) != 0) {
-			e.flags |= MALLOC_UNTRACKED;
+			flags |= MALLOC_UNTRACKED;
 			if (cnt)
 				cnt->live_full++;
 		}
 	}
-	if (events_output(&e, sizeof(e)) != 0 && cnt)
-		cnt->ringbuf_full++;
+	send_block_event(cnt, MALLOC_EV_RETURN, tgid, tid, slot, func, addr, flags);
 	return 0;
 }
 
@@ -281,7 +295,6 @@ static __always_inline int free_entry(__u32 func, __u64 addr)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid(), tgid;
 	struct malloc_live_key key = {};
-	struct malloc_event e = {};
 	struct malloc_stats *cnt;
 	int slot = current_slot(&tgid);
 
@@ -296,15 +309,7 @@ static __always_inline int free_entry(__u32 func, __u64 addr)
 	key.addr = addr;
 	if (bpf_map_delete_elem(&live, &key) != 0)
 		return 0;
-	e.time_ns = bpf_ktime_get_ns();
-	e.addr = addr;
-	e.pid = tgid;
-	e.tid = tid;
-	e.slot = slot;
-	e.kind = MALLOC_EV_FREE;
-	e.func = func;
-	if (events_output(&e, sizeof(e)) != 0 && cnt)
-		cnt->ringbuf_full++;
+	send_block_event(cnt, MALLOC_EV_FREE, tgid, tid, slot, func, addr, 0);
 	return 0;
 }
 

@@ -1,7 +1,9 @@
 /* procfs.c - small readers of /proc shared by profd and profctl. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -82,5 +84,52 @@ int proc_state(pid_t pid, char *ret_state, pid_t *ret_ppid, unsigned *ret_flags)
 	*ret_state = state;
 	*ret_ppid = ppid;
 	*ret_flags = flags;
+	return 0;
+}
+
+/*
+ * proc_maps_files() - call @fn for the files process @pid has mapped, in
+ * the address order of /proc/@pid/maps: every mapping whose name is an
+ * absolute path, with @exec_only only the executable ones. A run of
+ * mappings of one file (its segments lie next to each other) is one call;
+ * a file mapped again further on is called again. Deleted files ("...
+ * (deleted)") and anonymous, special and named-anonymous mappings ([heap],
+ * [vdso], [anon:...]) are skipped. A read error ends the walk as the end of
+ * the file would.
+ *
+ * Returns 0 (the walk ended, or @fn returned > 0), -ESRCH if @pid does not
+ * exist, -errno of opening the file (-EACCES), or @fn's -errno. Allocates,
+ * blocks on /proc, does not log.
+ */
+int proc_maps_files(pid_t pid, bool exec_only, proc_maps_fn fn, void *ctx)
+{
+	_cleanup_fclose_ FILE *f = NULL;
+	_cleanup_free_ char *line = NULL;
+	char maps[64], last[PATH_MAX] = "", root_path[PATH_MAX + 64];
+	size_t cap = 0;
+
+	snprintf(maps, sizeof(maps), "/proc/%d/maps", (int)pid);
+	f = fopen(maps, "re");
+	if (!f)
+		return errno == ENOENT ? -ESRCH : -errno;
+	while (getline(&line, &cap, f) > 0) {
+		char perms[8];
+		const char *path;
+		int off = 0, r;
+
+		/* address perms offset dev inode [path]: the path may hold spaces. */
+		line[strcspn(line, "\n")] = '\0';
+		if (sscanf(line, "%*s %7s %*s %*s %*s %n", perms, &off) != 1 || off == 0)
+			continue;
+		path = line + off;
+		if (path[0] != '/' || (exec_only && perms[2] != 'x') ||
+		    strstr(path, " (deleted)") || strcmp(path, last) == 0)
+			continue;
+		snprintf(last, sizeof(last), "%s", path);
+		snprintf(root_path, sizeof(root_path), "/proc/%d/root%s", (int)pid, path);
+		r = fn(ctx, path, root_path);
+		if (r != 0)
+			return r < 0 ? r : 0;
+	}
 	return 0;
 }

@@ -1,6 +1,7 @@
 /* procfs.h - small readers of /proc shared by profd and profctl. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -17,3 +18,14 @@ int proc_start_ticks(pid_t pid, uint64_t *ret_ticks);
 
 /* Documented in procfs.c. */
 int proc_state(pid_t pid, char *ret_state, pid_t *ret_ppid, unsigned *ret_flags);
+
+/*
+ * Called by proc_maps_files() for each file: @path as /proc/PID/maps names
+ * it (in the target's mount namespace), @root_path the same file through
+ * /proc/PID/root (openable from any namespace). Both are valid only during
+ * the call. Returns 0 to go on, > 0 to stop, or -errno to stop with that.
+ */
+typedef int (*proc_maps_fn)(void *ctx, const char *path, const char *root_path);
+
+/* Documented in procfs.c. */
+int proc_maps_files(pid_t pid, bool exec_only, proc_maps_fn fn, void *ctx);

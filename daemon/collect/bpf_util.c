@@ -1,4 +1,7 @@
-/* bpf_util.c - loading a collector's BPF skeleton, reading its ring buffer and per-CPU maps. */
+/*
+ * bpf_util.c - loading a collector's BPF skeleton, reading its ring buffer
+ * and per-CPU maps, deleting entries of its hash maps.
+ */
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,4 +94,35 @@ int percpu_zero(struct bpf_map *map, uint32_t key, size_t value_size)
 	if (!zero)
 		return -ENOMEM;
 	return bpf_map_update_elem(bpf_map__fd(map), &key, zero, BPF_ANY) < 0 ? -errno : 0;
+}
+
+/*
+ * map_delete_if() - delete every key of the BPF hash map open at @fd (keys
+ * of @key_size bytes, at most 64) that @match(@ctx, @fd, key) accepts.
+ * Deleting the key a walk stands on loses its place, so the walk starts
+ * over after each delete: keys x deletes steps, which the maps it serves
+ * (thousands of keys at most; a process's or a session's deleted) afford.
+ * A key whose delete fails is passed over. Keys added during the walk may
+ * or may not be seen.
+ *
+ * Returns the number of keys deleted, or -EINVAL for a @key_size over 64.
+ * Does not block, allocate or log.
+ */
+int map_delete_if(int fd, size_t key_size, map_key_fn match, void *ctx)
+{
+	uint64_t key[8], next[8];
+	bool walking = false;
+	int n = 0;
+
+	if (key_size > sizeof(key))
+		return -EINVAL;
+	while (bpf_map_get_next_key(fd, walking ? key : NULL, next) == 0) {
+		memcpy(key, next, key_size);
+		walking = true;
+		if (match(ctx, fd, key) && bpf_map_delete_elem(fd, key) == 0) {
+			n++;
+			walking = false;
+		}
+	}
+	return n;
 }

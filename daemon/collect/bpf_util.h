@@ -1,8 +1,9 @@
 /*
  * bpf_util.h - what the collectors of daemon/collect/ do alike with their
  * BPF objects: load a skeleton whose records arrive through a ring buffer
- * map, read that ring buffer (counting malformed records), and read or
- * reset per-CPU counter maps.
+ * map, read that ring buffer (counting malformed records), read or
+ * reset per-CPU counter maps, and delete the entries of a hash map that
+ * belong to a process or session.
  */
 #pragma once
 
@@ -96,3 +97,13 @@ int percpu_sum(struct bpf_map *map, uint32_t key, uint64_t *ret, size_t nr_u64);
 
 /* percpu_zero() - set @key of per-CPU map @map (@value_size bytes a CPU) to zeros. 0 or -errno. */
 int percpu_zero(struct bpf_map *map, uint32_t key, size_t value_size);
+
+/*
+ * Called by map_delete_if() for each key (@key, the map's key size, 8-byte
+ * aligned) of the map open at @fd: true to delete it. May read the key's
+ * value, and change other maps; must not delete from @fd itself.
+ */
+typedef bool (*map_key_fn)(void *ctx, int fd, const void *key);
+
+/* Documented in bpf_util.c. */
+int map_delete_if(int fd, size_t key_size, map_key_fn match, void *ctx);

@@ -11,6 +11,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "procfs.h"
 #include "symbols/elfsym.h"
 #include "collect/link_closer.h"
 #include "collect/malloc_probes.h"
@@ -263,68 +264,66 @@ static bool is_allocator_lib(const char *path)
 	       strncmp(base, "libmimalloc.so", 14) == 0;
 }
 
+/* Files found in /proc/PID/maps: up to @max paths, through /proc/PID/root. */
+struct file_list {
+	char (*paths)[PATH_MAX];
+	int n, max;
+};
+
+/* proc_maps_files()'s callback for allocator_files(): allocator libraries, each once. */
+static int add_allocator_lib(void *ctx, const char *path, const char *root_path)
+{
+	struct file_list *l = ctx;
+
+	if (!is_allocator_lib(path))
+		return 0;
+	for (int i = 0; i < l->n; i++)
+		if (strcmp(l->paths[i], root_path) == 0)
+			return 0;
+	snprintf(l->paths[l->n++], PATH_MAX, "%s", root_path);
+	return l->n == l->max;
+}
+
 /*
  * The allocator files of @pid, at most @max, as /proc/PID/root paths (seen
  * from profd whatever the target's mount namespace): the libraries of
  * is_allocator_lib(), then the executable (probed only if it defines
- * malloc: statically linked, or with its own allocator). Returns how many.
+ * malloc: statically linked, or with its own allocator). Returns how many,
+ * or proc_maps_files()' -errno (-ESRCH: @pid is gone).
  */
 static int allocator_files(pid_t pid, char paths[][PATH_MAX], int max)
 {
-	char maps[64], line[PATH_MAX + 256], root[64];
-	_cleanup_fclose_ FILE *f = NULL;
-	size_t root_len;
-	int n = 0;
+	struct file_list l = {.paths = paths, .max = max - 1};
+	int r = max > 1 ? proc_maps_files(pid, false, add_allocator_lib, &l) : 0;
 
-	snprintf(maps, sizeof(maps), "/proc/%d/maps", (int)pid);
-	root_len = (size_t)snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
-	f = fopen(maps, "re");
-	if (!f)
-		return -errno;
-	while (n < max - 1 && fgets(line, sizeof(line), f)) {
-		char *path = strchr(line, '/');
-		bool dup = false;
+	if (r < 0)
+		return r;
+	snprintf(paths[l.n++], PATH_MAX, "/proc/%d/exe", (int)pid);
+	return l.n;
+}
 
-		if (!path)
-			continue;
-		path[strcspn(path, "\n")] = '\0';
-		if (!is_allocator_lib(path) || strstr(path, " (deleted)"))
-			continue;
-		for (int i = 0; i < n && !dup; i++)
-			dup = strcmp(paths[i] + root_len, path) == 0;
-		if (!dup)
-			snprintf(paths[n++], PATH_MAX, "%s%s", root, path);
-	}
-	snprintf(paths[n++], PATH_MAX, "/proc/%d/exe", (int)pid);
-	return n;
+/* map_delete_if()'s test for 'threads': a thread of process *@ctx. */
+static bool thread_of(void *ctx, int fd, const void *key)
+{
+	struct malloc_thread st;
+
+	return bpf_map_lookup_elem(fd, key, &st) == 0 && st.tgid == *(const __u32 *)ctx;
+}
+
+/* map_delete_if()'s test for 'live': a block of process *@ctx. */
+static bool block_of(void *ctx, int fd, const void *key)
+{
+	return ((const struct malloc_live_key *)key)->tgid == *(const __u32 *)ctx;
 }
 
 /* Remove @tgid's entries from the threads and live maps (a session ended, or starts afresh). */
 static void forget_process(struct malloc_probes *h, pid_t tgid)
 {
-	int fd = bpf_map__fd(h->skel->maps.threads);
-	__u32 key, next, *prev = NULL;
-	struct malloc_live_key lkey, lnext, *lprev = NULL;
+	__u32 t = (__u32)tgid;
 
-	while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-		struct malloc_thread st;
-
-		key = next;
-		prev = &key;
-		if (bpf_map_lookup_elem(fd, &key, &st) == 0 && st.tgid == (__u32)tgid) {
-			bpf_map_delete_elem(fd, &key);
-			prev = NULL; /* restart: the deleted key cannot lead on */
-		}
-	}
-	fd = bpf_map__fd(h->skel->maps.live);
-	while (bpf_map_get_next_key(fd, lprev, &lnext) == 0) {
-		lkey = lnext;
-		lprev = &lkey;
-		if (lkey.tgid == (__u32)tgid) {
-			bpf_map_delete_elem(fd, &lkey);
-			lprev = NULL;
-		}
-	}
+	map_delete_if(bpf_map__fd(h->skel->maps.threads), sizeof(__u32), thread_of, &t);
+	map_delete_if(bpf_map__fd(h->skel->maps.live), sizeof(struct malloc_live_key), block_of,
+		      &t);
 }
 
 static int reset_stats(struct malloc_probes *h, unsigned slot, uint64_t sample_bytes)
@@ -342,39 +341,29 @@ static int reset_stats(struct malloc_probes *h, unsigned slot, uint64_t sample_b
 /* The SDT provider of a process that samples its own allocations (malloc.h). */
 #define USDT_PROVIDER "otel_memory"
 
+/* proc_maps_files()'s callback for usdt_files(): executable files with the provider's notes. */
+static int add_usdt_file(void *ctx, const char *path, const char *root_path)
+{
+	struct file_list *l = ctx;
+	_cleanup_close_ int fd = open(root_path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0 || elfsym__has_usdt_provider(fd, USDT_PROVIDER) != 1)
+		return 0;
+	snprintf(l->paths[l->n++], PATH_MAX, "%s", root_path);
+	return l->n == l->max;
+}
+
 /*
  * The executable files mapped by @pid whose SDT notes name USDT_PROVIDER, at
- * most @max, as /proc/PID/root paths. Returns how many, or -errno of reading
- * /proc/PID/maps.
+ * most @max, as /proc/PID/root paths. Returns how many, or proc_maps_files()'
+ * -errno (-ESRCH: @pid is gone).
  */
 static int usdt_files(pid_t pid, char paths[][PATH_MAX], int max)
 {
-	char maps[64], line[PATH_MAX + 256], root[64], last[PATH_MAX] = "";
-	_cleanup_fclose_ FILE *f = NULL;
-	int n = 0;
+	struct file_list l = {.paths = paths, .max = max};
+	int r = max > 0 ? proc_maps_files(pid, true, add_usdt_file, &l) : 0;
 
-	snprintf(maps, sizeof(maps), "/proc/%d/maps", (int)pid);
-	snprintf(root, sizeof(root), "/proc/%d/root", (int)pid);
-	f = fopen(maps, "re");
-	if (!f)
-		return -errno;
-	while (n < max && fgets(line, sizeof(line), f)) {
-		char perms[8] = "", *path = strchr(line, '/');
-		_cleanup_close_ int fd = -1;
-
-		if (!path || sscanf(line, "%*x-%*x %7s", perms) != 1 || perms[2] != 'x')
-			continue;
-		path[strcspn(path, "\n")] = '\0';
-		/* A file's executable mappings are next to each other: each file once. */
-		if (strstr(path, " (deleted)") || strcmp(path, last) == 0)
-			continue;
-		snprintf(last, sizeof(last), "%s", path);
-		snprintf(paths[n], PATH_MAX, "%s%s", root, path);
-		fd = open(paths[n], O_RDONLY | O_CLOEXEC);
-		if (fd >= 0 && elfsym__has_usdt_provider(fd, USDT_PROVIDER) == 1)
-			n++;
-	}
-	return n;
+	return r < 0 ? r : l.n;
 }
 
 /*
@@ -535,7 +524,7 @@ int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uin
 	link_closer__wait_idle(h->closer);
 	nfiles = usdt_files(pid, paths, HEAP_MAX_LIBS);
 	if (nfiles < 0)
-		return nfiles == -ENOENT ? -ESRCH : nfiles;
+		return nfiles;
 	proc = calloc(1, sizeof(*proc) + HEAP_MAX_LINKS * sizeof(proc->links[0]));
 	if (!proc)
 		return -ENOMEM;
@@ -558,7 +547,7 @@ int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uin
 		}
 	if (r == 0) {
 		nfiles = allocator_files(pid, paths, HEAP_MAX_LIBS + 1);
-		r = nfiles < 0 ? (nfiles == -ENOENT ? -ESRCH : nfiles)
+		r = nfiles < 0 ? nfiles
 			       : attach_uprobes(h, pid, paths, nfiles, proc->links, &nlinks,
 						ret_probes, probes_len, &off);
 	}

@@ -382,10 +382,18 @@ int sampler__start_extra(struct sampler *s, unsigned slot, uint32_t type, uint64
 	return opened ? 0 : -EOPNOTSUPP;
 }
 
+/* map_delete_if()'s test for 'targets': a process of the slot whose targets value is *@ctx. */
+static bool target_of(void *ctx, int fd, const void *key)
+{
+	__u32 val;
+
+	return bpf_map_lookup_elem(fd, key, &val) == 0 && val == *(const __u32 *)ctx;
+}
+
 void sampler__stop(struct sampler *s, unsigned slot)
 {
 	struct slot *sl = &s->slots[slot];
-	__u32 key;
+	__u32 target = slot + 1;
 
 	if (slot >= PROFILE_MAX_SLOTS || !sl->used)
 		return;
@@ -395,21 +403,7 @@ void sampler__stop(struct sampler *s, unsigned slot)
 		if (sl->fds[cpu] >= 0)
 			close(sl->fds[cpu]);
 	/* Remove the slot's targets: the process, and children it was following. */
-	{
-		int fd = bpf_map__fd(s->skel->maps.targets);
-		__u32 next, val, *prev = NULL;
-
-		while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-			key = next;
-			if (bpf_map_lookup_elem(fd, &key, &val) == 0 && val == slot + 1) {
-				bpf_map_delete_elem(fd, &key);
-				/* Deleting the current key restarts the walk: keys are few. */
-				prev = NULL;
-				continue;
-			}
-			prev = &key;
-		}
-	}
+	map_delete_if(bpf_map__fd(s->skel->maps.targets), sizeof(__u32), target_of, &target);
 	for (int cpu = 0; sl->extra_links && cpu < sl->nr_cpus; cpu++)
 		bpf_link__destroy(sl->extra_links[cpu]);
 	for (int cpu = 0; sl->extra_fds && cpu < sl->nr_cpus; cpu++)

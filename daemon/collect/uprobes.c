@@ -11,6 +11,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "procfs.h"
 #include "symbols/elfsym.h"
 #include "collect/link_closer.h"
 #include "collect/uprobes.h"
@@ -619,6 +620,23 @@ static bool has_id(const struct forget_job *j, uint32_t id)
 	return false;
 }
 
+/* A key of 'calls': struct call_key of uprobes.bpf.c. */
+struct open_call {
+	__u32 tid, probe;
+};
+
+/* map_delete_if()'s test for 'calls': a call of a probe of the job; its thread's depth goes. */
+static bool open_call_of(void *ctx, int fd, const void *key)
+{
+	const struct forget_job *j = ctx;
+	const struct open_call *k = key;
+
+	if (!has_id(j, k->probe))
+		return false;
+	bpf_map_delete_elem(j->depth_fd, &k->tid);
+	return true;
+}
+
 /*
  * Forget the calls of a detached slot's probes still open in the kernel
  * maps (a thread waiting in cudaDeviceSynchronize at the detach never
@@ -632,23 +650,8 @@ static bool has_id(const struct forget_job *j, uint32_t id)
 static void forget_open_calls(void *ctx)
 {
 	struct forget_job *j = ctx;
-	int calls = j->calls_fd, depth = j->depth_fd;
-	struct {
-		__u32 tid, probe;
-	} key, next, *prev = NULL;
 
-	while (bpf_map_get_next_key(calls, prev, &next) == 0) {
-		key = next;
-		if (has_id(j, key.probe)) {
-			bpf_map_delete_elem(depth, &key.tid);
-			/* Deleting the current key restarts the walk: next keys stay valid. */
-			if (bpf_map_delete_elem(calls, &key) == 0) {
-				prev = NULL;
-				continue;
-			}
-		}
-		prev = &key;
-	}
+	map_delete_if(j->calls_fd, sizeof(struct open_call), open_call_of, j);
 	free(j);
 }
 
@@ -703,54 +706,54 @@ void uprobes__detach(struct uprobes *g, unsigned slot)
 	*sl = (struct slot_links){0};
 }
 
+/* What rescan_file() needs: the process searched, and what it found. */
+struct rescan {
+	struct uprobes *g;
+	unsigned slot;
+	pid_t pid;
+	uprobes_note_fn note;
+	void *note_ctx;
+	bool found[ARRAY_SIZE(catalogue)];
+	int n; /* new files searched */
+};
+
+/* proc_maps_files()'s callback for rescan_process(): a catalogue file not searched before. */
+static int rescan_file(void *ctx, const char *file, const char *root_path)
+{
+	struct rescan *rs = ctx;
+	struct slot_links *sl = &rs->g->slots[rs->slot];
+	const char *base = strrchr(file, '/') + 1;
+	_cleanup_close_ int fd = -1;
+	bool inlined = false;
+	int r;
+
+	if (!catalogue_file(base, sl->want))
+		return 0;
+	r = scanned_before(sl, rs->pid, file);
+	if (r != 0)
+		return r < 0 ? r : 0;
+	fd = open(root_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		if (rs->note)
+			rs->note(rs->note_ctx, rs->pid, base, file, "failed: cannot open");
+		return 0;
+	}
+	r = attach_catalogue_file(rs->g, rs->slot, rs->pid, file, fd, sl->want, rs->found, &inlined,
+				  rs->note, rs->note_ctx);
+	if (r < 0)
+		return r;
+	rs->n++;
+	return 0;
+}
+
 /* uprobes__rescan() for process @pid of @slot: the number of new files searched, or -errno. */
 static int rescan_process(struct uprobes *g, unsigned slot, pid_t pid, uprobes_note_fn note,
 			  void *note_ctx)
 {
-	struct slot_links *sl = &g->slots[slot];
-	bool found[ARRAY_SIZE(catalogue)] = {0};
-	_cleanup_fclose_ FILE *f = NULL;
-	_cleanup_free_ char *line = NULL;
-	char path[64];
-	size_t cap = 0;
-	int n = 0, r;
+	struct rescan rs = {.g = g, .slot = slot, .pid = pid, .note = note, .note_ctx = note_ctx};
+	int r = proc_maps_files(pid, true, rescan_file, &rs);
 
-	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -ESRCH;
-	while (getline(&line, &cap, f) > 0) {
-		char perms[8], file[4096], kpath[4200];
-		const char *base;
-		bool inlined = false;
-		_cleanup_close_ int fd = -1;
-
-		line[strcspn(line, "\n")] = '\0';
-		if (sscanf(line, "%*s %7s %*s %*s %*s %4095[^\n]", perms, file) != 2 ||
-		    perms[2] != 'x' || file[0] != '/' || strstr(file, " (deleted)"))
-			continue;
-		base = strrchr(file, '/') + 1;
-		if (!catalogue_file(base, sl->want))
-			continue;
-		r = scanned_before(sl, pid, file);
-		if (r < 0)
-			return r;
-		if (r > 0)
-			continue;
-		probe_path(pid, file, kpath, sizeof(kpath));
-		fd = open(kpath, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
-			if (note)
-				note(note_ctx, pid, base, file, "failed: cannot open");
-			continue;
-		}
-		r = attach_catalogue_file(g, slot, pid, file, fd, sl->want, found, &inlined, note,
-					  note_ctx);
-		if (r < 0)
-			return r;
-		n++;
-	}
-	return n;
+	return r < 0 ? r : rs.n;
 }
 
 /*
