@@ -28,6 +28,7 @@
 #include "report/query.h"
 #include "store/sqlite_util.h"
 #include "util.h"
+#include "worker_thread.h"
 #include "xprofile.h"
 
 /*
@@ -67,12 +68,8 @@ struct pyroscope {
 	size_t unfinished; /* sessions with samples not yet pushed, after the last round */
 	bool curl_global;  /* curl_global_init() done */
 
-	pthread_t thread;
-	bool started;
-	pthread_mutex_t lock;
-	pthread_cond_t wake;
-	bool stop, kick;     /* under lock */
-	uint64_t stop_by_ns; /* CLOCK_MONOTONIC; 0 while running; set under lock */
+	struct worker_thread worker; /* kicked when a session ends */
+	uint64_t stop_by_ns;	     /* CLOCK_MONOTONIC; 0 while running; under worker.lock */
 };
 
 /* One session row, as a round reads it. */
@@ -166,9 +163,9 @@ static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off
 	struct pyroscope *ps = arg;
 	uint64_t stop_by;
 
-	pthread_mutex_lock(&ps->lock);
+	pthread_mutex_lock(&ps->worker.lock);
 	stop_by = ps->stop_by_ns;
-	pthread_mutex_unlock(&ps->lock);
+	pthread_mutex_unlock(&ps->worker.lock);
 	return stop_by && now_ns(CLOCK_MONOTONIC) > stop_by;
 }
 
@@ -517,22 +514,23 @@ static void *pyroscope_main(void *arg)
 		struct timespec ts;
 		int r;
 
-		pthread_mutex_lock(&ps->lock);
-		while (!ps->stop && !ps->kick && now_ns(CLOCK_MONOTONIC) < next_ns) {
+		pthread_mutex_lock(&ps->worker.lock);
+		while (!ps->worker.stop && !ps->worker.kicked &&
+		       now_ns(CLOCK_MONOTONIC) < next_ns) {
 			ts.tv_sec = (time_t)(next_ns / NSEC_PER_SEC);
 			ts.tv_nsec = (long)(next_ns % NSEC_PER_SEC);
-			pthread_cond_timedwait(&ps->wake, &ps->lock, &ts);
+			pthread_cond_timedwait(&ps->worker.wake, &ps->worker.lock, &ts);
 		}
-		stop = ps->stop;
+		stop = ps->worker.stop;
 		/* A session's end is pushed at once, unless pushes are failing (then the backoff).
 		 */
-		if (!stop && ps->kick && backoff_ns && now_ns(CLOCK_MONOTONIC) < next_ns) {
-			ps->kick = false;
-			pthread_mutex_unlock(&ps->lock);
+		if (!stop && ps->worker.kicked && backoff_ns && now_ns(CLOCK_MONOTONIC) < next_ns) {
+			ps->worker.kicked = false;
+			pthread_mutex_unlock(&ps->worker.lock);
 			continue;
 		}
-		ps->kick = false;
-		pthread_mutex_unlock(&ps->lock);
+		ps->worker.kicked = false;
+		pthread_mutex_unlock(&ps->worker.lock);
 
 		r = round_push(ps);
 		if (r < 0 && r != -EIO)
@@ -581,7 +579,6 @@ static char *dup_or_null(const char *s)
 int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, struct pyroscope **ret)
 {
 	struct pyroscope *ps;
-	pthread_condattr_t ca;
 	char host[256];
 	size_t len;
 	int r;
@@ -591,11 +588,7 @@ int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, stru
 	ps = calloc(1, sizeof(*ps));
 	if (!ps)
 		return -ENOMEM;
-	pthread_mutex_init(&ps->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&ps->wake, &ca);
-	pthread_condattr_destroy(&ca);
+	worker_thread__init(&ps->worker);
 	ps->interval_ns = (uint64_t)s->interval_s * NSEC_PER_SEC;
 	if (!s->host_name || !*s->host_name) {
 		if (gethostname(host, sizeof(host)) < 0)
@@ -686,10 +679,9 @@ int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, stru
 
 	/* jansson's hash seed, before the thread makes an object (jansson's docs). */
 	json_object_seed(0);
-	r = -pthread_create(&ps->thread, NULL, pyroscope_main, ps);
+	r = worker_thread__start(&ps->worker, pyroscope_main, ps);
 	if (r < 0)
 		goto fail;
-	ps->started = true;
 	*ret = ps;
 	return 0;
 fail:
@@ -699,25 +691,19 @@ fail:
 
 void pyroscope__session_ended(struct pyroscope *ps)
 {
-	if (!ps)
-		return;
-	pthread_mutex_lock(&ps->lock);
-	ps->kick = true;
-	pthread_cond_signal(&ps->wake);
-	pthread_mutex_unlock(&ps->lock);
+	if (ps)
+		worker_thread__kick(&ps->worker);
 }
 
 void pyroscope__free(struct pyroscope *ps)
 {
 	if (!ps)
 		return;
-	if (ps->started) {
-		pthread_mutex_lock(&ps->lock);
-		ps->stop = true;
+	if (ps->worker.started) {
+		pthread_mutex_lock(&ps->worker.lock);
 		ps->stop_by_ns = now_ns(CLOCK_MONOTONIC) + STOP_BUDGET_NS;
-		pthread_cond_signal(&ps->wake);
-		pthread_mutex_unlock(&ps->lock);
-		pthread_join(ps->thread, NULL);
+		pthread_mutex_unlock(&ps->worker.lock);
+		worker_thread__stop(&ps->worker);
 		if (ps->unfinished)
 			log_warning("Pyroscope at %s: %zu session(s) not fully pushed at stop%s%s; "
 				    "the next start pushes the rest",
@@ -728,8 +714,7 @@ void pyroscope__free(struct pyroscope *ps)
 	curl_easy_cleanup(ps->curl); /* accepts NULL */
 	if (ps->curl_global)
 		curl_global_cleanup();
-	pthread_cond_destroy(&ps->wake);
-	pthread_mutex_destroy(&ps->lock);
+	worker_thread__destroy(&ps->worker);
 	free(ps->url);
 	free(ps->app);
 	free(ps->host);

@@ -24,6 +24,7 @@
 #include "report/python_frames.h"
 #include "store/sqlite_util.h"
 #include "util.h"
+#include "worker_thread.h"
 
 /* Windows younger than this are not shipped from a running session: samples
  * reach their window up to the unwinder's queue and a flush later. */
@@ -64,11 +65,7 @@ struct ship_session {
 };
 
 struct shipper {
-	pthread_t thread;
-	bool started;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool kicked, stopping;		   /* under lock */
+	struct worker_thread worker;	   /* kicked when a session ends */
 	atomic_bool cancel;		   /* transfers stop at once */
 	_Atomic uint64_t deadline_mono_ns; /* the last round is cancelled after this; 0: none */
 	struct clickhouse *ch;
@@ -907,14 +904,14 @@ static void *shipper_main(void *arg)
 		    (time_t)(wait_ns / NSEC_PER_SEC) +
 		    (time_t)((uint64_t)ts.tv_nsec + wait_ns % NSEC_PER_SEC) / (time_t)NSEC_PER_SEC;
 		ts.tv_nsec = (long)(((uint64_t)ts.tv_nsec + wait_ns % NSEC_PER_SEC) % NSEC_PER_SEC);
-		pthread_mutex_lock(&sh->lock);
-		while (!sh->kicked && !sh->stopping &&
-		       pthread_cond_timedwait(&sh->cond, &sh->lock, &ts) != ETIMEDOUT)
+		pthread_mutex_lock(&sh->worker.lock);
+		while (!sh->worker.kicked && !sh->worker.stop &&
+		       pthread_cond_timedwait(&sh->worker.wake, &sh->worker.lock, &ts) != ETIMEDOUT)
 			;
 		/* A kick during a backoff waits for the backoff: the server was down. */
-		sh->kicked = false;
-		last = sh->stopping;
-		pthread_mutex_unlock(&sh->lock);
+		sh->worker.kicked = false;
+		last = sh->worker.stop;
+		pthread_mutex_unlock(&sh->worker.lock);
 	}
 	return NULL;
 }
@@ -965,15 +962,7 @@ int shipper__new(const struct shipper_settings *set, struct shipper **ret)
 	sh = calloc(1, sizeof(*sh));
 	if (!sh)
 		return -ENOMEM;
-	pthread_mutex_init(&sh->lock, NULL);
-	{
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&sh->cond, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	worker_thread__init(&sh->worker);
 	sh->interval_s = MAX(set->interval_s, 1u);
 	if (set->host_name && *set->host_name) {
 		snprintf(host, sizeof(host), "%s", set->host_name);
@@ -1004,10 +993,9 @@ int shipper__new(const struct shipper_settings *set, struct shipper **ret)
 	sqlite3_busy_timeout(sh->db, 5000);
 	/* A cursor of a session retention deleted meanwhile is refused, not left behind. */
 	sqlite3_exec(sh->db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL);
-	r = -pthread_create(&sh->thread, NULL, shipper_main, sh);
+	r = worker_thread__start(&sh->worker, shipper_main, sh);
 	if (r < 0)
 		goto fail;
-	sh->started = true;
 	*ret = sh;
 	return 0;
 fail:
@@ -1017,26 +1005,16 @@ fail:
 
 void shipper__kick(struct shipper *sh)
 {
-	if (!sh)
-		return;
-	pthread_mutex_lock(&sh->lock);
-	sh->kicked = true;
-	pthread_cond_signal(&sh->cond);
-	pthread_mutex_unlock(&sh->lock);
+	if (sh)
+		worker_thread__kick(&sh->worker);
 }
 
 void shipper__free(struct shipper *sh)
 {
 	if (!sh)
 		return;
-	if (sh->started) {
-		atomic_store(&sh->deadline_mono_ns, now_ns(CLOCK_MONOTONIC) + SHIPPER_STOP_NS);
-		pthread_mutex_lock(&sh->lock);
-		sh->stopping = true;
-		pthread_cond_signal(&sh->cond);
-		pthread_mutex_unlock(&sh->lock);
-		pthread_join(sh->thread, NULL);
-	}
+	atomic_store(&sh->deadline_mono_ns, now_ns(CLOCK_MONOTONIC) + SHIPPER_STOP_NS);
+	worker_thread__stop(&sh->worker);
 	caches_clear(sh);
 	hashmap__free(&sh->frames);
 	hashmap__free(&sh->stacks);
@@ -1045,7 +1023,6 @@ void shipper__free(struct shipper *sh)
 	sqlite3_close_v2(sh->db);
 	free(sh->host);
 	free(sh->q_host);
-	pthread_cond_destroy(&sh->cond);
-	pthread_mutex_destroy(&sh->lock);
+	worker_thread__destroy(&sh->worker);
 	free(sh);
 }
