@@ -216,10 +216,12 @@ static void where_samples(FILE *f, const struct args *a)
 }
 
 /*
- * fleet_statement() - the statement @before, where_samples(), @after, in
- * *@ret (caller frees). Returns 0 or -ENOMEM (logged).
+ * fleet_statement() - the statement @before, where_samples(), @after, then
+ * " LIMIT @limit" and @tail if @limit > 0, in *@ret (caller frees).
+ * Returns 0 or -ENOMEM (logged).
  */
-static int fleet_statement(const struct args *a, const char *before, const char *after, char **ret)
+static int fleet_statement(const struct args *a, const char *before, const char *after,
+			   long long limit, const char *tail, char **ret)
 {
 	_cleanup_free_ char *sql = NULL;
 	size_t size = 0;
@@ -230,6 +232,8 @@ static int fleet_statement(const struct args *a, const char *before, const char 
 	fputs(before, f);
 	where_samples(f, a);
 	fputs(after, f);
+	if (limit > 0)
+		fprintf(f, " LIMIT %lld%s", limit, tail);
 	if (fclose(f) != 0)
 		return log_oom();
 	*ret = TAKE_PTR(sql);
@@ -316,7 +320,7 @@ static int summary_sql(const struct args *a, char **ret)
 	    "h, session_id, lost_samples, truncated_stacks, missing_user_stacks, "
 	    "unsymbolized_frames, limit_dropped_samples FROM sessions FINAL) "
 	    "USING h, session_id",
-	    ret);
+	    0, NULL, ret);
 }
 
 /*
@@ -370,23 +374,16 @@ static json_t *module_json(const char *module)
  */
 static int top_sql(const struct args *a, char **ret)
 {
-	_cleanup_free_ char *after = NULL;
-
-	if (asprintf(&after,
-		     " GROUP BY stack_hash) ANY INNER JOIN (SELECT stack_hash, functions, modules, "
-		     "kinds FROM stacks) USING stack_hash) ARRAY JOIN functions AS f, modules AS "
-		     "m, kinds AS k, arrayEnumerate(functions) AS i, arrayEnumerateUniq(functions, "
-		     "modules) AS u WHERE u = 1 GROUP BY f, m ORDER BY self DESC, total DESC, f, m "
-		     "LIMIT %lld",
-		     a->limit ? a->limit : DEFAULT_TOP_LIMIT) < 0) {
-		after = NULL;
-		return log_oom();
-	}
-	return fleet_statement(a,
-			       "SELECT f, m, any(k), sum(if(i = 1, c, 0)) AS self, sum(c) AS total "
-			       "FROM (SELECT c, functions, modules, kinds FROM (SELECT stack_hash, "
-			       "sum(count) AS c FROM samples ",
-			       after, ret);
+	return fleet_statement(
+	    a,
+	    "SELECT f, m, any(k), sum(if(i = 1, c, 0)) AS self, sum(c) AS total "
+	    "FROM (SELECT c, functions, modules, kinds FROM (SELECT stack_hash, "
+	    "sum(count) AS c FROM samples ",
+	    " GROUP BY stack_hash) ANY INNER JOIN (SELECT stack_hash, functions, modules, "
+	    "kinds FROM stacks) USING stack_hash) ARRAY JOIN functions AS f, modules AS "
+	    "m, kinds AS k, arrayEnumerate(functions) AS i, arrayEnumerateUniq(functions, "
+	    "modules) AS u WHERE u = 1 GROUP BY f, m ORDER BY self DESC, total DESC, f, m",
+	    a->limit ? a->limit : DEFAULT_TOP_LIMIT, "", ret);
 }
 
 /* fleet_top() - the "functions" of the @rows top_sql() gave, into @reply (with its total). */
@@ -434,20 +431,15 @@ static int fleet_top(const json_t *rows, json_t *reply)
  */
 static int hotpaths_sql(const struct args *a, char **ret)
 {
-	_cleanup_free_ char *after = NULL;
-
-	if (asprintf(&after,
-		     " GROUP BY stack_hash ORDER BY c DESC, stack_hash LIMIT %lld) ANY INNER JOIN "
-		     "(SELECT stack_hash, functions, modules, kinds FROM stacks) USING stack_hash "
-		     "ORDER BY c DESC, stack_hash",
-		     a->limit ? a->limit : DEFAULT_HOTPATHS_LIMIT) < 0) {
-		after = NULL;
-		return log_oom();
-	}
-	return fleet_statement(a,
-			       "SELECT c, functions, modules, kinds FROM (SELECT stack_hash, "
-			       "sum(count) AS c FROM samples ",
-			       after, ret);
+	return fleet_statement(
+	    a,
+	    "SELECT c, functions, modules, kinds FROM (SELECT stack_hash, "
+	    "sum(count) AS c FROM samples ",
+	    " GROUP BY stack_hash ORDER BY c DESC, stack_hash",
+	    a->limit ? a->limit : DEFAULT_HOTPATHS_LIMIT,
+	    ") ANY INNER JOIN (SELECT stack_hash, functions, modules, kinds FROM "
+	    "stacks) USING stack_hash ORDER BY c DESC, stack_hash",
+	    ret);
 }
 
 /* fleet_hotpaths() - the "paths" of the @rows hotpaths_sql() gave, into @reply (with its total). */
