@@ -15,6 +15,7 @@
 #include <ini.h>
 
 #include "clickhouse.h"
+#include "io.h"
 #include "log.h"
 #include "output.h"
 #include "profctl.h"
@@ -152,28 +153,16 @@ int fleet__check_args(struct args *a)
  */
 static int password_read(const char *path, char **ret)
 {
-	_cleanup_fclose_ FILE *f = fopen(path, "re");
 	_cleanup_free_ char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
+	int r = read_first_line(path, &line);
 
-	if (!f)
-		return log_error_errno(-errno, "cannot read the password file %s: %m", path);
-	n = getline(&line, &cap, f);
-	if (n < 0 && ferror(f))
-		return log_error_errno(-EIO, "cannot read the password file %s: %m", path);
-	if (n > MAX_PASSWORD_BYTES)
+	if (r == -ENOMEM)
+		return log_oom();
+	if (r < 0)
+		return log_error_errno(r, "cannot read the password file %s: %m", path);
+	if (strlen(line) > MAX_PASSWORD_BYTES)
 		return log_error_errno(-EINVAL, "password file %s: first line longer than %d bytes",
 				       path, MAX_PASSWORD_BYTES);
-	if (n < 0) {
-		free(line);
-		line = strdup("");
-		if (!line)
-			return log_oom();
-		n = 0;
-	}
-	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-		line[--n] = '\0';
 	*ret = TAKE_PTR(line);
 	return 0;
 }

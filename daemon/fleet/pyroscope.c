@@ -22,6 +22,7 @@
 
 #include "fleet/cursor.h"
 #include "fleet/pyroscope.h"
+#include "io.h"
 #include "log.h"
 #include "pprof.h"
 #include "protocol.h"
@@ -547,30 +548,6 @@ static void *pyroscope_main(void *arg)
 	return NULL;
 }
 
-/* The first line of file @path, malloc'd, into *@ret. Returns 0 or -errno. */
-static int read_password(const char *path, char **ret)
-{
-	_cleanup_fclose_ FILE *f = fopen(path, "re");
-	char *line = NULL;
-	size_t size = 0;
-	ssize_t n;
-
-	if (!f)
-		return -errno;
-	n = getline(&line, &size, f);
-	if (n < 0) {
-		free(line);
-		if (ferror(f))
-			return -EIO;
-		line = strdup(""); /* an empty file: an empty password */
-		if (!line)
-			return -ENOMEM;
-	}
-	line[strcspn(line, "\r\n")] = '\0';
-	*ret = line;
-	return 0;
-}
-
 static char *dup_or_null(const char *s)
 {
 	return s && *s ? strdup(s) : NULL;
@@ -611,7 +588,7 @@ int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, stru
 	while (len > 0 && ps->url[len - 1] == '/')
 		ps->url[--len] = '\0';
 	if (s->password_file && *s->password_file) {
-		r = read_password(s->password_file, &ps->password);
+		r = read_first_line(s->password_file, &ps->password);
 		if (r < 0)
 			goto fail;
 	}

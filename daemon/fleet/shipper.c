@@ -19,6 +19,7 @@
 #include "fleet/cursor.h"
 #include "fleet/shipper.h"
 #include "hashmap.h"
+#include "io.h"
 #include "log.h"
 #include "protocol.h"
 #include "report/python_frames.h"
@@ -916,30 +917,6 @@ static void *shipper_main(void *arg)
 	return NULL;
 }
 
-/* The first line of file @path into *@ret. Returns 0 or -errno. */
-static int read_password(const char *path, char **ret)
-{
-	_cleanup_fclose_ FILE *f = fopen(path, "re");
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
-
-	if (!f)
-		return -errno;
-	n = getline(&line, &cap, f);
-	if (n < 0) {
-		free(line);
-		line = strdup("");
-		if (!line)
-			return -ENOMEM;
-		n = 0;
-	}
-	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-		line[--n] = '\0';
-	*ret = line;
-	return 0;
-}
-
 int shipper__new(const struct shipper_settings *set, struct shipper **ret)
 {
 	_cleanup_free_ char *password = NULL;
@@ -948,7 +925,7 @@ int shipper__new(const struct shipper_settings *set, struct shipper **ret)
 	int r;
 
 	if (!set->password && set->password_file && *set->password_file) {
-		r = read_password(set->password_file, &password);
+		r = read_first_line(set->password_file, &password);
 		if (r < 0)
 			return r;
 	}
