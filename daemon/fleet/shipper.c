@@ -223,6 +223,13 @@ static int sql_failed(struct shipper *sh, const char *what)
 	return -EIO;
 }
 
+/* @sql prepared into *@ret. Returns 0, or -EIO logged as reading @table. */
+static int prepare(struct shipper *sh, const char *sql, const char *table, sqlite3_stmt **ret)
+{
+	return sqlite3_prepare_v2(sh->db, sql, -1, ret, NULL) == SQLITE_OK ? 0
+									   : sql_failed(sh, table);
+}
+
 /* The windows of a chunk's span, as prepare_span() binds them. */
 #define IN_SPAN "session_id = ?1 AND window_ns >= ?2 AND window_ns < ?3"
 
@@ -234,8 +241,8 @@ static int sql_failed(struct shipper *sh, const char *what)
 static int prepare_span(struct shipper *sh, const char *sql, const char *table,
 			const struct ship_session *s, int64_t lo, int64_t hi, sqlite3_stmt **ret)
 {
-	if (sqlite3_prepare_v2(sh->db, sql, -1, ret, NULL) != SQLITE_OK)
-		return sql_failed(sh, table);
+	if (prepare(sh, sql, table, ret) < 0)
+		return -EIO;
 	sqlite3_bind_int64(*ret, 1, s->id);
 	sqlite3_bind_int64(*ret, 2, lo);
 	sqlite3_bind_int64(*ret, 3, hi);
@@ -277,16 +284,15 @@ static int session_load(struct shipper *sh, int64_t id, struct ship_session *s)
 	char pwbuf[1024];
 	int rc;
 
-	if (sqlite3_prepare_v2(
-		sh->db,
-		"SELECT s.pid, s.comm, coalesce(s.label, ''), s.uid, s.started_at_ns, "
-		"coalesce(s.ended_at_ns, 0), coalesce(s.merged_until_ns, 0), "
-		"coalesce(s.merged_window_ns, 0), coalesce(s.sampled_event, ''), "
-		"c.shipped_until_ns, coalesce(c.pending_until_ns, 0) FROM sessions s LEFT JOIN "
-		"fleet_cursors c ON c.session_id = "
-		"s.id AND c.sink = 'clickhouse' WHERE s.id = ?1",
-		-1, &st, NULL) != SQLITE_OK)
-		return sql_failed(sh, "sessions");
+	if (prepare(sh,
+		    "SELECT s.pid, s.comm, coalesce(s.label, ''), s.uid, s.started_at_ns, "
+		    "coalesce(s.ended_at_ns, 0), coalesce(s.merged_until_ns, 0), "
+		    "coalesce(s.merged_window_ns, 0), coalesce(s.sampled_event, ''), "
+		    "c.shipped_until_ns, coalesce(c.pending_until_ns, 0) FROM sessions s LEFT JOIN "
+		    "fleet_cursors c ON c.session_id = "
+		    "s.id AND c.sink = 'clickhouse' WHERE s.id = ?1",
+		    "sessions", &st) < 0)
+		return -EIO;
 	sqlite3_bind_int64(st, 1, id);
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_DONE)
@@ -320,16 +326,15 @@ static int send_session_row(struct shipper *sh, const struct ship_session *s)
 	struct fleet_buf *b = &sh->body;
 	int r;
 
-	if (sqlite3_prepare_v2(
-		sh->db,
-		"SELECT pid, comm, coalesce(exe, ''), coalesce(label, ''), uid, event, events, "
-		"freq_hz, started_at_ns, coalesce(ended_at_ns, 0), state, coalesce(end_reason, "
-		"''), "
-		"samples, lost_samples, truncated_stacks, missing_user_stacks, "
-		"unsymbolized_frames, "
-		"limit_dropped_samples FROM sessions WHERE id = ?1",
-		-1, &st, NULL) != SQLITE_OK)
-		return sql_failed(sh, "sessions");
+	if (prepare(sh,
+		    "SELECT pid, comm, coalesce(exe, ''), coalesce(label, ''), uid, event, events, "
+		    "freq_hz, started_at_ns, coalesce(ended_at_ns, 0), state, coalesce(end_reason, "
+		    "''), "
+		    "samples, lost_samples, truncated_stacks, missing_user_stacks, "
+		    "unsymbolized_frames, "
+		    "limit_dropped_samples FROM sessions WHERE id = ?1",
+		    "sessions", &st) < 0)
+		return -EIO;
 	sqlite3_bind_int64(st, 1, s->id);
 	if (sqlite3_step(st) != SQLITE_ROW)
 		return sql_failed(sh, "sessions");
@@ -367,11 +372,11 @@ static int send_session_row(struct shipper *sh, const struct ship_session *s)
 		return r;
 
 	/* Its threads, idempotent too (ReplacingMergeTree(version)). */
-	if (sqlite3_prepare_v2(sh->db,
-			       "SELECT tid, coalesce(pid, 0), name, samples FROM threads "
-			       "WHERE session_id = ?1",
-			       -1, &st, NULL) != SQLITE_OK)
-		return sql_failed(sh, "threads");
+	if (prepare(sh,
+		    "SELECT tid, coalesce(pid, 0), name, samples FROM threads "
+		    "WHERE session_id = ?1",
+		    "threads", &st) < 0)
+		return -EIO;
 	sqlite3_bind_int64(st, 1, s->id);
 	fleet_buf__reset(b);
 	while ((r = sqlite3_step(st)) == SQLITE_ROW) {
@@ -463,11 +468,11 @@ static int send_stacks(struct shipper *sh, const struct ship_session *s, int64_t
 			 "stacks", s, lo, hi, &ids);
 	if (r < 0)
 		return r;
-	if (sqlite3_prepare_v2(sh->db,
-			       "SELECT kind, module, rel_addr, function, file, line, build_id "
-			       "FROM frames WHERE id = ?1",
-			       -1, &fr, NULL) != SQLITE_OK)
-		return sql_failed(sh, "stacks");
+	if (prepare(sh,
+		    "SELECT kind, module, rel_addr, function, file, line, build_id "
+		    "FROM frames WHERE id = ?1",
+		    "stacks", &fr) < 0)
+		return -EIO;
 	fleet_buf__reset(b);
 	while ((rc = sqlite3_step(ids)) == SQLITE_ROW) {
 		int64_t id = sqlite3_column_int64(ids, 0);
@@ -856,12 +861,12 @@ static int ship_round(struct shipper *sh)
 		}
 		sh->tables_ready = true;
 	}
-	if (sqlite3_prepare_v2(sh->db,
-			       "SELECT s.id FROM sessions s LEFT JOIN fleet_cursors c ON "
-			       "c.session_id = s.id AND c.sink = 'clickhouse' "
-			       "WHERE coalesce(c.done, 0) = 0 ORDER BY s.id",
-			       -1, &st, NULL) != SQLITE_OK)
-		return sql_failed(sh, "sessions");
+	if (prepare(sh,
+		    "SELECT s.id FROM sessions s LEFT JOIN fleet_cursors c ON "
+		    "c.session_id = s.id AND c.sink = 'clickhouse' "
+		    "WHERE coalesce(c.done, 0) = 0 ORDER BY s.id",
+		    "sessions", &st) < 0)
+		return -EIO;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		r = grow_array((void **)&ids, &cap, n, sizeof(*ids));
 		if (r < 0)
