@@ -40,6 +40,28 @@ static int exec_cursor(sqlite3 *db, const char *sql, int64_t session_id, const c
 	return rc == SQLITE_DONE ? 0 : -EIO;
 }
 
+int fleet_cursor__open_db(const char *path, sqlite3 **ret)
+{
+	sqlite3 *db = NULL;
+
+	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+	    SQLITE_OK) {
+		int r = db ? -EIO : -ENOMEM;
+
+		sqlite3_close_v2(db);
+		return r;
+	}
+	/* The loop's flushes hold the write lock for a few ms at a time. */
+	sqlite3_busy_timeout(db, 5000);
+	/* A cursor of a session retention deleted meanwhile is refused, not left behind. */
+	if (sqlite3_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL) != SQLITE_OK) {
+		sqlite3_close_v2(db);
+		return -EIO;
+	}
+	*ret = db;
+	return 0;
+}
+
 int fleet_cursor__begin(sqlite3 *db, const char *sink, int64_t session_id, int64_t start_ns)
 {
 	return exec_cursor(

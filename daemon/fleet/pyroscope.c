@@ -626,18 +626,9 @@ int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, stru
 		ps->headers = l;
 	}
 
-	if (sqlite3_open_v2(db_path, &ps->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
-	    SQLITE_OK) {
-		r = ps->db ? -EIO : -ENOMEM;
+	r = fleet_cursor__open_db(db_path, &ps->db);
+	if (r < 0)
 		goto fail;
-	}
-	/* The loop's flushes hold the write lock for a few ms at a time. */
-	sqlite3_busy_timeout(ps->db, 5000);
-	/* A cursor of a session retention deleted meanwhile is refused, not left behind. */
-	if (sqlite3_exec(ps->db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL) != SQLITE_OK) {
-		r = -EIO;
-		goto fail;
-	}
 	/*
 	 * The first start with Pyroscope on this database (no cursor of it
 	 * yet): the sessions stored until now are marked done, nothing pushed,

@@ -967,14 +967,9 @@ int shipper__new(const struct shipper_settings *set, struct shipper **ret)
 		goto fail;
 	if (password)
 		explicit_bzero(password, strlen(password));
-	if (sqlite3_open_v2(set->db_path, &sh->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
-			    NULL) != SQLITE_OK) {
-		r = -EIO;
+	r = fleet_cursor__open_db(set->db_path, &sh->db);
+	if (r < 0)
 		goto fail;
-	}
-	sqlite3_busy_timeout(sh->db, 5000);
-	/* A cursor of a session retention deleted meanwhile is refused, not left behind. */
-	sqlite3_exec(sh->db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL);
 	r = worker_thread__start(&sh->worker, shipper_main, sh);
 	if (r < 0)
 		goto fail;
