@@ -6,9 +6,13 @@
  */
 #pragma once
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <time.h>
+
+#include "util.h"
 
 struct worker_thread {
 	pthread_t thread;
@@ -53,6 +57,21 @@ static inline void worker_thread__kick(struct worker_thread *t)
 }
 
 /*
+ * worker_thread__wait() - on the thread, with @t->lock held: wait until
+ * @t->stop or @t->kicked is set, or CLOCK_MONOTONIC reaches @deadline_ns
+ * (at once if it has). The lock is held again on return.
+ */
+static inline void worker_thread__wait(struct worker_thread *t, uint64_t deadline_ns)
+{
+	struct timespec ts = {.tv_sec = (time_t)(deadline_ns / NSEC_PER_SEC),
+			      .tv_nsec = (long)(deadline_ns % NSEC_PER_SEC)};
+
+	while (!t->stop && !t->kicked &&
+	       pthread_cond_timedwait(&t->wake, &t->lock, &ts) != ETIMEDOUT)
+		;
+}
+
+/*
  * worker_thread__stop() - set @t->stop, wake the thread and wait until it
  * returns. Nothing if it was not started. Blocks as long as the thread
  * takes to see the flag.
@@ -69,7 +88,7 @@ static inline void worker_thread__stop(struct worker_thread *t)
 	t->started = false;
 }
 
-/* worker_thread__destroy() - the lock and the condition, once the thread is stopped (or was never started). */
+/* worker_thread__destroy() - the lock and the condition, after worker_thread__stop(). */
 static inline void worker_thread__destroy(struct worker_thread *t)
 {
 	pthread_cond_destroy(&t->wake);

@@ -512,16 +512,10 @@ static void *pyroscope_main(void *arg)
 	bool stop = false;
 
 	while (!stop) {
-		struct timespec ts;
 		int r;
 
 		pthread_mutex_lock(&ps->worker.lock);
-		while (!ps->worker.stop && !ps->worker.kicked &&
-		       now_ns(CLOCK_MONOTONIC) < next_ns) {
-			ts.tv_sec = (time_t)(next_ns / NSEC_PER_SEC);
-			ts.tv_nsec = (long)(next_ns % NSEC_PER_SEC);
-			pthread_cond_timedwait(&ps->worker.wake, &ps->worker.lock, &ts);
-		}
+		worker_thread__wait(&ps->worker, next_ns);
 		stop = ps->worker.stop;
 		/* A session's end is pushed at once, unless pushes are failing (then the backoff).
 		 */

@@ -896,7 +896,6 @@ static void *shipper_main(void *arg)
 	bool last = false;
 
 	for (;;) {
-		struct timespec ts;
 		uint64_t wait_ns;
 		int r = ship_round(sh);
 
@@ -905,15 +904,8 @@ static void *shipper_main(void *arg)
 		backoff_ns =
 		    r < 0 ? MIN(backoff_ns ? backoff_ns * 2 : NSEC_PER_SEC, interval_ns) : 0;
 		wait_ns = r < 0 ? backoff_ns : interval_ns;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec +=
-		    (time_t)(wait_ns / NSEC_PER_SEC) +
-		    (time_t)((uint64_t)ts.tv_nsec + wait_ns % NSEC_PER_SEC) / (time_t)NSEC_PER_SEC;
-		ts.tv_nsec = (long)(((uint64_t)ts.tv_nsec + wait_ns % NSEC_PER_SEC) % NSEC_PER_SEC);
 		pthread_mutex_lock(&sh->worker.lock);
-		while (!sh->worker.kicked && !sh->worker.stop &&
-		       pthread_cond_timedwait(&sh->worker.wake, &sh->worker.lock, &ts) != ETIMEDOUT)
-			;
+		worker_thread__wait(&sh->worker, now_ns(CLOCK_MONOTONIC) + wait_ns);
 		/* A kick during a backoff waits for the backoff: the server was down. */
 		sh->worker.kicked = false;
 		last = sh->worker.stop;
