@@ -15,6 +15,7 @@
 #include <ini.h>
 
 #include "clickhouse.h"
+#include "io.h"
 #include "log.h"
 #include "output.h"
 #include "profctl.h"
@@ -152,28 +153,16 @@ int fleet__check_args(struct args *a)
  */
 static int password_read(const char *path, char **ret)
 {
-	_cleanup_fclose_ FILE *f = fopen(path, "re");
 	_cleanup_free_ char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
+	int r = read_first_line(path, &line);
 
-	if (!f)
-		return log_error_errno(-errno, "cannot read the password file %s: %m", path);
-	n = getline(&line, &cap, f);
-	if (n < 0 && ferror(f))
-		return log_error_errno(-EIO, "cannot read the password file %s: %m", path);
-	if (n > MAX_PASSWORD_BYTES)
+	if (r == -ENOMEM)
+		return log_oom();
+	if (r < 0)
+		return log_error_errno(r, "cannot read the password file %s: %m", path);
+	if (strlen(line) > MAX_PASSWORD_BYTES)
 		return log_error_errno(-EINVAL, "password file %s: first line longer than %d bytes",
 				       path, MAX_PASSWORD_BYTES);
-	if (n < 0) {
-		free(line);
-		line = strdup("");
-		if (!line)
-			return log_oom();
-		n = 0;
-	}
-	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-		line[--n] = '\0';
 	*ret = TAKE_PTR(line);
 	return 0;
 }
@@ -216,10 +205,12 @@ static void where_samples(FILE *f, const struct args *a)
 }
 
 /*
- * fleet_statement() - the statement @before, where_samples(), @after, in
- * *@ret (caller frees). Returns 0 or -ENOMEM (logged).
+ * fleet_statement() - the statement @before, where_samples(), @after, then
+ * " LIMIT @limit" and @tail if @limit > 0, in *@ret (caller frees).
+ * Returns 0 or -ENOMEM (logged).
  */
-static int fleet_statement(const struct args *a, const char *before, const char *after, char **ret)
+static int fleet_statement(const struct args *a, const char *before, const char *after,
+			   long long limit, const char *tail, char **ret)
 {
 	_cleanup_free_ char *sql = NULL;
 	size_t size = 0;
@@ -230,6 +221,8 @@ static int fleet_statement(const struct args *a, const char *before, const char 
 	fputs(before, f);
 	where_samples(f, a);
 	fputs(after, f);
+	if (limit > 0)
+		fprintf(f, " LIMIT %lld%s", limit, tail);
 	if (fclose(f) != 0)
 		return log_oom();
 	*ret = TAKE_PTR(sql);
@@ -316,7 +309,7 @@ static int summary_sql(const struct args *a, char **ret)
 	    "h, session_id, lost_samples, truncated_stacks, missing_user_stacks, "
 	    "unsymbolized_frames, limit_dropped_samples FROM sessions FINAL) "
 	    "USING h, session_id",
-	    ret);
+	    0, NULL, ret);
 }
 
 /*
@@ -370,23 +363,16 @@ static json_t *module_json(const char *module)
  */
 static int top_sql(const struct args *a, char **ret)
 {
-	_cleanup_free_ char *after = NULL;
-
-	if (asprintf(&after,
-		     " GROUP BY stack_hash) ANY INNER JOIN (SELECT stack_hash, functions, modules, "
-		     "kinds FROM stacks) USING stack_hash) ARRAY JOIN functions AS f, modules AS "
-		     "m, kinds AS k, arrayEnumerate(functions) AS i, arrayEnumerateUniq(functions, "
-		     "modules) AS u WHERE u = 1 GROUP BY f, m ORDER BY self DESC, total DESC, f, m "
-		     "LIMIT %lld",
-		     a->limit ? a->limit : DEFAULT_TOP_LIMIT) < 0) {
-		after = NULL;
-		return log_oom();
-	}
-	return fleet_statement(a,
-			       "SELECT f, m, any(k), sum(if(i = 1, c, 0)) AS self, sum(c) AS total "
-			       "FROM (SELECT c, functions, modules, kinds FROM (SELECT stack_hash, "
-			       "sum(count) AS c FROM samples ",
-			       after, ret);
+	return fleet_statement(
+	    a,
+	    "SELECT f, m, any(k), sum(if(i = 1, c, 0)) AS self, sum(c) AS total "
+	    "FROM (SELECT c, functions, modules, kinds FROM (SELECT stack_hash, "
+	    "sum(count) AS c FROM samples ",
+	    " GROUP BY stack_hash) ANY INNER JOIN (SELECT stack_hash, functions, modules, "
+	    "kinds FROM stacks) USING stack_hash) ARRAY JOIN functions AS f, modules AS "
+	    "m, kinds AS k, arrayEnumerate(functions) AS i, arrayEnumerateUniq(functions, "
+	    "modules) AS u WHERE u = 1 GROUP BY f, m ORDER BY self DESC, total DESC, f, m",
+	    a->limit ? a->limit : DEFAULT_TOP_LIMIT, "", ret);
 }
 
 /* fleet_top() - the "functions" of the @rows top_sql() gave, into @reply (with its total). */
@@ -434,20 +420,15 @@ static int fleet_top(const json_t *rows, json_t *reply)
  */
 static int hotpaths_sql(const struct args *a, char **ret)
 {
-	_cleanup_free_ char *after = NULL;
-
-	if (asprintf(&after,
-		     " GROUP BY stack_hash ORDER BY c DESC, stack_hash LIMIT %lld) ANY INNER JOIN "
-		     "(SELECT stack_hash, functions, modules, kinds FROM stacks) USING stack_hash "
-		     "ORDER BY c DESC, stack_hash",
-		     a->limit ? a->limit : DEFAULT_HOTPATHS_LIMIT) < 0) {
-		after = NULL;
-		return log_oom();
-	}
-	return fleet_statement(a,
-			       "SELECT c, functions, modules, kinds FROM (SELECT stack_hash, "
-			       "sum(count) AS c FROM samples ",
-			       after, ret);
+	return fleet_statement(
+	    a,
+	    "SELECT c, functions, modules, kinds FROM (SELECT stack_hash, "
+	    "sum(count) AS c FROM samples ",
+	    " GROUP BY stack_hash ORDER BY c DESC, stack_hash",
+	    a->limit ? a->limit : DEFAULT_HOTPATHS_LIMIT,
+	    ") ANY INNER JOIN (SELECT stack_hash, functions, modules, kinds FROM "
+	    "stacks) USING stack_hash ORDER BY c DESC, stack_hash",
+	    ret);
 }
 
 /* fleet_hotpaths() - the "paths" of the @rows hotpaths_sql() gave, into @reply (with its total). */

@@ -1,9 +1,13 @@
-/* io.c - socket I/O both profd and profctl need. */
+/* io.c - socket and file I/O both profd and profctl need. */
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "io.h"
+#include "util.h"
 
 int send_all(int fd, const void *buf, size_t len, int timeout_ms)
 {
@@ -30,5 +34,30 @@ int send_all(int fd, const void *buf, size_t len, int timeout_ms)
 		p += n;
 		len -= (size_t)n;
 	}
+	return 0;
+}
+
+int read_first_line(const char *path, char **ret)
+{
+	_cleanup_fclose_ FILE *f = fopen(path, "re");
+	_cleanup_free_ char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+
+	if (!f)
+		return -errno;
+	n = getline(&line, &cap, f);
+	if (n < 0 && ferror(f))
+		return -EIO;
+	if (n < 0) {
+		free(line);
+		line = strdup(""); /* an empty file: an empty line */
+		if (!line)
+			return -ENOMEM;
+		n = 0;
+	}
+	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+		line[--n] = '\0';
+	*ret = TAKE_PTR(line);
 	return 0;
 }

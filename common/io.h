@@ -1,4 +1,4 @@
-/* io.h - socket I/O both profd and profctl need. */
+/* io.h - socket and file I/O both profd and profctl need. */
 #pragma once
 
 #include <stddef.h>
@@ -10,3 +10,11 @@
  * away, or another -errno of send(2)/poll(2). Retries on EINTR; does not log.
  */
 int send_all(int fd, const void *buf, size_t len, int timeout_ms);
+
+/*
+ * read_first_line() - the first line of file @path, without its line end
+ * ("\n", "\r\n"), malloc'd into *@ret; "" for an empty file (the password
+ * files of the fleet settings). Returns 0, fopen()'s -errno, -EIO if
+ * reading failed, or -ENOMEM. Does not log.
+ */
+int read_first_line(const char *path, char **ret);

@@ -6,6 +6,7 @@
 
 #include "collect/link_closer.h"
 #include "util.h"
+#include "worker_thread.h"
 
 struct close_job {
 	struct close_job *next;
@@ -16,10 +17,8 @@ struct close_job {
 };
 
 struct link_closer {
-	pthread_t thread;
-	bool started, quit;
-	pthread_mutex_t lock;
-	pthread_cond_t work, idle;
+	struct worker_thread worker; /* woken for a job, or to stop */
+	pthread_cond_t idle;
 	struct close_job *head, **tail; /* FIFO */
 	size_t running;			/* jobs taken by the thread and not done */
 };
@@ -37,30 +36,30 @@ static void *closer_main(void *arg)
 {
 	struct link_closer *c = arg;
 
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(&c->worker.lock);
 	for (;;) {
 		struct close_job *j;
 
-		while (!c->head && !c->quit)
-			pthread_cond_wait(&c->work, &c->lock);
+		while (!c->head && !c->worker.stop)
+			pthread_cond_wait(&c->worker.wake, &c->worker.lock);
 		j = c->head;
-		if (!j) /* quit, and nothing left */
+		if (!j) /* stop, and nothing left */
 			break;
 		c->head = j->next;
 		if (!c->head)
 			c->tail = &c->head;
 		c->running++;
-		pthread_mutex_unlock(&c->lock);
+		pthread_mutex_unlock(&c->worker.lock);
 
 		close_links(j->links, j->n, j->done, j->ctx);
 		free(j);
 
-		pthread_mutex_lock(&c->lock);
+		pthread_mutex_lock(&c->worker.lock);
 		c->running--;
 		if (!c->head && !c->running)
 			pthread_cond_broadcast(&c->idle);
 	}
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->worker.lock);
 	return NULL;
 }
 
@@ -71,16 +70,14 @@ int link_closer__new(struct link_closer **ret)
 
 	if (!c)
 		return -ENOMEM;
-	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->work, NULL);
+	worker_thread__init(&c->worker);
 	pthread_cond_init(&c->idle, NULL);
 	c->tail = &c->head;
-	r = -pthread_create(&c->thread, NULL, closer_main, c);
+	r = worker_thread__start(&c->worker, closer_main, c);
 	if (r < 0) {
 		link_closer__free(c);
 		return r;
 	}
-	c->started = true;
 	*ret = c;
 	return 0;
 }
@@ -89,17 +86,10 @@ void link_closer__free(struct link_closer *c)
 {
 	if (!c)
 		return;
-	if (c->started) {
-		pthread_mutex_lock(&c->lock);
-		c->quit = true;
-		pthread_cond_signal(&c->work);
-		pthread_mutex_unlock(&c->lock);
-		/* The thread empties the queue before it returns. */
-		pthread_join(c->thread, NULL);
-	}
+	/* The thread empties the queue before it returns. */
+	worker_thread__stop(&c->worker);
 	pthread_cond_destroy(&c->idle);
-	pthread_cond_destroy(&c->work);
-	pthread_mutex_destroy(&c->lock);
+	worker_thread__destroy(&c->worker);
 	free(c);
 }
 
@@ -113,19 +103,19 @@ void link_closer__close(struct link_closer *c, struct bpf_link **links, size_t n
 		return;
 	}
 	*j = (struct close_job){.links = links, .n = n, .done = done, .ctx = ctx};
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(&c->worker.lock);
 	*c->tail = j;
 	c->tail = &j->next;
-	pthread_cond_signal(&c->work);
-	pthread_mutex_unlock(&c->lock);
+	pthread_cond_signal(&c->worker.wake);
+	pthread_mutex_unlock(&c->worker.lock);
 }
 
 void link_closer__wait_idle(struct link_closer *c)
 {
 	if (!c)
 		return;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(&c->worker.lock);
 	while (c->head || c->running)
-		pthread_cond_wait(&c->idle, &c->lock);
-	pthread_mutex_unlock(&c->lock);
+		pthread_cond_wait(&c->idle, &c->worker.lock);
+	pthread_mutex_unlock(&c->worker.lock);
 }

@@ -16,6 +16,7 @@
 
 #include "collect/unwind_worker.h"
 #include "util.h"
+#include "worker_thread.h"
 
 struct job {
 	struct job *next;
@@ -35,10 +36,7 @@ struct job_list {
 };
 
 struct unwind_worker {
-	pthread_t thread;
-	bool started;
-	pthread_mutex_t lock;
-	pthread_cond_t work;   /* todo is not empty, or quit */
+	struct worker_thread worker; /* woken when todo is not empty, or to stop */
 	pthread_cond_t idle;   /* pending dropped to 0 */
 	struct job_list todo, done;
 	size_t pending;        /* jobs in todo or being unwound */
@@ -48,7 +46,6 @@ struct unwind_worker {
 	struct job *pool;      /* free jobs */
 	size_t pool_len;
 	size_t in_use;         /* jobs submitted and not yet drained (or dropped) */
-	bool quit;
 	int efd;
 	struct unwinder *unwinder;
 	const struct addrspace *forget; /* handed to the thread to drop from its cache */
@@ -133,22 +130,22 @@ static void *worker_main(void *arg)
 	struct unwind_worker *w = arg;
 	uint64_t one = 1;
 
-	pthread_mutex_lock(&w->lock);
+	pthread_mutex_lock(&w->worker.lock);
 	for (;;) {
 		struct job_list batch;
 
-		while (!w->todo.head && !w->quit)
-			pthread_cond_wait(&w->work, &w->lock);
-		if (w->quit)
+		while (!w->todo.head && !w->worker.stop)
+			pthread_cond_wait(&w->worker.wake, &w->worker.lock);
+		if (w->worker.stop)
 			break;
 		batch = w->todo; /* not empty: its tail is its last job's next */
 		list_init(&w->todo);
-		pthread_mutex_unlock(&w->lock);
+		pthread_mutex_unlock(&w->worker.lock);
 
 		for (struct job *j = batch.head; j; j = j->next)
 			unwind_job(w, j);
 
-		pthread_mutex_lock(&w->lock);
+		pthread_mutex_lock(&w->worker.lock);
 		w->pending -= batch.len;
 		list_splice(&w->done, &batch);
 		if (w->pending == 0)
@@ -157,7 +154,7 @@ static void *worker_main(void *arg)
 			/* The counter cannot overflow in practice; the main loop also drains on its tick. */
 		}
 	}
-	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_unlock(&w->worker.lock);
 	return NULL;
 }
 
@@ -172,17 +169,15 @@ int unwind_worker__new(size_t capacity, struct unwind_worker **ret)
 	list_init(&w->todo);
 	list_init(&w->done);
 	list_init(&w->batch);
-	pthread_mutex_init(&w->lock, NULL);
-	pthread_cond_init(&w->work, NULL);
+	worker_thread__init(&w->worker);
 	pthread_cond_init(&w->idle, NULL);
 	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	w->unwinder = unwinder__new();
 	if (w->efd < 0 || !w->unwinder)
 		return w->efd < 0 ? -errno : -ENOMEM;
-	r = -pthread_create(&w->thread, NULL, worker_main, w);
+	r = worker_thread__start(&w->worker, worker_main, w);
 	if (r < 0)
 		return r;
-	w->started = true;
 	*ret = TAKE_PTR(w);
 	return 0;
 }
@@ -201,13 +196,7 @@ void unwind_worker__free(struct unwind_worker *w)
 {
 	if (!w)
 		return;
-	if (w->started) {
-		pthread_mutex_lock(&w->lock);
-		w->quit = true;
-		pthread_cond_signal(&w->work);
-		pthread_mutex_unlock(&w->lock);
-		pthread_join(w->thread, NULL);
-	}
+	worker_thread__stop(&w->worker);
 	free_list(w->todo.head);
 	free_list(w->done.head);
 	free_list(w->batch.head);
@@ -216,8 +205,7 @@ void unwind_worker__free(struct unwind_worker *w)
 	if (w->efd >= 0)
 		close(w->efd);
 	pthread_cond_destroy(&w->idle);
-	pthread_cond_destroy(&w->work);
-	pthread_mutex_destroy(&w->lock);
+	worker_thread__destroy(&w->worker);
 	free(w);
 }
 
@@ -276,11 +264,11 @@ void unwind_worker__flush(struct unwind_worker *w)
 {
 	if (!w->batch.head)
 		return;
-	pthread_mutex_lock(&w->lock);
+	pthread_mutex_lock(&w->worker.lock);
 	w->pending += w->batch.len;
 	list_splice(&w->todo, &w->batch);
-	pthread_cond_signal(&w->work);
-	pthread_mutex_unlock(&w->lock);
+	pthread_cond_signal(&w->worker.wake);
+	pthread_mutex_unlock(&w->worker.lock);
 }
 
 void unwind_worker__drain(struct unwind_worker *w, sampler_fn fn, void *ctx)
@@ -291,10 +279,10 @@ void unwind_worker__drain(struct unwind_worker *w, sampler_fn fn, void *ctx)
 	unwind_worker__flush(w);
 	if (read(w->efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
 		return;
-	pthread_mutex_lock(&w->lock);
+	pthread_mutex_lock(&w->worker.lock);
 	list = w->done.head;
 	list_init(&w->done);
-	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_unlock(&w->worker.lock);
 
 	for (struct job *j = list; j; j = next) {
 		next = j->next;
@@ -307,16 +295,16 @@ void unwind_worker__drain(struct unwind_worker *w, sampler_fn fn, void *ctx)
 void unwind_worker__wait_idle(struct unwind_worker *w)
 {
 	unwind_worker__flush(w);
-	pthread_mutex_lock(&w->lock);
+	pthread_mutex_lock(&w->worker.lock);
 	while (w->pending > 0)
-		pthread_cond_wait(&w->idle, &w->lock);
-	pthread_mutex_unlock(&w->lock);
+		pthread_cond_wait(&w->idle, &w->worker.lock);
+	pthread_mutex_unlock(&w->worker.lock);
 }
 
 void unwind_worker__forget(struct unwind_worker *w, const struct addrspace *as)
 {
 	/* Idle by contract: the thread is not inside the unwinder. */
-	pthread_mutex_lock(&w->lock);
+	pthread_mutex_lock(&w->worker.lock);
 	unwinder__forget(w->unwinder, as);
-	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_unlock(&w->worker.lock);
 }

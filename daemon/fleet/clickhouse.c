@@ -36,7 +36,7 @@ struct clickhouse {
 	struct fleet_buf gz; /* the compressed body of the last insert */
 	z_stream zs;	     /* kept between inserts (deflateReset) */
 	bool zs_ready;
-	uint64_t bytes_sent, requests;
+	uint64_t bytes_sent;
 	char curl_err[CURL_ERROR_SIZE];
 	char errmsg[512];
 };
@@ -284,7 +284,6 @@ static int post(struct clickhouse *ch, const char *url_query, const char *body, 
 	/* A body of rows is sent at once, without "Expect: 100-continue" round trips. */
 	curl_easy_setopt(ch->curl, CURLOPT_EXPECT_100_TIMEOUT_MS, 0L);
 	curl_easy_setopt(ch->curl, CURLOPT_FRESH_CONNECT, fresh ? 1L : 0L);
-	ch->requests++;
 	rc = curl_easy_perform(ch->curl);
 	if (curl_easy_getinfo(ch->curl, CURLINFO_SIZE_UPLOAD_T, &sent) == CURLE_OK && sent > 0)
 		ch->bytes_sent += (uint64_t)sent;
@@ -500,11 +499,6 @@ const char *clickhouse__errmsg(const struct clickhouse *ch)
 uint64_t clickhouse__bytes_sent(const struct clickhouse *ch)
 {
 	return ch->bytes_sent;
-}
-
-uint64_t clickhouse__requests(const struct clickhouse *ch)
-{
-	return ch->requests;
 }
 
 const char *clickhouse__url(const struct clickhouse *ch)

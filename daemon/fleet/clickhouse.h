@@ -98,8 +98,7 @@ char *clickhouse__quote(const char *s);
 
 /* The message of the last failure ("ClickHouse at URL: HTTP 500: ..."), "" if none. */
 const char *clickhouse__errmsg(const struct clickhouse *ch);
-/* Request bytes sent so far (bodies as sent, compressed; headers not counted), and requests. */
+/* Request bytes sent so far (bodies as sent, compressed; headers not counted). */
 uint64_t clickhouse__bytes_sent(const struct clickhouse *ch);
-uint64_t clickhouse__requests(const struct clickhouse *ch);
 /* The server's URL, as given. */
 const char *clickhouse__url(const struct clickhouse *ch);

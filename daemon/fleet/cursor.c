@@ -8,6 +8,17 @@
 #include "store/sqlite_util.h"
 #include "util.h"
 
+/* @sql on the cursor of (@session_id, @sink), prepared into *@ret with ?1 and ?2 bound. */
+static int prepare_cursor(sqlite3 *db, const char *sql, int64_t session_id, const char *sink,
+			  sqlite3_stmt **ret)
+{
+	if (sqlite3_prepare_v2(db, sql, -1, ret, NULL) != SQLITE_OK)
+		return -EIO;
+	sqlite3_bind_int64(*ret, 1, session_id);
+	sqlite3_bind_text(*ret, 2, sink, -1, SQLITE_STATIC);
+	return 0;
+}
+
 /* Runs @sql with ?1 @session_id, ?2 @sink, ?3..?6 @a..@d and ?7 @text. */
 static int exec_cursor(sqlite3 *db, const char *sql, int64_t session_id, const char *sink,
 		       int64_t a, int64_t b, int64_t c, int64_t d, const char *text)
@@ -15,10 +26,8 @@ static int exec_cursor(sqlite3 *db, const char *sql, int64_t session_id, const c
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	int rc;
 
-	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+	if (prepare_cursor(db, sql, session_id, sink, &st) < 0)
 		return -EIO;
-	sqlite3_bind_int64(st, 1, session_id);
-	sqlite3_bind_text(st, 2, sink, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 3, a);
 	sqlite3_bind_int64(st, 4, b);
 	sqlite3_bind_int64(st, 5, c);
@@ -29,6 +38,28 @@ static int exec_cursor(sqlite3 *db, const char *sql, int64_t session_id, const c
 	if (rc == SQLITE_CONSTRAINT)
 		return -ENOENT; /* the session was deleted meanwhile */
 	return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+int fleet_cursor__open_db(const char *path, sqlite3 **ret)
+{
+	sqlite3 *db = NULL;
+
+	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+	    SQLITE_OK) {
+		int r = db ? -EIO : -ENOMEM;
+
+		sqlite3_close_v2(db);
+		return r;
+	}
+	/* The loop's flushes hold the write lock for a few ms at a time. */
+	sqlite3_busy_timeout(db, 5000);
+	/* A cursor of a session retention deleted meanwhile is refused, not left behind. */
+	if (sqlite3_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL) != SQLITE_OK) {
+		sqlite3_close_v2(db);
+		return -EIO;
+	}
+	*ret = db;
+	return 0;
 }
 
 int fleet_cursor__begin(sqlite3 *db, const char *sink, int64_t session_id, int64_t start_ns)
@@ -45,14 +76,11 @@ int fleet_cursor__load(sqlite3 *db, const char *sink, int64_t session_id, struct
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	int rc;
 
-	if (sqlite3_prepare_v2(db,
-			       "SELECT shipped_until_ns, coalesce(pending_until_ns, 0), chunks, "
-			       "rows, failures, done FROM fleet_cursors "
-			       "WHERE session_id = ?1 AND sink = ?2",
-			       -1, &st, NULL) != SQLITE_OK)
+	if (prepare_cursor(db,
+			   "SELECT shipped_until_ns, coalesce(pending_until_ns, 0), chunks, rows, "
+			   "failures, done FROM fleet_cursors WHERE session_id = ?1 AND sink = ?2",
+			   session_id, sink, &st) < 0)
 		return -EIO;
-	sqlite3_bind_int64(st, 1, session_id);
-	sqlite3_bind_text(st, 2, sink, -1, SQLITE_STATIC);
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_DONE)
 		return -ENOENT;

@@ -20,6 +20,15 @@ struct fleet_cursor {
 };
 
 /*
+ * fleet_cursor__open_db() - a sink's own read-write connection to profd's
+ * database at @path (the store made its schema), into *@ret: waits up to
+ * 5 s for the loop's write lock, foreign keys on (so that the calls below
+ * refuse a cursor of a session retention deleted: -ENOENT). Returns 0,
+ * -EIO (cannot be opened) or -ENOMEM. Does not log.
+ */
+int fleet_cursor__open_db(const char *path, sqlite3 **ret);
+
+/*
  * fleet_cursor__begin() - give session @session_id a cursor of @sink
  * ("clickhouse" or "pyroscope") at @start_ns, nothing shipped, unless it has
  * one. Returns 0, -ENOENT if the session is gone (retention deleted it;

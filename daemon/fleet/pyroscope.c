@@ -22,12 +22,14 @@
 
 #include "fleet/cursor.h"
 #include "fleet/pyroscope.h"
+#include "io.h"
 #include "log.h"
 #include "pprof.h"
 #include "protocol.h"
 #include "report/query.h"
 #include "store/sqlite_util.h"
 #include "util.h"
+#include "worker_thread.h"
 #include "xprofile.h"
 
 /*
@@ -67,12 +69,8 @@ struct pyroscope {
 	size_t unfinished; /* sessions with samples not yet pushed, after the last round */
 	bool curl_global;  /* curl_global_init() done */
 
-	pthread_t thread;
-	bool started;
-	pthread_mutex_t lock;
-	pthread_cond_t wake;
-	bool stop, kick;     /* under lock */
-	uint64_t stop_by_ns; /* CLOCK_MONOTONIC; 0 while running; set under lock */
+	struct worker_thread worker; /* kicked when a session ends */
+	uint64_t stop_by_ns;	     /* CLOCK_MONOTONIC; 0 while running; under worker.lock */
 };
 
 /* One session row, as a round reads it. */
@@ -166,9 +164,9 @@ static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off
 	struct pyroscope *ps = arg;
 	uint64_t stop_by;
 
-	pthread_mutex_lock(&ps->lock);
+	pthread_mutex_lock(&ps->worker.lock);
 	stop_by = ps->stop_by_ns;
-	pthread_mutex_unlock(&ps->lock);
+	pthread_mutex_unlock(&ps->worker.lock);
 	return stop_by && now_ns(CLOCK_MONOTONIC) > stop_by;
 }
 
@@ -514,25 +512,20 @@ static void *pyroscope_main(void *arg)
 	bool stop = false;
 
 	while (!stop) {
-		struct timespec ts;
 		int r;
 
-		pthread_mutex_lock(&ps->lock);
-		while (!ps->stop && !ps->kick && now_ns(CLOCK_MONOTONIC) < next_ns) {
-			ts.tv_sec = (time_t)(next_ns / NSEC_PER_SEC);
-			ts.tv_nsec = (long)(next_ns % NSEC_PER_SEC);
-			pthread_cond_timedwait(&ps->wake, &ps->lock, &ts);
-		}
-		stop = ps->stop;
+		pthread_mutex_lock(&ps->worker.lock);
+		worker_thread__wait(&ps->worker, next_ns);
+		stop = ps->worker.stop;
 		/* A session's end is pushed at once, unless pushes are failing (then the backoff).
 		 */
-		if (!stop && ps->kick && backoff_ns && now_ns(CLOCK_MONOTONIC) < next_ns) {
-			ps->kick = false;
-			pthread_mutex_unlock(&ps->lock);
+		if (!stop && ps->worker.kicked && backoff_ns && now_ns(CLOCK_MONOTONIC) < next_ns) {
+			ps->worker.kicked = false;
+			pthread_mutex_unlock(&ps->worker.lock);
 			continue;
 		}
-		ps->kick = false;
-		pthread_mutex_unlock(&ps->lock);
+		ps->worker.kicked = false;
+		pthread_mutex_unlock(&ps->worker.lock);
 
 		r = round_push(ps);
 		if (r < 0 && r != -EIO)
@@ -549,30 +542,6 @@ static void *pyroscope_main(void *arg)
 	return NULL;
 }
 
-/* The first line of file @path, malloc'd, into *@ret. Returns 0 or -errno. */
-static int read_password(const char *path, char **ret)
-{
-	_cleanup_fclose_ FILE *f = fopen(path, "re");
-	char *line = NULL;
-	size_t size = 0;
-	ssize_t n;
-
-	if (!f)
-		return -errno;
-	n = getline(&line, &size, f);
-	if (n < 0) {
-		free(line);
-		if (ferror(f))
-			return -EIO;
-		line = strdup(""); /* an empty file: an empty password */
-		if (!line)
-			return -ENOMEM;
-	}
-	line[strcspn(line, "\r\n")] = '\0';
-	*ret = line;
-	return 0;
-}
-
 static char *dup_or_null(const char *s)
 {
 	return s && *s ? strdup(s) : NULL;
@@ -581,7 +550,6 @@ static char *dup_or_null(const char *s)
 int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, struct pyroscope **ret)
 {
 	struct pyroscope *ps;
-	pthread_condattr_t ca;
 	char host[256];
 	size_t len;
 	int r;
@@ -591,11 +559,7 @@ int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, stru
 	ps = calloc(1, sizeof(*ps));
 	if (!ps)
 		return -ENOMEM;
-	pthread_mutex_init(&ps->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&ps->wake, &ca);
-	pthread_condattr_destroy(&ca);
+	worker_thread__init(&ps->worker);
 	ps->interval_ns = (uint64_t)s->interval_s * NSEC_PER_SEC;
 	if (!s->host_name || !*s->host_name) {
 		if (gethostname(host, sizeof(host)) < 0)
@@ -618,7 +582,7 @@ int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, stru
 	while (len > 0 && ps->url[len - 1] == '/')
 		ps->url[--len] = '\0';
 	if (s->password_file && *s->password_file) {
-		r = read_password(s->password_file, &ps->password);
+		r = read_first_line(s->password_file, &ps->password);
 		if (r < 0)
 			goto fail;
 	}
@@ -656,18 +620,9 @@ int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, stru
 		ps->headers = l;
 	}
 
-	if (sqlite3_open_v2(db_path, &ps->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
-	    SQLITE_OK) {
-		r = ps->db ? -EIO : -ENOMEM;
+	r = fleet_cursor__open_db(db_path, &ps->db);
+	if (r < 0)
 		goto fail;
-	}
-	/* The loop's flushes hold the write lock for a few ms at a time. */
-	sqlite3_busy_timeout(ps->db, 5000);
-	/* A cursor of a session retention deleted meanwhile is refused, not left behind. */
-	if (sqlite3_exec(ps->db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL) != SQLITE_OK) {
-		r = -EIO;
-		goto fail;
-	}
 	/*
 	 * The first start with Pyroscope on this database (no cursor of it
 	 * yet): the sessions stored until now are marked done, nothing pushed,
@@ -686,10 +641,9 @@ int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, stru
 
 	/* jansson's hash seed, before the thread makes an object (jansson's docs). */
 	json_object_seed(0);
-	r = -pthread_create(&ps->thread, NULL, pyroscope_main, ps);
+	r = worker_thread__start(&ps->worker, pyroscope_main, ps);
 	if (r < 0)
 		goto fail;
-	ps->started = true;
 	*ret = ps;
 	return 0;
 fail:
@@ -699,25 +653,19 @@ fail:
 
 void pyroscope__session_ended(struct pyroscope *ps)
 {
-	if (!ps)
-		return;
-	pthread_mutex_lock(&ps->lock);
-	ps->kick = true;
-	pthread_cond_signal(&ps->wake);
-	pthread_mutex_unlock(&ps->lock);
+	if (ps)
+		worker_thread__kick(&ps->worker);
 }
 
 void pyroscope__free(struct pyroscope *ps)
 {
 	if (!ps)
 		return;
-	if (ps->started) {
-		pthread_mutex_lock(&ps->lock);
-		ps->stop = true;
+	if (ps->worker.started) {
+		pthread_mutex_lock(&ps->worker.lock);
 		ps->stop_by_ns = now_ns(CLOCK_MONOTONIC) + STOP_BUDGET_NS;
-		pthread_cond_signal(&ps->wake);
-		pthread_mutex_unlock(&ps->lock);
-		pthread_join(ps->thread, NULL);
+		pthread_mutex_unlock(&ps->worker.lock);
+		worker_thread__stop(&ps->worker);
 		if (ps->unfinished)
 			log_warning("Pyroscope at %s: %zu session(s) not fully pushed at stop%s%s; "
 				    "the next start pushes the rest",
@@ -728,8 +676,7 @@ void pyroscope__free(struct pyroscope *ps)
 	curl_easy_cleanup(ps->curl); /* accepts NULL */
 	if (ps->curl_global)
 		curl_global_cleanup();
-	pthread_cond_destroy(&ps->wake);
-	pthread_mutex_destroy(&ps->lock);
+	worker_thread__destroy(&ps->worker);
 	free(ps->url);
 	free(ps->app);
 	free(ps->host);

@@ -19,11 +19,13 @@
 #include "fleet/cursor.h"
 #include "fleet/shipper.h"
 #include "hashmap.h"
+#include "io.h"
 #include "log.h"
 #include "protocol.h"
 #include "report/python_frames.h"
 #include "store/sqlite_util.h"
 #include "util.h"
+#include "worker_thread.h"
 
 /* Windows younger than this are not shipped from a running session: samples
  * reach their window up to the unwinder's queue and a flush later. */
@@ -64,11 +66,7 @@ struct ship_session {
 };
 
 struct shipper {
-	pthread_t thread;
-	bool started;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool kicked, stopping;		   /* under lock */
+	struct worker_thread worker;	   /* kicked when a session ends */
 	atomic_bool cancel;		   /* transfers stop at once */
 	_Atomic uint64_t deadline_mono_ns; /* the last round is cancelled after this; 0: none */
 	struct clickhouse *ch;
@@ -201,12 +199,54 @@ static int col_strdup(sqlite3_stmt *st, int i, char **ret)
 	return *ret ? 0 : -ENOMEM;
 }
 
+/* Starts a row of session @session_id in sh->body: {"host":...,"session_id":... */
+static int row_head(struct shipper *sh, int64_t session_id)
+{
+	int r = buf_field_str(&sh->body, "host", sh->host, true);
+
+	return r ?: buf_field_i64(&sh->body, "session_id", session_id, false);
+}
+
+/* Starts a row of chunk @chunk_ns: row_head() and "chunk_ns", which ClickHouse counts it by. */
+static int chunk_row_head(struct shipper *sh, const struct ship_session *s, int64_t chunk_ns)
+{
+	int r = row_head(sh, s->id);
+
+	return r ?: buf_field_i64(&sh->body, "chunk_ns", chunk_ns, false);
+}
+
 /* --- errors and cursors -------------------------------------------------- */
 
 static int sql_failed(struct shipper *sh, const char *what)
 {
 	log_error("fleet: reading %s from the database failed: %s", what, sqlite3_errmsg(sh->db));
 	return -EIO;
+}
+
+/* @sql prepared into *@ret. Returns 0, or -EIO logged as reading @table. */
+static int prepare(struct shipper *sh, const char *sql, const char *table, sqlite3_stmt **ret)
+{
+	return sqlite3_prepare_v2(sh->db, sql, -1, ret, NULL) == SQLITE_OK ? 0
+									   : sql_failed(sh, table);
+}
+
+/* The windows of a chunk's span, as prepare_span() binds them. */
+#define IN_SPAN "session_id = ?1 AND window_ns >= ?2 AND window_ns < ?3"
+
+/*
+ * @sql, a statement over a chunk's span, prepared into *@ret with ?1 the
+ * session @s, ?2 @lo and ?3 @hi (ns, window or reading time). Returns 0,
+ * or -EIO logged as reading @table.
+ */
+static int prepare_span(struct shipper *sh, const char *sql, const char *table,
+			const struct ship_session *s, int64_t lo, int64_t hi, sqlite3_stmt **ret)
+{
+	if (prepare(sh, sql, table, ret) < 0)
+		return -EIO;
+	sqlite3_bind_int64(*ret, 1, s->id);
+	sqlite3_bind_int64(*ret, 2, lo);
+	sqlite3_bind_int64(*ret, 3, hi);
+	return 0;
 }
 
 /* A cursor call's result: -EIO logged with SQLite's message. */
@@ -244,16 +284,15 @@ static int session_load(struct shipper *sh, int64_t id, struct ship_session *s)
 	char pwbuf[1024];
 	int rc;
 
-	if (sqlite3_prepare_v2(
-		sh->db,
-		"SELECT s.pid, s.comm, coalesce(s.label, ''), s.uid, s.started_at_ns, "
-		"coalesce(s.ended_at_ns, 0), coalesce(s.merged_until_ns, 0), "
-		"coalesce(s.merged_window_ns, 0), coalesce(s.sampled_event, ''), "
-		"c.shipped_until_ns, coalesce(c.pending_until_ns, 0) FROM sessions s LEFT JOIN "
-		"fleet_cursors c ON c.session_id = "
-		"s.id AND c.sink = 'clickhouse' WHERE s.id = ?1",
-		-1, &st, NULL) != SQLITE_OK)
-		return sql_failed(sh, "sessions");
+	if (prepare(sh,
+		    "SELECT s.pid, s.comm, coalesce(s.label, ''), s.uid, s.started_at_ns, "
+		    "coalesce(s.ended_at_ns, 0), coalesce(s.merged_until_ns, 0), "
+		    "coalesce(s.merged_window_ns, 0), coalesce(s.sampled_event, ''), "
+		    "c.shipped_until_ns, coalesce(c.pending_until_ns, 0) FROM sessions s LEFT JOIN "
+		    "fleet_cursors c ON c.session_id = "
+		    "s.id AND c.sink = 'clickhouse' WHERE s.id = ?1",
+		    "sessions", &st) < 0)
+		return -EIO;
 	sqlite3_bind_int64(st, 1, id);
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_DONE)
@@ -287,22 +326,20 @@ static int send_session_row(struct shipper *sh, const struct ship_session *s)
 	struct fleet_buf *b = &sh->body;
 	int r;
 
-	if (sqlite3_prepare_v2(
-		sh->db,
-		"SELECT pid, comm, coalesce(exe, ''), coalesce(label, ''), uid, event, events, "
-		"freq_hz, started_at_ns, coalesce(ended_at_ns, 0), state, coalesce(end_reason, "
-		"''), "
-		"samples, lost_samples, truncated_stacks, missing_user_stacks, "
-		"unsymbolized_frames, "
-		"limit_dropped_samples FROM sessions WHERE id = ?1",
-		-1, &st, NULL) != SQLITE_OK)
-		return sql_failed(sh, "sessions");
+	if (prepare(sh,
+		    "SELECT pid, comm, coalesce(exe, ''), coalesce(label, ''), uid, event, events, "
+		    "freq_hz, started_at_ns, coalesce(ended_at_ns, 0), state, coalesce(end_reason, "
+		    "''), "
+		    "samples, lost_samples, truncated_stacks, missing_user_stacks, "
+		    "unsymbolized_frames, "
+		    "limit_dropped_samples FROM sessions WHERE id = ?1",
+		    "sessions", &st) < 0)
+		return -EIO;
 	sqlite3_bind_int64(st, 1, s->id);
 	if (sqlite3_step(st) != SQLITE_ROW)
 		return sql_failed(sh, "sessions");
 	fleet_buf__reset(b);
-	r = buf_field_str(b, "host", sh->host, true);
-	r = r ?: buf_field_i64(b, "session_id", s->id, false);
+	r = row_head(sh, s->id);
 	r = r ?: buf_field_i64(b, "pid", sqlite3_column_int64(st, 0), false);
 	r = r ?: buf_field_str(b, "comm", col_text(st, 1), false);
 	r = r ?: buf_field_str(b, "exe", col_text(st, 2), false);
@@ -335,17 +372,16 @@ static int send_session_row(struct shipper *sh, const struct ship_session *s)
 		return r;
 
 	/* Its threads, idempotent too (ReplacingMergeTree(version)). */
-	if (sqlite3_prepare_v2(sh->db,
-			       "SELECT tid, coalesce(pid, 0), name, samples FROM threads "
-			       "WHERE session_id = ?1",
-			       -1, &st, NULL) != SQLITE_OK)
-		return sql_failed(sh, "threads");
+	if (prepare(sh,
+		    "SELECT tid, coalesce(pid, 0), name, samples FROM threads "
+		    "WHERE session_id = ?1",
+		    "threads", &st) < 0)
+		return -EIO;
 	sqlite3_bind_int64(st, 1, s->id);
 	fleet_buf__reset(b);
 	while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-		int q = buf_field_str(b, "host", sh->host, true);
+		int q = row_head(sh, s->id);
 
-		q = q ?: buf_field_i64(b, "session_id", s->id, false);
 		q = q ?: buf_field_i64(b, "tid", sqlite3_column_int64(st, 0), false);
 		q = q ?: buf_field_i64(b, "pid", sqlite3_column_int64(st, 1), false);
 		q = q ?: buf_field_str(b, "name", col_text(st, 2), false);
@@ -425,23 +461,18 @@ static int send_stacks(struct shipper *sh, const struct ship_session *s, int64_t
 	struct fleet_buf *b = &sh->body;
 	int rc, r = 0;
 
-	if (sqlite3_prepare_v2(
-		sh->db,
-		"SELECT x.stack_id, s.frame_ids, s.truncated FROM (SELECT stack_id FROM samples "
-		"WHERE session_id = ?1 AND window_ns >= ?2 AND window_ns < ?3 UNION SELECT "
-		"stack_id "
-		"FROM event_samples WHERE session_id = ?1 AND window_ns >= ?2 AND window_ns < ?3) "
-		"x "
-		"JOIN stacks s ON s.id = x.stack_id",
-		-1, &ids, NULL) != SQLITE_OK ||
-	    sqlite3_prepare_v2(sh->db,
-			       "SELECT kind, module, rel_addr, function, file, line, build_id "
-			       "FROM frames WHERE id = ?1",
-			       -1, &fr, NULL) != SQLITE_OK)
-		return sql_failed(sh, "stacks");
-	sqlite3_bind_int64(ids, 1, s->id);
-	sqlite3_bind_int64(ids, 2, lo);
-	sqlite3_bind_int64(ids, 3, hi);
+	r = prepare_span(sh,
+			 "SELECT x.stack_id, s.frame_ids, s.truncated FROM (SELECT stack_id FROM "
+			 "samples WHERE " IN_SPAN " UNION SELECT stack_id FROM event_samples "
+			 "WHERE " IN_SPAN ") x JOIN stacks s ON s.id = x.stack_id",
+			 "stacks", s, lo, hi, &ids);
+	if (r < 0)
+		return r;
+	if (prepare(sh,
+		    "SELECT kind, module, rel_addr, function, file, line, build_id "
+		    "FROM frames WHERE id = ?1",
+		    "stacks", &fr) < 0)
+		return -EIO;
 	fleet_buf__reset(b);
 	while ((rc = sqlite3_step(ids)) == SQLITE_ROW) {
 		int64_t id = sqlite3_column_int64(ids, 0);
@@ -586,25 +617,19 @@ static int send_samples(struct shipper *sh, const struct ship_session *s, int64_
 	int64_t part = 0;
 	int rc, r;
 
-	if (sqlite3_prepare_v2(
-		sh->db,
-		"SELECT x.e, x.m, x.tid, x.stack_id, x.n, coalesce(t.name, ''), coalesce(t.pid, "
-		"?5) "
-		"FROM (SELECT 0 AS e, max(window_ns - ?4, 0) / 60000000000 AS m, tid, stack_id, "
-		"      sum(count) AS n FROM samples WHERE session_id = ?1 AND window_ns >= ?2 AND "
-		"      window_ns < ?3 GROUP BY m, tid, stack_id "
-		"      UNION ALL "
-		"      SELECT 1, max(window_ns - ?4, 0) / 60000000000 AS m, tid, stack_id, "
-		"sum(count) "
-		"      FROM event_samples WHERE session_id = ?1 AND window_ns >= ?2 AND "
-		"      window_ns < ?3 GROUP BY m, tid, stack_id) x "
-		"LEFT JOIN threads t ON t.session_id = ?1 AND t.tid = x.tid "
-		"ORDER BY x.e, x.m, x.tid, x.stack_id",
-		-1, &st, NULL) != SQLITE_OK)
-		return sql_failed(sh, "samples");
-	sqlite3_bind_int64(st, 1, s->id);
-	sqlite3_bind_int64(st, 2, lo);
-	sqlite3_bind_int64(st, 3, hi);
+	r = prepare_span(
+	    sh,
+	    "SELECT x.e, x.m, x.tid, x.stack_id, x.n, coalesce(t.name, ''), coalesce(t.pid, ?5) "
+	    "FROM (SELECT 0 AS e, max(window_ns - ?4, 0) / 60000000000 AS m, tid, stack_id, "
+	    "      sum(count) AS n FROM samples WHERE " IN_SPAN " GROUP BY m, tid, stack_id "
+	    "      UNION ALL "
+	    "      SELECT 1, max(window_ns - ?4, 0) / 60000000000 AS m, tid, stack_id, sum(count) "
+	    "      FROM event_samples WHERE " IN_SPAN " GROUP BY m, tid, stack_id) x "
+	    "LEFT JOIN threads t ON t.session_id = ?1 AND t.tid = x.tid "
+	    "ORDER BY x.e, x.m, x.tid, x.stack_id",
+	    "samples", s, lo, hi, &st);
+	if (r < 0)
+		return r;
 	sqlite3_bind_int64(st, 4, s->started_ns);
 	sqlite3_bind_int(st, 5, s->pid);
 	fleet_buf__reset(b);
@@ -617,9 +642,7 @@ static int send_samples(struct shipper *sh, const struct ship_session *s, int64_
 
 		if (!found) /* send_stacks() sent every stack of the span */
 			return sql_failed(sh, "samples (a stack changed under the shipper)");
-		r = buf_field_str(b, "host", sh->host, true);
-		r = r ?: buf_field_i64(b, "session_id", s->id, false);
-		r = r ?: buf_field_i64(b, "chunk_ns", chunk_ns + part, false);
+		r = chunk_row_head(sh, s, chunk_ns + part);
 		r = r
 			?: buf_field_str(b, "event",
 					 sqlite3_column_int(st, 0) ? s->sampled_event : "cpu",
@@ -650,86 +673,79 @@ static int send_samples(struct shipper *sh, const struct ship_session *s, int64_
 	return rows ? send_part(sh, "samples", s, chunk_ns + part, rows) : 0;
 }
 
-/* The memory readings of [@lo, @hi), by their time. */
-static int send_memory(struct shipper *sh, const struct ship_session *s, int64_t lo, int64_t hi,
-		       int64_t chunk_ns)
+/* A column of a table shipped row for row: its JSON key, its result column, how it is written. */
+struct ship_col {
+	const char *key;
+	int col;
+	enum { COL_I64, COL_TEXT, COL_SECONDS } kind; /* COL_SECONDS: a ns column, in whole s */
+};
+
+/* A table whose chunk rows are the local rows of the chunk's span as they are read. */
+struct ship_table {
+	const char *name;	  /* in ClickHouse */
+	const char *local;	  /* what the errors say was read */
+	const char *sql;	  /* over ?1 the session, [?2, ?3) */
+	struct ship_col cols[10]; /* up to a NULL key */
+};
+
+static const struct ship_table span_tables[] = {
+    /* The memory readings of the span, by their time. */
+    {"memory",
+     "memory_samples",
+     "SELECT pid, time_ns, rss_bytes, coalesce(pss_bytes, -1), anon_bytes, file_bytes, "
+     "shmem_bytes, swap_bytes FROM memory_samples "
+     "WHERE session_id = ?1 AND time_ns >= ?2 AND time_ns < ?3 "
+     "ORDER BY time_ns, pid LIMIT 1000000",
+     {{"pid", 0, COL_I64},
+      {"time", 1, COL_SECONDS},
+      {"time_ns", 1, COL_I64},
+      {"rss_bytes", 2, COL_I64},
+      {"pss_bytes", 3, COL_I64},
+      {"anon_bytes", 4, COL_I64},
+      {"file_bytes", 5, COL_I64},
+      {"shmem_bytes", 6, COL_I64},
+      {"swap_bytes", 7, COL_I64}}},
+    /* CUDA kernel launches of the span, per kernel name. */
+    {"gpu_kernels",
+     "gpu_kernels",
+     "SELECT name, sum(launches), sum(errors) FROM gpu_kernels WHERE " IN_SPAN
+     " GROUP BY name ORDER BY name",
+     {{"name", 0, COL_TEXT}, {"launches", 1, COL_I64}, {"errors", 2, COL_I64}}},
+};
+
+/* The rows of @t in [@lo, @hi), sent as one part of chunk @chunk_ns. */
+static int send_span_table(struct shipper *sh, const struct ship_table *t,
+			   const struct ship_session *s, int64_t lo, int64_t hi, int64_t chunk_ns)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	struct fleet_buf *b = &sh->body;
 	uint64_t rows = 0;
 	int rc, r;
 
-	if (sqlite3_prepare_v2(
-		sh->db,
-		"SELECT pid, time_ns, rss_bytes, coalesce(pss_bytes, -1), anon_bytes, "
-		"file_bytes, shmem_bytes, swap_bytes FROM memory_samples "
-		"WHERE session_id = ?1 AND time_ns >= ?2 AND time_ns < ?3 "
-		"ORDER BY time_ns, pid LIMIT 1000000",
-		-1, &st, NULL) != SQLITE_OK)
-		return sql_failed(sh, "memory_samples");
-	sqlite3_bind_int64(st, 1, s->id);
-	sqlite3_bind_int64(st, 2, lo);
-	sqlite3_bind_int64(st, 3, hi);
+	r = prepare_span(sh, t->sql, t->local, s, lo, hi, &st);
+	if (r < 0)
+		return r;
 	fleet_buf__reset(b);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		static const char *const cols[] = {"rss_bytes",	 "pss_bytes",	"anon_bytes",
-						   "file_bytes", "shmem_bytes", "swap_bytes"};
-
-		r = buf_field_str(b, "host", sh->host, true);
-		r = r ?: buf_field_i64(b, "session_id", s->id, false);
-		r = r ?: buf_field_i64(b, "chunk_ns", chunk_ns, false);
-		r = r ?: buf_field_i64(b, "pid", sqlite3_column_int64(st, 0), false);
-		r = r
-			?: buf_field_i64(b, "time",
-					 sqlite3_column_int64(st, 1) / (int64_t)NSEC_PER_SEC,
-					 false);
-		r = r ?: buf_field_i64(b, "time_ns", sqlite3_column_int64(st, 1), false);
-		for (int i = 0; i < 6 && r >= 0; i++)
-			r = buf_field_i64(b, cols[i], sqlite3_column_int64(st, 2 + i), false);
+		r = chunk_row_head(sh, s, chunk_ns);
+		for (const struct ship_col *c = t->cols; c->key && r >= 0; c++) {
+			if (c->kind == COL_TEXT) {
+				r = buf_field_str(b, c->key, col_text(st, c->col), false);
+				continue;
+			}
+			r = buf_field_i64(b, c->key,
+					  sqlite3_column_int64(st, c->col) /
+					      (c->kind == COL_SECONDS ? (int64_t)NSEC_PER_SEC : 1),
+					  false);
+		}
 		r = r ?: fleet_buf__append(b, "}\n", 2);
 		if (r < 0)
 			return r;
 		rows++;
 	}
 	if (rc != SQLITE_DONE)
-		return sql_failed(sh, "memory_samples");
-	return rows ? send_part(sh, "memory", s, chunk_ns, rows) : 0;
-}
-
-/* CUDA kernel launches of [@lo, @hi), per kernel name. */
-static int send_gpu_kernels(struct shipper *sh, const struct ship_session *s, int64_t lo,
-			    int64_t hi, int64_t chunk_ns)
-{
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	struct fleet_buf *b = &sh->body;
-	uint64_t rows = 0;
-	int rc, r;
-
-	if (sqlite3_prepare_v2(sh->db,
-			       "SELECT name, sum(launches), sum(errors) FROM gpu_kernels "
-			       "WHERE session_id = ?1 AND window_ns >= ?2 AND window_ns < ?3 "
-			       "GROUP BY name ORDER BY name",
-			       -1, &st, NULL) != SQLITE_OK)
-		return sql_failed(sh, "gpu_kernels");
-	sqlite3_bind_int64(st, 1, s->id);
-	sqlite3_bind_int64(st, 2, lo);
-	sqlite3_bind_int64(st, 3, hi);
-	fleet_buf__reset(b);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		r = buf_field_str(b, "host", sh->host, true);
-		r = r ?: buf_field_i64(b, "session_id", s->id, false);
-		r = r ?: buf_field_i64(b, "chunk_ns", chunk_ns, false);
-		r = r ?: buf_field_str(b, "name", col_text(st, 0), false);
-		r = r ?: buf_field_i64(b, "launches", sqlite3_column_int64(st, 1), false);
-		r = r ?: buf_field_i64(b, "errors", sqlite3_column_int64(st, 2), false);
-		r = r ?: fleet_buf__append(b, "}\n", 2);
-		if (r < 0)
-			return r;
-		rows++;
-	}
-	if (rc != SQLITE_DONE)
-		return sql_failed(sh, "gpu_kernels");
-	return rows ? send_part(sh, "gpu_kernels", s, chunk_ns, rows) : 0;
+		return sql_failed(sh, t->local);
+	return rows ? send_part(sh, t->name, s, chunk_ns, rows) : 0;
 }
 
 /*
@@ -807,8 +823,8 @@ static int ship_session(struct shipper *sh, int64_t id)
 		sh->chunk_rows = 0;
 		r = send_stacks(sh, &s, lo, to);
 		r = r ?: send_samples(sh, &s, lo, to, chunk_ns);
-		r = r ?: send_memory(sh, &s, lo, to, chunk_ns);
-		r = r ?: send_gpu_kernels(sh, &s, lo, to, chunk_ns);
+		for (size_t i = 0; i < ARRAY_SIZE(span_tables) && r >= 0; i++)
+			r = send_span_table(sh, &span_tables[i], &s, lo, to, chunk_ns);
 		if (r < 0)
 			break;
 		s.shipped_until_ns = last ? MAX(from, s.ended_ns) : to;
@@ -845,12 +861,12 @@ static int ship_round(struct shipper *sh)
 		}
 		sh->tables_ready = true;
 	}
-	if (sqlite3_prepare_v2(sh->db,
-			       "SELECT s.id FROM sessions s LEFT JOIN fleet_cursors c ON "
-			       "c.session_id = s.id AND c.sink = 'clickhouse' "
-			       "WHERE coalesce(c.done, 0) = 0 ORDER BY s.id",
-			       -1, &st, NULL) != SQLITE_OK)
-		return sql_failed(sh, "sessions");
+	if (prepare(sh,
+		    "SELECT s.id FROM sessions s LEFT JOIN fleet_cursors c ON "
+		    "c.session_id = s.id AND c.sink = 'clickhouse' "
+		    "WHERE coalesce(c.done, 0) = 0 ORDER BY s.id",
+		    "sessions", &st) < 0)
+		return -EIO;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		r = grow_array((void **)&ids, &cap, n, sizeof(*ids));
 		if (r < 0)
@@ -880,7 +896,6 @@ static void *shipper_main(void *arg)
 	bool last = false;
 
 	for (;;) {
-		struct timespec ts;
 		uint64_t wait_ns;
 		int r = ship_round(sh);
 
@@ -889,45 +904,14 @@ static void *shipper_main(void *arg)
 		backoff_ns =
 		    r < 0 ? MIN(backoff_ns ? backoff_ns * 2 : NSEC_PER_SEC, interval_ns) : 0;
 		wait_ns = r < 0 ? backoff_ns : interval_ns;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec +=
-		    (time_t)(wait_ns / NSEC_PER_SEC) +
-		    (time_t)((uint64_t)ts.tv_nsec + wait_ns % NSEC_PER_SEC) / (time_t)NSEC_PER_SEC;
-		ts.tv_nsec = (long)(((uint64_t)ts.tv_nsec + wait_ns % NSEC_PER_SEC) % NSEC_PER_SEC);
-		pthread_mutex_lock(&sh->lock);
-		while (!sh->kicked && !sh->stopping &&
-		       pthread_cond_timedwait(&sh->cond, &sh->lock, &ts) != ETIMEDOUT)
-			;
+		pthread_mutex_lock(&sh->worker.lock);
+		worker_thread__wait(&sh->worker, now_ns(CLOCK_MONOTONIC) + wait_ns);
 		/* A kick during a backoff waits for the backoff: the server was down. */
-		sh->kicked = false;
-		last = sh->stopping;
-		pthread_mutex_unlock(&sh->lock);
+		sh->worker.kicked = false;
+		last = sh->worker.stop;
+		pthread_mutex_unlock(&sh->worker.lock);
 	}
 	return NULL;
-}
-
-/* The first line of file @path into *@ret. Returns 0 or -errno. */
-static int read_password(const char *path, char **ret)
-{
-	_cleanup_fclose_ FILE *f = fopen(path, "re");
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
-
-	if (!f)
-		return -errno;
-	n = getline(&line, &cap, f);
-	if (n < 0) {
-		free(line);
-		line = strdup("");
-		if (!line)
-			return -ENOMEM;
-		n = 0;
-	}
-	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-		line[--n] = '\0';
-	*ret = line;
-	return 0;
 }
 
 int shipper__new(const struct shipper_settings *set, struct shipper **ret)
@@ -938,7 +922,7 @@ int shipper__new(const struct shipper_settings *set, struct shipper **ret)
 	int r;
 
 	if (!set->password && set->password_file && *set->password_file) {
-		r = read_password(set->password_file, &password);
+		r = read_first_line(set->password_file, &password);
 		if (r < 0)
 			return r;
 	}
@@ -952,15 +936,7 @@ int shipper__new(const struct shipper_settings *set, struct shipper **ret)
 	sh = calloc(1, sizeof(*sh));
 	if (!sh)
 		return -ENOMEM;
-	pthread_mutex_init(&sh->lock, NULL);
-	{
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&sh->cond, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	worker_thread__init(&sh->worker);
 	sh->interval_s = MAX(set->interval_s, 1u);
 	if (set->host_name && *set->host_name) {
 		snprintf(host, sizeof(host), "%s", set->host_name);
@@ -983,18 +959,12 @@ int shipper__new(const struct shipper_settings *set, struct shipper **ret)
 		goto fail;
 	if (password)
 		explicit_bzero(password, strlen(password));
-	if (sqlite3_open_v2(set->db_path, &sh->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
-			    NULL) != SQLITE_OK) {
-		r = -EIO;
-		goto fail;
-	}
-	sqlite3_busy_timeout(sh->db, 5000);
-	/* A cursor of a session retention deleted meanwhile is refused, not left behind. */
-	sqlite3_exec(sh->db, "PRAGMA foreign_keys = ON", NULL, NULL, NULL);
-	r = -pthread_create(&sh->thread, NULL, shipper_main, sh);
+	r = fleet_cursor__open_db(set->db_path, &sh->db);
 	if (r < 0)
 		goto fail;
-	sh->started = true;
+	r = worker_thread__start(&sh->worker, shipper_main, sh);
+	if (r < 0)
+		goto fail;
 	*ret = sh;
 	return 0;
 fail:
@@ -1004,26 +974,16 @@ fail:
 
 void shipper__kick(struct shipper *sh)
 {
-	if (!sh)
-		return;
-	pthread_mutex_lock(&sh->lock);
-	sh->kicked = true;
-	pthread_cond_signal(&sh->cond);
-	pthread_mutex_unlock(&sh->lock);
+	if (sh)
+		worker_thread__kick(&sh->worker);
 }
 
 void shipper__free(struct shipper *sh)
 {
 	if (!sh)
 		return;
-	if (sh->started) {
-		atomic_store(&sh->deadline_mono_ns, now_ns(CLOCK_MONOTONIC) + SHIPPER_STOP_NS);
-		pthread_mutex_lock(&sh->lock);
-		sh->stopping = true;
-		pthread_cond_signal(&sh->cond);
-		pthread_mutex_unlock(&sh->lock);
-		pthread_join(sh->thread, NULL);
-	}
+	atomic_store(&sh->deadline_mono_ns, now_ns(CLOCK_MONOTONIC) + SHIPPER_STOP_NS);
+	worker_thread__stop(&sh->worker);
 	caches_clear(sh);
 	hashmap__free(&sh->frames);
 	hashmap__free(&sh->stacks);
@@ -1032,7 +992,6 @@ void shipper__free(struct shipper *sh)
 	sqlite3_close_v2(sh->db);
 	free(sh->host);
 	free(sh->q_host);
-	pthread_cond_destroy(&sh->cond);
-	pthread_mutex_destroy(&sh->lock);
+	worker_thread__destroy(&sh->worker);
 	free(sh);
 }

@@ -237,6 +237,22 @@ def wait_for_threads(pid, count, timeout=10):
     raise Failure('workload %d did not start %d threads' % (pid, count))
 
 
+def go_pprof_top(go, workdir, files, show=1500):
+    """`go tool pprof -top` over the pprof @files (@go: require_tool()'s path; its caches
+    go in @workdir): its output, of which it prints the first @show characters, and the
+    function on top of its table. Fails the test if go fails or prints no table."""
+    env = dict(os.environ, HOME=workdir, GOCACHE=os.path.join(workdir, 'gocache'),
+               GOPATH=os.path.join(workdir, 'gopath'), GOFLAGS='-mod=mod', GOTOOLCHAIN='local')
+    p = subprocess.run([go, 'tool', 'pprof', '-top', '-symbolize=none'] + list(files),
+                       capture_output=True, text=True, env=env, timeout=300)
+    print(p.stdout[:show])
+    check(p.returncode == 0, 'go tool pprof failed (%d): %s' % (p.returncode, p.stderr))
+    lines = p.stdout.splitlines()
+    head = [i for i, l in enumerate(lines) if l.split()[:2] == ['flat', 'flat%']]
+    check(head, 'no table in go tool pprof -top output')
+    return p.stdout, lines[head[0] + 1].split()[-1]
+
+
 def run(test):
     """Run @test(), turning Failure into exit 1 with its message."""
     try:

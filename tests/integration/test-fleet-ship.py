@@ -62,45 +62,42 @@ class CutProxy:
                 c.close()
                 continue
             state = {'cut': False}
-            threading.Thread(target=self._up, args=(c, s, state), daemon=True).start()
-            threading.Thread(target=self._down, args=(s, c, state), daemon=True).start()
+            threading.Thread(target=self._relay, args=(c, s, lambda d: self._up(d, state)),
+                             daemon=True).start()
+            threading.Thread(target=self._relay, args=(s, c, lambda d: self._down(state)),
+                             daemon=True).start()
 
-    def _up(self, c, s, state):
+    @staticmethod
+    def _relay(src, dst, forward):
+        """Copies @src to @dst while forward(data) is true, then shuts both down."""
         try:
             while True:
-                data = c.recv(65536)
-                if not data:
+                data = src.recv(65536)
+                if not data or not forward(data):
                     break
-                if self.armed and b'INSERT%20INTO%20samples' in data:
-                    self.armed = False
-                    state['cut'] = True
-                s.sendall(data)
+                dst.sendall(data)
         except OSError:
             pass
-        for x in (c, s):
-            try:
-                x.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def _down(self, s, c, state):
-        try:
-            while True:
-                data = s.recv(65536)
-                if not data:
-                    break
-                if state['cut']:
-                    self.cuts += 1
-                    break
-                c.sendall(data)
-        except OSError:
-            pass
-        for x in (c, s):
+        for x in (src, dst):
             try:
                 x.shutdown(socket.SHUT_RDWR)
                 x.close()
             except OSError:
                 pass
+
+    def _up(self, data, state):
+        """Client to server: the armed INSERT into samples goes through, its answer is cut."""
+        if self.armed and b'INSERT%20INTO%20samples' in data:
+            self.armed = False
+            state['cut'] = True
+        return True
+
+    def _down(self, state):
+        """Server to client: nothing more once the answer is cut."""
+        if state['cut']:
+            self.cuts += 1
+            return False
+        return True
 
 
 def fleet_of(d, sid):

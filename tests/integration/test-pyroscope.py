@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.parse
 
-from profdtest import Profd, binary, check, require_root_bpf, require_tool, run, wait_for_threads
+from profdtest import Profd, binary, check, go_pprof_top, require_root_bpf, require_tool, run, wait_for_threads
 
 TENANT = 'team-a'
 USER = 'pusher'
@@ -343,18 +343,9 @@ def run_pushes(go, listener, d, sid_before):
         files.append(os.path.join(d.dir, 'push-%d.pb.gz' % i))
         with open(files[-1], 'wb') as f:
             f.write(b)
-    env = dict(os.environ, HOME=d.dir, GOCACHE=os.path.join(d.dir, 'gocache'),
-               GOPATH=os.path.join(d.dir, 'gopath'), GOFLAGS='-mod=mod', GOTOOLCHAIN='local')
-    p = subprocess.run([go, 'tool', 'pprof', '-top', '-symbolize=none'] + files,
-                       capture_output=True, text=True, env=env, timeout=300)
-    print(p.stdout[:1200])
-    check(p.returncode == 0, 'go tool pprof failed (%d): %s' % (p.returncode, p.stderr))
-    lines = p.stdout.splitlines()
-    head = [i for i, l in enumerate(lines) if l.split()[:2] == ['flat', 'flat%']]
-    check(head, 'no table in go tool pprof -top output')
-    first = lines[head[0] + 1].split()
-    check(first[-1] == top['functions'][0]['function'],
-          'pprof top function %r, profctl top %r' % (first[-1], top['functions'][0]['function']))
+    _, first = go_pprof_top(go, d.dir, files, show=1200)
+    check(first == top['functions'][0]['function'],
+          'pprof top function %r, profctl top %r' % (first, top['functions'][0]['function']))
 
     # profctl session: the pushes, their samples and the failures, from fleet_cursors.
     fleet = d.json('session', sid)['session']['fleet']
