@@ -457,6 +457,7 @@ static int compile_cfi(Dwarf_CFI *cfi, const uint64_t *starts, size_t n_starts, 
 	int r;
 
 	for (size_t i = 0; i < n_starts; i++) {
+		size_t fde = i; /* the FDE pc is in: the last start <= pc */
 		unsigned rows = 0;
 		bool any = false;
 
@@ -468,6 +469,22 @@ static int compile_cfi(Dwarf_CFI *cfi, const uint64_t *starts, size_t n_starts, 
 			Dwarf_Addr start, end;
 			struct cfi_row row = {.pc = pc + (uint64_t)shift};
 
+			while (fde + 1 < n_starts && starts[fde + 1] <= pc) {
+				fde++;
+				rows = 0;
+			}
+			if (rows == CFI_TABLE_MAX_FDE_ROWS) {
+				/* the rest of this FDE is a rule we did not read */
+				row.kind = CFI_ROW_EXPR;
+				r = rowvec_put(out, &row);
+				if (r < 0)
+					return r;
+				stats->fdes_cut++;
+				if (fde + 1 == n_starts)
+					return 0; /* no CFI known after it: stays EXPR */
+				pc = starts[fde + 1];
+				continue;
+			}
 			if (dwarf_cfi_addrframe(cfi, pc, &frame) != 0)
 				break;
 			if (dwarf_frame_info(frame, &start, &end, NULL) < 0 || start > pc ||
@@ -476,17 +493,7 @@ static int compile_cfi(Dwarf_CFI *cfi, const uint64_t *starts, size_t n_starts, 
 				break;
 			}
 			stats->rows_libdw++;
-			if (++rows > CFI_TABLE_MAX_FDE_ROWS) {
-				/* the rest of this run of FDEs is a rule we did not read */
-				free(frame);
-				row.kind = CFI_ROW_EXPR;
-				r = rowvec_put(out, &row);
-				if (r < 0)
-					return r;
-				any = true;
-				pc = i + 1 < n_starts ? starts[i + 1] : pc + 1;
-				break;
-			}
+			rows++;
 			row_classify(frame, &row);
 			free(frame);
 			r = rowvec_put(out, &row);

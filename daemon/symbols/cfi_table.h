@@ -7,6 +7,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,7 +43,8 @@ enum cfi_row_kind {
 /*
  * One row: 16 bytes, no padding, 8-byte aligned, the same layout on both
  * sides of a future BPF array map. It covers [pc, next row's pc); the last
- * row of a table is always CFI_ROW_NONE (the end of the last FDE).
+ * row of a table is CFI_ROW_NONE (the end of the last FDE), or CFI_ROW_EXPR
+ * when the last FDE was cut at CFI_TABLE_MAX_FDE_ROWS.
  */
 struct cfi_row {
 	uint64_t pc;	 /* first PC covered: module-relative, i.e. the ELF virtual address
@@ -71,6 +73,7 @@ _Static_assert(sizeof(struct cfi_row) == 16, "struct cfi_row is 16 bytes");
 struct cfi_table_stats {
 	uint64_t fdes;	       /* FDEs whose start was decoded, both sections */
 	uint64_t fdes_skipped; /* FDEs whose start could not be decoded (left as no CFI) */
+	uint64_t fdes_cut;     /* FDEs cut at CFI_TABLE_MAX_FDE_ROWS (the rest CFI_ROW_EXPR) */
 	uint64_t rows_libdw;   /* rows libdw returned, before merging */
 	uint64_t rows_by_kind[CFI_ROW_OUTERMOST + 1]; /* after merging */
 	bool debug_frame;      /* .debug_frame (of the file or its debug file) was used */

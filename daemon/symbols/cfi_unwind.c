@@ -185,10 +185,11 @@ static bool load(const unsigned char *stack, uint64_t start, size_t len, uint64_
  *   (_start, clone3); UNWIND_TRUNCATED beyond @max frames; UNWIND_NO_CFI at
  *   a PC in no mapping, in a module without a table, or where its table has
  *   no CFI (the PC is the last stored); UNWIND_NO_STACK when a load falls
- *   outside the copy; UNWIND_ERROR at a row the table cannot express (a
- *   DWARF expression, a signal frame: *@ret_stop_kind says which), a CFA in
- *   rbp when rbp is lost, a return address of 0, or an SP that does not
- *   grow.
+ *   outside the copy (also a CFA in rbp whose saved value was outside it);
+ *   UNWIND_ERROR at a row the table cannot express (a DWARF expression, a
+ *   signal frame, stored as its PC + 1 as unwinder__unwind() stores it:
+ *   *@ret_stop_kind says which), a CFA in rbp when CFI left rbp undefined,
+ *   a return address of 0, or an SP that does not grow.
  * @ret_stop_kind: NULL, or the kind of the last row looked up
  *   (CFI_ROW_NONE when there was none).
  *
@@ -203,7 +204,8 @@ int cfi_unwinder__unwind(struct cfi_unwinder *u, const struct addrspace *as, con
 	uint64_t pc = regs[UNWIND_REG_IP], sp = regs[UNWIND_REG_SP], bp = regs[UNWIND_REG_BP];
 	uint64_t start = sp;
 	enum cfi_row_kind kind = CFI_ROW_NONE;
-	bool bp_known = true;
+	/* rbp: known; undefined by CFI; or saved outside the stack copy */
+	enum { BP_KNOWN, BP_UNDEF, BP_NO_STACK } bp_state = BP_KNOWN;
 	size_t n = 0;
 
 	stack_len = stack ? MIN(stack_len, (size_t)STACK_MAX_BYTES) : 0;
@@ -237,8 +239,8 @@ int cfi_unwinder__unwind(struct cfi_unwinder *u, const struct addrspace *as, con
 			break;
 		}
 		if (kind == CFI_ROW_CFA) {
-			if ((row->flags & CFI_ROW_CFA_BP) && !bp_known) {
-				*ret_status = UNWIND_ERROR;
+			if ((row->flags & CFI_ROW_CFA_BP) && bp_state != BP_KNOWN) {
+				*ret_status = bp_state == BP_NO_STACK ? UNWIND_NO_STACK : UNWIND_ERROR;
 				break;
 			}
 			cfa = ((row->flags & CFI_ROW_CFA_BP) ? bp : sp) + (uint64_t)(int64_t)row->cfa_off;
@@ -247,7 +249,14 @@ int cfi_unwinder__unwind(struct cfi_unwinder *u, const struct addrspace *as, con
 			cfa = sp + (uint64_t)(int64_t)row->cfa_off +
 			      ((int64_t)(pc & 15) >= row->fp_off ? 8 : 0);
 		} else {
-			*ret_status = UNWIND_ERROR; /* EXPR, SIGNAL */
+			/*
+			 * EXPR, SIGNAL. A signal frame's PC (the trampoline, which the
+			 * handler "returns" to) is stored + 1 as libdw stores it: the
+			 * symbolizer's - 1 then lands on __restore_rt itself.
+			 */
+			if (kind == CFI_ROW_SIGNAL && n > 1)
+				ret_pcs[n - 1] = pc + 1;
+			*ret_status = UNWIND_ERROR;
 			break;
 		}
 		if (!load(stack, start, stack_len, cfa - 8, &ra)) {
@@ -257,12 +266,15 @@ int cfi_unwinder__unwind(struct cfi_unwinder *u, const struct addrspace *as, con
 		if (row->flags & CFI_ROW_FP_SAVED) {
 			/* a saved rbp outside the copy is lost, as libdw has it: only
 			 * a CFA that needs it later stops the walk */
-			bp_known = load(stack, start, stack_len,
-					cfa + (uint64_t)(int64_t)row->fp_off, &saved_bp);
-			if (bp_known)
+			if (load(stack, start, stack_len, cfa + (uint64_t)(int64_t)row->fp_off,
+				 &saved_bp)) {
 				bp = saved_bp;
+				bp_state = BP_KNOWN;
+			} else {
+				bp_state = BP_NO_STACK;
+			}
 		} else if (row->flags & CFI_ROW_FP_UNDEF) {
-			bp_known = false;
+			bp_state = BP_UNDEF;
 		}
 		if (ra == 0 || cfa <= sp) {
 			*ret_status = UNWIND_ERROR;
