@@ -274,7 +274,8 @@ static inline int collect(char *const argv[], const char *env, enum collect_mode
 	static struct ring rings[SAMPLES_MAX_RINGS];
 	size_t page = (size_t)sysconf(_SC_PAGESIZE), n = 0, map_size = (SAMPLES_RING_PAGES + 1) * page;
 	long n_cpus = sysconf(_SC_NPROCESSORS_CONF);
-	int go, r, n_rings = 0, first_err = 0;
+	int go, r, first_err = 0;
+	size_t n_rings = 0;
 	uint64_t deadline;
 	pid_t pid;
 
@@ -325,7 +326,7 @@ static inline int collect(char *const argv[], const char *env, enum collect_mode
 		workload_kill();
 		return first_err ? first_err : -ESRCH;
 	}
-	for (int i = 0; i < n_rings; i++)
+	for (size_t i = 0; i < n_rings; i++)
 		if (ioctl(rings[i].fd, PERF_EVENT_IOC_ENABLE, 0) < 0)
 			SETUP_FAIL("PERF_EVENT_IOC_ENABLE: %m");
 	if (mode == COLLECT_STDIN_GO && write(go, "g", 1) != 1)
@@ -336,14 +337,14 @@ static inline int collect(char *const argv[], const char *env, enum collect_mode
 	while (n < (size_t)cap && now_ns(CLOCK_MONOTONIC) < deadline) {
 		struct pollfd pfd[SAMPLES_MAX_RINGS];
 
-		for (int i = 0; i < n_rings; i++)
+		for (size_t i = 0; i < n_rings; i++)
 			pfd[i] = (struct pollfd){.fd = rings[i].fd, .events = POLLIN};
-		poll(pfd, (nfds_t)n_rings, 20);
-		for (int i = 0; i < n_rings; i++)
+		poll(pfd, n_rings, 20);
+		for (size_t i = 0; i < n_rings; i++)
 			n = ring_drain(&rings[i], samples, n, (size_t)cap);
 	}
 	kill(pid, SIGSTOP);
-	for (int i = 0; i < n_rings; i++) {
+	for (size_t i = 0; i < n_rings; i++) {
 		ioctl(rings[i].fd, PERF_EVENT_IOC_DISABLE, 0);
 		n = ring_drain(&rings[i], samples, n, (size_t)cap);
 		stats->bad += rings[i].bad;
