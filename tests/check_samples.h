@@ -194,7 +194,7 @@ static inline bool wait_blocked_in_read(pid_t pid)
 }
 
 static inline long perf_event_open(struct perf_event_attr *attr, pid_t pid, int cpu, int group,
-			    unsigned long flags)
+				   unsigned long flags)
 {
 	return syscall(SYS_perf_event_open, attr, pid, cpu, group, flags);
 }
@@ -254,9 +254,9 @@ static inline int ring_open(struct perf_event_attr *attr, pid_t pid, int cpu, st
  * -errno of perf_event_open when it is refused (the caller skips). The
  * workload runs until workload_kill().
  */
-static inline int collect(char *const argv[], const char *env, enum collect_mode mode, int settle_ms,
-		   struct sample *samples, int cap, struct addrspace **ret_as,
-		   struct ring_stats *stats)
+static inline int collect(char *const argv[], const char *env, enum collect_mode mode,
+			  int settle_ms, struct sample *samples, int cap, struct addrspace **ret_as,
+			  struct ring_stats *stats)
 {
 	struct perf_event_attr attr = {
 	    .size = sizeof(attr),
@@ -272,7 +272,8 @@ static inline int collect(char *const argv[], const char *env, enum collect_mode
 	    .exclude_hv = 1,
 	};
 	static struct ring rings[SAMPLES_MAX_RINGS];
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), n = 0, map_size = (SAMPLES_RING_PAGES + 1) * page;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), n = 0,
+	       map_size = (SAMPLES_RING_PAGES + 1) * page;
 	long n_cpus = sysconf(_SC_NPROCESSORS_CONF);
 	int go, r, first_err = 0;
 	size_t n_rings = 0;

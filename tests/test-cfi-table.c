@@ -112,8 +112,7 @@ static void stack_print(FILE *f, const char *title, const struct stack *st, stru
 	}
 }
 
-static const char *fn_name(struct symbolizer *s, const struct addrspace *as, uint64_t pc,
-			   bool ret)
+static const char *fn_name(struct symbolizer *s, const struct addrspace *as, uint64_t pc, bool ret)
 {
 	struct frame_info fi;
 
@@ -143,8 +142,9 @@ static bool table_well_formed(const struct cfi_table *t)
 	for (size_t i = 0; i < n; i++) {
 		if (rows[i].kind > CFI_ROW_OUTERMOST || (i > 0 && rows[i].pc <= rows[i - 1].pc))
 			return false;
-		if (i > 0 && rows[i].kind == rows[i - 1].kind && rows[i].flags == rows[i - 1].flags &&
-		    rows[i].cfa_off == rows[i - 1].cfa_off && rows[i].fp_off == rows[i - 1].fp_off)
+		if (i > 0 && rows[i].kind == rows[i - 1].kind &&
+		    rows[i].flags == rows[i - 1].flags && rows[i].cfa_off == rows[i - 1].cfa_off &&
+		    rows[i].fp_off == rows[i - 1].fp_off)
 			return false; /* not merged */
 	}
 	/* a last FDE cut at CFI_TABLE_MAX_FDE_ROWS ends in its EXPR row */
@@ -152,8 +152,8 @@ static bool table_well_formed(const struct cfi_table *t)
 }
 
 /* section_of() - address and size of section @name of the ELF file @path; false if none. */
-static bool section_of(const char *path, const char *name, uint64_t *ret_addr,
-		       uint64_t *ret_size, void **ret_copy)
+static bool section_of(const char *path, const char *name, uint64_t *ret_addr, uint64_t *ret_size,
+		       void **ret_copy)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	Elf *e;
@@ -247,19 +247,21 @@ static void test_modules(void)
 		cfi_table__rows(t, &n);
 		st = cfi_table__stats(t);
 		printf("modules: %s: %zu rows, %zu bytes (%.1f MiB), compiled in %.1f ms; %" PRIu64
-		       " FDEs (%" PRIu64 " skipped), %" PRIu64 " libdw rows; kinds: cfa %" PRIu64
-		       ", plt %" PRIu64 ", expr %" PRIu64 ", signal %" PRIu64 ", outermost %" PRIu64
-		       ", none %" PRIu64 "%s\n",
+		       " FDEs (%" PRIu64 " skipped, %" PRIu64 " cut), %" PRIu64
+		       " libdw rows; kinds: cfa %" PRIu64 ", plt %" PRIu64 ", expr %" PRIu64
+		       ", signal %" PRIu64 ", outermost %" PRIu64 ", none %" PRIu64 "%s\n",
 		       paths[i], n, cfi_table__bytes(t), cfi_table__bytes(t) / 1048576.0, ns / 1e6,
-		       st->fdes, st->fdes_skipped, st->rows_libdw, st->rows_by_kind[CFI_ROW_CFA],
-		       st->rows_by_kind[CFI_ROW_PLT], st->rows_by_kind[CFI_ROW_EXPR],
-		       st->rows_by_kind[CFI_ROW_SIGNAL], st->rows_by_kind[CFI_ROW_OUTERMOST],
-		       st->rows_by_kind[CFI_ROW_NONE], st->debug_frame ? ", with .debug_frame" : "");
+		       st->fdes, st->fdes_skipped, st->fdes_cut, st->rows_libdw,
+		       st->rows_by_kind[CFI_ROW_CFA], st->rows_by_kind[CFI_ROW_PLT],
+		       st->rows_by_kind[CFI_ROW_EXPR], st->rows_by_kind[CFI_ROW_SIGNAL],
+		       st->rows_by_kind[CFI_ROW_OUTERMOST], st->rows_by_kind[CFI_ROW_NONE],
+		       st->debug_frame ? ", with .debug_frame" : "");
 		CHECK(table_well_formed(t));
 		CHECK(n > 1000);
 		CHECK_INT_EQ(st->fdes_skipped, 0);
 		/* what the table cannot express is rare in compiled code */
-		CHECK(st->rows_by_kind[CFI_ROW_CFA] * 100 >= 95 * (n - st->rows_by_kind[CFI_ROW_NONE]));
+		CHECK(st->rows_by_kind[CFI_ROW_CFA] * 100 >=
+		      95 * (n - st->rows_by_kind[CFI_ROW_NONE]));
 		/* every lazy .plt has the expression: recognised, at its first and 11th byte */
 		if (section_of(paths[i], ".plt", &plt_addr, &plt_size, NULL) && plt_size >= 32) {
 			const struct cfi_row *a = cfi_table__find(t, plt_addr + 16);
@@ -284,7 +286,8 @@ static void test_modules(void)
 			cfi_table__rows(t, &n);
 			CHECK(cfi_table__stats(t)->debug_frame);
 			CHECK(n >= 3 && table_well_formed(t));
-			printf("modules: %s: %zu rows from the .debug_frame of its debug file\n", lib, n);
+			printf("modules: %s: %zu rows from the .debug_frame of its debug file\n",
+			       lib, n);
 			cfi_table__free(t);
 		}
 		/* without the debug-file search: nothing to compile, an empty table */
@@ -576,7 +579,8 @@ static void test_corrupt(void)
 		struct cfi_table *whole = NULL;
 		size_t n_whole = 0;
 
-		if (!srcs[i].path || !section_of(srcs[i].path, srcs[i].section, &addr, &size, &copy)) {
+		if (!srcs[i].path ||
+		    !section_of(srcs[i].path, srcs[i].section, &addr, &size, &copy)) {
 			printf("corrupt: no %s in %s, left out\n", srcs[i].section,
 			       srcs[i].path ? srcs[i].path : "(UNWIND_NOCFI_DEBUG unset)");
 			continue;
@@ -599,11 +603,12 @@ static void test_corrupt(void)
 			tables += (unsigned long)corrupt_one(sec, size, eh, addr, 1 + v % 8, buf);
 		/* truncated anywhere, damaged or not */
 		for (int v = 0; v < 300; v++, variants++)
-			tables += (unsigned long)corrupt_one(sec, rng() % size, eh, addr, v % 3, buf);
+			tables +=
+			    (unsigned long)corrupt_one(sec, rng() % size, eh, addr, v % 3, buf);
 		/* its first 4 KiB (CIEs and the first FDEs), damaged hard */
 		for (int v = 0; v < 1500; v++, variants++)
-			tables += (unsigned long)corrupt_one(sec, MIN(size, (uint64_t)4096), eh, addr,
-							     1 + v % 16, buf);
+			tables += (unsigned long)corrupt_one(sec, MIN(size, (uint64_t)4096), eh,
+							     addr, 1 + v % 16, buf);
 	}
 	/* nothing at all, and garbage */
 	{
@@ -622,8 +627,8 @@ static void test_corrupt(void)
 		for (int v = 0; v < 200; v++, variants++) {
 			for (size_t k = 0; k < sizeof(junk); k++)
 				junk[k] = (unsigned char)rng();
-			tables += (unsigned long)corrupt_one(junk, sizeof(junk), v & 1, 0x1000, 0,
-							     junk);
+			tables +=
+			    (unsigned long)corrupt_one(junk, sizeof(junk), v & 1, 0x1000, 0, junk);
 		}
 	}
 	printf("corrupt: %lu damaged sections compiled in %.1f s: %lu tables (all well-formed), "
@@ -689,9 +694,9 @@ static void compare_workload(const char *name, char *const argv[], const char *e
 						&tab[i].status, &tab[i].stop_kind);
 	cold_ns = now_ns(CLOCK_THREAD_CPUTIME_ID) - cold_ns;
 	for (int i = 0; i < n; i++)
-		ref[i].n = unwinder__unwind(u, as, samples[i].regs, samples[i].stack,
-					    samples[i].stack_len, ref[i].pcs, MAX_FRAMES,
-					    &ref[i].status);
+		ref[i].n =
+		    unwinder__unwind(u, as, samples[i].regs, samples[i].stack, samples[i].stack_len,
+				     ref[i].pcs, MAX_FRAMES, &ref[i].status);
 	/* warm: per sample, the best of PASSES passes of each */
 	for (int pass = 0; pass < PASSES; pass++) {
 		for (int i = 0; i < n; i++) {
@@ -723,7 +728,8 @@ static void compare_workload(const char *name, char *const argv[], const char *e
 		stop_kinds[tab[i].stop_kind]++;
 		frames += (unsigned long)ref[i].n;
 		if (!eq && printed++ < 20) {
-			fprintf(stderr, "%s: sample %d (tid %u) differs (table stopped at a %s row):\n",
+			fprintf(stderr,
+				"%s: sample %d (tid %u) differs (table stopped at a %s row):\n",
 				name, i, samples[i].tid, kind_name(tab[i].stop_kind));
 			stack_print(stderr, "libdw", &ref[i], s, as);
 			stack_print(stderr, "table", &tab[i], s, as);
@@ -740,22 +746,25 @@ static void compare_workload(const char *name, char *const argv[], const char *e
 			mean_ref += (double)ns_ref[i] / n;
 			mean_tab += (double)ns_tab[i] / n;
 		}
-		printf("samples %s: %d samples, %.1f frames each; same PCs and status as libdw: %lu "
-		       "(%.1f%%); table stack a prefix of libdw's: %lu\n",
-		       name, n, (double)frames / n, same, 100.0 * same / n, prefix);
-		printf("samples %s: libdw END %lu TRUNC %lu NO_CFI %lu NO_STACK %lu ERROR %lu; table "
-		       "END %lu TRUNC %lu NO_CFI %lu NO_STACK %lu ERROR %lu; table stops at rows: "
-		       "none %lu, expr %lu, signal %lu, outermost %lu\n",
-		       name, st_ref[0], st_ref[1], st_ref[2], st_ref[3], st_ref[4], st_tab[0],
-		       st_tab[1], st_tab[2], st_tab[3], st_tab[4], stop_kinds[CFI_ROW_NONE],
-		       stop_kinds[CFI_ROW_EXPR], stop_kinds[CFI_ROW_SIGNAL],
-		       stop_kinds[CFI_ROW_OUTERMOST]);
+		printf(
+		    "samples %s: %d samples, %.1f frames each; same PCs and status as libdw: %lu "
+		    "(%.1f%%); table stack a prefix of libdw's: %lu\n",
+		    name, n, (double)frames / n, same, 100.0 * same / n, prefix);
+		printf(
+		    "samples %s: libdw END %lu TRUNC %lu NO_CFI %lu NO_STACK %lu ERROR %lu; table "
+		    "END %lu TRUNC %lu NO_CFI %lu NO_STACK %lu ERROR %lu; table stops at rows: "
+		    "none %lu, expr %lu, signal %lu, outermost %lu\n",
+		    name, st_ref[0], st_ref[1], st_ref[2], st_ref[3], st_ref[4], st_tab[0],
+		    st_tab[1], st_tab[2], st_tab[3], st_tab[4], stop_kinds[CFI_ROW_NONE],
+		    stop_kinds[CFI_ROW_EXPR], stop_kinds[CFI_ROW_SIGNAL],
+		    stop_kinds[CFI_ROW_OUTERMOST]);
 		printf("samples %s: CPU per sample, warm (best of %d): libdw mean %.2f us, median "
 		       "%.2f, p95 %.2f; table mean %.2f us, median %.2f, p95 %.2f (%.0fx); table's "
 		       "first pass with compiling %.1f ms\n",
-		       name, PASSES, mean_ref / 1e3, ns_ref[n / 2] / 1e3, ns_ref[n * 95 / 100] / 1e3,
-		       mean_tab / 1e3, ns_tab[n / 2] / 1e3, ns_tab[n * 95 / 100] / 1e3,
-		       mean_tab > 0 ? mean_ref / mean_tab : 0, cold_ns / 1e6);
+		       name, PASSES, mean_ref / 1e3, ns_ref[n / 2] / 1e3,
+		       ns_ref[n * 95 / 100] / 1e3, mean_tab / 1e3, ns_tab[n / 2] / 1e3,
+		       ns_tab[n * 95 / 100] / 1e3, mean_tab > 0 ? mean_ref / mean_tab : 0,
+		       cold_ns / 1e6);
 	}
 	CHECK(same * 100 >= 99UL * (unsigned long)n);
 	CHECK_INT_EQ(prefix, n); /* never a caller libdw does not give */

@@ -287,8 +287,7 @@ static int fde_starts(const unsigned char *ident, Elf_Data *data, bool eh_frame,
 				else
 					hi = mid;
 			}
-			if (enc < 0 || p < base || p > end ||
-			    end > base + data->d_size ||
+			if (enc < 0 || p < base || p > end || end > base + data->d_size ||
 			    !read_encoded(&p, end, (uint8_t)enc,
 					  sec_addr + (uint64_t)(entry.fde.start - base), &start)) {
 				stats->fdes_skipped++;
@@ -329,7 +328,8 @@ static bool cfa_plus(const Dwarf_Op *ops, size_t nops, int64_t *ret_off)
 	}
 	if (ops[1].atom != DW_OP_plus_uconst)
 		return false;
-	*ret_off = (int64_t)ops[1].number; /* libdw stores a negative offset as its 2's complement */
+	*ret_off =
+	    (int64_t)ops[1].number; /* libdw stores a negative offset as its 2's complement */
 	return true;
 }
 
@@ -679,9 +679,9 @@ static int no_elf(Dwfl_Module *mod, void **userdata, const char *modname, Dwarf_
 	return -1;
 }
 
-static int no_debuginfo_file(Dwfl_Module *mod, void **userdata, const char *modname,
-			     GElf_Addr base, const char *file_name, const char *debuglink,
-			     GElf_Word crc, char **ret_name)
+static int no_debuginfo_file(Dwfl_Module *mod, void **userdata, const char *modname, GElf_Addr base,
+			     const char *file_name, const char *debuglink, GElf_Word crc,
+			     char **ret_name)
 {
 	return -1;
 }
@@ -704,8 +704,7 @@ static int no_debuginfo_file(Dwfl_Module *mod, void **userdata, const char *modn
  * (reads the sections whole, decompresses a debug file's); allocates; does
  * not log; never asks debuginfod.
  */
-int cfi_table__compile(int fd, const char *name, const struct debuginfo *d,
-		       struct cfi_table **ret)
+int cfi_table__compile(int fd, const char *name, const struct debuginfo *d, struct cfi_table **ret)
 {
 	static const Dwfl_Callbacks no_debuginfo = {
 	    .find_elf = no_elf,
@@ -797,13 +796,23 @@ static void *elf_image_new(const void *eh, size_t eh_bytes, uint64_t eh_addr, co
 	if (dbg_bytes)
 		memcpy(img + dbg_at, dbg, dbg_bytes);
 	memcpy(img + names_at, names, sizeof(names));
-	sh[1] = (Elf64_Shdr){.sh_name = 1, .sh_type = SHT_PROGBITS, .sh_flags = SHF_ALLOC,
-			     .sh_addr = eh_addr, .sh_offset = eh_at, .sh_size = eh_bytes,
+	sh[1] = (Elf64_Shdr){.sh_name = 1,
+			     .sh_type = SHT_PROGBITS,
+			     .sh_flags = SHF_ALLOC,
+			     .sh_addr = eh_addr,
+			     .sh_offset = eh_at,
+			     .sh_size = eh_bytes,
 			     .sh_addralign = 1};
-	sh[2] = (Elf64_Shdr){.sh_name = 11, .sh_type = SHT_PROGBITS, .sh_offset = dbg_at,
-			     .sh_size = dbg_bytes, .sh_addralign = 1};
-	sh[3] = (Elf64_Shdr){.sh_name = 24, .sh_type = SHT_STRTAB, .sh_offset = names_at,
-			     .sh_size = sizeof(names), .sh_addralign = 1};
+	sh[2] = (Elf64_Shdr){.sh_name = 11,
+			     .sh_type = SHT_PROGBITS,
+			     .sh_offset = dbg_at,
+			     .sh_size = dbg_bytes,
+			     .sh_addralign = 1};
+	sh[3] = (Elf64_Shdr){.sh_name = 24,
+			     .sh_type = SHT_STRTAB,
+			     .sh_offset = names_at,
+			     .sh_size = sizeof(names),
+			     .sh_addralign = 1};
 	memcpy(img + sh_at, sh, sizeof(sh));
 	*ret_bytes = bytes;
 	return img;
@@ -830,8 +839,8 @@ int cfi_table__from_sections(const void *eh_frame, size_t eh_frame_bytes, uint64
 	int r;
 
 	elf_version(EV_CURRENT);
-	img = elf_image_new(eh_frame, eh_frame_bytes, eh_frame_addr, debug_frame,
-			    debug_frame_bytes, &bytes);
+	img = elf_image_new(eh_frame, eh_frame_bytes, eh_frame_addr, debug_frame, debug_frame_bytes,
+			    &bytes);
 	if (!img)
 		return -ENOMEM;
 	elf = elf_memory(img, bytes);

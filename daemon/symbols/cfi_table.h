@@ -34,11 +34,14 @@ enum cfi_row_kind {
 			    * clone3); the unwind ends here (UNWIND_END) */
 };
 
-/* cfi_row.flags */
-#define CFI_ROW_CFA_BP (1u << 0)   /* CFI_ROW_CFA: the CFA is rbp + cfa_off (else rsp + cfa_off) */
-#define CFI_ROW_FP_SAVED (1u << 1) /* the caller's rbp is the 8 bytes at CFA + fp_off */
-#define CFI_ROW_FP_UNDEF (1u << 2) /* the caller's rbp is undefined (lost); neither flag: the
-				    * caller's rbp is this frame's (same value) */
+/*
+ * cfi_row.flags. The caller's rbp: CFI_ROW_FP_SAVED, the 8 bytes at CFA +
+ * fp_off; CFI_ROW_FP_UNDEF, undefined (lost); neither, this frame's rbp
+ * (same value).
+ */
+#define CFI_ROW_CFA_BP (1u << 0) /* CFI_ROW_CFA: the CFA is rbp + cfa_off (else rsp + cfa_off) */
+#define CFI_ROW_FP_SAVED (1u << 1)
+#define CFI_ROW_FP_UNDEF (1u << 2)
 
 /*
  * One row: 16 bytes, no padding, 8-byte aligned, the same layout on both
@@ -76,14 +79,13 @@ struct cfi_table_stats {
 	uint64_t fdes_cut;     /* FDEs cut at CFI_TABLE_MAX_FDE_ROWS (the rest CFI_ROW_EXPR) */
 	uint64_t rows_libdw;   /* rows libdw returned, before merging */
 	uint64_t rows_by_kind[CFI_ROW_OUTERMOST + 1]; /* after merging */
-	bool debug_frame;      /* .debug_frame (of the file or its debug file) was used */
+	bool debug_frame; /* .debug_frame (of the file or its debug file) was used */
 };
 
 struct cfi_table;
 
 /* Documented where they are defined, in cfi_table.c. */
-int cfi_table__compile(int fd, const char *name, const struct debuginfo *d,
-		       struct cfi_table **ret);
+int cfi_table__compile(int fd, const char *name, const struct debuginfo *d, struct cfi_table **ret);
 int cfi_table__from_sections(const void *eh_frame, size_t eh_frame_bytes, uint64_t eh_frame_addr,
 			     const void *debug_frame, size_t debug_frame_bytes,
 			     struct cfi_table **ret);

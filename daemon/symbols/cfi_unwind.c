@@ -240,10 +240,12 @@ int cfi_unwinder__unwind(struct cfi_unwinder *u, const struct addrspace *as, con
 		}
 		if (kind == CFI_ROW_CFA) {
 			if ((row->flags & CFI_ROW_CFA_BP) && bp_state != BP_KNOWN) {
-				*ret_status = bp_state == BP_NO_STACK ? UNWIND_NO_STACK : UNWIND_ERROR;
+				*ret_status =
+				    bp_state == BP_NO_STACK ? UNWIND_NO_STACK : UNWIND_ERROR;
 				break;
 			}
-			cfa = ((row->flags & CFI_ROW_CFA_BP) ? bp : sp) + (uint64_t)(int64_t)row->cfa_off;
+			cfa = ((row->flags & CFI_ROW_CFA_BP) ? bp : sp) +
+			      (uint64_t)(int64_t)row->cfa_off;
 		} else if (kind == CFI_ROW_PLT) {
 			/* the index the entry pushed at its byte fp_off is on the stack */
 			cfa = sp + (uint64_t)(int64_t)row->cfa_off +
