@@ -172,7 +172,7 @@ static bool read_encoded(const uint8_t **p, const uint8_t *end, uint8_t enc, uin
  * augmentation of an .eh_frame CIE ("zR", "zPLR", ...; DW_EH_PE_absptr
  * without one). -1 for an augmentation not understood.
  */
-static int cie_fde_encoding(const Dwarf_CIE *cie, uint64_t aug_addr)
+static int cie_fde_encoding(const Dwarf_CIE *cie)
 {
 	const char *a = cie->augmentation;
 	const uint8_t *p = cie->augmentation_data;
@@ -218,7 +218,6 @@ static int cie_fde_encoding(const Dwarf_CIE *cie, uint64_t aug_addr)
 			return enc; /* 'z' says how long the data is: what follows is not ours */
 		}
 	}
-	(void)aug_addr;
 	return enc;
 }
 
@@ -267,7 +266,7 @@ static int fde_starts(const unsigned char *ident, Elf_Data *data, bool eh_frame,
 			}
 			cies[n_cies++] = (struct cie_enc){
 			    .off = off,
-			    .enc = eh_frame ? cie_fde_encoding(&entry.cie, 0) : DW_EH_PE_absptr,
+			    .enc = eh_frame ? cie_fde_encoding(&entry.cie) : DW_EH_PE_absptr,
 			};
 		} else {
 			const uint8_t *p = entry.fde.start, *end = entry.fde.end;
@@ -513,7 +512,7 @@ static int compile_cfi(Dwarf_CFI *cfi, const uint64_t *starts, size_t n_starts, 
 	return 0;
 }
 
-/* rowvec_find() - the row of @v covering @pc, NULL below the first. */
+/* rows_find() - the row of @rows (@n, sorted) covering @pc, NULL below the first. */
 static const struct cfi_row *rows_find(const struct cfi_row *rows, size_t n, uint64_t pc)
 {
 	size_t lo = 0, hi = n;

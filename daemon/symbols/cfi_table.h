@@ -64,7 +64,7 @@ _Static_assert(sizeof(struct cfi_row) == 16, "struct cfi_row is 16 bytes");
  * Bounds. A module with more rows than CFI_TABLE_MAX_ROWS (64 MiB of rows)
  * gets no table: cfi_table__compile() fails with -E2BIG and its frames stop
  * an unwind with UNWIND_NO_CFI (libtorch_cpu.so, the largest library we
- * know, needs about a tenth of it). An FDE with more than
+ * know, needs 1.4 million rows, a third of it). An FDE with more than
  * CFI_TABLE_MAX_FDE_ROWS rows (libdw re-runs an FDE's instructions from its
  * start for every row, so rows cost quadratic time in one FDE) keeps the
  * rows up to there and is CFI_ROW_EXPR for the rest.
