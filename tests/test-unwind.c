@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "check_samples.h"
 #include "check_workload.h"
 #include "symbols/symbolize.h"
 #include "symbols/unwind.h"
@@ -62,11 +63,6 @@
 #define MAX_FRAMES 128
 #define WARM_PASSES 5
 #define N_SAMPLES 400
-#define STACK_USER_BYTES 16384
-#define SAMPLE_PERIOD_NS 3000000ULL /* task-clock: one sample per 3 ms of CPU per thread */
-#define RING_PAGES 256		    /* 1 MiB of data per CPU: ~60 samples between two drains */
-#define MAX_CPUS 256
-#define COLLECT_TIMEOUT_NS (20 * NSEC_PER_SEC)
 
 static int skipped;
 static void skip(const char *part, const char *reason)
@@ -743,275 +739,6 @@ static void test_refresh(struct unwinder *u, struct addrspace *as)
 /* ---------------------------------------------------------------------- */
 /* Samples of deep-nofp */
 
-struct sample {
-	uint32_t pid, tid;
-	uint64_t regs[UNWIND_NREGS]; /* DWARF numbering */
-	unsigned char *stack;
-	size_t stack_len;
-};
-
-/* The perf registers asked for, in the order the record holds them (bit order). */
-static const struct {
-	int perf, dwarf;
-} reg_map[] = {
-    {PERF_REG_X86_AX, 0},   {PERF_REG_X86_BX, 3},   {PERF_REG_X86_CX, 2},   {PERF_REG_X86_DX, 1},
-    {PERF_REG_X86_SI, 4},   {PERF_REG_X86_DI, 5},   {PERF_REG_X86_BP, 6},   {PERF_REG_X86_SP, 7},
-    {PERF_REG_X86_IP, 16},  {PERF_REG_X86_R8, 8},   {PERF_REG_X86_R9, 9},   {PERF_REG_X86_R10, 10},
-    {PERF_REG_X86_R11, 11}, {PERF_REG_X86_R12, 12}, {PERF_REG_X86_R13, 13}, {PERF_REG_X86_R14, 14},
-    {PERF_REG_X86_R15, 15},
-};
-
-static uint64_t regs_mask(void)
-{
-	uint64_t mask = 0;
-
-	for (size_t i = 0; i < ARRAY_SIZE(reg_map); i++)
-		mask |= 1ULL << reg_map[i].perf;
-	return mask;
-}
-
-struct ring {
-	int fd;
-	struct perf_event_mmap_page *meta;
-	unsigned char *data;
-	size_t data_size;
-	unsigned long bad, lost, no_regs;
-};
-
-/* ring_copy() - @len bytes at ring offset @pos, unwrapped. */
-static void ring_copy(const struct ring *r, uint64_t pos, void *dst, size_t len)
-{
-	size_t off = (size_t)(pos % r->data_size), first = MIN(len, r->data_size - off);
-
-	memcpy(dst, r->data + off, first);
-	memcpy((unsigned char *)dst + first, r->data, len - first);
-}
-
-/*
- * parse_sample() - a PERF_RECORD_SAMPLE with sample_type TID | REGS_USER |
- * STACK_USER: pid, tid; abi, regs[17] (absent when abi is NONE); size,
- * data[size], dyn_size (absent when size is 0). Every field is checked
- * against the record's end. Returns 1 with @ret filled, 0 for a sample
- * without user registers, -EBADMSG for a malformed record.
- */
-static int parse_sample(const unsigned char *rec, size_t len, struct sample *ret)
-{
-	const unsigned char *p = rec + sizeof(struct perf_event_header), *end = rec + len;
-	uint64_t abi, regs[ARRAY_SIZE(reg_map)], size, dyn_size;
-
-#define TAKE(dst, n)                                                                               \
-	do {                                                                                       \
-		if ((size_t)(end - p) < (size_t)(n))                                               \
-			return -EBADMSG;                                                           \
-		memcpy((dst), p, (n));                                                             \
-		p += (n);                                                                          \
-	} while (0)
-	TAKE(&ret->pid, 4);
-	TAKE(&ret->tid, 4);
-	TAKE(&abi, 8);
-	if (abi == PERF_SAMPLE_REGS_ABI_NONE)
-		return 0;
-	TAKE(regs, sizeof(regs));
-	TAKE(&size, 8);
-	if (size > (uint64_t)(end - p))
-		return -EBADMSG;
-	if (size == 0)
-		return 0;
-	ret->stack = (unsigned char *)p; /* copied by the caller */
-	p += size;
-	TAKE(&dyn_size, 8);
-#undef TAKE
-	if (dyn_size > size || abi != PERF_SAMPLE_REGS_ABI_64)
-		return abi != PERF_SAMPLE_REGS_ABI_64 ? 0 : -EBADMSG;
-	for (size_t i = 0; i < ARRAY_SIZE(reg_map); i++)
-		ret->regs[reg_map[i].dwarf] = regs[i];
-	ret->stack_len = (size_t)dyn_size;
-	return 1;
-}
-
-/* ring_drain() - parse every record in @r into @samples (up to @cap); returns the new count. */
-static size_t ring_drain(struct ring *r, struct sample *samples, size_t n, size_t cap)
-{
-	uint64_t head = __atomic_load_n(&r->meta->data_head, __ATOMIC_ACQUIRE);
-	uint64_t tail = r->meta->data_tail;
-	static unsigned char rec[65536];
-
-	while (tail < head) {
-		struct perf_event_header h;
-		struct sample s = {};
-
-		ring_copy(r, tail, &h, sizeof(h));
-		if (h.size < sizeof(h) || h.size > head - tail) {
-			r->bad++;
-			tail = head; /* cannot resynchronize: drop the rest */
-			break;
-		}
-		ring_copy(r, tail, rec, h.size);
-		tail += h.size;
-		if (h.type == PERF_RECORD_LOST) {
-			r->lost++;
-			continue;
-		}
-		if (h.type != PERF_RECORD_SAMPLE || n >= cap)
-			continue;
-		switch (parse_sample(rec, h.size, &s)) {
-		case 1:
-			samples[n] = s;
-			samples[n].stack = malloc(s.stack_len ? s.stack_len : 1);
-			if (!samples[n].stack)
-				SETUP_FAIL("out of memory");
-			memcpy(samples[n].stack, s.stack, s.stack_len);
-			n++;
-			break;
-		case 0:
-			r->no_regs++;
-			break;
-		default:
-			r->bad++;
-			break;
-		}
-	}
-	__atomic_store_n(&r->meta->data_tail, tail, __ATOMIC_RELEASE);
-	return n;
-}
-
-/*
- * wait_blocked_in_read() - wait until @pid (just exec'd) blocks in read(2)
- * on stdin: by then its libraries are mapped.
- */
-static bool wait_blocked_in_read(pid_t pid)
-{
-	char path[64], buf[256];
-
-	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
-	for (int i = 0; i < 1000; i++) {
-		FILE *f = fopen(path, "re");
-		bool in_read = false;
-
-		if (!f)
-			return false;
-		/* "0 0x0 ..." is read(0, ...); the test's own fork never reads */
-		if (fgets(buf, sizeof(buf), f))
-			in_read = strncmp(buf, "0 0x0 ", 6) == 0;
-		fclose(f);
-		if (in_read)
-			return true;
-		usleep(10000);
-	}
-	return false;
-}
-
-static long perf_event_open(struct perf_event_attr *attr, pid_t pid, int cpu, int group,
-			    unsigned long flags)
-{
-	return syscall(SYS_perf_event_open, attr, pid, cpu, group, flags);
-}
-
-/* Counters of what the rings held besides good samples. */
-struct ring_stats {
-	unsigned long bad, lost, no_regs;
-};
-
-/*
- * collect() - start @path, sample it and its thread, stop it (SIGSTOP: its
- * /proc files stay for the unwinder) and return the samples. One event and
- * ring per CPU: the kernel refuses to mmap an inherited per-task event
- * (perf_mmap(): cpu == -1 with attr.inherit), and inherit is what follows
- * the worker thread created after the event. Returns the number of samples,
- * or -1 after skip() when perf_event_open is refused.
- */
-static int collect(const char *path, struct sample *samples, struct addrspace **ret_as,
-		   struct ring_stats *stats)
-{
-	struct perf_event_attr attr = {
-	    .size = sizeof(attr),
-	    .type = PERF_TYPE_SOFTWARE,
-	    .config = PERF_COUNT_SW_TASK_CLOCK,
-	    .sample_period = SAMPLE_PERIOD_NS,
-	    .sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER,
-	    .sample_regs_user = regs_mask(),
-	    .sample_stack_user = STACK_USER_BYTES,
-	    .disabled = 1,
-	    .inherit = 1, /* the worker thread, created after the event */
-	    .exclude_kernel = 1,
-	    .exclude_hv = 1,
-	};
-	static struct ring rings[MAX_CPUS];
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), n = 0, map_size = (RING_PAGES + 1) * page;
-	long n_cpus = sysconf(_SC_NPROCESSORS_CONF);
-	int go, r, n_rings = 0, first_errno = 0;
-	uint64_t deadline;
-	pid_t pid;
-
-	/* It waits for a byte on stdin before it starts working. */
-	go = workload_start((char *[]){(char *)path, "30", NULL}, "DEEP_NOFP_WAIT=1", STDIN_FILENO);
-	pid = workload_pid;
-	if (!wait_blocked_in_read(pid))
-		SETUP_FAIL("%s did not start (or does not wait on stdin)", path);
-	r = addrspace__new(pid, ret_as);
-	if (r < 0)
-		SETUP_FAIL("addrspace__new(%d): %s", (int)pid, strerror(-r));
-
-	for (long cpu = 0; cpu < MIN(n_cpus, (long)MAX_CPUS); cpu++) {
-		struct ring *ring = &rings[n_rings];
-		void *base;
-		int fd = (int)perf_event_open(&attr, pid, (int)cpu, -1, PERF_FLAG_FD_CLOEXEC);
-
-		if (fd < 0) {
-			if (!first_errno)
-				first_errno = errno;
-			continue; /* an offline CPU */
-		}
-		base = mmap(NULL, map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		if (base == MAP_FAILED)
-			SETUP_FAIL("mmap of the perf ring of CPU %ld: %m", cpu);
-		*ring = (struct ring){
-		    .fd = fd,
-		    .meta = base,
-		    .data = (unsigned char *)base + page,
-		    .data_size = RING_PAGES * page,
-		};
-		n_rings++;
-	}
-	if (n_rings == 0) {
-		char reason[128];
-
-		snprintf(reason, sizeof(reason), "perf_event_open(task-clock, pid, cpu): %s",
-			 strerror(first_errno));
-		skip("samples", reason);
-		close(go);
-		return -1;
-	}
-	for (int i = 0; i < n_rings; i++)
-		if (ioctl(rings[i].fd, PERF_EVENT_IOC_ENABLE, 0) < 0)
-			SETUP_FAIL("PERF_EVENT_IOC_ENABLE: %m");
-	if (write(go, "g", 1) != 1)
-		SETUP_FAIL("write to the workload: %m");
-	close(go);
-
-	deadline = now_ns(CLOCK_MONOTONIC) + COLLECT_TIMEOUT_NS;
-	while (n < N_SAMPLES && now_ns(CLOCK_MONOTONIC) < deadline) {
-		struct pollfd pfd[MAX_CPUS];
-
-		for (int i = 0; i < n_rings; i++)
-			pfd[i] = (struct pollfd){.fd = rings[i].fd, .events = POLLIN};
-		poll(pfd, (nfds_t)n_rings, 20);
-		for (int i = 0; i < n_rings; i++)
-			n = ring_drain(&rings[i], samples, n, N_SAMPLES);
-	}
-	kill(pid, SIGSTOP);
-	for (int i = 0; i < n_rings; i++) {
-		ioctl(rings[i].fd, PERF_EVENT_IOC_DISABLE, 0);
-		n = ring_drain(&rings[i], samples, n, N_SAMPLES);
-		stats->bad += rings[i].bad;
-		stats->lost += rings[i].lost;
-		stats->no_regs += rings[i].no_regs;
-		munmap(rings[i].meta, map_size);
-		close(rings[i].fd);
-	}
-	return (int)n;
-}
-
 /*
  * fp_walk() - what a frame-pointer unwinder makes of a sample: [rbp] is the
  * caller's rbp and [rbp + 8] the return address, read from the stack copy.
@@ -1189,9 +916,17 @@ static void test_samples(const char *path)
 		     "not root (perf_event_open on another process and /proc/PID/map_files)");
 		return;
 	}
-	n = collect(path, samples, &as, &ring);
-	if (n < 0)
+	n = collect((char *[]){(char *)path, "30", NULL}, "DEEP_NOFP_WAIT=1", COLLECT_STDIN_GO, 0,
+		    samples, N_SAMPLES, &as, &ring);
+	if (n < 0) {
+		char reason[128];
+
+		snprintf(reason, sizeof(reason), "perf_event_open(task-clock, pid, cpu): %s",
+			 strerror(-n));
+		skip("samples", reason);
+		n = 0;
 		goto out;
+	}
 	printf("samples: %d collected (%lu lost records, %lu without user registers, %lu bad)\n", n,
 	       ring.lost, ring.no_regs, ring.bad);
 	CHECK(n >= 200);
