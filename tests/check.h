@@ -9,6 +9,7 @@
 #include <string.h>
 
 static int check_failures;
+static int check_skipped;
 
 /*
  * check_fail() - report one failed check: "@file:@line: " and the
@@ -77,4 +78,23 @@ static inline int check_exit(const char *name)
 	else
 		printf("%s: all checks passed\n", name);
 	return check_failures ? 1 : 0;
+}
+
+/* check_skip() - say on stdout that @part was not tried and why, and count it. */
+static inline void check_skip(const char *part, const char *reason)
+{
+	printf("SKIP %s: %s\n", part, reason);
+	check_skipped++;
+}
+
+/*
+ * check_exit_skip() - as check_exit(), but 77 (meson's "skipped") when no
+ * check failed and a part was skipped by check_skip().
+ */
+static inline int check_exit_skip(const char *name)
+{
+	if (check_failures || !check_skipped)
+		return check_exit(name);
+	printf("%d part(s) skipped, the rest passed\n", check_skipped);
+	return 77;
 }

@@ -2,7 +2,9 @@
  * check_samples.h - real perf samples of a workload for the C unit tests:
  * user registers (DWARF numbering) and a copy of the user stack per
  * sample, from perf_event_open(2) rings, every record checked against its
- * end (perf's evsel.c manner). Shared by test-unwind and test-cfi-table.
+ * end (perf's evsel.c manner), and self_sample(): this process's own
+ * registers and stack, taken in place. Shared by test-unwind and
+ * test-cfi-table.
  * One workload at a time (check_workload.h).
  */
 #pragma once
@@ -13,6 +15,7 @@
 #include <linux/perf_event.h>
 #include <poll.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +24,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -28,6 +32,14 @@
 #include "symbols/symbolize.h"
 #include "symbols/unwind.h"
 #include "util.h"
+
+/* status_name() - @s as unwind.h spells it: "END", "NO_CFI", ...; "?" if unknown. */
+static inline const char *status_name(enum unwind_status s)
+{
+	static const char *const names[] = {"END", "TRUNCATED", "NO_CFI", "NO_STACK", "ERROR"};
+
+	return (unsigned)s < ARRAY_SIZE(names) ? names[s] : "?";
+}
 
 #define SAMPLES_STACK_USER_BYTES 16384
 #define SAMPLES_PERIOD_NS 3000000ULL /* task-clock: one sample per 3 ms of CPU per thread */
@@ -355,4 +367,105 @@ static inline int collect(char *const argv[], const char *env, enum collect_mode
 		close(rings[i].fd);
 	}
 	return (int)n;
+}
+
+/* ---------------------------------------------------------------------- */
+/* A sample of this very process, taken in place */
+
+extern void *__libc_stack_end; /* glibc: the stack pointer at process start */
+
+/*
+ * self_sample() - this function's registers, DWARF numbering, in @regs, and
+ * the stack from its SP up to where the process's stack began in @stack
+ * (at most @cap bytes). Returns the bytes copied. The registers are read in
+ * one asm block in which nothing moves the SP, so the CFI row of the
+ * captured IP describes the captured SP.
+ */
+__attribute__((noipa)) static size_t self_sample(uint64_t regs[UNWIND_NREGS], void *stack,
+						 size_t cap)
+{
+	uint64_t top = (uint64_t)(uintptr_t)__libc_stack_end;
+	struct iovec local, remote;
+	ssize_t got;
+	size_t len;
+
+	__asm__ volatile("movq %%rax, 0(%0)\n\t"
+			 "movq %%rdx, 8(%0)\n\t"
+			 "movq %%rcx, 16(%0)\n\t"
+			 "movq %%rbx, 24(%0)\n\t"
+			 "movq %%rsi, 32(%0)\n\t"
+			 "movq %%rdi, 40(%0)\n\t"
+			 "movq %%rbp, 48(%0)\n\t"
+			 "movq %%rsp, 56(%0)\n\t"
+			 "movq %%r8, 64(%0)\n\t"
+			 "movq %%r9, 72(%0)\n\t"
+			 "movq %%r10, 80(%0)\n\t"
+			 "movq %%r11, 88(%0)\n\t"
+			 "movq %%r12, 96(%0)\n\t"
+			 "movq %%r13, 104(%0)\n\t"
+			 "movq %%r14, 112(%0)\n\t"
+			 "movq %%r15, 120(%0)\n\t"
+			 "leaq 0(%%rip), %%rax\n\t"
+			 "movq %%rax, 128(%0)\n\t"
+			 :
+			 : "r"(regs)
+			 : "rax", "memory");
+	if (top <= regs[UNWIND_REG_SP])
+		return 0;
+	len = MIN(cap, (size_t)(top - regs[UNWIND_REG_SP]));
+	/*
+	 * Copied the way the kernel copies a sample's stack, from outside:
+	 * in a signal handler under valgrind, a memcpy() would trip over the
+	 * red zone valgrind poisons below the interrupted SP.
+	 */
+	local = (struct iovec){.iov_base = stack, .iov_len = len};
+	remote = (struct iovec){.iov_base = (void *)(uintptr_t)regs[UNWIND_REG_SP], .iov_len = len};
+	got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+	return got > 0 ? (size_t)got : 0;
+}
+
+static unsigned char self_stack[32768];
+
+/* self_caller() - a frame of known name between self_sample() and test_self(). */
+__attribute__((noipa)) static size_t self_caller(uint64_t regs[UNWIND_NREGS])
+{
+	size_t len = self_sample(regs, self_stack, sizeof(self_stack));
+
+	__asm__ volatile("" ::: "memory"); /* no tail call */
+	return len;
+}
+
+/* Filled by signal_sample(): the registers and stack length self_sample()
+ * took inside signal_handler(), and the PC the signal interrupted. */
+static uint64_t sig_regs[UNWIND_NREGS], sig_interrupted_ip;
+
+static volatile size_t sig_len; /* volatile: written by the handler behind raise()'s back */
+
+__attribute__((noipa)) static void signal_handler(int sig, siginfo_t *si, void *ucontext)
+{
+	const ucontext_t *uc = ucontext;
+
+	sig_interrupted_ip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
+	sig_len = self_caller(sig_regs);
+	__asm__ volatile("" ::: "memory");
+}
+
+/*
+ * signal_sample() - raise SIGUSR1 at this very thread and take a sample in
+ * its handler: the stack is self_sample(), self_caller(), signal_handler(),
+ * __restore_rt (the kernel's signal trampoline), then the code that raised
+ * it. Returns the bytes of stack copied into self_stack, 0 on failure;
+ * the registers are in sig_regs. Exits 99 if the handler cannot be set.
+ */
+static inline size_t signal_sample(void)
+{
+	struct sigaction sa = {.sa_sigaction = signal_handler, .sa_flags = SA_SIGINFO}, old;
+
+	sig_len = 0;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGUSR1, &sa, &old) < 0)
+		SETUP_FAIL("sigaction: %m");
+	raise(SIGUSR1);
+	sigaction(SIGUSR1, &old, NULL);
+	return sig_len;
 }

@@ -56,20 +56,6 @@
 #define N_SAMPLES 400
 #define PASSES 3
 
-static int skipped;
-static void skip(const char *part, const char *reason)
-{
-	printf("SKIP %s: %s\n", part, reason);
-	skipped++;
-}
-
-static const char *status_name(enum unwind_status s)
-{
-	static const char *const names[] = {"END", "TRUNCATED", "NO_CFI", "NO_STACK", "ERROR"};
-
-	return (unsigned)s < ARRAY_SIZE(names) ? names[s] : "?";
-}
-
 static const char *kind_name(unsigned k)
 {
 	static const char *const names[] = {"none", "cfa", "plt", "expr", "signal", "outermost"};
@@ -299,7 +285,7 @@ static void test_modules(void)
 		}
 		close(fd);
 	} else {
-		skip("modules", "UNWIND_NOCFI_LIB not set: .debug_frame of a debug file not tried");
+		check_skip("modules", "UNWIND_NOCFI_LIB not set: .debug_frame of a debug file not tried");
 	}
 	{
 		/* not ELF */
@@ -315,62 +301,7 @@ static void test_modules(void)
 
 /* ---------------------------------------------------------------------- */
 /* This process's own stack */
-
-extern void *__libc_stack_end; /* glibc: the stack pointer at process start */
-
-/*
- * self_sample() - this function's registers, DWARF numbering, in @regs, and
- * the stack from its SP up to where the process's stack began in @stack
- * (at most @cap bytes), read from outside as the kernel copies a sample's.
- * Returns the bytes copied.
- */
-__attribute__((noipa)) static size_t self_sample(uint64_t regs[UNWIND_NREGS], void *stack,
-						 size_t cap)
-{
-	uint64_t top = (uint64_t)(uintptr_t)__libc_stack_end;
-	struct iovec local, remote;
-	ssize_t got;
-	size_t len;
-
-	__asm__ volatile("movq %%rax, 0(%0)\n\t"
-			 "movq %%rdx, 8(%0)\n\t"
-			 "movq %%rcx, 16(%0)\n\t"
-			 "movq %%rbx, 24(%0)\n\t"
-			 "movq %%rsi, 32(%0)\n\t"
-			 "movq %%rdi, 40(%0)\n\t"
-			 "movq %%rbp, 48(%0)\n\t"
-			 "movq %%rsp, 56(%0)\n\t"
-			 "movq %%r8, 64(%0)\n\t"
-			 "movq %%r9, 72(%0)\n\t"
-			 "movq %%r10, 80(%0)\n\t"
-			 "movq %%r11, 88(%0)\n\t"
-			 "movq %%r12, 96(%0)\n\t"
-			 "movq %%r13, 104(%0)\n\t"
-			 "movq %%r14, 112(%0)\n\t"
-			 "movq %%r15, 120(%0)\n\t"
-			 "leaq 0(%%rip), %%rax\n\t"
-			 "movq %%rax, 128(%0)\n\t"
-			 :
-			 : "r"(regs)
-			 : "rax", "memory");
-	if (top <= regs[UNWIND_REG_SP])
-		return 0;
-	len = MIN(cap, (size_t)(top - regs[UNWIND_REG_SP]));
-	local = (struct iovec){.iov_base = stack, .iov_len = len};
-	remote = (struct iovec){.iov_base = (void *)(uintptr_t)regs[UNWIND_REG_SP], .iov_len = len};
-	got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-	return got > 0 ? (size_t)got : 0;
-}
-
-static unsigned char self_stack[32768];
-
-__attribute__((noipa)) static size_t self_caller(uint64_t regs[UNWIND_NREGS])
-{
-	size_t len = self_sample(regs, self_stack, sizeof(self_stack));
-
-	__asm__ volatile("" ::: "memory"); /* no tail call */
-	return len;
-}
+/* self_sample(), self_caller(): check_samples.h */
 
 __attribute__((noipa)) static void test_self(struct unwinder *u, struct cfi_unwinder *cu,
 					     struct symbolizer *s, const struct addrspace *as)
@@ -408,14 +339,7 @@ __attribute__((noipa)) static void test_self(struct unwinder *u, struct cfi_unwi
 /* ---------------------------------------------------------------------- */
 /* Through a signal frame */
 
-static uint64_t sig_regs[UNWIND_NREGS];
-static size_t sig_len;
-
-__attribute__((noipa)) static void signal_handler(int sig, siginfo_t *si, void *ucontext)
-{
-	sig_len = self_caller(sig_regs);
-	__asm__ volatile("" ::: "memory");
-}
+/* signal_sample(), sig_regs: check_samples.h */
 
 /*
  * test_signal() - the stack of a signal handler: libdw goes on through
@@ -426,14 +350,9 @@ __attribute__((noipa)) static void signal_handler(int sig, siginfo_t *si, void *
 __attribute__((noipa)) static void test_signal(struct unwinder *u, struct cfi_unwinder *cu,
 					       struct symbolizer *s, const struct addrspace *as)
 {
-	struct sigaction sa = {.sa_sigaction = signal_handler, .sa_flags = SA_SIGINFO}, old;
 	struct stack ref = {}, t = {};
+	size_t sig_len = signal_sample();
 
-	sigemptyset(&sa.sa_mask);
-	if (sigaction(SIGUSR1, &sa, &old) < 0)
-		SETUP_FAIL("sigaction: %m");
-	raise(SIGUSR1);
-	sigaction(SIGUSR1, &old, NULL);
 	CHECK(sig_len > 0);
 	both(u, cu, as, sig_regs, self_stack, sig_len, &ref, &t);
 	CHECK_INT_EQ(ref.status, UNWIND_END);
@@ -479,7 +398,7 @@ __attribute__((noipa)) static void test_plt(struct unwinder *u, struct cfi_unwin
 		SETUP_FAIL("readlink /proc/self/exe: %m");
 	exe[l] = 0;
 	if (!section_of(exe, ".plt", &plt_addr, &plt_size, NULL) || plt_size < 32) {
-		skip("plt", "this executable has no lazy .plt");
+		check_skip("plt", "this executable has no lazy .plt");
 		return;
 	}
 	for (size_t i = 0; i < n_maps; i++)
@@ -674,7 +593,7 @@ static void compare_workload(const char *name, char *const argv[], const char *e
 		char reason[128];
 
 		snprintf(reason, sizeof(reason), "%s: perf_event_open: %s", name, strerror(-n));
-		skip("samples", reason);
+		check_skip("samples", reason);
 		addrspace__free(as);
 		return;
 	}
@@ -784,7 +703,7 @@ static void test_samples(void)
 	char py[PATH_MAX];
 
 	if (geteuid() != 0) {
-		skip("samples",
+		check_skip("samples",
 		     "not root (perf_event_open on another process and /proc/PID/map_files)");
 		return;
 	}
@@ -798,7 +717,7 @@ static void test_samples(void)
 			 200);
 	snprintf(py, sizeof(py), "%s/py-deep.py", py_dir);
 	if (access("/usr/bin/python3", X_OK) != 0)
-		skip("samples", "no /usr/bin/python3");
+		check_skip("samples", "no /usr/bin/python3");
 	else
 		compare_workload("python", (char *[]){"/usr/bin/python3", py, "30", NULL}, NULL,
 				 COLLECT_THREADS, 500);
@@ -832,8 +751,5 @@ int main(int argc, char **argv)
 	test_corrupt();
 	test_samples();
 
-	if (check_failures || !skipped)
-		return check_exit("test-cfi-table");
-	printf("%d part(s) skipped, the rest passed\n", skipped);
-	return 77;
+	return check_exit_skip("test-cfi-table");
 }

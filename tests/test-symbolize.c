@@ -48,7 +48,6 @@ static uint64_t test_self_vdso(uint64_t *ret_start);
 #include <sys/socket.h>
 #include <sys/wait.h>
 
-static int skipped;
 static char debuginfod_cache[] = "/tmp/test-symbolize-debuginfod.XXXXXX";
 
 /* More checks in the shape of check.h's */
@@ -67,12 +66,6 @@ static char debuginfod_cache[] = "/tmp/test-symbolize-debuginfod.XXXXXX";
 			check_fail(__FILE__, __LINE__, "%s ends with \"%s\" failed: \"%s\"", #a,   \
 				   _s, _a ? _a : "(null)");                                        \
 	} while (0)
-
-static void skip(const char *part, const char *reason)
-{
-	printf("SKIP %s: %s\n", part, reason);
-	skipped++;
-}
 
 /*
  * need_symbolizer() - @s, what symbolizer__new() or symbolizer__new_with()
@@ -446,7 +439,7 @@ static void test_self_libc(void)
 		SETUP_FAIL("symbolizer__new/addrspace__new");
 	CHECK_INT_EQ(symbolizer__user(s, as, addr, false, &fi), 0);
 	if (!strstr(fi.module, "/libc.so")) {
-		skip("self libc", "clock_nanosleep() is not in a libc.so (not glibc?)");
+		check_skip("self libc", "clock_nanosleep() is not in a libc.so (not glibc?)");
 	} else {
 		CHECK(is_lower_hex(fi.build_id));
 		CHECK(fi.function && strstr(fi.function, "clock_nanosleep"));
@@ -500,7 +493,7 @@ static void test_pie(const char *env, bool pie)
 	size_t n, n_after;
 
 	if (!path) {
-		skip(env, "variable not set (run from meson test)");
+		check_skip(env, "variable not set (run from meson test)");
 		return;
 	}
 	real = real_path(path);
@@ -621,7 +614,7 @@ static void test_stripped(void)
 	uint64_t alpha_vaddr;
 
 	if (!path || !unstripped) {
-		skip("stripped", "PROFD_FIXTURE_PIE_STRIPPED or PROFD_FIXTURE_PIE not set");
+		check_skip("stripped", "PROFD_FIXTURE_PIE_STRIPPED or PROFD_FIXTURE_PIE not set");
 		return;
 	}
 	real = real_path(path);
@@ -669,7 +662,7 @@ static void test_lib(void)
 	struct child c;
 
 	if (!lib || !main_path) {
-		skip("c++ library", "PROFD_FIXTURE_LIB or PROFD_FIXTURE_LIB_MAIN not set "
+		check_skip("c++ library", "PROFD_FIXTURE_LIB or PROFD_FIXTURE_LIB_MAIN not set "
 				    "(no C++ compiler at configure time?)");
 		return;
 	}
@@ -865,7 +858,7 @@ static void test_vdso(void)
 	bool ok, stand_in;
 
 	if (!path) {
-		skip("vdso", "PROFD_FIXTURE_PIE not set (run from meson test)");
+		check_skip("vdso", "PROFD_FIXTURE_PIE not set (run from meson test)");
 		return;
 	}
 	child_spawn(&c, path, NULL);
@@ -881,7 +874,7 @@ static void test_vdso(void)
 			stand_in_vdso = &v;
 	}
 	if (!ok) {
-		skip("vdso", why);
+		check_skip("vdso", why);
 		child_stop(&c);
 		vdso_copy_free(&v);
 		return;
@@ -896,7 +889,7 @@ static void test_vdso(void)
 		if (strcmp(maps[i].path, "[vdso]") == 0)
 			m = &maps[i];
 	if (!m || m->end - m->start != v.size) {
-		skip("vdso", "the child has no [vdso] of our vDSO's size");
+		check_skip("vdso", "the child has no [vdso] of our vDSO's size");
 		child_stop(&c);
 		addrspace__free(as);
 		stand_in_vdso = NULL;
@@ -974,7 +967,7 @@ static void test_vdso(void)
 		CHECK(n == 1 && strcmp(maps[0].build_id, v.build_id) != 0);
 		addrspace__free(as);
 	} else {
-		skip("vdso other build ID", "our vDSO has no build ID");
+		check_skip("vdso other build ID", "our vDSO has no build ID");
 	}
 	memset(fake, 0, v.size);
 	vdso_check_fake(s, &v, getpid(), (uintptr_t)fake, v.size, false, "zeros");
@@ -1064,7 +1057,7 @@ static void test_corrupt_mapped(const char *dir, const void *pie, size_t pie_len
 		close(fd);
 		if (addr[i] == MAP_FAILED) {
 			addr[i] = NULL;
-			skip("corrupt mapped", "cannot map a file executable (noexec?)");
+			check_skip("corrupt mapped", "cannot map a file executable (noexec?)");
 			goto out;
 		}
 	}
@@ -1246,7 +1239,7 @@ static void test_deleted(const char *dir, const void *pie, size_t pie_len)
 		 m->start, m->end);
 	fd = open(probe, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		skip("deleted", "cannot open /proc/PID/map_files (needs CAP_SYS_ADMIN)");
+		check_skip("deleted", "cannot open /proc/PID/map_files (needs CAP_SYS_ADMIN)");
 		goto out;
 	}
 	close(fd);
@@ -1272,7 +1265,7 @@ static void test_corrupt(void)
 	size_t pie_len;
 
 	if (!pie_path) {
-		skip("corrupt", "PROFD_FIXTURE_PIE not set");
+		check_skip("corrupt", "PROFD_FIXTURE_PIE not set");
 		return;
 	}
 	if (!mkdtemp(dir))
@@ -1358,7 +1351,7 @@ static void test_inline(void)
 	int n;
 
 	if (!path) {
-		skip("inline", "PROFD_FIXTURE_INLINE not set (run from meson test)");
+		check_skip("inline", "PROFD_FIXTURE_INLINE not set (run from meson test)");
 		return;
 	}
 	real = real_path(path);
@@ -1616,7 +1609,7 @@ static void test_separate_debug(void)
 	int n;
 
 	if (!debug || !stripped || !debuglink) {
-		skip("separate debug", "PROFD_FIXTURE_INLINE_DEBUG/_STRIPPED/_DEBUGLINK not set "
+		check_skip("separate debug", "PROFD_FIXTURE_INLINE_DEBUG/_STRIPPED/_DEBUGLINK not set "
 				       "(no objcopy?)");
 		return;
 	}
@@ -1745,7 +1738,7 @@ static void test_debuginfod_off(void)
 	int n;
 
 	if (!stripped) {
-		skip("debuginfod off", "PROFD_FIXTURE_INLINE_STRIPPED not set (no objcopy?)");
+		check_skip("debuginfod off", "PROFD_FIXTURE_INLINE_STRIPPED not set (no objcopy?)");
 		return;
 	}
 	CHECK(getenv("DEBUGINFOD_URLS") != NULL);
@@ -1842,12 +1835,12 @@ static void test_debuginfod_on(void)
 	int n, fd;
 
 	if (!debug || !stripped) {
-		skip("debuginfod on", "PROFD_FIXTURE_INLINE_DEBUG/_STRIPPED not set (no objcopy?)");
+		check_skip("debuginfod on", "PROFD_FIXTURE_INLINE_DEBUG/_STRIPPED not set (no objcopy?)");
 		return;
 	}
 	h = dlopen("libdebuginfod.so.1", RTLD_LAZY);
 	if (!h) {
-		skip("debuginfod on", "libdebuginfod.so.1 is not installed");
+		check_skip("debuginfod on", "libdebuginfod.so.1 is not installed");
 		return;
 	}
 	dlclose(h);
@@ -1984,7 +1977,7 @@ static void test_kallsyms_real(void)
 	struct frame_info fi;
 
 	if (!f) {
-		skip("kallsyms", "cannot open /proc/kallsyms");
+		check_skip("kallsyms", "cannot open /proc/kallsyms");
 		return;
 	}
 	while (fgets(line, sizeof(line), f)) {
@@ -2010,7 +2003,7 @@ static void test_kallsyms_real(void)
 		syms[n++] = t;
 	}
 	if (!nonzero) {
-		skip("kallsyms", "/proc/kallsyms shows no addresses (kptr_restrict, not root?)");
+		check_skip("kallsyms", "/proc/kallsyms shows no addresses (kptr_restrict, not root?)");
 		return;
 	}
 	qsort(syms, n, sizeof(*syms), text_sym_cmp);
@@ -2085,8 +2078,5 @@ int main(void)
 	if (debuginfod_cache[0])
 		rm_rf(debuginfod_cache);
 
-	if (check_failures || !skipped)
-		return check_exit("test-symbolize");
-	printf("%d part(s) skipped, the rest passed\n", skipped);
-	return 77;
+	return check_exit_skip("test-symbolize");
 }

@@ -64,20 +64,6 @@
 #define WARM_PASSES 5
 #define N_SAMPLES 400
 
-static int skipped;
-static void skip(const char *part, const char *reason)
-{
-	printf("SKIP %s: %s\n", part, reason);
-	skipped++;
-}
-
-static const char *status_name(enum unwind_status s)
-{
-	static const char *const names[] = {"END", "TRUNCATED", "NO_CFI", "NO_STACK", "ERROR"};
-
-	return (unsigned)s < ARRAY_SIZE(names) ? names[s] : "?";
-}
-
 /* ---------------------------------------------------------------------- */
 /* Unwound stacks as function names */
 
@@ -152,69 +138,7 @@ static bool outermost_ok(const struct stack *st)
 
 /* ---------------------------------------------------------------------- */
 /* Self: unwind this very stack */
-
-extern void *__libc_stack_end; /* glibc: the stack pointer at process start */
-
-/*
- * self_sample() - this function's registers, DWARF numbering, in @regs, and
- * the stack from its SP up to where the process's stack began in @stack
- * (at most @cap bytes). Returns the bytes copied. The registers are read in
- * one asm block in which nothing moves the SP, so the CFI row of the
- * captured IP describes the captured SP.
- */
-__attribute__((noipa)) static size_t self_sample(uint64_t regs[UNWIND_NREGS], void *stack,
-						 size_t cap)
-{
-	uint64_t top = (uint64_t)(uintptr_t)__libc_stack_end;
-	struct iovec local, remote;
-	ssize_t got;
-	size_t len;
-
-	__asm__ volatile("movq %%rax, 0(%0)\n\t"
-			 "movq %%rdx, 8(%0)\n\t"
-			 "movq %%rcx, 16(%0)\n\t"
-			 "movq %%rbx, 24(%0)\n\t"
-			 "movq %%rsi, 32(%0)\n\t"
-			 "movq %%rdi, 40(%0)\n\t"
-			 "movq %%rbp, 48(%0)\n\t"
-			 "movq %%rsp, 56(%0)\n\t"
-			 "movq %%r8, 64(%0)\n\t"
-			 "movq %%r9, 72(%0)\n\t"
-			 "movq %%r10, 80(%0)\n\t"
-			 "movq %%r11, 88(%0)\n\t"
-			 "movq %%r12, 96(%0)\n\t"
-			 "movq %%r13, 104(%0)\n\t"
-			 "movq %%r14, 112(%0)\n\t"
-			 "movq %%r15, 120(%0)\n\t"
-			 "leaq 0(%%rip), %%rax\n\t"
-			 "movq %%rax, 128(%0)\n\t"
-			 :
-			 : "r"(regs)
-			 : "rax", "memory");
-	if (top <= regs[UNWIND_REG_SP])
-		return 0;
-	len = MIN(cap, (size_t)(top - regs[UNWIND_REG_SP]));
-	/*
-	 * Copied the way the kernel copies a sample's stack, from outside:
-	 * in a signal handler under valgrind, a memcpy() would trip over the
-	 * red zone valgrind poisons below the interrupted SP.
-	 */
-	local = (struct iovec){.iov_base = stack, .iov_len = len};
-	remote = (struct iovec){.iov_base = (void *)(uintptr_t)regs[UNWIND_REG_SP], .iov_len = len};
-	got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-	return got > 0 ? (size_t)got : 0;
-}
-
-static unsigned char self_stack[32768];
-
-/* self_caller() - a frame of known name between self_sample() and test_self(). */
-__attribute__((noipa)) static size_t self_caller(uint64_t regs[UNWIND_NREGS])
-{
-	size_t len = self_sample(regs, self_stack, sizeof(self_stack));
-
-	__asm__ volatile("" ::: "memory"); /* no tail call */
-	return len;
-}
+/* self_sample(), self_caller(): check_samples.h */
 
 __attribute__((noipa)) static void test_self(struct unwinder *u, struct symbolizer *s,
 					     const struct addrspace *as)
@@ -295,17 +219,7 @@ __attribute__((noipa)) static void test_self(struct unwinder *u, struct symboliz
 /* ---------------------------------------------------------------------- */
 /* Through a signal frame */
 
-static uint64_t sig_regs[UNWIND_NREGS], sig_interrupted_ip;
-static size_t sig_len;
-
-__attribute__((noipa)) static void signal_handler(int sig, siginfo_t *si, void *ucontext)
-{
-	const ucontext_t *uc = ucontext;
-
-	sig_interrupted_ip = (uint64_t)uc->uc_mcontext.gregs[REG_RIP];
-	sig_len = self_caller(sig_regs);
-	__asm__ volatile("" ::: "memory");
-}
+/* signal_sample(), sig_regs, sig_interrupted_ip: check_samples.h */
 
 /*
  * test_signal() - a stack captured in a signal handler unwinds through the
@@ -317,15 +231,10 @@ __attribute__((noipa)) static void signal_handler(int sig, siginfo_t *si, void *
 __attribute__((noipa)) static void test_signal(struct unwinder *u, struct symbolizer *s,
 					       const struct addrspace *as)
 {
-	struct sigaction sa = {.sa_sigaction = signal_handler, .sa_flags = SA_SIGINFO}, old;
 	struct stack st = {};
 	int i, failures = check_failures;
+	size_t sig_len = signal_sample();
 
-	sigemptyset(&sa.sa_mask);
-	if (sigaction(SIGUSR1, &sa, &old) < 0)
-		SETUP_FAIL("sigaction: %m");
-	raise(SIGUSR1);
-	sigaction(SIGUSR1, &old, NULL);
 	CHECK(sig_len > 0);
 
 	st.n =
@@ -408,7 +317,7 @@ __attribute__((noipa)) static void test_debug_frame(struct unwinder *u, struct s
 	int failures = check_failures;
 
 	if (!lib || !lib[0]) {
-		skip("debug_frame", "UNWIND_NOCFI_LIB not set (run from meson test)");
+		check_skip("debug_frame", "UNWIND_NOCFI_LIB not set (run from meson test)");
 		return;
 	}
 	run_nocfi(u, s, as, lib, &st);
@@ -483,7 +392,7 @@ __attribute__((noipa)) static void test_debug_lookup(struct symbolizer *s, struc
 	struct stack st = {};
 
 	if (!lib || !lib[0] || !noid || !noid[0]) {
-		skip("debug_lookup", "UNWIND_NOCFI_LIB/UNWIND_NOCFI_NOID_LIB not set");
+		check_skip("debug_lookup", "UNWIND_NOCFI_LIB/UNWIND_NOCFI_NOID_LIB not set");
 		return;
 	}
 	if (!mkdtemp(dir))
@@ -718,7 +627,7 @@ static void test_refresh(struct unwinder *u, struct addrspace *as)
 		fn = handle ? dlsym(handle, libs[i][1]) : NULL;
 	}
 	if (!fn) {
-		skip("refresh", "none of libsqlite3.so.0, libjansson.so.4 could be dlopen()ed");
+		check_skip("refresh", "none of libsqlite3.so.0, libjansson.so.4 could be dlopen()ed");
 		return;
 	}
 	/* a leaf function: its return address is at SP, which has no copy */
@@ -912,7 +821,7 @@ static void test_samples(const char *path)
 	int n = 0;
 
 	if (geteuid() != 0) {
-		skip("samples",
+		check_skip("samples",
 		     "not root (perf_event_open on another process and /proc/PID/map_files)");
 		return;
 	}
@@ -923,7 +832,7 @@ static void test_samples(const char *path)
 
 		snprintf(reason, sizeof(reason), "perf_event_open(task-clock, pid, cpu): %s",
 			 strerror(-n));
-		skip("samples", reason);
+		check_skip("samples", reason);
 		n = 0;
 		goto out;
 	}
@@ -1093,12 +1002,9 @@ int main(int argc, char **argv)
 	addrspace__free(self);
 
 	if (!path || !path[0])
-		skip("samples", "DEEP_NOFP not set and no path given");
+		check_skip("samples", "DEEP_NOFP not set and no path given");
 	else
 		test_samples(path);
 
-	if (check_failures || !skipped)
-		return check_exit("test-unwind");
-	printf("%d part(s) skipped, the rest passed\n", skipped);
-	return 77;
+	return check_exit_skip("test-unwind");
 }
