@@ -32,7 +32,9 @@ typedef void (*sampler_fn)(void *ctx, const struct sample_event *e, size_t size)
 
 /*
  * sampler__new() - load and verify profile.bpf.c.
- * @ringbuf_bytes: ring buffer size, a power of two >= page size.
+ * @ringbuf_bytes: ring buffer size, a power of two >= page size. The
+ *   reader's fd polls readable only once 1/16 of it is full: call
+ *   record_reader__poll() on a timer too (every 100 ms to 1 s).
  * Returns 0, -EPERM without CAP_BPF/CAP_PERFMON, or the -errno libbpf gave.
  * Does not log (libbpf's own messages go through its print callback).
  */
