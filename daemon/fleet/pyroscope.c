@@ -20,7 +20,7 @@
 #include <jansson.h>
 #include <sqlite3.h>
 
-#include "fleet/cursor.h"
+#include "store/fleet_cursor.h"
 #include "fleet/pyroscope.h"
 #include "io.h"
 #include "log.h"
@@ -630,14 +630,9 @@ int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, stru
 	 * stored later gets its cursor at first sight (round_push()), so after
 	 * a restart or a crash, pushing goes on where it was.
 	 */
-	if (sqlite3_exec(ps->db,
-			 "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns, done) "
-			 "SELECT id, '" SINK "', started_at_ns, 1 FROM sessions WHERE NOT EXISTS "
-			 "(SELECT 1 FROM fleet_cursors WHERE sink = '" SINK "')",
-			 NULL, NULL, NULL) != SQLITE_OK) {
-		r = -EIO;
+	r = fleet_cursor__adopt_stored(ps->db, SINK);
+	if (r < 0)
 		goto fail;
-	}
 
 	/* jansson's hash seed, before the thread makes an object (jansson's docs). */
 	json_object_seed(0);

@@ -16,7 +16,7 @@
 #include <sqlite3.h>
 
 #include "fleet/clickhouse.h"
-#include "fleet/cursor.h"
+#include "store/fleet_cursor.h"
 #include "fleet/shipper.h"
 #include "hashmap.h"
 #include "io.h"

@@ -1,10 +1,10 @@
-/* cursor.c - the fleet sinks' cursors in fleet_cursors (schema 16): one copy of their SQL. */
+/* fleet_cursor.c - the fleet sinks' cursors in fleet_cursors (schema 16): one copy of their SQL. */
 #include <errno.h>
 #include <stdint.h>
 
 #include <sqlite3.h>
 
-#include "fleet/cursor.h"
+#include "store/fleet_cursor.h"
 #include "store/sqlite_util.h"
 #include "util.h"
 
@@ -127,4 +127,13 @@ int fleet_cursor__failed(sqlite3 *db, const char *sink, int64_t session_id, cons
 	    "ON CONFLICT DO UPDATE SET failures = failures + 1, "
 	    "last_error = excluded.last_error, last_attempt_ns = excluded.last_attempt_ns",
 	    session_id, sink, (int64_t)now_ns(CLOCK_REALTIME), 0, 0, 0, error);
+}
+
+int fleet_cursor__adopt_stored(sqlite3 *db, const char *sink)
+{
+	return exec_cursor(db,
+			   "INSERT INTO fleet_cursors (session_id, sink, shipped_until_ns, done) "
+			   "SELECT id, ?2, started_at_ns, 1 FROM sessions WHERE NOT EXISTS "
+			   "(SELECT 1 FROM fleet_cursors WHERE sink = ?2)",
+			   0, sink, 0, 0, 0, 0, NULL);
 }

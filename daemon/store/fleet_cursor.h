@@ -1,5 +1,5 @@
 /*
- * cursor.h - a fleet sink's cursor of a session: its row of fleet_cursors
+ * fleet_cursor.h - a fleet sink's cursor of a session: its row of fleet_cursors
  * (schema 16), the one copy of the SQL both sinks (ClickHouse, Pyroscope)
  * move their cursors with.
  */
@@ -68,3 +68,12 @@ int fleet_cursor__advance(sqlite3 *db, const char *sink, int64_t session_id, int
  * -ENOENT (the session is gone) or -EIO. Does not log.
  */
 int fleet_cursor__failed(sqlite3 *db, const char *sink, int64_t session_id, const char *error);
+
+/*
+ * fleet_cursor__adopt_stored() - if @sink has no cursor at all in @db (its
+ * first start on this database), give every session stored until now a
+ * cursor marked done, nothing shipped: the sink starts with what comes
+ * next rather than the database's whole history. Returns 0 or -EIO. Does
+ * not log.
+ */
+int fleet_cursor__adopt_stored(sqlite3 *db, const char *sink);
