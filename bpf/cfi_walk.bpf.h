@@ -174,15 +174,15 @@ static long cfi_walk_step(__u64 i, void *ctx)
 				w->stop = CFI_STOP_BP_LOST;
 				return 1;
 			}
-			cfa = w->bp + (__s64)row->cfa_off;
+			cfa = w->bp + (__s64)row->cfa_off8 * 8;
 		} else {
-			cfa = w->sp + (__s64)row->cfa_off;
+			cfa = w->sp + (__s64)row->cfa_off8 * 8;
 		}
 		break;
 	case CFI_WALK_ROW_PLT:
 		/* the index the PLT entry pushed at its byte fp_off is on the stack */
 		flags = 0;
-		cfa = w->sp + (__s64)row->cfa_off + ((__s64)(pc & 15) >= row->fp_off ? 8 : 0);
+		cfa = w->sp + (__s64)row->cfa_off8 * 8 + ((__s64)(pc & 15) >= row->fp_off ? 8 : 0);
 		break;
 	case CFI_WALK_ROW_OUTERMOST:
 		w->stop = CFI_STOP_END;

@@ -195,21 +195,21 @@ static int rows_alloc(struct cfi_maps *m, uint32_t n, uint32_t *ret_first)
 }
 
 /*
- * row_narrow() - @r as an 8-byte BPF row; false when its offsets do not
- * fit (the row is then CFI_ROW_EXPR: the walk stops there).
+ * row_narrow() - @r as an 8-byte BPF row (cfi_walk.h); false when its
+ * offsets do not fit (the row is then CFI_ROW_EXPR: the walk stops there).
  */
 static bool row_narrow(const struct cfi_row *r, struct cfi_walk_row *ret)
 {
 	*ret = (struct cfi_walk_row){
 	    .pc = (uint32_t)r->pc,
-	    .cfa_off = (int16_t)r->cfa_off,
+	    .cfa_off8 = (int16_t)(r->cfa_off / 8),
 	    .fp_off = (int8_t)r->fp_off,
 	    .kind = (uint8_t)(CFI_WALK_KIND(r->kind) |
 			      ((r->flags & CFI_ROW_CFA_BP) ? CFI_WALK_CFA_BP : 0) |
 			      ((r->flags & CFI_ROW_FP_SAVED) ? CFI_WALK_FP_SAVED : 0) |
 			      ((r->flags & CFI_ROW_FP_UNDEF) ? CFI_WALK_FP_UNDEF : 0)),
 	};
-	if (r->cfa_off != ret->cfa_off || r->fp_off != ret->fp_off) {
+	if (r->cfa_off % 8 != 0 || r->cfa_off / 8 != ret->cfa_off8 || r->fp_off != ret->fp_off) {
 		*ret = (struct cfi_walk_row){.pc = (uint32_t)r->pc, .kind = CFI_WALK_ROW_EXPR};
 		return false;
 	}
@@ -219,10 +219,13 @@ static bool row_narrow(const struct cfi_row *r, struct cfi_walk_row *ret)
 /* module_put() - drop a reference on module @id; at the last, free its rows and slot. */
 static void module_put(struct cfi_maps *m, uint32_t id)
 {
-	struct module *mod = &m->modules[id];
 	struct cfi_walk_module none = {};
+	struct module *mod;
 
-	if (id >= CFI_WALK_MAX_MODULES || !mod->key || --mod->refs > 0)
+	if (id >= CFI_WALK_MAX_MODULES)
+		return;
+	mod = &m->modules[id];
+	if (!mod->key || --mod->refs > 0)
 		return;
 	/* no process refers to it any more: the slot reads "no table" before reuse */
 	bpf_map_update_elem(m->modules_fd, &id, &none, BPF_ANY);
