@@ -13,7 +13,8 @@
  *    interpreter, libtorch_cpu.so), compile time, shared modules loaded
  *    once, and freed with the last process; a row array too small for a
  *    module: counted, that module without rows, the rest loaded;
- *  - samples: deep-nofp, spin-threads, cxx-throw and a Python program: for
+ *  - samples: deep-nofp, spin-threads, cxx-throw, a Python program, and
+ *    jit-map (a leaf in anonymous memory: the walk ends there, visibly): for
  *    each, >= 99% of the samples give libdw's PCs exactly, or a prefix of
  *    them ended by a stated reason; no BPF stack ever has a frame libdw does
  *    not have at the same depth; every difference is printed symbolized;
@@ -22,8 +23,8 @@
  *    stack copy sent as profile.bpf.c sends them (BPF_ENABLE_STATS,
  *    bpf_obj_get_info_by_fd()). Printed, not checked: the machine is shared.
  *
- * Workload paths come from DEEP_NOFP, SPIN_THREADS, CXX_THROW, PY_WORKLOADS
- * (tests/meson.build); CFI_WALK_ONLY=NAME (deep-nofp, cxx-throw, ...) runs
+ * Workload paths come from DEEP_NOFP, SPIN_THREADS, CXX_THROW, PY_WORKLOADS,
+ * JIT_MAP (tests/meson.build); CFI_WALK_ONLY=NAME (deep-nofp, cxx-throw, ...) runs
  * the samples part of that workload alone (the others are skipped).
  * Nothing stays loaded: every BPF object, link and event is closed before
  * the test exits.
@@ -506,8 +507,14 @@ static enum verdict compare(const struct cfi_walk_test_event *e, const uint64_t 
 	return ref_status == UNWIND_NO_STACK ? BEYOND_COPY : DIFFERENT;
 }
 
+/*
+ * compare_workload() - sample @argv (started with @env; with @stdin_go it
+ * waits for a byte on stdin, else it runs @settle_ms first) and compare
+ * the BPF walk with libdw on every sample. @expect_stop: the stop reason
+ * most (>= 90%) walks must end with: CFI_STOP_END for whole stacks.
+ */
 static void compare_workload(const char *name, char *const argv[], const char *env, bool stdin_go,
-			     int settle_ms)
+			     int settle_ms, enum cfi_walk_stop expect_stop)
 {
 	struct run_config cfg = {.walk = true,
 				 .copy_stack_bytes = CFI_WALK_TEST_STACK_BYTES - 4096,
@@ -611,6 +618,7 @@ static void compare_workload(const char *name, char *const argv[], const char *e
 	CHECK_INT_EQ(verdicts[DIFFERENT], 0);
 	CHECK(verdicts[SAME] * 100 >= 95UL * run.n);
 	CHECK(counted_all >= run.n); /* every walk counted (a few may not have been sent) */
+	CHECK(stops[expect_stop] * 10 >= 9UL * run.n);
 
 	run_free(&run);
 	close(go);
@@ -625,18 +633,24 @@ static void test_samples(void)
 {
 	const char *deep = getenv("DEEP_NOFP"), *spin = getenv("SPIN_THREADS");
 	const char *cxx = getenv("CXX_THROW"), *py_dir = getenv("PY_WORKLOADS");
+	const char *jit = getenv("JIT_MAP");
 	char py[PATH_MAX];
 
-	if (!deep || !spin || !cxx || !py_dir)
-		SETUP_FAIL("DEEP_NOFP, SPIN_THREADS, CXX_THROW and PY_WORKLOADS must be set");
+	if (!deep || !spin || !cxx || !py_dir || !jit)
+		SETUP_FAIL(
+		    "DEEP_NOFP, SPIN_THREADS, CXX_THROW, PY_WORKLOADS and JIT_MAP must be set");
 	compare_workload("deep-nofp", (char *[]){(char *)deep, "30", NULL}, "DEEP_NOFP_WAIT=1",
-			 true, 0);
+			 true, 0, CFI_STOP_END);
 	compare_workload("spin-threads", (char *[]){(char *)spin, "--seconds", "30", NULL}, NULL,
-			 false, 300);
-	compare_workload("cxx-throw", (char *[]){(char *)cxx, "30", NULL}, NULL, false, 200);
+			 false, 300, CFI_STOP_END);
+	compare_workload("cxx-throw", (char *[]){(char *)cxx, "30", NULL}, NULL, false, 200,
+			 CFI_STOP_END);
 	snprintf(py, sizeof(py), "%s/py-deep.py", py_dir);
-	compare_workload("python", (char *[]){"/usr/bin/python3", py, "30", NULL}, NULL, false,
-			 500);
+	compare_workload("python", (char *[]){"/usr/bin/python3", py, "30", NULL}, NULL, false, 500,
+			 CFI_STOP_END);
+	/* code in anonymous memory: the walk ends visibly at the leaf, as libdw's */
+	compare_workload("jit", (char *[]){(char *)jit, "30", NULL}, NULL, false, 300,
+			 CFI_STOP_NO_MAPPING);
 }
 
 /* ---------------------------------------------------------------------- */
