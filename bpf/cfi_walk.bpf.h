@@ -1,0 +1,266 @@
+/*
+ * cfi_walk.bpf.h - unwinding the current task's user stack in BPF from
+ * compiled CFI tables (the rows of daemon/symbols/cfi_table.c, loaded by
+ * daemon/collect/cfi_maps.c): the maps, and cfi_walk_user(), one frame per
+ * bpf_loop() step. The same walk as cfi_unwinder__unwind()
+ * (daemon/symbols/cfi_unwind.c), reading the live stack instead of a copy:
+ * per frame, the mapping (binary search), the row (binary search), the CFA,
+ * and two bpf_probe_read_user() calls at most. It never guesses a caller:
+ * anything the rows do not express stops it with a reason.
+ *
+ * Include after vmlinux.h and bpf_helpers.h; cfi_walk.h holds the types and
+ * the bounds.
+ */
+#pragma once
+
+#include "cfi_walk.h"
+
+/* tgid -> its mappings. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, CFI_WALK_MAX_PROCS);
+	__type(key, __u32);
+	__type(value, struct cfi_walk_proc);
+} cfi_procs SEC(".maps");
+
+/* module id -> its rows in cfi_rows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CFI_WALK_MAX_MODULES);
+	__type(key, __u32);
+	__type(value, struct cfi_walk_module);
+} cfi_modules SEC(".maps");
+
+/*
+ * Every module's rows, one after the other. max_entries is set by user
+ * space before load (cfi_maps' rows_cap); mmap-able, so that a module's
+ * rows are copied in with one memcpy, not a system call per row.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct cfi_walk_row);
+} cfi_rows SEC(".maps");
+
+/* Walks per stop reason (enum cfi_walk_stop), per CPU, summed by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CFI_STOP_NR);
+	__type(key, __u32);
+	__type(value, __u64);
+} cfi_walk_stops SEC(".maps");
+
+/* The caller's rbp, as far as the walk knows it. */
+#define CFI_BP_KNOWN 0
+#define CFI_BP_UNDEF 1 /* CFI said undefined */
+#define CFI_BP_FAULT 2 /* saved, but the read of it faulted */
+
+struct cfi_walk_state {
+	const struct cfi_walk_proc *proc;
+	__u64 *pcs; /* room for CFI_WALK_MAX_FRAMES */
+	__u64 pc, sp, bp;
+	__u32 n, max;
+	__u32 bp_state;
+	__u32 stop;
+};
+
+/* cfi_find_mapping() - the mapping of @p holding @addr, or NULL. */
+static __always_inline const struct cfi_walk_mapping *
+cfi_find_mapping(const struct cfi_walk_proc *p, __u64 addr)
+{
+	__u32 lo = 0, hi = p->n, idx;
+
+	if (hi > CFI_WALK_MAX_MAPPINGS)
+		return NULL;
+	/* the first mapping whose start is above @addr is at lo */
+	for (int i = 0; i < CFI_WALK_MAPPING_STEPS && lo < hi; i++) {
+		__u32 mid = (lo + hi) / 2;
+
+		/* clang knows mid < hi <= the bound and would drop the check the
+		 * verifier, which does not track lo + hi that closely, needs */
+		barrier_var(mid);
+		if (mid >= CFI_WALK_MAX_MAPPINGS)
+			return NULL;
+		if (p->m[mid].start <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0 || lo < hi)
+		return NULL;
+	idx = lo - 1;
+	barrier_var(idx);
+	if (idx >= CFI_WALK_MAX_MAPPINGS || addr >= p->m[idx].end)
+		return NULL;
+	return &p->m[idx];
+}
+
+/*
+ * cfi_find_row() - the row of module @mod covering module address @rel:
+ * the last row whose pc is <= @rel. NULL when @rel is below the first row,
+ * out of 32 bits, or the search did not end within CFI_WALK_ROW_STEPS.
+ */
+static __always_inline const struct cfi_walk_row *cfi_find_row(const struct cfi_walk_module *mod,
+							       __u64 rel)
+{
+	__u32 first = mod->first, lo = 0, hi = mod->n, key;
+
+	if (rel > 0xffffffffull)
+		return NULL;
+	for (int i = 0; i < CFI_WALK_ROW_STEPS && lo < hi; i++) {
+		__u32 mid = lo + (hi - lo) / 2;
+		const struct cfi_walk_row *r;
+
+		key = first + mid;
+		r = bpf_map_lookup_elem(&cfi_rows, &key);
+		if (!r)
+			return NULL;
+		if (r->pc <= (__u32)rel)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0 || lo < hi)
+		return NULL;
+	key = first + lo - 1;
+	return bpf_map_lookup_elem(&cfi_rows, &key);
+}
+
+/*
+ * One frame, for bpf_loop(): frame @i; 1 stops the loop (w->stop says why).
+ * The frame's index is bpf_loop()'s @i, not a count kept in @ctx: the
+ * verifier checks a callback until its states converge (Linux 6.7,
+ * "verify callbacks as if they are called unknown number of times"), and a
+ * count used as an array index must be exact, so each of the 128 frames
+ * would be checked again (735,000 instructions, of the 1,000,000 limit).
+ */
+static long cfi_walk_step(__u64 i, void *ctx)
+{
+	struct cfi_walk_state *w = ctx;
+	const struct cfi_walk_row *row;
+	const struct cfi_walk_module *mod;
+	__u64 pc = w->pc, lookup, cfa, ra = 0, saved_bp = 0;
+	const struct cfi_walk_mapping *m;
+	__u32 kind, flags, mid;
+
+	if (i >= w->max || i >= CFI_WALK_MAX_FRAMES) {
+		w->stop = CFI_STOP_MAX_FRAMES;
+		return 1;
+	}
+	w->pcs[i] = pc;
+	w->n = i + 1;
+	/* a return address is looked up at - 1: the call, not what follows it */
+	lookup = i == 0 ? pc : pc - 1;
+	m = cfi_find_mapping(w->proc, lookup);
+	if (!m) {
+		w->stop = CFI_STOP_NO_MAPPING;
+		return 1;
+	}
+	mid = m->module;
+	mod = bpf_map_lookup_elem(&cfi_modules, &mid);
+	if (!mod || mod->n == 0) {
+		w->stop = CFI_STOP_NO_TABLE;
+		return 1;
+	}
+	row = cfi_find_row(mod, lookup - m->bias);
+	kind = row ? CFI_WALK_KIND(row->kind) : CFI_WALK_ROW_NONE;
+	switch (kind) {
+	case CFI_WALK_ROW_CFA:
+		flags = row->kind;
+		if (flags & CFI_WALK_CFA_BP) {
+			if (w->bp_state != CFI_BP_KNOWN) {
+				w->stop = CFI_STOP_BP_LOST;
+				return 1;
+			}
+			cfa = w->bp + (__s64)row->cfa_off8 * 8;
+		} else {
+			cfa = w->sp + (__s64)row->cfa_off8 * 8;
+		}
+		break;
+	case CFI_WALK_ROW_PLT:
+		/* the index the PLT entry pushed at its byte fp_off is on the stack */
+		flags = 0;
+		cfa = w->sp + (__s64)row->cfa_off8 * 8 + ((__s64)(pc & 15) >= row->fp_off ? 8 : 0);
+		break;
+	case CFI_WALK_ROW_OUTERMOST:
+		w->stop = CFI_STOP_END;
+		return 1;
+	case CFI_WALK_ROW_EXPR:
+		w->stop = CFI_STOP_EXPR;
+		return 1;
+	case CFI_WALK_ROW_SIGNAL:
+		/* stored + 1 as libdw stores a signal frame: the symbolizer's - 1
+		 * then lands on the trampoline (__restore_rt) itself */
+		if (i > 0)
+			w->pcs[i] = pc + 1;
+		w->stop = CFI_STOP_SIGNAL;
+		return 1;
+	default:
+		w->stop = CFI_STOP_NO_CFI;
+		return 1;
+	}
+	if (bpf_probe_read_user(&ra, sizeof(ra), (const void *)(cfa - 8))) {
+		w->stop = CFI_STOP_READ_FAULT;
+		return 1;
+	}
+	if (flags & CFI_WALK_FP_SAVED) {
+		/* a saved rbp that cannot be read is lost: only a later CFA in rbp stops */
+		if (bpf_probe_read_user(&saved_bp, sizeof(saved_bp),
+					(const void *)(cfa + (__s64)row->fp_off)) == 0) {
+			w->bp = saved_bp;
+			w->bp_state = CFI_BP_KNOWN;
+		} else {
+			w->bp_state = CFI_BP_FAULT;
+		}
+	} else if (flags & CFI_WALK_FP_UNDEF) {
+		w->bp_state = CFI_BP_UNDEF;
+	}
+	if (ra == 0 || cfa <= w->sp) {
+		w->stop = CFI_STOP_BAD_FRAME;
+		return 1;
+	}
+	w->pc = ra;
+	w->sp = cfa;
+	return 0;
+}
+
+/*
+ * cfi_walk_user() - unwind the stack of the current task's process @tgid
+ * from user registers @regs (x86-64 DWARF numbering: rbp 6, rsp 7, rip 16).
+ * @pcs: room for CFI_WALK_MAX_FRAMES PCs, leaf first: pcs[0] is rip, the
+ * others return addresses (a signal frame's + 1). @max: 1..CFI_WALK_MAX_FRAMES.
+ * Returns the number of PCs (0 only when rip is 0 or @tgid has no entry)
+ * and stores the reason it stopped in *@ret_stop, which is also counted in
+ * cfi_walk_stops. A separate function: the verifier checks it once.
+ */
+static __noinline __u32 cfi_walk_user(__u32 tgid, const __u64 *regs, __u64 *pcs, __u32 max,
+				      __u32 *ret_stop)
+{
+	struct cfi_walk_state w = {};
+	__u32 stop;
+	__u64 *cnt;
+
+	w.proc = bpf_map_lookup_elem(&cfi_procs, &tgid);
+	w.pcs = pcs;
+	w.max = max;
+	w.pc = regs[16];
+	w.sp = regs[7];
+	w.bp = regs[6];
+	w.stop = CFI_STOP_MAX_FRAMES;
+	if (!w.proc) {
+		w.stop = CFI_STOP_NO_PROCESS;
+	} else if (w.pc == 0) {
+		w.stop = CFI_STOP_NO_MAPPING;
+	} else {
+		/* one more step than frames: the last one says "max frames" */
+		bpf_loop(CFI_WALK_MAX_FRAMES + 1, cfi_walk_step, &w, 0);
+	}
+	stop = w.stop < CFI_STOP_NR ? w.stop : CFI_STOP_BAD_FRAME;
+	cnt = bpf_map_lookup_elem(&cfi_walk_stops, &stop);
+	if (cnt)
+		*cnt += 1;
+	*ret_stop = stop;
+	return w.n;
+}

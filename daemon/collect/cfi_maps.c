@@ -1,0 +1,466 @@
+/*
+ * cfi_maps.c - fill the maps of cfi_walk.bpf.h (cfi_maps.h): per process
+ * its executable mappings; per module (build ID, else path) its CFI table
+ * compiled once, narrowed to 8-byte rows and copied into the shared,
+ * mmap'ed row array at the first free place that holds it (first fit).
+ * Modules are reference-counted by the processes that map them and their
+ * rows freed with the last one.
+ *
+ * Owns: the module and process bookkeeping and the mmap of cfi_rows (not
+ * the map fds, which belong to the BPF object). Files are untrusted: a
+ * module that cannot be opened or compiled gets no rows and is remembered
+ * as such. Not thread-safe.
+ *
+ * A row region is reused only after no process refers to its module, but a
+ * BPF walk that started before that may still be reading it: the window is
+ * one walk (microseconds), and the worst it can do is one wrong row.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+
+#include "collect/cfi_maps.h"
+#include "symbols/cfi_table.h"
+#include "symbols/debuginfo.h"
+#include "util.h"
+
+_Static_assert(CFI_WALK_ROW_NONE == CFI_ROW_NONE && CFI_WALK_ROW_CFA == CFI_ROW_CFA &&
+		   CFI_WALK_ROW_PLT == CFI_ROW_PLT && CFI_WALK_ROW_EXPR == CFI_ROW_EXPR &&
+		   CFI_WALK_ROW_SIGNAL == CFI_ROW_SIGNAL &&
+		   CFI_WALK_ROW_OUTERMOST == CFI_ROW_OUTERMOST,
+	       "cfi_walk.h numbers the row kinds as cfi_table.h");
+_Static_assert(sizeof(struct cfi_walk_row) == 8, "a BPF row is 8 bytes");
+_Static_assert(CFI_WALK_MAX_ROWS <= (1u << (CFI_WALK_ROW_STEPS - 1)),
+	       "the BPF binary search ends within CFI_WALK_ROW_STEPS");
+_Static_assert(CFI_WALK_MAX_MAPPINGS <= (1u << (CFI_WALK_MAPPING_STEPS - 1)),
+	       "the BPF mapping search ends within CFI_WALK_MAPPING_STEPS");
+
+/* One module: a slot of cfi_modules (its index is the module id). */
+struct module {
+	char *key;	/* build ID, else "path:" + path; NULL: free slot */
+	uint32_t first; /* rows in cfi_rows: [first, first + n) */
+	uint32_t n;
+	uint32_t refs; /* processes mapping it */
+};
+
+/* One process: the modules it holds a reference on. */
+struct proc {
+	uint32_t tgid;
+	uint32_t *modules;
+	size_t n;
+};
+
+struct cfi_maps {
+	int procs_fd, modules_fd, rows_fd;
+	struct cfi_walk_row *rows; /* cfi_rows, mmap'ed */
+	size_t rows_map_bytes;
+	struct module modules[CFI_WALK_MAX_MODULES];
+	struct proc *procs;
+	size_t n_procs, cap_procs;
+	struct debuginfo debuginfo;
+	struct cfi_maps_stats stats;
+};
+
+/*
+ * cfi_maps__new() - the loader of a loaded BPF object's cfi_procs,
+ * cfi_modules and cfi_rows maps (their fds: borrowed, they must outlive
+ * the loader). @rows_cap: cfi_rows' max_entries, 1..CFI_WALK_MAX_ROWS, as
+ * set with bpf_map__set_max_entries() before load (CFI_MAPS_DEFAULT_ROWS:
+ * 32 MiB). Separate debug files are searched as the unwinder does
+ * ($PROFD_DEBUG_PATH, /usr/lib/debug). Returns 0 and *@ret, -EINVAL for a
+ * bad @rows_cap, -ENOMEM, or mmap's -errno (a map without BPF_F_MMAPABLE:
+ * -EINVAL). Does not log.
+ */
+int cfi_maps__new(int procs_fd, int modules_fd, int rows_fd, uint32_t rows_cap,
+		  struct cfi_maps **ret)
+{
+	struct cfi_maps *m;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	void *p;
+
+	if (rows_cap == 0 || rows_cap > CFI_WALK_MAX_ROWS)
+		return -EINVAL;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->procs_fd = procs_fd;
+	m->modules_fd = modules_fd;
+	m->rows_fd = rows_fd;
+	m->rows_map_bytes =
+	    ((size_t)rows_cap * sizeof(struct cfi_walk_row) + page - 1) & ~(page - 1);
+	p = mmap(NULL, m->rows_map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, rows_fd, 0);
+	if (p == MAP_FAILED) {
+		int r = -errno;
+
+		free(m);
+		return r;
+	}
+	m->rows = p;
+	m->stats.rows_cap = rows_cap;
+	if (debuginfo__init(&m->debuginfo, getenv("PROFD_DEBUG_PATH"), true) < 0) {
+		munmap(m->rows, m->rows_map_bytes);
+		free(m);
+		return -ENOMEM;
+	}
+	*ret = m;
+	return 0;
+}
+
+/* module_key() - the key of mapping @mp in @buf: its build ID, else its path. */
+static const char *module_key(const struct mapping *mp, char *buf, size_t size)
+{
+	if (mp->build_id[0])
+		return mp->build_id;
+	snprintf(buf, size, "path:%s", mp->path);
+	return buf;
+}
+
+/*
+ * table_compile() - the table of the file behind @mp, opened as the
+ * symbolizer opens it (build ID checked); [vdso] from the daemon's own copy
+ * when the sizes agree (as cfi_unwind.c). NULL when there is none.
+ */
+static struct cfi_table *table_compile(struct cfi_maps *m, const struct addrspace *as,
+				       const struct mapping *mp)
+{
+	char path[PATH_MAX + 64];
+	struct cfi_table *t = NULL;
+	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+	int fd = -1;
+
+	if (mp->path[0] == '/') {
+		fd = addrspace__open_file(as, mp, path, sizeof(path));
+	} else if (strcmp(mp->path, "[vdso]") == 0) {
+		uint64_t bytes = 0;
+
+		fd = debuginfo__vdso_open(&bytes);
+		if (fd >= 0 && bytes != mp->end - mp->start) {
+			close(fd);
+			fd = -1;
+		}
+		snprintf(path, sizeof(path), "%s", mp->path);
+	}
+	if (fd < 0)
+		return NULL;
+	if (cfi_table__compile(fd, path, &m->debuginfo, &t) < 0)
+		t = NULL;
+	close(fd);
+	m->stats.compile_ns += now_ns(CLOCK_MONOTONIC) - t0;
+	return t;
+}
+
+static int cmp_first(const void *a, const void *b)
+{
+	const struct module *x = *(const struct module *const *)a;
+	const struct module *y = *(const struct module *const *)b;
+
+	return (x->first > y->first) - (x->first < y->first);
+}
+
+/*
+ * rows_alloc() - the first free place for @n rows in cfi_rows (first fit
+ * between the modules that have rows). Returns 0 and *@ret_first, -ENOSPC
+ * when no gap is large enough, -ENOMEM.
+ */
+static int rows_alloc(struct cfi_maps *m, uint32_t n, uint32_t *ret_first)
+{
+	_cleanup_free_ struct module **used = NULL;
+	size_t n_used = 0;
+	uint64_t at = 0;
+
+	used = malloc(CFI_WALK_MAX_MODULES * sizeof(*used));
+	if (!used)
+		return -ENOMEM;
+	for (size_t i = 0; i < CFI_WALK_MAX_MODULES; i++)
+		if (m->modules[i].key && m->modules[i].n)
+			used[n_used++] = &m->modules[i];
+	qsort(used, n_used, sizeof(*used), cmp_first);
+	for (size_t i = 0; i <= n_used; i++) {
+		uint64_t next = i < n_used ? used[i]->first : m->stats.rows_cap;
+
+		if (next >= at && next - at >= n) {
+			*ret_first = (uint32_t)at;
+			return 0;
+		}
+		if (i < n_used)
+			at = (uint64_t)used[i]->first + used[i]->n;
+	}
+	return -ENOSPC;
+}
+
+/*
+ * row_narrow() - @r as an 8-byte BPF row (cfi_walk.h); false when its
+ * offsets do not fit (the row is then CFI_ROW_EXPR: the walk stops there).
+ */
+static bool row_narrow(const struct cfi_row *r, struct cfi_walk_row *ret)
+{
+	*ret = (struct cfi_walk_row){
+	    .pc = (uint32_t)r->pc,
+	    .cfa_off8 = (int16_t)(r->cfa_off / 8),
+	    .fp_off = (int8_t)r->fp_off,
+	    .kind = (uint8_t)(CFI_WALK_KIND(r->kind) |
+			      ((r->flags & CFI_ROW_CFA_BP) ? CFI_WALK_CFA_BP : 0) |
+			      ((r->flags & CFI_ROW_FP_SAVED) ? CFI_WALK_FP_SAVED : 0) |
+			      ((r->flags & CFI_ROW_FP_UNDEF) ? CFI_WALK_FP_UNDEF : 0)),
+	};
+	if (r->cfa_off % 8 != 0 || r->cfa_off / 8 != ret->cfa_off8 || r->fp_off != ret->fp_off) {
+		*ret = (struct cfi_walk_row){.pc = (uint32_t)r->pc, .kind = CFI_WALK_ROW_EXPR};
+		return false;
+	}
+	return true;
+}
+
+/* module_put() - drop a reference on module @id; at the last, free its rows and slot. */
+static void module_put(struct cfi_maps *m, uint32_t id)
+{
+	struct cfi_walk_module none = {};
+	struct module *mod;
+
+	if (id >= CFI_WALK_MAX_MODULES)
+		return;
+	mod = &m->modules[id];
+	if (!mod->key || --mod->refs > 0)
+		return;
+	/* no process refers to it any more: the slot reads "no table" before reuse */
+	bpf_map_update_elem(m->modules_fd, &id, &none, BPF_ANY);
+	if (mod->n) {
+		m->stats.modules--;
+		m->stats.rows_used -= mod->n;
+	} else {
+		m->stats.modules_empty--;
+	}
+	free(mod->key);
+	*mod = (struct module){};
+}
+
+/*
+ * module_get() - the id of the module behind @mp, with a reference taken:
+ * found by key, else compiled and its rows copied into cfi_rows. A module
+ * that cannot be compiled or does not fit still gets an id (no rows: the
+ * walk stops there, counted). Returns the id, -ENOSPC when every module
+ * slot is taken, -ENOMEM, or the -errno of the map update.
+ */
+static int module_get(struct cfi_maps *m, const struct addrspace *as, const struct mapping *mp)
+{
+	char buf[PATH_MAX + 8];
+	const char *key = module_key(mp, buf, sizeof(buf));
+	struct cfi_table *t;
+	struct cfi_walk_module info = {};
+	struct module *mod = NULL;
+	const struct cfi_row *rows;
+	size_t n = 0;
+	uint32_t id = 0, first = 0;
+
+	for (uint32_t i = 0; i < CFI_WALK_MAX_MODULES; i++) {
+		if (m->modules[i].key && strcmp(m->modules[i].key, key) == 0) {
+			m->modules[i].refs++;
+			return (int)i;
+		}
+		if (!mod && !m->modules[i].key) {
+			mod = &m->modules[i];
+			id = i;
+		}
+	}
+	if (!mod) {
+		m->stats.modules_no_room++;
+		return -ENOSPC;
+	}
+	mod->key = strdup(key);
+	if (!mod->key)
+		return -ENOMEM;
+	mod->refs = 1;
+
+	t = table_compile(m, as, mp);
+	rows = t ? cfi_table__rows(t, &n) : NULL;
+	if (n > 0 && rows[n - 1].pc > UINT32_MAX) {
+		m->stats.modules_wide++;
+		n = 0;
+	} else if (n > 0 && (n > UINT32_MAX || rows_alloc(m, (uint32_t)n, &first) < 0)) {
+		m->stats.modules_no_room++;
+		n = 0;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!row_narrow(&rows[i], &m->rows[first + i]))
+			m->stats.rows_narrowed++;
+	cfi_table__free(t);
+	mod->first = first;
+	mod->n = (uint32_t)n;
+	if (n) {
+		m->stats.modules++;
+		m->stats.rows_used += n;
+	} else {
+		m->stats.modules_empty++;
+	}
+	/* the rows are in place before the module says where they are */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	info = (struct cfi_walk_module){.first = first, .n = (uint32_t)n};
+	if (bpf_map_update_elem(m->modules_fd, &id, &info, BPF_ANY) < 0) {
+		int r = -errno;
+
+		module_put(m, id);
+		return r;
+	}
+	return (int)id;
+}
+
+static struct proc *proc_find(struct cfi_maps *m, uint32_t tgid)
+{
+	for (size_t i = 0; i < m->n_procs; i++)
+		if (m->procs[i].tgid == tgid)
+			return &m->procs[i];
+	return NULL;
+}
+
+/*
+ * cfi_maps__add_process() - put process @tgid's executable mappings (@as,
+ * sorted by start) into cfi_procs, loading the tables of modules not yet
+ * loaded. Called again for the same @tgid (after addrspace__refresh(): a
+ * dlopen), it replaces the entry; modules still mapped are kept, not
+ * reloaded. Mappings beyond CFI_WALK_MAX_MAPPINGS, or overlapping an
+ * earlier one (addrspace keeps mappings that went away), are left out and
+ * counted. Returns 0, -ENOSPC when cfi_procs is full (counted; the
+ * process's samples stop at CFI_STOP_NO_PROCESS), -ENOMEM, or a map
+ * update's -errno. On failure a previous entry of @tgid is left as it
+ * was. Blocks: opens and compiles files (tens of ms for libc, seconds for
+ * libtorch_cpu.so). Does not log.
+ */
+int cfi_maps__add_process(struct cfi_maps *m, uint32_t tgid, const struct addrspace *as)
+{
+	_cleanup_free_ struct cfi_walk_proc *val = calloc(1, sizeof(*val));
+	_cleanup_free_ uint32_t *ids = NULL;
+	const struct mapping *maps;
+	struct proc *p = proc_find(m, tgid);
+	size_t n_maps, n = 0;
+	uint64_t prev_end = 0;
+	int r = 0;
+
+	if (!val)
+		return -ENOMEM;
+	if (!p && m->n_procs >= CFI_WALK_MAX_PROCS) {
+		m->stats.procs_refused++;
+		return -ENOSPC;
+	}
+	maps = addrspace__mappings(as, &n_maps);
+	ids = calloc(MIN(n_maps, (size_t)CFI_WALK_MAX_MAPPINGS) + 1, sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	for (size_t i = 0; i < n_maps; i++) {
+		const struct mapping *mp = &maps[i];
+
+		if (n >= CFI_WALK_MAX_MAPPINGS || mp->start < prev_end || mp->end <= mp->start) {
+			m->stats.mappings_dropped++;
+			continue;
+		}
+		r = module_get(m, as, mp);
+		if (r == -ENOSPC) { /* no module slot: the mapping is left out */
+			m->stats.mappings_dropped++;
+			continue;
+		}
+		if (r < 0)
+			goto fail;
+		ids[n] = (uint32_t)r;
+		val->m[n] = (struct cfi_walk_mapping){
+		    .start = mp->start, .end = mp->end, .bias = mp->load_bias, .module = ids[n]};
+		n++;
+		prev_end = mp->end;
+	}
+	val->n = (uint32_t)n;
+	if (!p) {
+		r = grow_array((void **)&m->procs, &m->cap_procs, m->n_procs, sizeof(*m->procs));
+		if (r < 0)
+			goto fail;
+	}
+	if (bpf_map_update_elem(m->procs_fd, &tgid, val, BPF_ANY) < 0) {
+		r = errno == E2BIG ? -ENOSPC : -errno;
+		if (r == -ENOSPC)
+			m->stats.procs_refused++;
+		goto fail;
+	}
+	if (p) {
+		/* the new entry is in place: the old one's references go */
+		for (size_t i = 0; i < p->n; i++)
+			module_put(m, p->modules[i]);
+		free(p->modules);
+	} else {
+		p = &m->procs[m->n_procs++];
+		m->stats.procs++;
+	}
+	p->tgid = tgid;
+	p->modules = TAKE_PTR(ids);
+	p->n = n;
+	return 0;
+fail:
+	for (size_t i = 0; i < n; i++)
+		module_put(m, ids[i]);
+	return r;
+}
+
+/*
+ * cfi_maps__remove_process() - delete @tgid's entry from cfi_procs and
+ * drop its modules (the rows of a module no other process maps are freed).
+ * Returns 0, -ENOENT if @tgid was not added. Does not log.
+ */
+int cfi_maps__remove_process(struct cfi_maps *m, uint32_t tgid)
+{
+	struct proc *p = proc_find(m, tgid);
+
+	if (!p)
+		return -ENOENT;
+	bpf_map_delete_elem(m->procs_fd, &tgid);
+	for (size_t i = 0; i < p->n; i++)
+		module_put(m, p->modules[i]);
+	free(p->modules);
+	*p = m->procs[--m->n_procs];
+	m->stats.procs--;
+	return 0;
+}
+
+/*
+ * cfi_maps__module_rows() - the rows loaded for the module behind mapping
+ * @mp in *@ret_rows (0: known, without rows). Returns 0, or -ENOENT when no
+ * process added so far maps it.
+ */
+int cfi_maps__module_rows(const struct cfi_maps *m, const struct mapping *mp, uint32_t *ret_rows)
+{
+	char buf[PATH_MAX + 8];
+	const char *key = module_key(mp, buf, sizeof(buf));
+
+	for (size_t i = 0; i < CFI_WALK_MAX_MODULES; i++) {
+		if (m->modules[i].key && strcmp(m->modules[i].key, key) == 0) {
+			*ret_rows = m->modules[i].n;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+/* cfi_maps__stats() - what the maps hold now and what was refused so far. */
+const struct cfi_maps_stats *cfi_maps__stats(const struct cfi_maps *m)
+{
+	return &m->stats;
+}
+
+/*
+ * cfi_maps__free() - free @m's bookkeeping and unmap cfi_rows; the map
+ * entries stay (they go with the BPF object). Accepts NULL.
+ */
+void cfi_maps__free(struct cfi_maps *m)
+{
+	if (!m)
+		return;
+	for (size_t i = 0; i < m->n_procs; i++)
+		free(m->procs[i].modules);
+	free(m->procs);
+	for (size_t i = 0; i < CFI_WALK_MAX_MODULES; i++)
+		free(m->modules[i].key);
+	if (m->rows)
+		munmap(m->rows, m->rows_map_bytes);
+	debuginfo__done(&m->debuginfo);
+	free(m);
+}

@@ -1,0 +1,53 @@
+/*
+ * cfi_maps.h - the user side of cfi_walk.bpf.h: fills its maps from a
+ * process's address space (symbols/addrspace.c) and the modules' CFI
+ * compiled into tables (symbols/cfi_table.c), once per build ID and shared
+ * by every process that maps the module, in one shared row array of a
+ * stated size. A module that does not fit is counted and left without rows:
+ * the BPF walk stops at its frames (CFI_STOP_NO_TABLE), the sample falls
+ * back to the stack copy.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cfi_walk.h"
+#include "symbols/symbolize.h"
+
+/*
+ * The default size of the row array: 4 Mi rows, 32 MiB, allocated whole
+ * when the BPF object is loaded. libtorch_cpu.so needs 1.4 Mi rows (10.7
+ * MiB); a Debian python3 that imported torch maps 315 modules needing 5.9 Mi
+ * rows (44.7 MiB), most of them libraries it never runs (libgdal, librsvg,
+ * libavcodec...): loaded in address order, the ones that do not fit are
+ * refused (counted).
+ */
+#define CFI_MAPS_DEFAULT_ROWS (4u << 20)
+
+/* What the maps hold and what did not fit, for figures and counters. */
+struct cfi_maps_stats {
+	uint64_t procs;		   /* processes in cfi_procs */
+	uint64_t procs_refused;	   /* add_process() calls refused: cfi_procs full */
+	uint64_t modules;	   /* modules with rows in cfi_rows */
+	uint64_t modules_empty;	   /* modules known without rows: no file, no CFI, not compiled */
+	uint64_t modules_no_room;  /* modules refused: rows_cap or CFI_WALK_MAX_MODULES full */
+	uint64_t modules_wide;	   /* modules refused: addresses beyond 32 bits */
+	uint64_t mappings_dropped; /* beyond CFI_WALK_MAX_MAPPINGS, or overlapping an earlier one */
+	uint64_t rows_used;	   /* rows in cfi_rows now */
+	uint64_t rows_cap;	   /* the size of cfi_rows in rows */
+	uint64_t rows_narrowed; /* rows made CFI_ROW_EXPR: offsets that do not fit (cfi_walk.h) */
+	uint64_t compile_ns;	/* time spent compiling tables, CLOCK_MONOTONIC */
+};
+
+struct cfi_maps;
+
+/* Documented where they are defined, in cfi_maps.c. */
+int cfi_maps__new(int procs_fd, int modules_fd, int rows_fd, uint32_t rows_cap,
+		  struct cfi_maps **ret);
+int cfi_maps__add_process(struct cfi_maps *m, uint32_t tgid, const struct addrspace *as);
+int cfi_maps__remove_process(struct cfi_maps *m, uint32_t tgid);
+int cfi_maps__module_rows(const struct cfi_maps *m, const struct mapping *mp, uint32_t *ret_rows);
+const struct cfi_maps_stats *cfi_maps__stats(const struct cfi_maps *m);
+void cfi_maps__free(struct cfi_maps *m); /* accepts NULL */
