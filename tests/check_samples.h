@@ -179,32 +179,6 @@ static inline size_t ring_drain(struct ring *r, struct sample *samples, size_t n
 	return n;
 }
 
-/*
- * wait_blocked_in_read() - wait until @pid (just exec'd) blocks in read(2)
- * on stdin: by then its libraries are mapped.
- */
-static inline bool wait_blocked_in_read(pid_t pid)
-{
-	char path[64], buf[256];
-
-	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
-	for (int i = 0; i < 1000; i++) {
-		FILE *f = fopen(path, "re");
-		bool in_read = false;
-
-		if (!f)
-			return false;
-		/* "0 0x0 ..." is read(0, ...); the test's own fork never reads */
-		if (fgets(buf, sizeof(buf), f))
-			in_read = strncmp(buf, "0 0x0 ", 6) == 0;
-		fclose(f);
-		if (in_read)
-			return true;
-		usleep(10000);
-	}
-	return false;
-}
-
 static inline long perf_event_open(struct perf_event_attr *attr, pid_t pid, int cpu, int group,
 				   unsigned long flags)
 {
@@ -295,7 +269,7 @@ static inline int collect(char *const argv[], const char *env, enum collect_mode
 	go = workload_start(argv, env, STDIN_FILENO);
 	pid = workload_pid;
 	if (mode == COLLECT_STDIN_GO) {
-		if (!wait_blocked_in_read(pid))
+		if (!wait_blocked_in_read(pid, 10))
 			SETUP_FAIL("%s did not start (or does not wait on stdin)", argv[0]);
 	} else {
 		usleep((useconds_t)settle_ms * 1000);

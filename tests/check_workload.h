@@ -8,7 +8,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,4 +59,31 @@ static inline int workload_start(char *const argv[], const char *env, int child_
 		atexit(workload_kill);
 	kill_at_exit = true;
 	return fds[ours];
+}
+
+/*
+ * wait_blocked_in_read() - wait up to @seconds until @pid (just exec'd)
+ * blocks in read(2) on stdin: by then its libraries are mapped (a Python
+ * that imported torch takes many seconds). False if it did not, or is gone.
+ */
+static inline bool wait_blocked_in_read(pid_t pid, int seconds)
+{
+	char path[64], buf[256];
+
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+	for (int i = 0; i < seconds * 100; i++) {
+		FILE *f = fopen(path, "re");
+		bool in_read = false;
+
+		if (!f)
+			return false;
+		/* "0 0x0 ..." is read(0, ...); the test's own fork never reads */
+		if (fgets(buf, sizeof(buf), f))
+			in_read = strncmp(buf, "0 0x0 ", 6) == 0;
+		fclose(f);
+		if (in_read)
+			return true;
+		usleep(10000);
+	}
+	return false;
 }

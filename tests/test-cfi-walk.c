@@ -88,32 +88,6 @@ static long perf_event_open(struct perf_event_attr *attr, pid_t pid, int cpu, in
 	return syscall(SYS_perf_event_open, attr, pid, cpu, group, flags);
 }
 
-/*
- * wait_blocked_in_read() - wait until @pid blocks in read(2) on stdin: by
- * then its libraries are mapped (deep-nofp with DEEP_NOFP_WAIT=1, a Python
- * that imported torch and reads stdin).
- */
-static bool wait_blocked_in_read(pid_t pid)
-{
-	char path[64], buf[256];
-
-	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
-	for (int i = 0; i < 6000; i++) {
-		FILE *f = fopen(path, "re");
-		bool in_read = false;
-
-		if (!f)
-			return false;
-		if (fgets(buf, sizeof(buf), f))
-			in_read = strncmp(buf, "0 0x0 ", 6) == 0;
-		fclose(f);
-		if (in_read)
-			return true;
-		usleep(10000);
-	}
-	return false;
-}
-
 /* ---------------------------------------------------------------------- */
 /* The BPF side: the test program loaded, its maps filled, attached */
 
@@ -366,7 +340,7 @@ static void test_loader(void)
 		return;
 	}
 	go = workload_start(argv, NULL, STDIN_FILENO);
-	if (!wait_blocked_in_read(workload_pid))
+	if (!wait_blocked_in_read(workload_pid, 60))
 		SETUP_FAIL("python3 with torch did not start");
 	r = addrspace__new(workload_pid, &as);
 	if (r < 0)
@@ -538,7 +512,7 @@ static void compare_workload(const char *name, char *const argv[], const char *e
 	}
 	go = workload_start(argv, env, STDIN_FILENO);
 	if (stdin_go) {
-		if (!wait_blocked_in_read(workload_pid))
+		if (!wait_blocked_in_read(workload_pid, 60))
 			SETUP_FAIL("%s did not start", name);
 	} else {
 		usleep((useconds_t)settle_ms * 1000);
@@ -670,7 +644,7 @@ static double figure(const char *what, const struct run_config *cfg, const char 
 	int go, r;
 
 	go = workload_start((char *[]){(char *)deep, "30", NULL}, "DEEP_NOFP_WAIT=1", STDIN_FILENO);
-	if (!wait_blocked_in_read(workload_pid))
+	if (!wait_blocked_in_read(workload_pid, 60))
 		SETUP_FAIL("deep-nofp did not start");
 	r = addrspace__new(workload_pid, &as);
 	if (r < 0)

@@ -27,6 +27,7 @@
 
 #include "collect/cfi_maps.h"
 #include "symbols/cfi_table.h"
+#include "symbols/cfi_unwind.h"
 #include "symbols/debuginfo.h"
 #include "util.h"
 
@@ -121,36 +122,13 @@ static const char *module_key(const struct mapping *mp, char *buf, size_t size)
 	return buf;
 }
 
-/*
- * table_compile() - the table of the file behind @mp, opened as the
- * symbolizer opens it (build ID checked); [vdso] from the daemon's own copy
- * when the sizes agree (as cfi_unwind.c). NULL when there is none.
- */
+/* table_compile() - cfi_table__compile_mapping(), timed in m->stats.compile_ns. */
 static struct cfi_table *table_compile(struct cfi_maps *m, const struct addrspace *as,
 				       const struct mapping *mp)
 {
-	char path[PATH_MAX + 64];
-	struct cfi_table *t = NULL;
 	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-	int fd = -1;
+	struct cfi_table *t = cfi_table__compile_mapping(as, mp, &m->debuginfo);
 
-	if (mp->path[0] == '/') {
-		fd = addrspace__open_file(as, mp, path, sizeof(path));
-	} else if (strcmp(mp->path, "[vdso]") == 0) {
-		uint64_t bytes = 0;
-
-		fd = debuginfo__vdso_open(&bytes);
-		if (fd >= 0 && bytes != mp->end - mp->start) {
-			close(fd);
-			fd = -1;
-		}
-		snprintf(path, sizeof(path), "%s", mp->path);
-	}
-	if (fd < 0)
-		return NULL;
-	if (cfi_table__compile(fd, path, &m->debuginfo, &t) < 0)
-		t = NULL;
-	close(fd);
 	m->stats.compile_ns += now_ns(CLOCK_MONOTONIC) - t0;
 	return t;
 }

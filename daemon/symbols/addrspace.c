@@ -742,3 +742,32 @@ int addrspace__open_file(const struct addrspace *as, const struct mapping *m, ch
 	}
 	return -ENOENT;
 }
+
+/*
+ * addrspace__open_image() - the file to read mapping @m's CFI and symbols
+ * from: addrspace__open_file() for a file; for [vdso], the daemon's own
+ * vDSO (debuginfo__vdso_open()) when it has the mapping's size, the one
+ * image the kernel maps into every 64-bit process (a 32-bit process's is of
+ * another size), with "[vdso]" in @ret_path. Returns an O_CLOEXEC fd the
+ * caller owns, -ENOENT when there is none (anonymous memory, a vDSO of
+ * another size, a file gone), -ENAMETOOLONG. Blocks on file I/O; does not log.
+ */
+int addrspace__open_image(const struct addrspace *as, const struct mapping *m, char *ret_path,
+			  size_t size)
+{
+	_cleanup_close_ int fd = -1;
+	uint64_t bytes = 0;
+	int n;
+
+	if (m->path[0] == '/')
+		return addrspace__open_file(as, m, ret_path, size);
+	if (strcmp(m->path, "[vdso]") != 0)
+		return -ENOENT;
+	fd = debuginfo__vdso_open(&bytes);
+	if (fd < 0 || bytes != m->end - m->start)
+		return -ENOENT;
+	n = snprintf(ret_path, size, "%s", m->path);
+	if (n < 0 || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	return TAKE_FD(fd);
+}

@@ -86,33 +86,22 @@ static const char *module_key(const struct mapping *m, char *buf, size_t size)
 }
 
 /*
- * table_compile() - the table of the file behind @m: opened as the
- * symbolizer opens it (build ID checked); [vdso] from the daemon's own copy
- * when the sizes agree. NULL when there is none (no file, not ELF, too
- * many rows, out of memory).
+ * cfi_table__compile_mapping() - the table of the file behind mapping @m of
+ * @as, opened as the symbolizer opens it (build ID checked; [vdso] from the
+ * daemon's own copy when the sizes agree: addrspace__open_image()), separate
+ * debug files found through @d. NULL when there is none (no file, not ELF,
+ * too many rows, out of memory). Blocks on file I/O; does not log.
  */
-static struct cfi_table *table_compile(struct cfi_unwinder *u, const struct addrspace *as,
-				       const struct mapping *m)
+struct cfi_table *cfi_table__compile_mapping(const struct addrspace *as, const struct mapping *m,
+					     const struct debuginfo *d)
 {
 	char path[PATH_MAX + 64];
 	struct cfi_table *t = NULL;
-	int fd = -1;
+	int fd = addrspace__open_image(as, m, path, sizeof(path));
 
-	if (m->path[0] == '/') {
-		fd = addrspace__open_file(as, m, path, sizeof(path));
-	} else if (strcmp(m->path, "[vdso]") == 0) {
-		uint64_t bytes = 0;
-
-		fd = debuginfo__vdso_open(&bytes);
-		if (fd >= 0 && bytes != m->end - m->start) {
-			close(fd);
-			fd = -1;
-		}
-		snprintf(path, sizeof(path), "%s", m->path);
-	}
 	if (fd < 0)
 		return NULL;
-	if (cfi_table__compile(fd, path, &u->debuginfo, &t) < 0)
+	if (cfi_table__compile(fd, path, d, &t) < 0)
 		t = NULL;
 	close(fd);
 	return t;
@@ -154,7 +143,7 @@ const struct cfi_table *cfi_unwinder__table(struct cfi_unwinder *u, const struct
 		e->key = strdup(key);
 		if (!e->key)
 			return NULL;
-		e->table = table_compile(u, as, m);
+		e->table = cfi_table__compile_mapping(as, m, &u->debuginfo);
 	}
 	e->last_use = ++u->use_clock;
 	u->mru = e;

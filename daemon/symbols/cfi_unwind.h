@@ -27,3 +27,6 @@ int cfi_unwinder__unwind(struct cfi_unwinder *u, const struct addrspace *as, con
 			 enum unwind_status *ret_status, enum cfi_row_kind *ret_stop_kind);
 const struct cfi_table *cfi_unwinder__table(struct cfi_unwinder *u, const struct addrspace *as,
 					    const struct mapping *m);
+struct debuginfo;
+struct cfi_table *cfi_table__compile_mapping(const struct addrspace *as, const struct mapping *m,
+					     const struct debuginfo *d);

@@ -57,6 +57,9 @@ void addrspace__free(struct addrspace *as); /* accepts NULL */
  */
 int addrspace__open_file(const struct addrspace *as, const struct mapping *m, char *ret_path,
 			 size_t size);
+/* Documented in addrspace.c: addrspace__open_file(), and [vdso] from the daemon's own copy. */
+int addrspace__open_image(const struct addrspace *as, const struct mapping *m, char *ret_path,
+			  size_t size);
 
 /* Result of symbolizing one address. Strings are owned by the symbolizer and
  * stay valid until symbolizer__free(). */

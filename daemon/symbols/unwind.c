@@ -256,22 +256,11 @@ static int entry_build(struct unwinder *u, struct as_entry *e, const struct addr
 
 		if (reported_before(maps, i))
 			continue;
-		if (m->path[0] == '/') {
-			fd = addrspace__open_file(as, m, path, sizeof(path));
-			missing |= fd < 0;
-		} else if (strcmp(m->path, "[vdso]") == 0) {
-			uint64_t bytes = 0;
-
-			fd = debuginfo__vdso_open(&bytes);
-			/* a vDSO of another size is not the image we have (a 32-bit process) */
-			if (fd >= 0 && bytes != m->end - m->start) {
-				close(fd);
-				fd = -1;
-			}
-			snprintf(path, sizeof(path), "%s", m->path);
-		}
-		if (fd < 0)
+		fd = addrspace__open_image(as, m, path, sizeof(path));
+		if (fd < 0) {
+			missing |= m->path[0] == '/'; /* a file may come back: retried */
 			continue;
+		}
 		dm = dwfl_report_elf(dwfl, m->path, path, fd, m->load_bias, true);
 		if (!dm) {
 			close(fd); /* not consumed on failure (an overlap, a bad ELF) */
