@@ -29,6 +29,8 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define DROPS_COUNTERS struct slot_counters
 #include "drops.bpf.h"
 
+#include "cfi_walk.bpf.h"
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, PROFILE_MAX_SLOTS);
@@ -192,9 +194,34 @@ static __noinline void walk_python(struct sample_event *e, const struct python_c
 }
 
 /*
- * The user part of @e's stack, as the slot's settings ask: frame-pointer
- * walk, registers and stack copy for CFI, Python frames. Returns the number
- * of user frames put at e->ips[@klen].
+ * With cfi_walk: walk the user stack from the CFI tables into e->ips[@klen]
+ * (cfi_walk.bpf.h). Returns the frames if the walk reached the root or the
+ * frame limit (the record then carries no registers and no stack copy),
+ * else -1: the caller takes what the slot's other settings ask for, and
+ * user space unwinds that copy (the fallback, counted by e->cfi_stop).
+ */
+static __always_inline long walk_user_stack(struct sample_event *e, long klen)
+{
+	__u32 stop = CFI_STOP_NR, n;
+
+	if (klen < 0 || klen > PROFILE_MAX_FRAMES)
+		return -1;
+	read_user_regs(e->regs);
+	n = cfi_walk_user(e->pid, e->regs, &e->ips[klen], PROFILE_MAX_FRAMES, &stop);
+	e->cfi_stop = stop;
+	e->flags |= SAMPLE_CFI_TRIED;
+	if (n == 0 || n > PROFILE_MAX_FRAMES || (stop != CFI_STOP_END && stop != CFI_STOP_MAX_FRAMES))
+		return -1;
+	e->flags |= SAMPLE_CFI_WALKED;
+	if (stop == CFI_STOP_MAX_FRAMES)
+		e->flags |= SAMPLE_USER_TRUNCATED;
+	return n;
+}
+
+/*
+ * The user part of @e's stack, as the slot's settings ask: CFI-table walk,
+ * frame-pointer walk, registers and stack copy for CFI, Python frames.
+ * Returns the number of user frames put at e->ips[@klen].
  */
 static __always_inline long take_user_stack(void *ctx, struct sample_event *e,
 					    const struct slot_config *cfg, long klen)
@@ -205,6 +232,12 @@ static __always_inline long take_user_stack(void *ctx, struct sample_event *e,
 	/* The verifier needs the offset bounded to know the write stays in e->ips. */
 	if (klen < 0 || klen > PROFILE_MAX_FRAMES)
 		return 0;
+	if (cfg->cfi_walk) {
+		ulen = walk_user_stack(e, klen);
+		if (ulen > 0)
+			goto python;
+		ulen = 0;
+	}
 	if (cfg->fp_stack) {
 		ulen = get_stack(ctx, &e->ips[klen], PROFILE_MAX_FRAMES, BPF_F_USER_STACK, &full);
 		if (ulen == 0)
@@ -214,6 +247,7 @@ static __always_inline long take_user_stack(void *ctx, struct sample_event *e,
 	}
 	if (cfg->copy_stack_bytes)
 		copy_user_stack(e, cfg->copy_stack_bytes);
+python:
 	if (cfg->python.runtime_addr)
 		walk_python(e, &cfg->python);
 	return ulen;
@@ -233,6 +267,7 @@ static __always_inline void start_record(struct sample_event *e, __u64 id, __u32
 	e->stack_size = 0;
 	e->stack_offset = 0;
 	e->py_len = 0;
+	e->cfi_stop = 0;
 	bpf_get_current_comm(&e->comm, sizeof(e->comm));
 }
 

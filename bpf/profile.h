@@ -65,6 +65,9 @@ struct slot_config {
 	__u32 follow_children;  /* 1: processes a target forks become targets of the slot */
 	__u32 vm_fault_period;  /* 0: no address-space events; else they are on, and one
 				 * write fault to a page not present in this many is sampled */
+	__u32 cfi_walk;         /* 1: walk the user stack with the CFI tables (cfi_walk.bpf.h);
+				 * a walk that stops before the root falls back to the above */
+	__u32 pad;
 	struct python_config python;
 };
 
@@ -126,6 +129,9 @@ struct vm_stats {
 #define SAMPLE_PY_NO_THREAD (1u << 6)     /* Python walk on, but no thread state for this tid */
 #define SAMPLE_NO_STACK (1u << 7)         /* PROFILE_EVENT_VM: no stack taken (a shrinking change,
 					   * or growth over the per-second budget) */
+#define SAMPLE_CFI_TRIED (1u << 10)       /* the CFI-table walk ran: cfi_stop says where it stopped */
+#define SAMPLE_CFI_WALKED (1u << 11)      /* ustack is the walk's (cfi_stop END or MAX_FRAMES);
+					   * without it, the record fell back to fp_stack/copy */
 /* Set by the unwinder in user space, never by BPF: */
 #define SAMPLE_DWARF_UNWOUND (1u << 8)    /* ustack comes from DWARF unwinding */
 #define SAMPLE_UNWIND_INCOMPLETE (1u << 9)/* the unwinder stopped before the outermost frame */
@@ -156,10 +162,14 @@ struct sample_event {
 	__u32 stack_offset; /* where rsp points in stack[] */
 	char comm[16];    /* thread name at sample time */
 	__u32 py_len;     /* Python frames in py[], 0..PROFILE_MAX_PY_FRAMES */
+	__u32 cfi_stop;   /* SAMPLE_CFI_TRIED: enum cfi_walk_stop (cfi_walk.h) */
+	__u32 pad;
 	struct vm_change vm; /* PROFILE_EVENT_VM: the change */
 	__u64 regs[PROFILE_NREGS]; /* user registers, DWARF order (SAMPLE_HAS_REGS) */
 	struct py_frame py[PROFILE_MAX_PY_FRAMES]; /* innermost first (python_config) */
-	__u64 ips[2 * PROFILE_MAX_FRAMES];
+	/* one more than the frames: the CFI walk's bound, checked by the verifier,
+	 * is 128 frames after up to 127 kernel ones (it stores at most 127) */
+	__u64 ips[2 * PROFILE_MAX_FRAMES + 1];
 	__u8 stack[PROFILE_MAX_STACK_BYTES];
 };
 

@@ -59,8 +59,9 @@ static int check_events(const char *opt, const char *value)
 
 static int check_unwind(const char *opt, const char *value)
 {
-	if (strcmp(value, "fp") != 0 && strcmp(value, "dwarf") != 0 && strcmp(value, "auto") != 0)
-		return invalid(opt, value, "fp, dwarf or auto");
+	if (strcmp(value, "fp") != 0 && strcmp(value, "dwarf") != 0 && strcmp(value, "auto") != 0 &&
+	    strcmp(value, "tables") != 0)
+		return invalid(opt, value, "fp, dwarf, auto or tables");
 	return 0;
 }
 

@@ -42,6 +42,20 @@ _Static_assert(CFI_WALK_MAX_ROWS <= (1u << (CFI_WALK_ROW_STEPS - 1)),
 _Static_assert(CFI_WALK_MAX_MAPPINGS <= (1u << (CFI_WALK_MAPPING_STEPS - 1)),
 	       "the BPF mapping search ends within CFI_WALK_MAPPING_STEPS");
 
+const char *cfi_walk_stop_name(unsigned stop)
+{
+	static const char *const names[CFI_STOP_NR] = {
+	    [CFI_STOP_END] = "end",		  [CFI_STOP_MAX_FRAMES] = "max_frames",
+	    [CFI_STOP_NO_PROCESS] = "no_process", [CFI_STOP_NO_MAPPING] = "no_mapping",
+	    [CFI_STOP_NO_TABLE] = "no_table",	  [CFI_STOP_NO_CFI] = "no_cfi",
+	    [CFI_STOP_EXPR] = "expr",		  [CFI_STOP_SIGNAL] = "signal",
+	    [CFI_STOP_READ_FAULT] = "read_fault", [CFI_STOP_BP_LOST] = "bp_lost",
+	    [CFI_STOP_BAD_FRAME] = "bad_frame",
+	};
+
+	return stop < CFI_STOP_NR ? names[stop] : "unknown";
+}
+
 /* One module: a slot of cfi_modules (its index is the module id). */
 struct module {
 	char *key;	/* build ID, else "path:" + path; NULL: free slot */

@@ -43,6 +43,9 @@ struct cfi_maps_stats {
 
 struct cfi_maps;
 
+/* cfi_walk_stop_name() - enum cfi_walk_stop @stop as the JSON counters name it ("no_table"). */
+const char *cfi_walk_stop_name(unsigned stop);
+
 /* Documented where they are defined, in cfi_maps.c. */
 int cfi_maps__new(int procs_fd, int modules_fd, int rows_fd, uint32_t rows_cap,
 		  struct cfi_maps **ret);

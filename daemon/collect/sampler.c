@@ -14,6 +14,7 @@
 #include "profile.skel.h"
 #include "collect/sampler.h"
 #include "collect/bpf_util.h"
+#include "collect/cfi_loader.h"
 #include "util.h"
 
 struct slot {
@@ -31,6 +32,7 @@ struct sampler {
 	struct bpf_link *fork_link, *exit_link; /* process lifetime tracepoints */
 	struct bpf_link *vm_links[6];           /* address-space changes; all NULL: unsupported */
 	struct record_reader reader;
+	struct cfi_loader *tables; /* made by the first sampler__tables_add() */
 	sampler_fn fn;
 	void *ctx;
 	int nr_cpus;
@@ -173,6 +175,11 @@ int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler 
 	r = cpu_maps_resize(s->skel, s->nr_cpus);
 	if (r < 0)
 		return r;
+	/* Allocated whole at load (32 MiB of kernel memory), used only by
+	 * sessions with unwind "tables". */
+	r = bpf_map__set_max_entries(s->skel->maps.cfi_rows, CFI_MAPS_DEFAULT_ROWS);
+	if (r < 0)
+		return r;
 	/* A wakeup per sample cost three context switches per sample (the
 	 * reader, the unwinding thread, the reader again): about a third of
 	 * profd's CPU at 999 Hz. Batches of about 1/16 of the ring instead; the
@@ -202,6 +209,7 @@ void sampler__free(struct sampler *s)
 		return;
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		sampler__stop(s, i);
+	cfi_loader__free(s->tables);
 	record_reader__close(&s->reader);
 	bpf_link__destroy(s->fork_link);
 	bpf_link__destroy(s->exit_link);
@@ -428,4 +436,43 @@ uint64_t sampler__lost(struct sampler *s, unsigned slot)
 	if (percpu_sum(s->skel->maps.drops, slot, (uint64_t *)&sum, U64S(sum)) < 0)
 		return 0;
 	return sum.ringbuf_full;
+}
+
+int sampler__tables_add(struct sampler *s, pid_t pid)
+{
+	if (!s->tables) {
+		int r = cfi_loader__new(bpf_map__fd(s->skel->maps.cfi_procs),
+					bpf_map__fd(s->skel->maps.cfi_modules),
+					bpf_map__fd(s->skel->maps.cfi_rows), CFI_MAPS_DEFAULT_ROWS,
+					&s->tables);
+
+		if (r < 0)
+			return r;
+	}
+	return cfi_loader__add(s->tables, pid);
+}
+
+int sampler__tables_remove(struct sampler *s, pid_t pid)
+{
+	return s->tables ? cfi_loader__remove(s->tables, pid) : 0;
+}
+
+void sampler__tables_stats(struct sampler *s, struct cfi_maps_stats *ret,
+			   uint64_t ret_stops[CFI_STOP_NR])
+{
+	*ret = (struct cfi_maps_stats){.rows_cap = CFI_MAPS_DEFAULT_ROWS};
+	if (s->tables)
+		cfi_loader__stats(s->tables, ret);
+	for (uint32_t i = 0; i < CFI_STOP_NR; i++) {
+		uint64_t v = 0;
+
+		percpu_sum(s->skel->maps.cfi_walk_stops, i, &v, 1);
+		ret_stops[i] = v;
+	}
+}
+
+void sampler__tables_wait_idle(struct sampler *s)
+{
+	if (s->tables)
+		cfi_loader__wait_idle(s->tables);
 }

@@ -11,6 +11,7 @@
 
 #include "bpf/profile.h"
 #include "collect/bpf_util.h"
+#include "collect/cfi_maps.h"
 
 struct sampler;
 
@@ -93,3 +94,25 @@ int sampler__vm_stats(struct sampler *s, unsigned slot, struct vm_stats *ret);
 
 /* sampler__lost() - samples of @slot dropped because the ring buffer was full (running total). */
 uint64_t sampler__lost(struct sampler *s, unsigned slot);
+
+/*
+ * sampler__tables_add() - load process @pid's CFI tables for the walk of
+ * slots with cfi_walk (unwind "tables"), on the loading thread
+ * (collect/cfi_loader.c, started by the first call): now, and again after
+ * its mappings changed. Until the thread has loaded them, the process's
+ * samples fall back (CFI_STOP_NO_PROCESS). Returns 0, or -errno if the
+ * thread or the mmap of the row map could not be made, -ENOMEM. Does not
+ * block on the loading; does not log.
+ */
+int sampler__tables_add(struct sampler *s, pid_t pid);
+/* sampler__tables_remove() - drop @pid's tables (on the thread). 0 or -ENOMEM. */
+int sampler__tables_remove(struct sampler *s, pid_t pid);
+/*
+ * sampler__tables_stats() - what the table maps hold (cfi_maps_stats) and
+ * the walks per stop reason of all slots since load (cfi_walk_stops,
+ * indexed by enum cfi_walk_stop).
+ */
+void sampler__tables_stats(struct sampler *s, struct cfi_maps_stats *ret,
+			   uint64_t ret_stops[CFI_STOP_NR]);
+/* sampler__tables_wait_idle() - wait until the loads asked for so far are done (tests). */
+void sampler__tables_wait_idle(struct sampler *s);

@@ -55,14 +55,14 @@ DEFINE_TRIVIAL_CLEANUP_FUNC(struct unwind_worker *, unwind_worker__free)
 
 const char *unwind_mode_name(enum unwind_mode mode)
 {
-	static const char *const names[] = { "fp", "dwarf", "auto" };
+	static const char *const names[] = { "fp", "dwarf", "auto", "tables" };
 
-	return mode <= UNWIND_MODE_AUTO ? names[mode] : "fp";
+	return mode <= UNWIND_MODE_TABLES ? names[mode] : "fp";
 }
 
 int unwind_mode_parse(const char *s)
 {
-	for (int m = UNWIND_MODE_FP; m <= UNWIND_MODE_AUTO; m++)
+	for (int m = UNWIND_MODE_FP; m <= UNWIND_MODE_TABLES; m++)
 		if (strcmp(s, unwind_mode_name(m)) == 0)
 			return m;
 	return -EINVAL;

@@ -18,9 +18,11 @@ enum unwind_mode {
 	UNWIND_MODE_FP,    /* frame pointers only (bpf_get_stack) */
 	UNWIND_MODE_DWARF, /* CFI unwinding of the copied stack only */
 	UNWIND_MODE_AUTO,  /* both; per sample, DWARF unless the frame-pointer walk got further */
+	UNWIND_MODE_TABLES, /* CFI tables walked in BPF (cfi_walk.bpf.h); a walk that stops
+			     * before the root falls back to DWARF's copy, unwound here */
 };
 
-/* unwind_mode_name() - "fp", "dwarf" or "auto". */
+/* unwind_mode_name() - "fp", "dwarf", "auto" or "tables". */
 const char *unwind_mode_name(enum unwind_mode mode);
 /* unwind_mode_parse() - the mode named @s, or -EINVAL. */
 int unwind_mode_parse(const char *s);

@@ -16,6 +16,36 @@
 #include "store/sqlite_util.h"
 #include "util.h"
 
+/*
+ * The "unwind_tables" object of a session with unwind "tables": CPU samples
+ * walked in BPF, those that fell back to the stack copy by reason, and the
+ * share walked (null with no sample yet). null for the other modes, or for
+ * a stored object that does not parse.
+ */
+static json_t *unwind_tables_object(sqlite3_stmt *st)
+{
+	const char *text = (const char *)sqlite3_column_text(st, SC_TABLE_FALLBACKS);
+	const char *unwind = (const char *)sqlite3_column_text(st, SC_UNWIND);
+	int64_t walked = sqlite3_column_int64(st, SC_TABLE_WALKED), fell = 0;
+	json_t *fallbacks, *o, *v;
+	const char *k;
+
+	if (!unwind || strcmp(unwind, "tables") != 0)
+		return json_null();
+	fallbacks = text ? json_loads(text, 0, NULL) : json_object();
+	if (!json_is_object(fallbacks)) {
+		json_decref(fallbacks);
+		return json_null();
+	}
+	json_object_foreach(fallbacks, k, v) fell += json_integer_value(v);
+	o = json_pack("{s:I, s:I, s:o, s:o}", "walked", (json_int_t)walked, "fallback_samples",
+		      (json_int_t)fell, "fallbacks", fallbacks, "walked_pct",
+		      walked + fell ? json_real(round(1000.0 * (double)walked /
+						      (double)(walked + fell)) / 10.0)
+				    : json_null());
+	return o ? o : json_null();
+}
+
 /* The SESSION object of docs/protocol.md from a row of SESSION_SELECT; @now: CLOCK_REALTIME ns. */
 static int session_from_row(sqlite3_stmt *st, int64_t now, json_t **ret)
 {
@@ -75,6 +105,7 @@ static int session_from_row(sqlite3_stmt *st, int64_t now, json_t **ret)
 	fail |= json_object_set_new(o, "limit_dropped_samples",
 				    report__col_int(st, SC_LIMIT_DROPPED_SAMPLES));
 	fail |= json_object_set_new(o, "python", report__python(st, SC_PYTHON));
+	fail |= json_object_set_new(o, "unwind_tables", unwind_tables_object(st));
 	fail |=
 	    json_object_set_new(o, "unsymbolized_pct",
 				report__json_pct(sqlite3_column_int64(st, SC_UNSYMBOLIZED_FRAMES),

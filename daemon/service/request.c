@@ -324,7 +324,7 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 			r = json_is_string(v) ? unwind_mode_parse(json_string_value(v)) : -EINVAL;
 			if (r < 0)
 				return fail(errbuf, errlen, -EINVAL,
-					    "\"unwind\" must be \"fp\", \"dwarf\" or \"auto\"");
+					    "\"unwind\" must be \"fp\", \"dwarf\", \"auto\" or \"tables\"");
 			req.unwind = r;
 		}
 		v = json_object_get(root, "children");

@@ -59,6 +59,17 @@ void profd__on_sample(void *ctx, const struct sample_event *e, size_t size)
 			session__count_dropped(s, e);
 		return;
 	}
+	/* Counted once, as the record comes from the ring buffer: walked ones never
+	 * go to the unwinding thread, and those that come back have no registers. */
+	if (e->flags & (SAMPLE_CFI_WALKED | SAMPLE_HAS_REGS))
+		session__count_table_walk(s, e);
+	/* unwind "tables": a process's tables are asked for at its first record
+	 * (the target's at the attach), and load on the sampler's thread */
+	if (session__unwind(s) == UNWIND_MODE_TABLES && !proc->tables_asked && p->env.sampler) {
+		proc->tables_asked = true;
+		if (sampler__tables_add(p->env.sampler, proc->pid) < 0)
+			proc->tables_asked = false;
+	}
 	if (e->flags & SAMPLE_HAS_REGS) {
 		if (unwind_worker__submit(p->worker, e, size, proc->as, &proc->as_lock,
 					  session__unwind(s)) < 0)
@@ -269,8 +280,11 @@ int profd__end_session(struct profd *p, unsigned slot, const char *reason)
 	log_info("session %lld ended (%s): %llu samples", (long long)session__id(s), reason,
 		 (unsigned long long)session__samples(s));
 	p->slots[slot] = NULL;
-	while ((proc = session__next_proc(s, &iter)))
+	while ((proc = session__next_proc(s, &iter))) {
 		unwind_worker__forget(p->worker, proc->as);
+		if (proc->tables_asked)
+			sampler__tables_remove(p->env.sampler, proc->pid);
+	}
 	session__free(s);
 	profd__notify_status(p);
 	pyroscope__session_ended(p->pyroscope); /* its last piece, now */

@@ -164,7 +164,9 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 
 	struct slot_config cfg = {
 	    .copy_stack_bytes = p->unwind == UNWIND_MODE_FP ? 0 : p->stack_bytes,
-	    .fp_stack = p->unwind != UNWIND_MODE_DWARF,
+	    .fp_stack = p->unwind == UNWIND_MODE_FP || p->unwind == UNWIND_MODE_AUTO,
+	    /* tables: walked in BPF; a sample whose walk stops early carries DWARF's copy */
+	    .cfi_walk = p->unwind == UNWIND_MODE_TABLES,
 	    .follow_children = p->follow_children,
 	    /* without a sampler (the unit tests), the session follows the records it is fed */
 	    .vm_fault_period = (s->events & EVENT_RSS) &&
@@ -197,6 +199,13 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 		r = session__counters_scan(s, env, s->main);
 		if (r < 0)
 			goto fail;
+	}
+	/* The tables load on the sampler's thread; the first samples fall back meanwhile. */
+	if (cfg.cfi_walk && env->sampler) {
+		r = sampler__tables_add(env->sampler, p->pid);
+		if (r < 0)
+			goto fail;
+		s->main->tables_asked = true;
 	}
 	/* Without a sampler (tests, replays) the caller feeds the records itself. */
 	if (env->sampler)
@@ -442,6 +451,16 @@ void session__on_thread_exit(struct session *s, const struct sample_event *e)
 			(void *)(uintptr_t)((unsigned)tid + 1));
 }
 
+void session__count_table_walk(struct session *s, const struct sample_event *e)
+{
+	if (e->event == PROFILE_EVENT_VM || !(e->flags & SAMPLE_CFI_TRIED))
+		return;
+	if (e->flags & SAMPLE_CFI_WALKED)
+		s->table_walked++;
+	else
+		s->table_fallbacks[e->cfi_stop < CFI_STOP_NR ? e->cfi_stop : CFI_STOP_BAD_FRAME]++;
+}
+
 void session__count_dropped(struct session *s, const struct sample_event *e)
 {
 	uint64_t t = e->time_ns > s->started_mono_ns ? e->time_ns - s->started_mono_ns : 0;
@@ -627,6 +646,12 @@ int session__flush(struct session *s, const struct session_env *env)
 	r = store__session_add_counts(env->store, s->id, &total);
 	if (r < 0)
 		return r;
+	if (s->unwind == UNWIND_MODE_TABLES) {
+		r = store__session_table_walk(env->store, s->id, s->table_walked,
+					      s->table_fallbacks);
+		if (r < 0)
+			return r;
+	}
 	if (s->python_samples || s->python_unmerged) {
 		r = store__session_add_python(env->store, s->id, s->python_samples,
 					      s->python_unmerged);

@@ -64,6 +64,7 @@ struct proc {
 	unsigned probes_tried; /* a child: bit (1 << feature) once that probe feature was attached
 				* to it, or tried (daemon/service/features.c) */
 	uint64_t maps_next_ns; /* CLOCK_MONOTONIC of the next /proc/PID/smaps read (memory.c) */
+	bool tables_asked;     /* unwind "tables": its CFI tables were asked of the sampler */
 };
 
 /* struct session is private to daemon/session/ (session_internal.h): use the session__*() calls. */
@@ -127,6 +128,14 @@ int session__read_counters(struct session *s, const struct session_env *env);
 /* session__on_thread_exit() - thread e->tid exited at e->time_ns (a PROFILE_EVENT_THREAD_EXIT record). */
 void session__on_thread_exit(struct session *s, const struct sample_event *e);
 
+/*
+ * session__count_table_walk() - with unwind "tables", a CPU sample @e as
+ * BPF took it: walked (SAMPLE_CFI_WALKED) or fallen back to the stack copy
+ * (SAMPLE_CFI_TRIED, cfi_stop the reason). Running totals, stored at each
+ * flush (sessions.table_walked, table_fallbacks). Call once per record, as
+ * it comes from the ring buffer, not again when it comes back unwound.
+ */
+void session__count_table_walk(struct session *s, const struct sample_event *e);
 /* session__count_dropped() - a sample of @s was lost before unwinding (queue full). */
 void session__count_dropped(struct session *s, const struct sample_event *e);
 

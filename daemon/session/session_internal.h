@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cfi_walk.h"
 #include "session/session.h"
 
 /*
@@ -52,6 +53,10 @@ struct session {
 	uint64_t unwind_dropped; /* samples the unwinding thread had no room for, not yet flushed */
 	uint64_t unwind_dropped_flushing;
 	uint64_t samples; /* total so far (flushed or not) */
+	/* unwind "tables": CPU samples walked in BPF, and fallen back per enum cfi_walk_stop
+	 * (running totals, written whole at each flush) */
+	uint64_t table_walked;
+	uint64_t table_fallbacks[CFI_STOP_NR];
 
 	struct hashmap offcpu; /* struct offcpu_acc: off-CPU intervals since the last flush */
 	uint64_t offcpu_lost;  /* not yet flushed */

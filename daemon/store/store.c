@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "store/store.h"
+#include "collect/cfi_maps.h"
 #include "store/store_internal.h"
 #include "store/sqlite_util.h"
 #include "util.h"
@@ -32,6 +33,8 @@ static const char *const stmt_sql[_STMT_MAX] = {
     [STMT_SESSION_PYTHON] = "UPDATE sessions SET python = ?2, python_version = ?3 WHERE id = ?1",
     [STMT_SESSION_PYTHON_COUNTS] = "UPDATE sessions SET python_samples = python_samples + ?2, "
 				   "python_unmerged = python_unmerged + ?3 WHERE id = ?1",
+    [STMT_SESSION_TABLE_WALK] = "UPDATE sessions SET table_walked = ?2, table_fallbacks = ?3 "
+				"WHERE id = ?1",
     [STMT_SESSION_END] = "UPDATE sessions SET state = 'ended', end_reason = ?2, "
 			 "ended_at_ns = ?3 WHERE id = ?1",
     [STMT_WINDOW_ADD] = "INSERT INTO windows (session_id, window_ns, samples, lost_samples, "
@@ -405,6 +408,30 @@ int store__session_add_python(struct store *st, int64_t id, uint64_t samples, ui
 	sqlite3_bind_int64(stmt, 1, id);
 	sqlite3_bind_int64(stmt, 2, (int64_t)samples);
 	sqlite3_bind_int64(stmt, 3, (int64_t)unmerged);
+	return store__step_done(stmt);
+}
+
+int store__session_table_walk(struct store *st, int64_t id, uint64_t walked,
+			      const uint64_t fallbacks[CFI_STOP_NR])
+{
+	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_TABLE_WALK];
+	char json[512];
+	size_t len = 0;
+
+	for (unsigned i = 0; i < CFI_STOP_NR; i++) {
+		/* walked samples stopped at end or max_frames: those are not fallbacks */
+		if (i == CFI_STOP_END || i == CFI_STOP_MAX_FRAMES)
+			continue;
+		len += (size_t)snprintf(json + len, sizeof(json) - len, "%s\"%s\":%llu",
+					len ? "," : "{", cfi_walk_stop_name(i),
+					(unsigned long long)fallbacks[i]);
+		if (len >= sizeof(json) - 2)
+			return -ENOBUFS;
+	}
+	snprintf(json + len, sizeof(json) - len, "}");
+	sqlite3_bind_int64(stmt, 1, id);
+	sqlite3_bind_int64(stmt, 2, (int64_t)walked);
+	sqlite3_bind_text(stmt, 3, json, -1, SQLITE_TRANSIENT);
 	return store__step_done(stmt);
 }
 

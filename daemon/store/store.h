@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cfi_walk.h"
 #include "symbols/symbolize.h"
 
 struct store;
@@ -198,6 +199,16 @@ int store__session_python(struct store *st, int64_t id, const char *status, cons
  * merged, and @unmerged whose Python frames did not match the native stack.
  */
 int store__session_add_python(struct store *st, int64_t id, uint64_t samples, uint64_t unmerged);
+
+/*
+ * store__session_table_walk() - set the unwind "tables" counters of session
+ * @id to these running totals: @walked CPU samples walked in BPF, and
+ * @fallbacks[reason] (enum cfi_walk_stop) that fell back to the stack copy
+ * (stored as a JSON object by reason name, END and MAX_FRAMES left out).
+ * Returns 0, -ENOBUFS (cannot happen with the fixed names), or -EIO.
+ */
+int store__session_table_walk(struct store *st, int64_t id, uint64_t walked,
+			      const uint64_t fallbacks[CFI_STOP_NR]);
 /*
  * store__session_uid() - the uid that started session @id (its owner, for
  * authz__may_see()). Returns 0 and *@ret_uid, -ENOENT if there is no such
