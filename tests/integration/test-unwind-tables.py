@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""--unwind tables (the user stack walked in BPF from compiled CFI tables,
+the stack copy + libdw only where the walk stops early) against --unwind
+dwarf on the same programs, as a user sees them: deep-nofp (no frame
+pointers, libc's qsort and std::sort) has the same hot path and the same
+hottest functions and 100% of its stacks reach the thread's root, most of
+its samples are walked in BPF, and the samples that fell back are counted
+by reason in the session; spin-threads (four threads) has the same hottest
+function and per-thread split; a Python program has the same Python hot
+path, Python frames merged into walked stacks; a JIT leaf (no mapping
+file) falls back visibly, counted under no_mapping."""
+import os
+
+from profdtest import Profd, binary, check, require_root_bpf, run, wait_for_threads
+
+ROOTS = {'_start', '__libc_start_main', '__libc_start_call_main', 'main', 'start_thread',
+         'clone', 'clone3', '__clone3'}
+WORKLOADS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'workloads')
+PYTHON = '/usr/bin/python3'
+
+
+def names(frames):
+    return [f['function'] for f in frames]
+
+
+def session_run(d, argv, mode, threads=1, extra=()):
+    """Run @argv to its end in a session with --unwind @mode; (session object, top, hotpaths)."""
+    w = d.spawn(*argv)
+    wait_for_threads(w.pid, threads)
+    if argv[0] == PYTHON:
+        line = w.stdout.readline()
+        while line and not line.startswith('ready'):
+            line = w.stdout.readline()
+    sid = d.json('attach', w.pid, '--unwind', mode, '--freq', '397', *extra)['session']
+    w.wait(timeout=60)
+    s = d.wait_ended(sid)
+    top = d.json('top', sid, '--limit', '10000')
+    paths = d.json('hotpaths', sid, '--limit', '20')['paths']
+    t = s['unwind_tables']
+    print('%s %s: %d samples, root %.1f%%, truncated %d, lost %d, unwind_tables %r' % (
+        os.path.basename(argv[-2] if argv[0] == PYTHON else argv[0]), mode, s['samples'],
+        top['root_pct'], s['truncated_stacks'], s['lost_samples'], t))
+    check(s['unwind'] == mode, 'unwind %r' % s['unwind'])
+    if mode == 'tables':
+        check(t is not None and t['walked'] + t['fallback_samples'] > 0, 'unwind_tables %r' % t)
+        # Every CPU sample is counted once, walked or fallen back, whether it was
+        # stored or not (the unwinding thread's queue drops are counted in both).
+        check(abs(t['walked'] + t['fallback_samples'] - s['samples']) <= s['lost_samples'] + 2,
+              'walked %d + fallbacks %d != samples %d' % (t['walked'], t['fallback_samples'], s['samples']))
+        check(t['fallback_samples'] == sum(t['fallbacks'].values()), 'fallbacks %r' % t)
+    else:
+        check(t is None, 'unwind_tables %r with --unwind %s' % (t, mode))
+    return s, top, paths
+
+
+def self_top(top, n):
+    """The @n hottest user functions by self samples."""
+    user = [f for f in top['functions'] if f['kind'] == 'user']
+    return [f['function'] for f in sorted(user, key=lambda f: -f['self_samples'])[:n]]
+
+
+def check_deep(d):
+    nofp = binary('DEEP_NOFP')
+    res = {m: session_run(d, [nofp, '4'], m) for m in ('tables', 'dwarf')}
+    (s, top, paths), (_, dtop, dpaths) = res['tables'], res['dwarf']
+    t = s['unwind_tables']
+    share = t['walked'] / max(s['samples'], 1)
+    print('deep-nofp: %.1f%% of samples walked in BPF, fallbacks %r' % (100 * share, t['fallbacks']))
+    check(top['root_pct'] == 100.0, 'tables: only %.1f%% of stacks reached the root' % top['root_pct'])
+    check(share >= 0.8, 'only %.1f%% of samples walked in BPF' % (100 * share))
+    check(s['truncated_stacks'] == 0 and s['missing_user_stacks'] == 0,
+          'tables: truncated %d, missing %d' % (s['truncated_stacks'], s['missing_user_stacks']))
+    mine, theirs = self_top(top, 5), self_top(dtop, 5)
+    print('top 5 by self: tables %r, dwarf %r' % (mine, theirs))
+    check(mine[0] == theirs[0] and len(set(mine[:3]) & set(theirs[:3])) >= 2,
+          'hottest functions differ: tables %r, dwarf %r' % (mine, theirs))
+    # The whole hot path under cmp_c, as test-dwarf checks it for dwarf, the same in both.
+    chain = ['sort_c'] + ['recursive'] * 5 + ['level2', 'level1', 'run']
+    for mode, ps in (('tables', paths), ('dwarf', dpaths)):
+        qsort = [names(p['frames']) for p in ps if 'cmp_c' in names(p['frames'])[:2]]
+        check(qsort, '%s: no hot path ends in cmp_c' % mode)
+        fr = qsort[0]
+        print('%s: qsort hot path %s' % (mode, ' <- '.join(map(str, fr))))
+        i = fr.index('sort_c') if 'sort_c' in fr else -1
+        check(i > 0 and fr[i:i + len(chain)] == chain and 'qsort_r' in fr[:i] and fr[-1] in ROOTS,
+              '%s: hot path %r' % (mode, fr))
+
+
+def check_spin(d):
+    spin = binary('SPIN_THREADS')
+    argv = [spin, '--seconds', '3', '--weights', '1,2,3,4']
+    res = {m: session_run(d, argv, m, threads=5) for m in ('tables', 'dwarf')}
+    (s, top, _), (_, dtop, _) = res['tables'], res['dwarf']
+    t = s['unwind_tables']
+    share = t['walked'] / max(s['samples'], 1)
+    print('spin-threads: %.1f%% walked in BPF, root %.1f%% (dwarf %.1f%%)' % (
+        100 * share, top['root_pct'], dtop['root_pct']))
+    check(self_top(top, 1) == ['hot_function'] == self_top(dtop, 1),
+          'hottest: tables %r, dwarf %r' % (self_top(top, 3), self_top(dtop, 3)))
+    check(share >= 0.8, 'spin-threads: only %.1f%% walked in BPF' % (100 * share))
+    check(top['root_pct'] >= dtop['root_pct'] - 2, 'spin-threads: root %.1f%% vs dwarf %.1f%%' % (
+        top['root_pct'], dtop['root_pct']))
+
+
+def check_python(d):
+    if not os.access(PYTHON, os.X_OK):
+        return
+    argv = [PYTHON, os.path.join(WORKLOADS, 'py-deep.py'), '4']
+    res = {m: session_run(d, argv, m) for m in ('tables', 'dwarf')}
+    (s, top, paths), (ds, _, dpaths) = res['tables'], res['dwarf']
+    t = s['unwind_tables']
+    share = t['walked'] / max(s['samples'], 1)
+    print('python: %.1f%% walked in BPF; python %r (dwarf %r)' % (100 * share, s['python'], ds['python']))
+    check(share >= 0.8, 'python: only %.1f%% walked in BPF' % (100 * share))
+    check(s['python']['status'] == 'ok' and s['python']['samples'] >= 0.9 * s['samples'],
+          'python frames merged in %d of %d samples' % (s['python']['samples'], s['samples']))
+    want = ['inner_hot', 'middle', 'outer', 'main', '<module>']
+    for mode, ps in (('tables', paths), ('dwarf', dpaths)):
+        fr = names(ps[0]['frames'])
+        print('%s: python hot path %s' % (mode, ' <- '.join(map(str, fr))))
+        check([n for n in fr if n in want] == want and fr[-1] in ROOTS, '%s: python path %r' % (mode, fr))
+
+
+def check_jit(d):
+    s, top, _ = session_run(d, [binary('JIT_MAP'), '2'], 'tables')
+    t = s['unwind_tables']
+    # Its leaf is in an anonymous mapping: the walk stops at once, the sample falls back.
+    check(t['fallbacks']['no_mapping'] >= 0.5 * s['samples'],
+          'jit-map: no_mapping fallbacks %r of %d samples' % (t['fallbacks'], s['samples']))
+    check(self_top(top, 1) == ['jit_hot_loop'], 'jit-map: hottest %r' % self_top(top, 3))
+
+
+def test():
+    require_root_bpf()
+    with Profd() as d:
+        check_deep(d)
+        check_spin(d)
+        check_python(d)
+        check_jit(d)
+
+
+run(test)
