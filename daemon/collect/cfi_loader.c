@@ -25,9 +25,7 @@ struct cfi_loader {
 	/* under t.lock: */
 	struct request *queue;
 	size_t n_queue, cap_queue;
-	bool busy; /* the thread works on requests it took from the queue */
-	struct cfi_maps_stats stats; /* a copy after each request */
-	pthread_cond_t idle;
+	struct cfi_maps_stats stats; /* a copy after each batch of requests */
 };
 
 /* Does one request on the thread; a process gone or refused is only counted (in the stats). */
@@ -62,16 +60,12 @@ static void *loader_main(void *arg)
 		batch = TAKE_PTR(l->queue);
 		n = l->n_queue;
 		l->n_queue = l->cap_queue = 0;
-		l->busy = true;
 		pthread_mutex_unlock(&l->t.lock);
 		for (size_t i = 0; i < n; i++)
 			loader_do(l, &batch[i]);
 		free(batch);
 		pthread_mutex_lock(&l->t.lock);
 		l->stats = *cfi_maps__stats(l->maps);
-		l->busy = false;
-		if (l->n_queue == 0)
-			pthread_cond_broadcast(&l->idle);
 	}
 	pthread_mutex_unlock(&l->t.lock);
 	return NULL;
@@ -92,7 +86,6 @@ int cfi_loader__new(int procs_fd, int modules_fd, int rows_fd, uint32_t rows_cap
 	if (!l)
 		return -ENOMEM;
 	worker_thread__init(&l->t);
-	pthread_cond_init(&l->idle, NULL);
 	r = cfi_maps__new(procs_fd, modules_fd, rows_fd, rows_cap, &l->maps);
 	if (r == 0)
 		r = worker_thread__start(&l->t, loader_main, l);
@@ -141,15 +134,6 @@ int cfi_loader__remove(struct cfi_loader *l, pid_t pid)
 	return loader_queue(l, pid, true);
 }
 
-/* cfi_loader__wait_idle() - wait until every request queued so far is done. May block seconds. */
-void cfi_loader__wait_idle(struct cfi_loader *l)
-{
-	pthread_mutex_lock(&l->t.lock);
-	while (l->n_queue || l->busy)
-		pthread_cond_wait(&l->idle, &l->t.lock);
-	pthread_mutex_unlock(&l->t.lock);
-}
-
 /* cfi_loader__stats() - the maps' figures after the last request done (cfi_maps__stats()). */
 void cfi_loader__stats(struct cfi_loader *l, struct cfi_maps_stats *ret)
 {
@@ -170,7 +154,6 @@ void cfi_loader__free(struct cfi_loader *l)
 	worker_thread__stop(&l->t);
 	cfi_maps__free(l->maps);
 	free(l->queue);
-	pthread_cond_destroy(&l->idle);
 	worker_thread__destroy(&l->t);
 	free(l);
 }

@@ -20,6 +20,5 @@ int cfi_loader__new(int procs_fd, int modules_fd, int rows_fd, uint32_t rows_cap
 		    struct cfi_loader **ret);
 int cfi_loader__add(struct cfi_loader *l, pid_t pid);
 int cfi_loader__remove(struct cfi_loader *l, pid_t pid);
-void cfi_loader__wait_idle(struct cfi_loader *l);
 void cfi_loader__stats(struct cfi_loader *l, struct cfi_maps_stats *ret);
 void cfi_loader__free(struct cfi_loader *l); /* accepts NULL */

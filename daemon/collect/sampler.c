@@ -470,9 +470,3 @@ void sampler__tables_stats(struct sampler *s, struct cfi_maps_stats *ret,
 		ret_stops[i] = v;
 	}
 }
-
-void sampler__tables_wait_idle(struct sampler *s)
-{
-	if (s->tables)
-		cfi_loader__wait_idle(s->tables);
-}

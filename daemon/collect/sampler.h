@@ -114,5 +114,3 @@ int sampler__tables_remove(struct sampler *s, pid_t pid);
  */
 void sampler__tables_stats(struct sampler *s, struct cfi_maps_stats *ret,
 			   uint64_t ret_stops[CFI_STOP_NR]);
-/* sampler__tables_wait_idle() - wait until the loads asked for so far are done (tests). */
-void sampler__tables_wait_idle(struct sampler *s);

@@ -279,6 +279,20 @@ int profd__end_session(struct profd *p, unsigned slot, const char *reason)
 	}
 	log_info("session %lld ended (%s): %llu samples", (long long)session__id(s), reason,
 		 (unsigned long long)session__samples(s));
+	if (session__unwind(s) == UNWIND_MODE_TABLES && p->env.sampler) {
+		struct cfi_maps_stats t;
+		uint64_t stops[CFI_STOP_NR];
+
+		sampler__tables_stats(p->env.sampler, &t, stops);
+		log_info("unwind tables: %llu processes, %llu modules with rows (%llu without, "
+			 "%llu refused), %.1f of %.1f MiB of rows, %.1f s compiling so far",
+			 (unsigned long long)t.procs, (unsigned long long)t.modules,
+			 (unsigned long long)t.modules_empty,
+			 (unsigned long long)(t.modules_no_room + t.modules_wide),
+			 (double)t.rows_used * sizeof(struct cfi_walk_row) / (1 << 20),
+			 (double)t.rows_cap * sizeof(struct cfi_walk_row) / (1 << 20),
+			 (double)t.compile_ns / 1e9);
+	}
 	p->slots[slot] = NULL;
 	while ((proc = session__next_proc(s, &iter))) {
 		unwind_worker__forget(p->worker, proc->as);
