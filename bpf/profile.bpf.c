@@ -209,6 +209,7 @@ static __always_inline long walk_user_stack(struct sample_event *e, long klen)
 	read_user_regs(e->regs);
 	n = cfi_walk_user(e->pid, e->regs, &e->ips[klen], PROFILE_MAX_FRAMES, &stop);
 	e->cfi_stop = stop;
+	e->cfi_frames = n;
 	e->flags |= SAMPLE_CFI_TRIED;
 	if (n == 0 || n > PROFILE_MAX_FRAMES || (stop != CFI_STOP_END && stop != CFI_STOP_MAX_FRAMES))
 		return -1;
@@ -268,6 +269,7 @@ static __always_inline void start_record(struct sample_event *e, __u64 id, __u32
 	e->stack_offset = 0;
 	e->py_len = 0;
 	e->cfi_stop = 0;
+	e->cfi_frames = 0;
 	bpf_get_current_comm(&e->comm, sizeof(e->comm));
 }
 

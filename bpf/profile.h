@@ -163,7 +163,9 @@ struct sample_event {
 	char comm[16];    /* thread name at sample time */
 	__u32 py_len;     /* Python frames in py[], 0..PROFILE_MAX_PY_FRAMES */
 	__u32 cfi_stop;   /* SAMPLE_CFI_TRIED: enum cfi_walk_stop (cfi_walk.h) */
-	__u32 pad;
+	__u32 cfi_frames; /* SAMPLE_CFI_TRIED: PCs the walk found; a fallback record (with
+			   * SAMPLE_HAS_REGS, whose size covers all of ips[]) keeps them at
+			   * ips[kstack_len..], the last one where the walk stopped */
 	struct vm_change vm; /* PROFILE_EVENT_VM: the change */
 	__u64 regs[PROFILE_NREGS]; /* user registers, DWARF order (SAMPLE_HAS_REGS) */
 	struct py_frame py[PROFILE_MAX_PY_FRAMES]; /* innermost first (python_config) */

@@ -62,6 +62,7 @@ struct module {
 	uint32_t first; /* rows in cfi_rows: [first, first + n) */
 	uint32_t n;
 	uint32_t refs; /* processes mapping it */
+	bool pending;  /* lazy: known, not compiled yet (cfi_maps__load_module()) */
 };
 
 /* One process: the modules it holds a reference on. */
@@ -79,6 +80,7 @@ struct cfi_maps {
 	struct proc *procs;
 	size_t n_procs, cap_procs;
 	struct debuginfo debuginfo;
+	bool lazy; /* modules are compiled on demand, not by add_process() */
 	struct cfi_maps_stats stats;
 };
 
@@ -224,6 +226,8 @@ static void module_put(struct cfi_maps *m, uint32_t id)
 	if (mod->n) {
 		m->stats.modules--;
 		m->stats.rows_used -= mod->n;
+	} else if (mod->pending) {
+		m->stats.modules_pending--;
 	} else {
 		m->stats.modules_empty--;
 	}
@@ -232,41 +236,21 @@ static void module_put(struct cfi_maps *m, uint32_t id)
 }
 
 /*
- * module_get() - the id of the module behind @mp, with a reference taken:
- * found by key, else compiled and its rows copied into cfi_rows. A module
- * that cannot be compiled or does not fit still gets an id (no rows: the
- * walk stops there, counted). Returns the id, -ENOSPC when every module
- * slot is taken, -ENOMEM, or the -errno of the map update.
+ * module_fill() - compile the table of module @id (behind @mp of @as),
+ * copy its rows into cfi_rows and publish them in cfi_modules. A module
+ * that cannot be compiled or does not fit is published without rows.
+ * Returns 0 or the -errno of the map update (the module is then left
+ * without rows).
  */
-static int module_get(struct cfi_maps *m, const struct addrspace *as, const struct mapping *mp)
+static int module_fill(struct cfi_maps *m, uint32_t id, const struct addrspace *as,
+		       const struct mapping *mp)
 {
-	char buf[PATH_MAX + 8];
-	const char *key = module_key(mp, buf, sizeof(buf));
-	struct cfi_table *t;
+	struct module *mod = &m->modules[id];
 	struct cfi_walk_module info = {};
-	struct module *mod = NULL;
 	const struct cfi_row *rows;
+	struct cfi_table *t;
 	size_t n = 0;
-	uint32_t id = 0, first = 0;
-
-	for (uint32_t i = 0; i < CFI_WALK_MAX_MODULES; i++) {
-		if (m->modules[i].key && strcmp(m->modules[i].key, key) == 0) {
-			m->modules[i].refs++;
-			return (int)i;
-		}
-		if (!mod && !m->modules[i].key) {
-			mod = &m->modules[i];
-			id = i;
-		}
-	}
-	if (!mod) {
-		m->stats.modules_no_room++;
-		return -ENOSPC;
-	}
-	mod->key = strdup(key);
-	if (!mod->key)
-		return -ENOMEM;
-	mod->refs = 1;
+	uint32_t first = 0;
 
 	t = table_compile(m, as, mp);
 	rows = t ? cfi_table__rows(t, &n) : NULL;
@@ -295,10 +279,112 @@ static int module_get(struct cfi_maps *m, const struct addrspace *as, const stru
 	if (bpf_map_update_elem(m->modules_fd, &id, &info, BPF_ANY) < 0) {
 		int r = -errno;
 
+		if (n) {
+			m->stats.modules--;
+			m->stats.rows_used -= n;
+			m->stats.modules_empty++;
+			mod->n = 0;
+		}
+		return r;
+	}
+	return 0;
+}
+
+/*
+ * module_find() - the id of the module whose key is @key, or -ENOENT.
+ */
+static int module_find(const struct cfi_maps *m, const char *key)
+{
+	for (uint32_t i = 0; i < CFI_WALK_MAX_MODULES; i++)
+		if (m->modules[i].key && strcmp(m->modules[i].key, key) == 0)
+			return (int)i;
+	return -ENOENT;
+}
+
+/*
+ * module_get() - the id of the module behind @mp, with a reference taken:
+ * found by key, else compiled and its rows copied into cfi_rows (lazy:
+ * only registered, without rows, until cfi_maps__load_module()). A module
+ * that cannot be compiled or does not fit still gets an id (no rows: the
+ * walk stops there, counted). Returns the id, -ENOSPC when every module
+ * slot is taken, -ENOMEM, or the -errno of the map update.
+ */
+static int module_get(struct cfi_maps *m, const struct addrspace *as, const struct mapping *mp)
+{
+	char buf[PATH_MAX + 8];
+	const char *key = module_key(mp, buf, sizeof(buf));
+	struct cfi_walk_module none = {};
+	struct module *mod = NULL;
+	uint32_t id = 0;
+	int r;
+
+	for (uint32_t i = 0; i < CFI_WALK_MAX_MODULES; i++) {
+		if (m->modules[i].key && strcmp(m->modules[i].key, key) == 0) {
+			m->modules[i].refs++;
+			return (int)i;
+		}
+		if (!mod && !m->modules[i].key) {
+			mod = &m->modules[i];
+			id = i;
+		}
+	}
+	if (!mod) {
+		m->stats.modules_no_room++;
+		return -ENOSPC;
+	}
+	mod->key = strdup(key);
+	if (!mod->key)
+		return -ENOMEM;
+	mod->refs = 1;
+	if (m->lazy) {
+		mod->pending = true;
+		m->stats.modules_pending++;
+		r = bpf_map_update_elem(m->modules_fd, &id, &none, BPF_ANY) < 0 ? -errno : 0;
+	} else {
+		r = module_fill(m, id, as, mp);
+	}
+	if (r < 0) {
 		module_put(m, id);
 		return r;
 	}
 	return (int)id;
+}
+
+/*
+ * cfi_maps__set_lazy() - with @lazy, cfi_maps__add_process() only
+ * registers the modules it has not seen (their PCs stop the walk at
+ * CFI_STOP_NO_TABLE) and cfi_maps__load_module() compiles each one when
+ * asked: a process that maps hundreds of libraries it never runs (a
+ * Python that imported torch: 315, 44.7 MiB of rows) loads the few its
+ * stacks go through. Modules registered before keep their state.
+ */
+void cfi_maps__set_lazy(struct cfi_maps *m, bool lazy)
+{
+	m->lazy = lazy;
+}
+
+/*
+ * cfi_maps__load_module() - compile and load the rows of the module behind
+ * mapping @mp of @as (added with cfi_maps__add_process() while lazy), once.
+ * Returns 1 if it was compiled now (with rows or without: see the stats),
+ * 0 if it was already, -ENOENT if no process added maps it, or a map
+ * update's -errno. Blocks: opens and compiles the file. Does not log.
+ */
+int cfi_maps__load_module(struct cfi_maps *m, const struct addrspace *as, const struct mapping *mp)
+{
+	char buf[PATH_MAX + 8];
+	int id = module_find(m, module_key(mp, buf, sizeof(buf))), r;
+	struct module *mod;
+
+	if (id < 0)
+		return id;
+	mod = &m->modules[id];
+	if (!mod->pending)
+		return 0;
+	mod->pending = false;
+	m->stats.modules_pending--;
+	r = module_fill(m, (uint32_t)id, as, mp);
+	return r < 0 ? r : 1;
 }
 
 static struct proc *proc_find(struct cfi_maps *m, uint32_t tgid)

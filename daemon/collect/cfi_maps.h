@@ -32,6 +32,7 @@ struct cfi_maps_stats {
 	uint64_t procs_refused;	   /* add_process() calls refused: cfi_procs full */
 	uint64_t modules;	   /* modules with rows in cfi_rows */
 	uint64_t modules_empty;	   /* modules known without rows: no file, no CFI, not compiled */
+	uint64_t modules_pending;  /* lazy: modules known, not compiled yet */
 	uint64_t modules_no_room;  /* modules refused: rows_cap or CFI_WALK_MAX_MODULES full */
 	uint64_t modules_wide;	   /* modules refused: addresses beyond 32 bits */
 	uint64_t mappings_dropped; /* beyond CFI_WALK_MAX_MAPPINGS, or overlapping an earlier one */
@@ -50,6 +51,8 @@ const char *cfi_walk_stop_name(unsigned stop);
 int cfi_maps__new(int procs_fd, int modules_fd, int rows_fd, uint32_t rows_cap,
 		  struct cfi_maps **ret);
 int cfi_maps__add_process(struct cfi_maps *m, uint32_t tgid, const struct addrspace *as);
+void cfi_maps__set_lazy(struct cfi_maps *m, bool lazy);
+int cfi_maps__load_module(struct cfi_maps *m, const struct addrspace *as, const struct mapping *mp);
 int cfi_maps__remove_process(struct cfi_maps *m, uint32_t tgid);
 int cfi_maps__module_rows(const struct cfi_maps *m, const struct mapping *mp, uint32_t *ret_rows);
 const struct cfi_maps_stats *cfi_maps__stats(const struct cfi_maps *m);

@@ -452,6 +452,11 @@ int sampler__tables_add(struct sampler *s, pid_t pid)
 	return cfi_loader__add(s->tables, pid);
 }
 
+int sampler__tables_load_module(struct sampler *s, pid_t pid, uint64_t pc)
+{
+	return s->tables ? cfi_loader__load_module(s->tables, pid, pc) : -ENOENT;
+}
+
 int sampler__tables_remove(struct sampler *s, pid_t pid)
 {
 	return s->tables ? cfi_loader__remove(s->tables, pid) : 0;

@@ -105,6 +105,13 @@ uint64_t sampler__lost(struct sampler *s, unsigned slot);
  * block on the loading; does not log.
  */
 int sampler__tables_add(struct sampler *s, pid_t pid);
+/*
+ * sampler__tables_load_module() - compile and load, on the loading thread,
+ * the table of the module of @pid (added) holding @pc, where a walk
+ * stopped at CFI_STOP_NO_TABLE: tables are loaded per module on demand.
+ * Returns 0, -ENOENT before any sampler__tables_add(), -ENOMEM.
+ */
+int sampler__tables_load_module(struct sampler *s, pid_t pid, uint64_t pc);
 /* sampler__tables_remove() - drop @pid's tables (on the thread). 0 or -ENOMEM. */
 int sampler__tables_remove(struct sampler *s, pid_t pid);
 /*

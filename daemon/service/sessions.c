@@ -34,6 +34,36 @@ static const char *const offcpu_state_names[OFFCPU_NR_STATES] = {
 };
 
 /*
+ * table_module_wanted() - a walk of @proc's stack stopped at a module
+ * without rows (CFI_STOP_NO_TABLE) at the last PC of fallback record @e:
+ * ask the sampler's loading thread for that module's table, once per
+ * mapping (at most PROC_TABLE_MODULES per process). A module without CFI
+ * is asked for once and then keeps stopping there, counted.
+ */
+static void table_module_wanted(struct profd *p, struct proc *proc, const struct sample_event *e)
+{
+	const struct mapping *mp;
+	uint64_t pc, key;
+
+	/* a fallback record carries all of ips[] (SAMPLE_HAS_REGS: sample_event__valid()) */
+	if (e->cfi_stop != CFI_STOP_NO_TABLE || !(e->flags & SAMPLE_HAS_REGS) || e->cfi_frames == 0 ||
+	    (size_t)e->kstack_len + e->cfi_frames > ARRAY_SIZE(e->ips))
+		return;
+	pc = e->ips[e->kstack_len + e->cfi_frames - 1];
+	/* the walk looks a return address up at - 1 */
+	mp = addrspace__find(proc->as, e->cfi_frames > 1 ? pc - 1 : pc);
+	key = mp ? mp->start : pc;
+	for (unsigned i = 0; i < proc->n_table_modules; i++)
+		if (proc->table_modules[i] == key)
+			return;
+	if (proc->n_table_modules >= PROC_TABLE_MODULES)
+		return;
+	if (sampler__tables_load_module(p->env.sampler, proc->pid, e->cfi_frames > 1 ? pc - 1 : pc) ==
+	    0)
+		proc->table_modules[proc->n_table_modules++] = key;
+}
+
+/*
  * profd__on_sample() - a CPU sample (or an address-space change) from the
  * ring buffer, or back from the unwinding thread (sampler_fn,
  * unwind_worker__drain()). A record with registers and a stack copy goes to
@@ -65,10 +95,14 @@ void profd__on_sample(void *ctx, const struct sample_event *e, size_t size)
 		session__count_table_walk(s, e);
 	/* unwind "tables": a process's tables are asked for at its first record
 	 * (the target's at the attach), and load on the sampler's thread */
-	if (session__unwind(s) == UNWIND_MODE_TABLES && !proc->tables_asked && p->env.sampler) {
-		proc->tables_asked = true;
-		if (sampler__tables_add(p->env.sampler, proc->pid) < 0)
-			proc->tables_asked = false;
+	if (session__unwind(s) == UNWIND_MODE_TABLES && p->env.sampler) {
+		if (!proc->tables_asked) {
+			proc->tables_asked = true;
+			if (sampler__tables_add(p->env.sampler, proc->pid) < 0)
+				proc->tables_asked = false;
+		} else if (e->flags & SAMPLE_CFI_TRIED) {
+			table_module_wanted(p, proc, e);
+		}
 	}
 	if (e->flags & SAMPLE_HAS_REGS) {
 		if (unwind_worker__submit(p->worker, e, size, proc->as, &proc->as_lock,
@@ -285,9 +319,10 @@ int profd__end_session(struct profd *p, unsigned slot, const char *reason)
 
 		sampler__tables_stats(p->env.sampler, &t, stops);
 		log_info("unwind tables: %llu processes, %llu modules with rows (%llu without, "
-			 "%llu refused), %.1f of %.1f MiB of rows, %.1f s compiling so far",
+			 "%llu not needed so far, %llu refused), %.1f of %.1f MiB of rows, %.1f s "
+			 "compiling so far",
 			 (unsigned long long)t.procs, (unsigned long long)t.modules,
-			 (unsigned long long)t.modules_empty,
+			 (unsigned long long)t.modules_empty, (unsigned long long)t.modules_pending,
 			 (unsigned long long)(t.modules_no_room + t.modules_wide),
 			 (double)t.rows_used * sizeof(struct cfi_walk_row) / (1 << 20),
 			 (double)t.rows_cap * sizeof(struct cfi_walk_row) / (1 << 20),

@@ -55,6 +55,9 @@ struct session_params {
 };
 
 /* One process of a session: the target, or a child it forked (follow_children). */
+/* Modules per process whose table is loaded on demand (unwind "tables"); beyond: fallbacks. */
+#define PROC_TABLE_MODULES 64
+
 struct proc {
 	pid_t pid;
 	/* The unwinding thread reads @as under a read lock; refreshes take it for writing. */
@@ -65,6 +68,10 @@ struct proc {
 				* to it, or tried (daemon/service/features.c) */
 	uint64_t maps_next_ns; /* CLOCK_MONOTONIC of the next /proc/PID/smaps read (memory.c) */
 	bool tables_asked;     /* unwind "tables": its CFI tables were asked of the sampler */
+	/* unwind "tables": the mappings (start addresses) whose module's table was asked
+	 * for after a walk stopped there, at most PROC_TABLE_MODULES */
+	unsigned n_table_modules;
+	uint64_t table_modules[PROC_TABLE_MODULES];
 };
 
 /* struct session is private to daemon/session/ (session_internal.h): use the session__*() calls. */
