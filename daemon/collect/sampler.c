@@ -462,16 +462,9 @@ int sampler__tables_remove(struct sampler *s, pid_t pid)
 	return s->tables ? cfi_loader__remove(s->tables, pid) : 0;
 }
 
-void sampler__tables_stats(struct sampler *s, struct cfi_maps_stats *ret,
-			   uint64_t ret_stops[CFI_STOP_NR])
+void sampler__tables_stats(struct sampler *s, struct cfi_maps_stats *ret)
 {
 	*ret = (struct cfi_maps_stats){.rows_cap = CFI_MAPS_DEFAULT_ROWS};
 	if (s->tables)
 		cfi_loader__stats(s->tables, ret);
-	for (uint32_t i = 0; i < CFI_STOP_NR; i++) {
-		uint64_t v = 0;
-
-		percpu_sum(s->skel->maps.cfi_walk_stops, i, &v, 1);
-		ret_stops[i] = v;
-	}
 }

@@ -115,9 +115,7 @@ int sampler__tables_load_module(struct sampler *s, pid_t pid, uint64_t pc);
 /* sampler__tables_remove() - drop @pid's tables (on the thread). 0 or -ENOMEM. */
 int sampler__tables_remove(struct sampler *s, pid_t pid);
 /*
- * sampler__tables_stats() - what the table maps hold (cfi_maps_stats) and
- * the walks per stop reason of all slots since load (cfi_walk_stops,
- * indexed by enum cfi_walk_stop).
+ * sampler__tables_stats() - what the table maps hold and what was refused
+ * (cfi_maps_stats), as of the loading thread's last batch of requests.
  */
-void sampler__tables_stats(struct sampler *s, struct cfi_maps_stats *ret,
-			   uint64_t ret_stops[CFI_STOP_NR]);
+void sampler__tables_stats(struct sampler *s, struct cfi_maps_stats *ret);

@@ -315,9 +315,8 @@ int profd__end_session(struct profd *p, unsigned slot, const char *reason)
 		 (unsigned long long)session__samples(s));
 	if (session__unwind(s) == UNWIND_MODE_TABLES && p->env.sampler) {
 		struct cfi_maps_stats t;
-		uint64_t stops[CFI_STOP_NR];
 
-		sampler__tables_stats(p->env.sampler, &t, stops);
+		sampler__tables_stats(p->env.sampler, &t);
 		log_info("unwind tables: %llu processes, %llu modules with rows (%llu without, "
 			 "%llu not needed so far, %llu refused), %.1f of %.1f MiB of rows, %.1f s "
 			 "compiling so far",

@@ -200,13 +200,6 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 		if (r < 0)
 			goto fail;
 	}
-	/* The tables load on the sampler's thread; the first samples fall back meanwhile. */
-	if (cfg.cfi_walk && env->sampler) {
-		r = sampler__tables_add(env->sampler, p->pid);
-		if (r < 0)
-			goto fail;
-		s->main->tables_asked = true;
-	}
 	/* Without a sampler (tests, replays) the caller feeds the records itself. */
 	if (env->sampler)
 		r = sampler__start(env->sampler, slot, p->pid, p->freq_hz, &cfg, &s->event);
@@ -214,6 +207,13 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 		s->event = "cpu-clock", r = 0;
 	if (r < 0)
 		goto fail;
+	/* The tables load on the sampler's thread; the first samples fall back meanwhile. */
+	if (cfg.cfi_walk && env->sampler) {
+		r = sampler__tables_add(env->sampler, p->pid);
+		if (r < 0)
+			goto fail_sampling;
+		s->main->tables_asked = true;
+	}
 	if (p->sampled_event && env->sampler) {
 		uint64_t config, period;
 		uint32_t type;
@@ -272,6 +272,8 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 fail_sampling:
 	if (env->sampler)
 		sampler__stop(env->sampler, slot);
+	if (env->sampler && s->main->tables_asked)
+		sampler__tables_remove(env->sampler, p->pid);
 	/* Samples may already be in the ring buffer: the caller's dispatch drops
 	 * them because the slot is free again. */
 fail:

@@ -54,10 +54,10 @@ struct session_params {
 	unsigned max_stacks;       /* distinct call stacks (and rows waiting for a flush) */
 };
 
-/* One process of a session: the target, or a child it forked (follow_children). */
 /* Modules per process whose table is loaded on demand (unwind "tables"); beyond: fallbacks. */
 #define PROC_TABLE_MODULES 64
 
+/* One process of a session: the target, or a child it forked (follow_children). */
 struct proc {
 	pid_t pid;
 	/* The unwinding thread reads @as under a read lock; refreshes take it for writing. */

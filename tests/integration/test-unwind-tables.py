@@ -8,7 +8,8 @@ its samples are walked in BPF, and the samples that fell back are counted
 by reason in the session; spin-threads (four threads) has the same hottest
 function and per-thread split; a Python program has the same Python hot
 path, Python frames merged into walked stacks; a JIT leaf (no mapping
-file) falls back visibly, counted under no_mapping."""
+file) falls back visibly, counted under no_mapping. Module tables load on
+demand, so each run starts with a few fallbacks (no_process, no_table)."""
 import os
 
 from profdtest import Profd, binary, check, require_root_bpf, run, wait_for_threads
