@@ -68,6 +68,10 @@ def check_deep(d):
     share = t['walked'] / max(s['samples'], 1)
     print('deep-nofp: %.1f%% of samples walked in BPF, fallbacks %r' % (100 * share, t['fallbacks']))
     check(top['root_pct'] == 100.0, 'tables: only %.1f%% of stacks reached the root' % top['root_pct'])
+    out = d.ctl('session', s['id'])[1]
+    line = next((x for x in out.splitlines() if x.startswith('unwind tables:')), '')
+    print('profctl session: %s' % line)
+    check('%d samples walked in BPF' % t['walked'] in line, 'profctl session says %r' % line)
     check(share >= 0.8, 'only %.1f%% of samples walked in BPF' % (100 * share))
     check(s['truncated_stacks'] == 0 and s['missing_user_stacks'] == 0,
           'tables: truncated %d, missing %d' % (s['truncated_stacks'], s['missing_user_stacks']))
