@@ -1,6 +1,7 @@
 /* store.c - the SQLite database: open, migrate, transactions, and the daemon's writes. */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -415,23 +416,25 @@ int store__session_table_walk(struct store *st, int64_t id, uint64_t walked,
 			      const uint64_t fallbacks[CFI_STOP_NR])
 {
 	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_TABLE_WALK];
-	char json[512];
-	size_t len = 0;
+	_cleanup_(json_decrefp) json_t *o = json_object();
+	_cleanup_free_ char *text = NULL;
 
+	if (!o)
+		return -ENOMEM;
 	for (unsigned i = 0; i < CFI_STOP_NR; i++) {
 		/* walked samples stopped at end or max_frames: those are not fallbacks */
 		if (i == CFI_STOP_END || i == CFI_STOP_MAX_FRAMES)
 			continue;
-		len += (size_t)snprintf(json + len, sizeof(json) - len, "%s\"%s\":%llu",
-					len ? "," : "{", cfi_walk_stop_name(i),
-					(unsigned long long)fallbacks[i]);
-		if (len >= sizeof(json) - 2)
-			return -ENOBUFS;
+		if (json_object_set_new(o, cfi_walk_stop_name(i),
+					json_integer((json_int_t)fallbacks[i])) < 0)
+			return -ENOMEM;
 	}
-	snprintf(json + len, sizeof(json) - len, "}");
+	text = json_dumps(o, JSON_COMPACT);
+	if (!text)
+		return -ENOMEM;
 	sqlite3_bind_int64(stmt, 1, id);
 	sqlite3_bind_int64(stmt, 2, (int64_t)walked);
-	sqlite3_bind_text(stmt, 3, json, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(stmt, 3, text, -1, SQLITE_TRANSIENT);
 	return store__step_done(stmt);
 }
 

@@ -205,7 +205,7 @@ int store__session_add_python(struct store *st, int64_t id, uint64_t samples, ui
  * @id to these running totals: @walked CPU samples walked in BPF, and
  * @fallbacks[reason] (enum cfi_walk_stop) that fell back to the stack copy
  * (stored as a JSON object by reason name, END and MAX_FRAMES left out).
- * Returns 0, -ENOBUFS (cannot happen with the fixed names), or -EIO.
+ * Returns 0, -ENOMEM, or -EIO.
  */
 int store__session_table_walk(struct store *st, int64_t id, uint64_t walked,
 			      const uint64_t fallbacks[CFI_STOP_NR]);
