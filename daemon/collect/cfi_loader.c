@@ -114,7 +114,7 @@ static void *loader_main(void *arg)
 		size_t n;
 
 		while (!l->t.stop && l->n_queue == 0)
-			worker_thread__wait(&l->t, now_ns(CLOCK_MONOTONIC) + NSEC_PER_SEC);
+			worker_thread__wait(&l->t, UINT64_MAX); /* no timer: requests kick it */
 		l->t.kicked = false;
 		if (l->t.stop)
 			break;

@@ -50,16 +50,16 @@ static void table_module_wanted(struct profd *p, struct proc *proc, const struct
 	    (size_t)e->kstack_len + e->cfi_frames > ARRAY_SIZE(e->ips))
 		return;
 	pc = e->ips[e->kstack_len + e->cfi_frames - 1];
-	/* the walk looks a return address up at - 1 */
-	mp = addrspace__find(proc->as, e->cfi_frames > 1 ? pc - 1 : pc);
+	if (e->cfi_frames > 1)
+		pc--; /* a return address: the walk looks it up at - 1 */
+	mp = addrspace__find(proc->as, pc);
 	key = mp ? mp->start : pc;
 	for (unsigned i = 0; i < proc->n_table_modules; i++)
 		if (proc->table_modules[i] == key)
 			return;
 	if (proc->n_table_modules >= PROC_TABLE_MODULES)
 		return;
-	if (sampler__tables_load_module(p->env.sampler, proc->pid, e->cfi_frames > 1 ? pc - 1 : pc) ==
-	    0)
+	if (sampler__tables_load_module(p->env.sampler, proc->pid, pc) == 0)
 		proc->table_modules[proc->n_table_modules++] = key;
 }
 
