@@ -129,15 +129,6 @@ int cfi_maps__new(int procs_fd, int modules_fd, int rows_fd, uint32_t rows_cap,
 	return 0;
 }
 
-/* module_key() - the key of mapping @mp in @buf: its build ID, else its path. */
-static const char *module_key(const struct mapping *mp, char *buf, size_t size)
-{
-	if (mp->build_id[0])
-		return mp->build_id;
-	snprintf(buf, size, "path:%s", mp->path);
-	return buf;
-}
-
 /* table_compile() - cfi_table__compile_mapping(), timed in m->stats.compile_ns. */
 static struct cfi_table *table_compile(struct cfi_maps *m, const struct addrspace *as,
 				       const struct mapping *mp)
@@ -312,22 +303,22 @@ static int module_find(const struct cfi_maps *m, const char *key)
 static int module_get(struct cfi_maps *m, const struct addrspace *as, const struct mapping *mp)
 {
 	char buf[PATH_MAX + 8];
-	const char *key = module_key(mp, buf, sizeof(buf));
+	const char *key = cfi_table__key(mp, buf, sizeof(buf));
 	struct cfi_walk_module none = {};
 	struct module *mod = NULL;
 	uint32_t id = 0;
 	int r;
 
-	for (uint32_t i = 0; i < CFI_WALK_MAX_MODULES; i++) {
-		if (m->modules[i].key && strcmp(m->modules[i].key, key) == 0) {
-			m->modules[i].refs++;
-			return (int)i;
-		}
-		if (!mod && !m->modules[i].key) {
+	r = module_find(m, key);
+	if (r >= 0) {
+		m->modules[r].refs++;
+		return r;
+	}
+	for (uint32_t i = 0; i < CFI_WALK_MAX_MODULES && !mod; i++)
+		if (!m->modules[i].key) {
 			mod = &m->modules[i];
 			id = i;
 		}
-	}
 	if (!mod) {
 		m->stats.modules_no_room++;
 		return -ENOSPC;
@@ -373,7 +364,7 @@ void cfi_maps__set_lazy(struct cfi_maps *m, bool lazy)
 int cfi_maps__load_module(struct cfi_maps *m, const struct addrspace *as, const struct mapping *mp)
 {
 	char buf[PATH_MAX + 8];
-	int id = module_find(m, module_key(mp, buf, sizeof(buf))), r;
+	int id = module_find(m, cfi_table__key(mp, buf, sizeof(buf))), r;
 	struct module *mod;
 
 	if (id < 0)
@@ -507,7 +498,7 @@ int cfi_maps__remove_process(struct cfi_maps *m, uint32_t tgid)
 int cfi_maps__module_rows(const struct cfi_maps *m, const struct mapping *mp, uint32_t *ret_rows)
 {
 	char buf[PATH_MAX + 8];
-	const char *key = module_key(mp, buf, sizeof(buf));
+	const char *key = cfi_table__key(mp, buf, sizeof(buf));
 
 	for (size_t i = 0; i < CFI_WALK_MAX_MODULES; i++) {
 		if (m->modules[i].key && strcmp(m->modules[i].key, key) == 0) {

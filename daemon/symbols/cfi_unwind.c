@@ -76,8 +76,12 @@ void cfi_unwinder__free(struct cfi_unwinder *u)
 	free(u);
 }
 
-/* module_key() - the cache key of mapping @m in @buf: its build ID, else its path. */
-static const char *module_key(const struct mapping *m, char *buf, size_t size)
+/*
+ * cfi_table__key() - the key a table of mapping @m is cached and shared by:
+ * its build ID (hex), else "path:" + its path, written in @buf (@size bytes)
+ * then. Points into @m or @buf.
+ */
+const char *cfi_table__key(const struct mapping *m, char *buf, size_t size)
 {
 	if (m->build_id[0])
 		return m->build_id;
@@ -120,7 +124,7 @@ const struct cfi_table *cfi_unwinder__table(struct cfi_unwinder *u, const struct
 					    const struct mapping *m)
 {
 	char buf[PATH_MAX + 8];
-	const char *key = module_key(m, buf, sizeof(buf));
+	const char *key = cfi_table__key(m, buf, sizeof(buf));
 	struct table_entry *e = NULL, *victim = NULL;
 
 	if (u->mru && strcmp(u->mru->key, key) == 0) {

@@ -30,3 +30,4 @@ const struct cfi_table *cfi_unwinder__table(struct cfi_unwinder *u, const struct
 struct debuginfo;
 struct cfi_table *cfi_table__compile_mapping(const struct addrspace *as, const struct mapping *m,
 					     const struct debuginfo *d);
+const char *cfi_table__key(const struct mapping *m, char *buf, size_t size);
