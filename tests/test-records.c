@@ -48,6 +48,28 @@ int main(void)
 	CHECK(!sample_event__valid(e, big));
 	e->stack_size = 0;
 	CHECK(sample_event__valid(e, offsetof(struct sample_event, stack)));
+	e->flags = 0;
+
+	/* The BPF table walk's fields (unwind "tables"). */
+	e->flags = SAMPLE_CFI_TRIED | SAMPLE_CFI_WALKED;
+	e->cfi_stop = CFI_STOP_END;
+	e->cfi_frames = e->ustack_len;
+	CHECK(sample_event__valid(e, head + 8 * 8));		/* walked: PCs only */
+	e->cfi_frames = e->ustack_len + 1;			/* walked, lengths disagree */
+	CHECK(!sample_event__valid(e, big));
+	e->flags = SAMPLE_CFI_WALKED;				/* walked, never tried */
+	e->cfi_frames = e->ustack_len;
+	CHECK(!sample_event__valid(e, big));
+	e->flags = SAMPLE_CFI_TRIED;				/* a fallback */
+	e->cfi_stop = CFI_STOP_NR;				/* unknown stop */
+	CHECK(!sample_event__valid(e, big));
+	e->cfi_stop = CFI_STOP_NO_TABLE;
+	e->cfi_frames = 0xffffffffu;				/* past ips[] */
+	CHECK(!sample_event__valid(e, big));
+	e->cfi_frames = 2;
+	CHECK(sample_event__valid(e, head + 8 * 8));
+	e->flags = 0;
+	e->cfi_stop = e->cfi_frames = 0;
 
 	/* Off-CPU records. */
 	o->kstack_len = 2;
