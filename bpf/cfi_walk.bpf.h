@@ -15,9 +15,11 @@
 
 #include "cfi_walk.h"
 
-/* tgid -> its mappings. */
+/* tgid -> its mappings. Not preallocated: an entry (16 KiB) takes kernel
+ * memory only while a process is loaded, not 4 MiB in every profd. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, CFI_WALK_MAX_PROCS);
 	__type(key, __u32);
 	__type(value, struct cfi_walk_proc);
@@ -32,16 +34,31 @@ struct {
 } cfi_modules SEC(".maps");
 
 /*
- * Every module's rows, one after the other. max_entries is set by user
- * space before load (cfi_maps' rows_cap); mmap-able, so that a module's
- * rows are copied in with one memcpy, not a system call per row.
+ * Every module's rows, one after the other, in the array at slot 0 of
+ * cfi_rows. User space (cfi_maps.c) creates that array, of rows_cap rows,
+ * when the first process is loaded and removes it after the last one: an
+ * array map is allocated whole when created (32 MiB at the default size),
+ * so a profd with no "tables" session pays nothing for it. The template
+ * below only types it; BPF_F_INNER_MAP lets the real one be of another
+ * size (Linux 5.10). mmap-able, so that a module's rows are copied in with
+ * one memcpy, not a system call per row. Slot 0 empty: every walk stops at
+ * CFI_STOP_NO_TABLE.
  */
-struct {
+struct cfi_rows_array {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
-	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(map_flags, BPF_F_MMAPABLE | BPF_F_INNER_MAP);
+	/* sizes, not types: clang gives an inner map's value type to BTF as a
+	 * forward declaration, which libbpf cannot size */
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct cfi_walk_row));
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct cfi_walk_row);
+	__array(values, struct cfi_rows_array);
 } cfi_rows SEC(".maps");
 
 /* Walks per stop reason (enum cfi_walk_stop), per CPU, summed by user space. */
@@ -100,21 +117,26 @@ cfi_find_mapping(const struct cfi_walk_proc *p, __u64 addr)
 /*
  * cfi_find_row() - the row of module @mod covering module address @rel:
  * the last row whose pc is <= @rel. NULL when @rel is below the first row,
- * out of 32 bits, or the search did not end within CFI_WALK_ROW_STEPS.
+ * out of 32 bits, the search did not end within CFI_WALK_ROW_STEPS, or no
+ * row array is in cfi_rows.
  */
 static __always_inline const struct cfi_walk_row *cfi_find_row(const struct cfi_walk_module *mod,
 							       __u64 rel)
 {
-	__u32 first = mod->first, lo = 0, hi = mod->n, key;
+	__u32 first = mod->first, lo = 0, hi = mod->n, key = 0;
+	void *rows;
 
 	if (rel > 0xffffffffull)
+		return NULL;
+	rows = bpf_map_lookup_elem(&cfi_rows, &key);
+	if (!rows)
 		return NULL;
 	for (int i = 0; i < CFI_WALK_ROW_STEPS && lo < hi; i++) {
 		__u32 mid = lo + (hi - lo) / 2;
 		const struct cfi_walk_row *r;
 
 		key = first + mid;
-		r = bpf_map_lookup_elem(&cfi_rows, &key);
+		r = bpf_map_lookup_elem(rows, &key);
 		if (!r)
 			return NULL;
 		if (r->pc <= (__u32)rel)
@@ -125,7 +147,7 @@ static __always_inline const struct cfi_walk_row *cfi_find_row(const struct cfi_
 	if (lo == 0 || lo < hi)
 		return NULL;
 	key = first + lo - 1;
-	return bpf_map_lookup_elem(&cfi_rows, &key);
+	return bpf_map_lookup_elem(rows, &key);
 }
 
 /*

@@ -138,7 +138,6 @@ static int run_load(struct run *run, pid_t tgid, const struct run_config *cfg)
 	/* woken per 1/16 of the ring, as the sampler is (its reader polls every 50 ms too) */
 	run->skel->rodata->wakeup_bytes = RINGBUF_BYTES / 16;
 	if (bpf_map__set_max_entries(run->skel->maps.scratch, (uint32_t)ncpus) < 0 ||
-	    bpf_map__set_max_entries(run->skel->maps.cfi_rows, cfg->rows_cap) < 0 ||
 	    bpf_map__set_max_entries(run->skel->maps.events, RINGBUF_BYTES) < 0)
 		SETUP_FAIL("bpf_map__set_max_entries: %m");
 	r = cfi_walk_test_bpf__load(run->skel);

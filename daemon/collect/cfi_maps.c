@@ -6,8 +6,9 @@
  * Modules are reference-counted by the processes that map them and their
  * rows freed with the last one.
  *
- * Owns: the module and process bookkeeping and the mmap of cfi_rows (not
- * the map fds, which belong to the BPF object). Files are untrusted: a
+ * Owns: the module and process bookkeeping, and the row array in slot 0
+ * of cfi_rows with its mmap, made for the first process and dropped after
+ * the last (not the other map fds, which belong to the BPF object). Files are untrusted: a
  * module that cannot be opened or compiled gets no rows and is remembered
  * as such. Not thread-safe.
  *
@@ -73,8 +74,9 @@ struct proc {
 };
 
 struct cfi_maps {
-	int procs_fd, modules_fd, rows_fd;
-	struct cfi_walk_row *rows; /* cfi_rows, mmap'ed */
+	int procs_fd, modules_fd, rows_outer_fd;
+	int rows_fd;		   /* the row array in cfi_rows' slot 0; -1 while no process */
+	struct cfi_walk_row *rows; /* rows_fd, mmap'ed */
 	size_t rows_map_bytes;
 	struct module modules[CFI_WALK_MAX_MODULES];
 	struct proc *procs;
@@ -87,19 +89,17 @@ struct cfi_maps {
 /*
  * cfi_maps__new() - the loader of a loaded BPF object's cfi_procs,
  * cfi_modules and cfi_rows maps (their fds: borrowed, they must outlive
- * the loader). @rows_cap: cfi_rows' max_entries, 1..CFI_WALK_MAX_ROWS, as
- * set with bpf_map__set_max_entries() before load (CFI_MAPS_DEFAULT_ROWS:
- * 32 MiB). Separate debug files are searched as the unwinder does
- * ($PROFD_DEBUG_PATH, /usr/lib/debug). Returns 0 and *@ret, -EINVAL for a
- * bad @rows_cap, -ENOMEM, or mmap's -errno (a map without BPF_F_MMAPABLE:
- * -EINVAL). Does not log.
+ * the loader). @rows_cap: the size in rows of the row array that the first
+ * cfi_maps__add_process() creates and puts in cfi_rows (@rows_outer_fd),
+ * 1..CFI_WALK_MAX_ROWS (CFI_MAPS_DEFAULT_ROWS: 32 MiB); nothing is
+ * allocated for rows before that. Separate debug files are searched as the
+ * unwinder does ($PROFD_DEBUG_PATH, /usr/lib/debug). Returns 0 and *@ret,
+ * -EINVAL for a bad @rows_cap, -ENOMEM. Does not log.
  */
-int cfi_maps__new(int procs_fd, int modules_fd, int rows_fd, uint32_t rows_cap,
+int cfi_maps__new(int procs_fd, int modules_fd, int rows_outer_fd, uint32_t rows_cap,
 		  struct cfi_maps **ret)
 {
 	struct cfi_maps *m;
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	void *p;
 
 	if (rows_cap == 0 || rows_cap > CFI_WALK_MAX_ROWS)
 		return -EINVAL;
@@ -108,25 +108,69 @@ int cfi_maps__new(int procs_fd, int modules_fd, int rows_fd, uint32_t rows_cap,
 		return -ENOMEM;
 	m->procs_fd = procs_fd;
 	m->modules_fd = modules_fd;
-	m->rows_fd = rows_fd;
-	m->rows_map_bytes =
-	    ((size_t)rows_cap * sizeof(struct cfi_walk_row) + page - 1) & ~(page - 1);
-	p = mmap(NULL, m->rows_map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, rows_fd, 0);
-	if (p == MAP_FAILED) {
-		int r = -errno;
-
-		free(m);
-		return r;
-	}
-	m->rows = p;
+	m->rows_outer_fd = rows_outer_fd;
+	m->rows_fd = -1;
 	m->stats.rows_cap = rows_cap;
 	if (debuginfo__init(&m->debuginfo, getenv("PROFD_DEBUG_PATH"), true) < 0) {
-		munmap(m->rows, m->rows_map_bytes);
 		free(m);
 		return -ENOMEM;
 	}
 	*ret = m;
 	return 0;
+}
+
+/*
+ * rows_open() - create the row array (stats.rows_cap rows, allocated whole
+ * by the kernel), mmap it and put it in slot 0 of cfi_rows. Returns 0, or
+ * bpf_map_create()'s, mmap()'s or the update's -errno (nothing is left
+ * behind).
+ */
+static int rows_open(struct cfi_maps *m)
+{
+	LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_MMAPABLE | BPF_F_INNER_MAP);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uint32_t zero = 0;
+	void *p;
+	int fd, r;
+
+	fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "cfi_rows_array", sizeof(uint32_t),
+			    sizeof(struct cfi_walk_row), (uint32_t)m->stats.rows_cap, &opts);
+	if (fd < 0)
+		return -errno;
+	m->rows_map_bytes =
+	    ((size_t)m->stats.rows_cap * sizeof(struct cfi_walk_row) + page - 1) & ~(page - 1);
+	p = mmap(NULL, m->rows_map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	if (bpf_map_update_elem(m->rows_outer_fd, &zero, &fd, BPF_ANY) < 0) {
+		r = -errno;
+		munmap(p, m->rows_map_bytes);
+		close(fd);
+		return r;
+	}
+	m->rows = p;
+	m->rows_fd = fd;
+	return 0;
+}
+
+/*
+ * rows_close() - take the row array out of cfi_rows and let it go (the
+ * kernel frees it once no walk holds it: after an RCU grace period).
+ */
+static void rows_close(struct cfi_maps *m)
+{
+	uint32_t zero = 0;
+
+	if (m->rows_fd < 0)
+		return;
+	bpf_map_delete_elem(m->rows_outer_fd, &zero);
+	munmap(m->rows, m->rows_map_bytes);
+	close(m->rows_fd);
+	m->rows = NULL;
+	m->rows_fd = -1;
 }
 
 /* table_compile() - cfi_table__compile_mapping(), timed in m->stats.compile_ns. */
@@ -395,8 +439,9 @@ static struct proc *proc_find(struct cfi_maps *m, uint32_t tgid)
  * earlier one (addrspace keeps mappings that went away), are left out and
  * counted. Returns 0, -ENOSPC when cfi_procs is full (counted; the
  * process's samples stop at CFI_STOP_NO_PROCESS), -ENOMEM, or a map
- * update's -errno. On failure a previous entry of @tgid is left as it
- * was. Blocks: opens and compiles files (tens of ms for libc, seconds for
+ * update's -errno (for the first process also the creation of the row
+ * array: -ENOMEM, -EPERM). On failure a previous entry of @tgid is left
+ * as it was. Blocks: opens and compiles files (tens of ms for libc, seconds for
  * libtorch_cpu.so). Does not log.
  */
 int cfi_maps__add_process(struct cfi_maps *m, uint32_t tgid, const struct addrspace *as)
@@ -419,6 +464,11 @@ int cfi_maps__add_process(struct cfi_maps *m, uint32_t tgid, const struct addrsp
 	ids = calloc(MIN(n_maps, (size_t)CFI_WALK_MAX_MAPPINGS) + 1, sizeof(*ids));
 	if (!ids)
 		return -ENOMEM;
+	if (m->rows_fd < 0) {
+		r = rows_open(m);
+		if (r < 0)
+			return r;
+	}
 	for (size_t i = 0; i < n_maps; i++) {
 		const struct mapping *mp = &maps[i];
 
@@ -467,6 +517,8 @@ int cfi_maps__add_process(struct cfi_maps *m, uint32_t tgid, const struct addrsp
 fail:
 	for (size_t i = 0; i < n; i++)
 		module_put(m, ids[i]);
+	if (m->n_procs == 0)
+		rows_close(m);
 	return r;
 }
 
@@ -487,6 +539,8 @@ int cfi_maps__remove_process(struct cfi_maps *m, uint32_t tgid)
 	free(p->modules);
 	*p = m->procs[--m->n_procs];
 	m->stats.procs--;
+	if (m->n_procs == 0)
+		rows_close(m); /* every module went with its last process */
 	return 0;
 }
 
@@ -516,8 +570,9 @@ const struct cfi_maps_stats *cfi_maps__stats(const struct cfi_maps *m)
 }
 
 /*
- * cfi_maps__free() - free @m's bookkeeping and unmap cfi_rows; the map
- * entries stay (they go with the BPF object). Accepts NULL.
+ * cfi_maps__free() - free @m's bookkeeping and the row array; the entries
+ * of cfi_procs and cfi_modules stay (they go with the BPF object). Accepts
+ * NULL.
  */
 void cfi_maps__free(struct cfi_maps *m)
 {
@@ -528,8 +583,7 @@ void cfi_maps__free(struct cfi_maps *m)
 	free(m->procs);
 	for (size_t i = 0; i < CFI_WALK_MAX_MODULES; i++)
 		free(m->modules[i].key);
-	if (m->rows)
-		munmap(m->rows, m->rows_map_bytes);
+	rows_close(m);
 	debuginfo__done(&m->debuginfo);
 	free(m);
 }

@@ -17,8 +17,9 @@
 #include "symbols/symbolize.h"
 
 /*
- * The default size of the row array: 4 Mi rows, 32 MiB, allocated whole
- * when the BPF object is loaded. libtorch_cpu.so needs 1.4 Mi rows (10.7
+ * The default size of the row array: 4 Mi rows, 32 MiB of kernel memory,
+ * allocated whole when the first process is loaded and freed after the
+ * last one leaves. libtorch_cpu.so needs 1.4 Mi rows (10.7
  * MiB); a Debian python3 that imported torch maps 315 modules needing 5.9 Mi
  * rows (44.7 MiB), most of them libraries it never runs (libgdal, librsvg,
  * libavcodec...): loaded in address order, the ones that do not fit are

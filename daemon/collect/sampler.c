@@ -183,11 +183,6 @@ int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler 
 	r = cpu_maps_resize(s->skel, s->nr_cpus);
 	if (r < 0)
 		return r;
-	/* Allocated whole at load (32 MiB of kernel memory), used only by
-	 * sessions with unwind "tables". */
-	r = bpf_map__set_max_entries(s->skel->maps.cfi_rows, CFI_MAPS_DEFAULT_ROWS);
-	if (r < 0)
-		return r;
 	/* A wakeup per sample cost three context switches per sample (the
 	 * reader, the unwinding thread, the reader again): about a third of
 	 * profd's CPU at 999 Hz. Batches of about 1/16 of the ring instead; the

@@ -9,8 +9,12 @@ by reason in the session; spin-threads (four threads) has the same hottest
 function and per-thread split; a Python program has the same Python hot
 path, Python frames merged into walked stacks; a JIT leaf (no mapping
 file) falls back visibly, counted under no_mapping. Module tables load on
-demand, so each run starts with a few fallbacks (no_process, no_table)."""
+demand, so each run starts with a few fallbacks (no_process, no_table).
+The row array (32 MiB of kernel memory) exists only while a tables session
+runs: not in an idle profd, not after the session ends."""
+import glob
 import os
+import time
 
 from profdtest import Profd, binary, check, require_root_bpf, run, wait_for_threads
 
@@ -24,6 +28,31 @@ def names(frames):
     return [f['function'] for f in frames]
 
 
+def row_arrays(pid):
+    """Process @pid's BPF array maps of at least 1 Mi entries (the CFI row
+    array), from /proc/PID/fdinfo: a list of their memlock bytes."""
+    found = []
+    for path in glob.glob('/proc/%d/fdinfo/*' % pid):
+        try:
+            with open(path) as f:
+                info = dict(line.split(':', 1) for line in f if ':' in line)
+        except OSError:  # an fd closed meanwhile
+            continue
+        if info.get('map_type', '').strip() == '2' and int(info.get('max_entries', '0')) >= 1 << 20:
+            found.append(int(info.get('memlock', '0')))
+    return found
+
+
+def wait_row_arrays(d, present, what):
+    """Wait up to 5 s until profd has a row array (@present) or none."""
+    deadline = time.time() + 5
+    while bool(row_arrays(d.proc.pid)) != present and time.time() < deadline:
+        time.sleep(0.05)
+    arrays = row_arrays(d.proc.pid)
+    print('%s: row arrays %r' % (what, arrays))
+    check(bool(arrays) == present, '%s: profd has row arrays %r' % (what, arrays))
+
+
 def session_run(d, argv, mode, threads=1, extra=()):
     """Run @argv to its end in a session with --unwind @mode; (session object, top, hotpaths)."""
     w = d.spawn(*argv)
@@ -33,8 +62,12 @@ def session_run(d, argv, mode, threads=1, extra=()):
         while line and not line.startswith('ready'):
             line = w.stdout.readline()
     sid = d.json('attach', w.pid, '--unwind', mode, '--freq', '397', *extra)['session']
+    if mode == 'tables':
+        wait_row_arrays(d, True, 'during a tables session')
     w.wait(timeout=60)
     s = d.wait_ended(sid)
+    if mode == 'tables':
+        wait_row_arrays(d, False, 'after the tables session')
     top = d.json('top', sid, '--limit', '10000')
     paths = d.json('hotpaths', sid, '--limit', '20')['paths']
     t = s['unwind_tables']
@@ -138,6 +171,7 @@ def check_jit(d):
 def test():
     require_root_bpf()
     with Profd() as d:
+        wait_row_arrays(d, False, 'idle profd')
         check_deep(d)
         check_spin(d)
         check_python(d)
