@@ -478,6 +478,8 @@ int main(int argc, char **argv)
 	/* Before any thread: a fixed threshold also stops glibc from moving it. */
 	if (mallopt(GLIBC_M_MMAP_THRESHOLD, PROFD_MMAP_THRESHOLD_BYTES) != 1)
 		log_warning("cannot set malloc's mmap threshold; reports may leave memory resident");
+	if (store__init_library() < 0)
+		log_warning("SQLite was initialized before profd set it up");
 	r = options__parse(argc, argv, &cfg);
 	if (r <= 0) {
 		config__done(&cfg);

@@ -210,6 +210,12 @@ static int migrate(struct store *st)
 	return r;
 }
 
+int store__init_library(void)
+{
+	/* sqlite.org/c3ref/c_config_covering_index_scan.html#sqliteconfigmemstatus */
+	return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0) == SQLITE_OK ? 0 : -EBUSY;
+}
+
 int store__open(const char *path, struct store **ret_store)
 {
 	struct store *st;
@@ -237,8 +243,9 @@ int store__open(const char *path, struct store **ret_store)
 	}
 	close(fd);
 
-	if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
-	    SQLITE_OK)
+	if (sqlite3_open_v2(path, &st->db,
+			    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+			    NULL) != SQLITE_OK)
 		return -EIO;
 	sqlite3_busy_timeout(st->db, 5000);
 	sqlite3_extended_result_codes(st->db, 1);

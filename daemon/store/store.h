@@ -48,9 +48,20 @@ struct store_counts {
 };
 
 /*
+ * store__init_library() - set SQLite up for profd, before its first use in
+ * the process and before any thread: no memory statistics (with them,
+ * every allocation SQLite makes takes one process-wide mutex; profd reads
+ * none of sqlite3_status(), sqlite3_memory_used() or heap limits). Returns
+ * 0, or -EBUSY when SQLite was already initialized (then nothing changed).
+ */
+int store__init_library(void);
+
+/*
  * store__open() - open or create the database at @path (mode 0600: created
  * so, or made so if others could read it), switch it to WAL, and apply the migrations in schema/ that
  * PRAGMA user_version says are missing, each in its own transaction.
+ * The connection has no mutex of its own (SQLITE_OPEN_NOMUTEX): a store
+ * is used by one thread at a time (profd's event loop).
  * Returns 0, -EIO if SQLite fails (the message is in store__errmsg() of a
  * half-open store, so *@ret_store is set even then, and must be closed),
  * -EPROTO if the database is newer than this profd, -ENOMEM.
