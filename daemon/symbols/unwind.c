@@ -40,8 +40,12 @@
 #define STACK_MAX_BYTES 65536
 /*
  * Address spaces whose Dwfl is kept. Each Dwfl holds one open fd per ELF
- * file of its process (libdwfl keeps the fd for the life of the module), so
- * this bounds the fds too: about CACHE_MAX times the number of libraries.
+ * file it reported (libdwfl keeps the fd for the life of the module), and a
+ * file is reported the first time a walk reaches a PC in it (as perf's
+ * unwind-libdw.c does): the fds are about CACHE_MAX times the number of
+ * files the process's stacks go through (tens for a PyTorch job), not
+ * CACHE_MAX times every library it maps (315 for one: reporting them all
+ * took profd past 20,000 fds on a job that forks DataLoader workers).
  */
 #define CACHE_MAX 32
 /* The tid of the one thread each Dwfl pretends to have (any value > 0). */
@@ -62,6 +66,7 @@ struct cfi_slot {
 struct as_entry {
 	const struct addrspace *as; /* NULL: free slot */
 	struct mapping *maps;	    /* copy of addrspace__mappings() at build time */
+	bool *tried;		    /* tried[i]: maps[i]'s file was reported, or failed to be */
 	size_t n_maps;
 	Dwfl *dwfl;		    /* NULL: no module could be reported (nothing to unwind with) */
 	struct cfi_slot *cfi_cache; /* CFI_CACHE_SLOTS, allocated with @dwfl */
@@ -178,6 +183,7 @@ static void entry_clear(struct as_entry *e)
 		dwfl_end(e->dwfl); /* closes the fds dwfl_report_elf() consumed */
 	free(e->cfi_cache);
 	free(e->maps);
+	free(e->tried);
 	*e = (struct as_entry){};
 }
 
@@ -210,35 +216,90 @@ static bool mapping_eq(const struct mapping *a, const struct mapping *b)
 	       a->load_bias == b->load_bias && a->path == b->path && a->build_id == b->build_id;
 }
 
-/* reported_before() - whether a mapping before @i maps the same file at the same bias. */
-static bool reported_before(const struct mapping *maps, size_t i)
+/*
+ * report_mapping() - report the file of mapping @i of @e to its Dwfl, at its
+ * load bias (add_p_vaddr: module address = ELF address + bias, whatever the
+ * first PT_LOAD's address), opened by addrspace__open_image() (build ID
+ * checked; [vdso] from our own copy), once: every mapping of the same file
+ * at the same bias is marked tried with it. A file that cannot be opened is
+ * left out (its frames stop the walk with UNWIND_NO_CFI) and tried again
+ * after RETRY_NS (EMFILE, say, can pass). Can be called between frames of a
+ * walk: libdwfl looks a frame's module up when it unwinds it. Returns
+ * whether the file is now in the Dwfl.
+ */
+static bool report_mapping(struct unwinder *u, struct as_entry *e, Dwfl *dwfl, size_t i)
 {
-	for (size_t j = 0; j < i; j++)
-		if (maps[j].path == maps[i].path && maps[j].load_bias == maps[i].load_bias)
-			return true;
-	return false;
+	const struct mapping *m = &e->maps[i];
+	char path[PATH_MAX + 64];
+	Dwfl_Module *dm = NULL;
+	int fd;
+
+	for (size_t j = 0; j < e->n_maps; j++)
+		if (e->maps[j].path == m->path && e->maps[j].load_bias == m->load_bias)
+			e->tried[j] = true;
+	fd = addrspace__open_image(e->as, m, path, sizeof(path));
+	if (fd < 0) {
+		if (m->path[0] == '/' && !e->retry_ns) /* a file may come back: retried */
+			e->retry_ns = now_ns(CLOCK_MONOTONIC) + RETRY_NS;
+		return false;
+	}
+	dwfl_report_begin_add(dwfl);
+	dm = dwfl_report_elf(dwfl, m->path, path, fd, m->load_bias, true);
+	dwfl_report_end(dwfl, NULL, NULL);
+	if (!dm) {
+		close(fd); /* not consumed on failure (an overlap, a bad ELF) */
+		return false;
+	}
+	debuginfo__attach(dm, &u->debuginfo);
+	return true;
+}
+
+/* mapping_index() - the index in @e->maps (sorted by start) of the mapping holding @addr, or -1. */
+static ssize_t mapping_index(const struct as_entry *e, uint64_t addr)
+{
+	size_t lo = 0, hi = e->n_maps;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (addr < e->maps[mid].start)
+			hi = mid;
+		else if (addr >= e->maps[mid].end)
+			lo = mid + 1;
+		else
+			return (ssize_t)mid;
+	}
+	return -1;
+}
+
+/* report_pc() - make sure the file holding @pc, if any, has been reported to @e's Dwfl. */
+static void report_pc(struct unwinder *u, struct as_entry *e, uint64_t pc)
+{
+	ssize_t i = mapping_index(e, pc);
+
+	if (i >= 0 && !e->tried[i])
+		report_mapping(u, e, e->dwfl, (size_t)i);
 }
 
 /*
- * entry_build() - a Dwfl for @as in the free slot @e: each file mapped
- * executable is reported once, at its load bias (add_p_vaddr: module address
- * = ELF address + bias, whatever the first PT_LOAD's address), opened by
- * addrspace__open_file() (build ID checked). A file that cannot be opened
- * is left out (its frames stop the walk with UNWIND_NO_CFI) and tried again
- * after RETRY_NS (EMFILE, say, can pass). Returns 0 (e->dwfl NULL if no file
- * could be reported) or -ENOMEM.
+ * entry_build() - a Dwfl for @as in the free slot @e, with one file
+ * reported: the one holding @pc (the sampled PC), else the first that can
+ * be (libdwfl takes the machine from it at dwfl_attach_state()). The rest
+ * are reported as walks reach them (report_pc()). Returns 0 (e->dwfl NULL
+ * if no file could be reported) or -ENOMEM.
  */
-static int entry_build(struct unwinder *u, struct as_entry *e, const struct addrspace *as)
+static int entry_build(struct unwinder *u, struct as_entry *e, const struct addrspace *as,
+		       uint64_t pc)
 {
 	size_t n;
 	const struct mapping *maps = addrspace__mappings(as, &n);
-	size_t reported = 0;
-	bool missing = false;
-	Dwfl_Module *dm;
+	bool reported = false;
+	ssize_t first;
 	Dwfl *dwfl;
 
 	e->maps = calloc(n ? n : 1, sizeof(*e->maps));
-	if (!e->maps)
+	e->tried = calloc(n ? n : 1, sizeof(*e->tried));
+	if (!e->maps || !e->tried)
 		return -ENOMEM;
 	memcpy(e->maps, maps, n * sizeof(*maps));
 	e->n_maps = n;
@@ -248,31 +309,14 @@ static int entry_build(struct unwinder *u, struct as_entry *e, const struct addr
 	dwfl = e->cfi_cache ? dwfl_begin(&u->debuginfo.callbacks) : NULL;
 	if (!dwfl)
 		return -ENOMEM;
-	dwfl_report_begin(dwfl);
-	for (size_t i = 0; i < n; i++) {
-		const struct mapping *m = &maps[i];
-		char path[PATH_MAX + 64];
-		int fd = -1;
-
-		if (reported_before(maps, i))
-			continue;
-		fd = addrspace__open_image(as, m, path, sizeof(path));
-		if (fd < 0) {
-			missing |= m->path[0] == '/'; /* a file may come back: retried */
-			continue;
-		}
-		dm = dwfl_report_elf(dwfl, m->path, path, fd, m->load_bias, true);
-		if (!dm) {
-			close(fd); /* not consumed on failure (an overlap, a bad ELF) */
-			continue;
-		}
-		debuginfo__attach(dm, &u->debuginfo);
-		reported++;
-	}
-	dwfl_report_end(dwfl, NULL, NULL);
-	e->retry_ns = missing ? now_ns(CLOCK_MONOTONIC) + RETRY_NS : 0;
+	first = mapping_index(e, pc);
+	if (first >= 0)
+		reported = report_mapping(u, e, dwfl, (size_t)first);
+	for (size_t i = 0; i < n && !reported; i++)
+		if (!e->tried[i])
+			reported = report_mapping(u, e, dwfl, i);
 	/* the pid is only a label here: memory and registers come from the sample */
-	if (reported == 0 || !dwfl_attach_state(dwfl, NULL, FAKE_TID, &thread_callbacks, u)) {
+	if (!reported || !dwfl_attach_state(dwfl, NULL, FAKE_TID, &thread_callbacks, u)) {
 		dwfl_end(dwfl);
 		return 0;
 	}
@@ -291,7 +335,7 @@ static int entry_build(struct unwinder *u, struct as_entry *e, const struct addr
  * per sample, well under a microsecond for hundreds of mappings, and what
  * keeps a Dwfl from outliving the address space it describes.
  */
-static struct as_entry *entry_get(struct unwinder *u, const struct addrspace *as)
+static struct as_entry *entry_get(struct unwinder *u, const struct addrspace *as, uint64_t pc)
 {
 	size_t n;
 	const struct mapping *maps = addrspace__mappings(as, &n);
@@ -319,7 +363,7 @@ static struct as_entry *entry_get(struct unwinder *u, const struct addrspace *as
 		e = victim;
 		entry_clear(e);
 	}
-	if (!e->as && entry_build(u, e, as) < 0) {
+	if (!e->as && entry_build(u, e, as, pc) < 0) {
 		entry_clear(e);
 		return NULL;
 	}
@@ -435,6 +479,7 @@ static int frame_cb(Dwfl_Frame *state, void *arg)
 	}
 	u->last_sp = sp;
 	u->n++;
+	report_pc(u, u->entry, u->last_lookup_pc);
 	if (!pc_has_cfi(u->entry, u->last_lookup_pc)) {
 		walk_stop(u, UNWIND_NO_CFI);
 		return DWARF_CB_ABORT;
@@ -475,7 +520,8 @@ static enum unwind_status walk_status(struct unwinder *u, Dwfl *dwfl, int r)
  *   CACHE_MAX, least recently used evicted), rebuilt when addrspace__mappings()
  *   no longer equals what it was built from.
  * @as: the sampled process's mappings; each executable ELF file is opened
- *   once per Dwfl with addrspace__open_file() and reported at its load bias;
+ *   with addrspace__open_file() and reported at its load bias, once per
+ *   Dwfl, the first time a walk reaches a PC in it;
  *   [vdso] is unwound with a copy of our own vDSO.
  * @regs: UNWIND_NREGS user registers, DWARF numbering.
  * @stack, @stack_len: the bytes copied from the user stack starting at
@@ -518,7 +564,7 @@ int unwinder__unwind(struct unwinder *u, const struct addrspace *as, const uint6
 		*ret_status = UNWIND_TRUNCATED;
 		return 0;
 	}
-	e = entry_get(u, as);
+	e = entry_get(u, as, regs[UNWIND_REG_IP]);
 	if (!e)
 		return -ENOMEM;
 	if (!e->dwfl) {
