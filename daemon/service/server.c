@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "io.h"
+#include "log.h"
 #include "protocol.h"
 #include "service/server.h"
 #include "util.h"
@@ -41,6 +42,14 @@ struct server {
 	struct client *clients;
 	unsigned nr_clients;
 	uint64_t last_id;
+	/*
+	 * An fd kept open for the moment profd has no other (EMFILE): closed,
+	 * it lets accept() take a waiting client to tell it so, instead of
+	 * leaving it in the backlog, and the loop spinning on a socket that
+	 * stays readable. -1 if it could not be reopened.
+	 */
+	int spare_fd;
+	bool out_of_fds; /* logged for this shortage */
 };
 
 json_t *json_error_response(int err, const char *fmt, ...)
@@ -294,6 +303,49 @@ int server__reply(struct server *srv, uint64_t client, json_t *resp)
 	return 0;
 }
 
+/* refuse() - answer a client just accepted with @resp (consumed), without waiting, and close it. */
+static void refuse(int fd, json_t *resp)
+{
+	char *text = json_dumps(resp, JSON_COMPACT | JSON_REAL_PRECISION(15));
+
+	if (text) {
+		send(fd, text, strlen(text), MSG_NOSIGNAL | MSG_DONTWAIT);
+		send(fd, "\n", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	}
+	free(text);
+	json_decref(resp);
+	close(fd);
+}
+
+static int open_spare(void)
+{
+	return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/*
+ * accept_out_of_fds() - accept(2) failed with EMFILE or ENFILE: take the
+ * first waiting client with the spare fd and tell it, then take the spare
+ * back. Returns whether a client was told (the backlog may hold more).
+ */
+static bool accept_out_of_fds(struct server *srv, int err)
+{
+	int fd;
+
+	if (!srv->out_of_fds)
+		log_error("Out of file descriptors (%s): clients are refused until some close",
+			  strerror(err));
+	srv->out_of_fds = true;
+	if (srv->spare_fd < 0)
+		return false;
+	close(srv->spare_fd);
+	fd = accept4(srv->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	if (fd >= 0)
+		refuse(fd, json_error_response(-err, "profd is out of file descriptors (%s)",
+					       strerror(err)));
+	srv->spare_fd = open_spare();
+	return fd >= 0;
+}
+
 static void server_on_event(struct watch *w, uint32_t events)
 {
 	struct server *srv = (struct server *)w;
@@ -305,20 +357,15 @@ static void server_on_event(struct watch *w, uint32_t events)
 		int fd;
 
 		fd = accept4(srv->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE) && accept_out_of_fds(srv, errno))
+			continue;
 		if (fd < 0)
 			return; /* EAGAIN, or a transient error: epoll will tell us again */
+		if (srv->spare_fd < 0)
+			srv->spare_fd = open_spare();
+		srv->out_of_fds = false;
 		if (srv->nr_clients >= MAX_CLIENTS) {
-			json_t *resp =
-			    json_error_response(-EBUSY, "too many clients (%d)", MAX_CLIENTS);
-			char *text = json_dumps(resp, JSON_COMPACT | JSON_REAL_PRECISION(15));
-
-			if (text) {
-				send(fd, text, strlen(text), MSG_NOSIGNAL | MSG_DONTWAIT);
-				send(fd, "\n", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-			}
-			free(text);
-			json_decref(resp);
-			close(fd);
+			refuse(fd, json_error_response(-EBUSY, "too many clients (%d)", MAX_CLIENTS));
 			continue;
 		}
 		c = calloc(1, sizeof(*c));
@@ -426,6 +473,7 @@ static int server_adopt(int fd, const char *path, int epfd, server_handler_fn fn
 	if (!srv)
 		return -ENOMEM;
 	srv->fd = -1;
+	srv->spare_fd = open_spare();
 	if (path) {
 		srv->path = strdup(path);
 		if (!srv->path) {
@@ -470,6 +518,8 @@ void server__free(struct server *srv)
 		if (srv->path)
 			unlink(srv->path);
 	}
+	if (srv->spare_fd >= 0)
+		close(srv->spare_fd);
 	free(srv->path);
 	free(srv);
 }

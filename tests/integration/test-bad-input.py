@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Bad input gets a clear error and the daemon keeps answering: a PID that
 does not exist, a kernel thread, a zombie (no session created), PID 0, a string, a 10 MiB request, invalid JSON, an unknown
-command, an unknown session, a client that disconnects mid-line."""
+command, an unknown session, a client that disconnects mid-line. Out of
+file descriptors: a client that profd cannot take is told so (EMFILE), not
+left waiting, and profd answers again once fds are free."""
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
+import time
 
 from profdtest import Profd, check, require_root_bpf, run
 
@@ -41,6 +45,41 @@ def expect_error(resp, code, what):
     check(resp.get('ok') is False and resp.get('v') == 1, '%s: not an error: %r' % (what, resp))
     check(resp['error']['code'] == code, '%s: code %r, expected %s (%r)' % (what, resp['error']['code'], code, resp))
     check(resp['error']['message'], '%s: empty message' % what)
+
+
+def out_of_fds(d):
+    """profd's fd limit lowered to what it uses + 8, then 40 clients connect
+    and wait: the ones it cannot take get an EMFILE answer at once."""
+    pid = d.proc.pid
+    used = len(os.listdir('/proc/%d/fd' % pid))
+    limit = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (used + 8, limit[1]))
+    held, told = [], []
+    try:
+        for _ in range(40):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(d.socket)
+            held.append(s)
+        deadline = time.time() + 10
+        for s in held:
+            s.settimeout(max(0.05, deadline - time.time()))
+            try:
+                line = s.recv(4096)
+            except socket.timeout:
+                continue
+            if line:
+                told.append(json.loads(line.decode()))
+        print('out of fds: %d fds used, limit %d: %d of 40 waiting clients told %r' % (
+            used, used + 8, len(told), told[:1]))
+        check(len(told) >= 20, 'only %d of 40 clients got an answer with profd out of fds' % len(told))
+        for resp in told:
+            expect_error(resp, 'EMFILE', 'client beyond the fd limit')
+        check('Out of file descriptors' in d.logtext(), 'profd did not log its fd shortage')
+    finally:
+        for s in held:
+            s.close()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, limit)
+    time.sleep(0.2)
 
 
 def test():
@@ -137,6 +176,8 @@ def test():
         check(p.returncode == 1 and 'cannot connect' in p.stderr and len(p.stderr.strip().splitlines()) == 1,
               'no daemon: rc %d stderr %r' % (p.returncode, p.stderr))
 
+        out_of_fds(d)
+        alive()
         check(d.proc.poll() is None, 'profd died:\n' + d.logtext())
 
     # Without CAP_BPF/CAP_PERFMON/CAP_SYS_ADMIN profd refuses to start, clearly.
