@@ -249,26 +249,31 @@ void elf_build_id_hex(Elf *e, char buf[static 2 * BUILD_ID_MAX_BYTES + 1])
 /* as_file_read_elf() - fill @f's build ID and PT_LOAD headers from @e; false if unreadable. */
 static bool as_file_read_elf(struct as_file *f, Elf *e)
 {
+	struct elf_load loads[ELF_MAX_LOADS];
+	size_t phnum, n = 0;
 	GElf_Ehdr ehdr;
-	size_t phnum;
 
 	if (!gelf_getehdr(e, &ehdr) || elf_getphdrnum(e, &phnum) < 0)
 		return false;
-	f->n_loads = 0;
-	for (size_t i = 0; i < phnum && f->n_loads < ELF_MAX_LOADS; i++) {
+	for (size_t i = 0; i < phnum && n < ELF_MAX_LOADS; i++) {
 		GElf_Phdr ph;
 
 		if (!gelf_getphdr(e, (int)i, &ph) || ph.p_type != PT_LOAD)
 			continue;
-		f->loads[f->n_loads++] = (struct elf_load){
+		loads[n++] = (struct elf_load){
 		    .vaddr = ph.p_vaddr,
 		    .offset = ph.p_offset,
 		    .filesz = ph.p_filesz,
 		    .exec = ph.p_flags & PF_X,
 		};
 	}
-	if (f->n_loads == 0)
-		return false;
+	free(f->loads);
+	f->n_loads = 0;
+	f->loads = n ? malloc(n * sizeof(*loads)) : NULL;
+	if (!f->loads)
+		return false; /* no PT_LOAD, or out of memory: read as unreadable */
+	memcpy(f->loads, loads, n * sizeof(*loads));
+	f->n_loads = n;
 	elf_build_id_hex(e, f->build_id);
 	return true;
 }
@@ -680,8 +685,10 @@ void addrspace__free(struct addrspace *as)
 {
 	if (!as)
 		return;
-	for (size_t i = 0; i < as->n_files; i++)
+	for (size_t i = 0; i < as->n_files; i++) {
+		free(as->files[i]->loads);
 		free(as->files[i]);
+	}
 	free(as->files);
 	free(as->maps);
 	free(as->owners);

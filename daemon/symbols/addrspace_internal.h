@@ -45,8 +45,8 @@ struct as_file {
 	/* [vdso]: the mapping, and whether it is the image of the daemon's own vDSO */
 	uint64_t vdso_start, vdso_end;
 	bool vdso_self;
-	size_t n_loads; /* 0: the file could not be read as ELF */
-	struct elf_load loads[ELF_MAX_LOADS];
+	size_t n_loads;		/* 0: the file could not be read as ELF */
+	struct elf_load *loads; /* n_loads of them, allocated: a file has ~4 */
 	char build_id[2 * BUILD_ID_MAX_BYTES + 1]; /* lowercase hex, "" if none */
 	char path[];
 };
