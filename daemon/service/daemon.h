@@ -68,6 +68,7 @@ struct profd {
 	    malloc_watch, uprobes_watch, readers_watch;
 	int timer_fd, signal_fd;
 	uint64_t last_flush_ns;	    /* CLOCK_MONOTONIC */
+	uint64_t last_retire_ns;    /* CLOCK_MONOTONIC: exited children looked for */
 	uint64_t last_refresh_ns;   /* CLOCK_MONOTONIC of the last features__refresh() round */
 	uint64_t last_retention_ns; /* CLOCK_MONOTONIC */
 	uint64_t last_merge_ns;	    /* CLOCK_MONOTONIC of the last profd__merge_windows() */
@@ -96,6 +97,7 @@ void profd__on_offcpu(void *ctx, const struct offcpu_event *e, size_t size);
 void profd__on_malloc(void *ctx, const struct malloc_event *e, size_t size);
 void profd__collect(struct profd *p, bool wait_for_unwinder);
 int profd__flush(struct profd *p);
+void profd__retire_exited(struct profd *p);
 int profd__end_session(struct profd *p, unsigned slot, const char *reason);
 int profd__watch_exit(struct profd *p, unsigned slot);
 void profd__run_retention(struct profd *p);

@@ -153,6 +153,7 @@ static void on_timer(struct watch *w, uint32_t events)
 				session__read_counters(p->slots[i], &p->env);
 		profd__flush(p);
 	}
+	profd__retire_exited(p);
 }
 
 static void on_signal(struct watch *w, uint32_t events)

@@ -212,6 +212,57 @@ void profd__collect(struct profd *p, bool wait_for_unwinder)
 	unwind_worker__drain(p->worker, profd__on_sample, p);
 }
 
+/*
+ * profd__retire_exited() - free what the running sessions hold for the
+ * children they follow that have exited (a DataLoader forks its workers
+ * anew every epoch: each kept its address space, ~0.2-0.6 MiB, for the
+ * session's life). Their records are taken and their samples flushed
+ * first, the unwinders forget their address spaces, their tables go. At
+ * most once a second; nothing is freed if the flush fails (tried again at
+ * the next call). Blocks while the unwinding thread finishes its queue.
+ */
+void profd__retire_exited(struct profd *p)
+{
+	struct {
+		unsigned slot;
+		struct proc *proc;
+	} gone[256];
+	struct proc *found[64];
+	size_t n = 0;
+	uint64_t now = now_ns(CLOCK_MONOTONIC);
+
+	if (now - p->last_retire_ns < NSEC_PER_SEC)
+		return;
+	p->last_retire_ns = now;
+	/* All found before the records are taken: none may come after its flush. */
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS && n < ARRAY_SIZE(gone); i++) {
+		size_t k;
+
+		if (!p->slots[i] || !session__follows_children(p->slots[i]))
+			continue;
+		k = session__exited_children(p->slots[i], found,
+					     MIN(ARRAY_SIZE(found), ARRAY_SIZE(gone) - n));
+		for (size_t j = 0; j < k; j++) {
+			gone[n].slot = i;
+			gone[n++].proc = found[j];
+		}
+	}
+	if (n == 0)
+		return;
+	profd__collect(p, true);
+	if (profd__flush(p) < 0)
+		return;
+	for (size_t j = 0; j < n; j++) {
+		struct proc *proc = gone[j].proc;
+
+		unwind_worker__forget(p->worker, proc->as);
+		unwinder__forget(p->unwinder, proc->as);
+		if (proc->tables_asked && p->env.sampler)
+			sampler__tables_remove(p->env.sampler, proc->pid);
+		session__proc_retire(p->slots[gone[j].slot], proc);
+	}
+}
+
 /* profd__running() - the number of running sessions. */
 unsigned profd__running(const struct profd *p)
 {

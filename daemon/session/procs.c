@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,59 @@ int session__store_mappings(struct session *s, struct proc *proc, struct store *
 static bool proc_eq(const void *entry, const void *key)
 {
 	return ((const struct proc *)entry)->pid == *(const pid_t *)key;
+}
+
+/*
+ * session__exited_children() - up to @max followed children of @s that no
+ * longer exist (kill(2) says ESRCH: exited and reaped), in @ret. The
+ * target itself is never among them (its exit ends the session). Returns
+ * how many. One system call per child; does not log.
+ */
+size_t session__exited_children(struct session *s, struct proc **ret, size_t max)
+{
+	struct proc *proc;
+	size_t n = 0;
+
+	hashmap__for_each(&s->procs, i, proc)
+	{
+		if (n == max)
+			break;
+		if (proc != s->main && kill(proc->pid, 0) < 0 && errno == ESRCH)
+			ret[n++] = proc;
+	}
+	return n;
+}
+
+/*
+ * session__proc_retire() - forget @proc (a child of @s that exited, whose
+ * samples were all flushed) and free it: its address space, JIT map and
+ * its mappings' entries in the stored set. The caller has made the
+ * unwinders forget its address space. A record of its PID that comes
+ * later gets a new entry, or none if the process is gone (counted as
+ * dropped).
+ */
+void session__proc_retire(struct session *s, struct proc *proc)
+{
+	_cleanup_free_ struct mapping_key **keys = NULL;
+	struct mapping_key *key;
+	pid_t pid = proc->pid;
+	size_t n = 0;
+
+	/* Every key of the PID, also of mappings a refresh dropped since: their
+	 * paths belong to the address space freed below. Removed after the walk. */
+	hashmap__for_each(&s->mappings_stored, i, key) n += key->pid == pid;
+	keys = n ? malloc(n * sizeof(*keys)) : NULL;
+	n = 0;
+	if (keys)
+		hashmap__for_each(&s->mappings_stored, i, key) if (key->pid == pid) keys[n++] = key;
+	if (n && !keys) /* out of memory: forget them all, they are stored again if needed */
+		hashmap_clear_free(&s->mappings_stored);
+	for (size_t i = 0; i < n; i++)
+		free(hashmap__remove(&s->mappings_stored, mapping_key_hash(keys[i]), mapping_key_eq,
+				     keys[i]));
+	hashmap__remove(&s->procs, hash64(HASH64_INIT, &pid, sizeof(pid)), proc_eq, &pid);
+	s->procs_retired++;
+	session__proc_free(proc);
 }
 
 /* session__proc_free() - free @proc, its address space and JIT map; accepts NULL. */

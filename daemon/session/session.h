@@ -81,6 +81,8 @@ struct session;
 
 /* Documented in procs.c. */
 int session__discover_children(struct session *s, int targets_fd);
+size_t session__exited_children(struct session *s, struct proc **ret, size_t max);
+void session__proc_retire(struct session *s, struct proc *proc);
 
 /* Documented in memory.c. */
 int session__read_memory(struct session *s, uint64_t mono_ns);

@@ -40,6 +40,7 @@ struct session {
 	struct hashmap procs;		/* struct proc, by PID: the target and followed children */
 	struct proc *main;		/* the target's entry in @procs */
 	bool procs_added;		/* children whose mappings are not stored yet */
+	uint64_t procs_retired;		/* exited children freed (session__proc_retire()) */
 	struct hashmap mappings_stored; /* struct mapping_key, mappings already in the store */
 	struct hashmap stacks;		/* struct raw_stack: stacks seen, by content */
 	struct hashmap frames;		/* struct frame_cache: address -> frame row */

@@ -274,10 +274,10 @@ int session__resolve_stack(struct session *s, const struct session_env *env, str
 
 	if (st->stack_id)
 		return 0;
+	/* NULL only for a child retired since (session__proc_retire()) and gone:
+	 * its stack is stored as the missing frame, as one without frames. */
 	proc = session__proc(s, st->pid);
-	if (!proc)
-		return -ESRCH; /* cannot happen: a stack is taken only with its process */
-	for (size_t i = 0; i < n && !cut; i++) {
+	for (size_t i = 0; proc && i < n && !cut; i++) {
 		const struct frame_cache *fc;
 		bool kernel = i < st->klen;
 		/* Every frame but the sampled instruction holds a return address.

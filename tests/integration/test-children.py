@@ -8,6 +8,7 @@ function, and profd's open files stay bounded (each worker's stacks are
 unwound with a Dwfl of its own, which held every library the worker maps:
 profd ran out of fds on a PyTorch job in 20 s)."""
 import os
+import select
 import time
 
 from profdtest import Profd, binary, check, require_root_bpf, run
@@ -63,20 +64,31 @@ def many_workers(d):
     sid = d.json('attach', w.pid, '--children', '--freq', '499')['session']
     d.go(w)
     peak = idle
-    while w.poll() is None:
+    while w.poll() is None and not select.select([w.stdout], [], [], 0.1)[0]:
         peak = max(peak, fds(d.proc.pid))
+    check(w.stdout.readline().strip() == 'done', 'py-forks.py did not finish its workers')
+    # The workers are gone, the parent waits: profd frees what it held for
+    # them within a second or two (their Dwfls, and so their open files).
+    deadline = time.time() + 5
+    while fds(d.proc.pid) > idle + 40 and time.time() < deadline:
         time.sleep(0.1)
+    after = fds(d.proc.pid)
+    d.go(w)
+    w.wait(timeout=30)
     s = d.wait_ended(sid)
     th = d.json('threads', sid, '--all')['threads']
     workers = {t['pid'] for t in th if t['pid'] != w.pid and t['samples'] > 0}
     top = {f['function']: f for f in d.json('top', sid, '--limit', '200')['functions']}
     step = top.get('worker_step', {}).get('total_samples', 0)
     print('40 workers: %d sampled, %d samples, worker_step in %d; profd fds idle %d, peak %d, '
-          'lost %d, truncated %d' % (len(workers), s['samples'], step, idle, peak,
-                                     s['lost_samples'], s['truncated_stacks']))
+          'after the workers %d; lost %d, truncated %d' % (
+              len(workers), s['samples'], step, idle, peak, after, s['lost_samples'],
+              s['truncated_stacks']))
     check(len(workers) >= 35, 'only %d of 40 workers sampled' % len(workers))
     check(step >= 0.5 * s['samples'], 'worker_step in %d of %d samples' % (step, s['samples']))
     check(peak - idle <= FDS_ABOVE_IDLE, 'profd held %d fds (%d when idle)' % (peak, idle))
+    check(after <= idle + 40, 'profd still holds %d fds (%d when idle) after the workers exited' % (
+        after, idle))
 
 
 def test():

@@ -3,7 +3,9 @@ mapped) and then forks short-lived workers one after another, as a PyTorch
 DataLoader does at every epoch: each worker multiplies matrices in
 worker_step() for a while and exits. Prints 'ready' once numpy is loaded,
 then waits for one line (or EOF) on stdin before it forks, so that a test
-can attach first. Usage: py-forks.py [WORKERS] [SECONDS_EACH]."""
+can attach first; prints 'done' after the last worker and waits for
+another line (or EOF) before it exits, so that a test can look at what the
+profiler kept of the workers. Usage: py-forks.py [WORKERS] [SECONDS_EACH]."""
 import os
 import sys
 import time
@@ -29,6 +31,8 @@ def main(workers, seconds):
             worker_step(a, b, seconds)
             os._exit(0)
         os.waitpid(pid, 0)
+    print('done', flush=True)
+    sys.stdin.readline()
 
 
 if __name__ == '__main__':
