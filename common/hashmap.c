@@ -83,6 +83,34 @@ void *hashmap__remove(struct hashmap *m, uint64_t hash, hashmap_eq_fn eq, const 
 	return val;
 }
 
+static bool same_entry(const void *entry, const void *key)
+{
+	return entry == key;
+}
+
+size_t hashmap__remove_if(struct hashmap *m, bool (*match)(const void *entry, const void *ctx),
+			  const void *ctx, void (*drop)(void *entry))
+{
+	size_t removed = 0;
+
+	for (size_t i = 0; i < m->cap;) {
+		void *v = m->vals[i];
+
+		if (!v || !match(v, ctx)) {
+			i++;
+			continue;
+		}
+		/* Slot i is looked at again: the backward shift may have moved an
+		 * entry not seen yet into it (an entry it moves elsewhere goes to a
+		 * later slot, or to one already passed, whose entries were seen). */
+		hashmap__remove(m, m->hashes[i], same_entry, v);
+		if (drop)
+			drop(v);
+		removed++;
+	}
+	return removed;
+}
+
 void hashmap__clear(struct hashmap *m)
 {
 	if (m->cap)

@@ -30,6 +30,13 @@ int hashmap__insert(struct hashmap *m, uint64_t hash, void *val);
  * is left and lookups stay as short as if it had never been inserted.
  */
 void *hashmap__remove(struct hashmap *m, uint64_t hash, hashmap_eq_fn eq, const void *key);
+/*
+ * hashmap__remove_if() - take out every entry for which @match(entry, @ctx)
+ * is true, handing each to @drop (NULL: the caller keeps them elsewhere).
+ * Returns how many. O(capacity); @match must not change @m.
+ */
+size_t hashmap__remove_if(struct hashmap *m, bool (*match)(const void *entry, const void *ctx),
+			  const void *ctx, void (*drop)(void *entry));
 /* hashmap__clear() - forget all entries (does not free them); keeps capacity. */
 void hashmap__clear(struct hashmap *m);
 void hashmap__free(struct hashmap *m); /* frees the table, not the entries */

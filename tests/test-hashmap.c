@@ -2,7 +2,8 @@
  * test-hashmap.c - common/hashmap.c's removal against a plain array: entries
  * with colliding and wrapping hashes are inserted and removed at random,
  * and after each step every entry still in is found, every one taken out
- * is not, and the count agrees. Needs nothing.
+ * is not, and the count agrees; hashmap__remove_if() takes out every entry
+ * of a kind (the same hashes) and no other. Needs nothing.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,6 +23,22 @@ static uint64_t hash_of(int id)
 {
 	return id % 3 == 0 ? (uint64_t)(id % 5) : id % 3 == 1 ? UINT64_MAX - (uint64_t)(id % 4)
 							      : hash64(HASH64_INIT, &id, sizeof(id));
+}
+
+static size_t dropped;
+
+static bool multiple_3_or_7(const void *entry, const void *ctx)
+{
+	int id = *(const int *)entry;
+
+	(void)ctx;
+	return id % 3 == 0 || id % 7 == 0;
+}
+
+static void count_drop(void *entry)
+{
+	(void)entry;
+	dropped++;
 }
 
 int main(void)
@@ -54,6 +71,20 @@ int main(void)
 	CHECK_INT_EQ(m.len, len);
 	for (int k = 0; k < N; k++)
 		CHECK((hashmap__find(&m, hash_of(k), id_eq, &ids[k]) != NULL) == in[k]);
+
+	/* Every entry whose id is a multiple of 3 or 7, in one pass. */
+	{
+		size_t want = 0, dropped_before = dropped;
+
+		for (int k = 0; k < N; k++)
+			want += in[k] && (k % 3 == 0 || k % 7 == 0);
+		CHECK_INT_EQ(hashmap__remove_if(&m, multiple_3_or_7, NULL, count_drop), want);
+		CHECK_INT_EQ(dropped - dropped_before, want);
+		CHECK_INT_EQ(m.len, len - want);
+		for (int k = 0; k < N; k++)
+			CHECK((hashmap__find(&m, hash_of(k), id_eq, &ids[k]) != NULL) ==
+			      (in[k] && k % 3 != 0 && k % 7 != 0));
+	}
 	hashmap__free(&m);
 
 	/* id_index: dense indexes in first-added order, the same index for an id added again. */

@@ -261,6 +261,7 @@ void profd__retire_exited(struct profd *p)
 			sampler__tables_remove(p->env.sampler, proc->pid);
 		session__proc_retire(p->slots[gone[j].slot], proc);
 	}
+	log_debug("freed %zu exited children", n);
 }
 
 /* profd__running() - the number of running sessions. */

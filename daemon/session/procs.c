@@ -107,25 +107,19 @@ size_t session__exited_children(struct session *s, struct proc **ret, size_t max
  * later gets a new entry, or none if the process is gone (counted as
  * dropped).
  */
+static bool mapping_of_pid(const void *entry, const void *ctx)
+{
+	return ((const struct mapping_key *)entry)->pid == *(const pid_t *)ctx;
+}
+
 void session__proc_retire(struct session *s, struct proc *proc)
 {
-	_cleanup_free_ struct mapping_key **keys = NULL;
-	struct mapping_key *key;
 	pid_t pid = proc->pid;
-	size_t n = 0;
 
 	/* Every key of the PID, also of mappings a refresh dropped since: their
-	 * paths belong to the address space freed below. Removed after the walk. */
-	hashmap__for_each(&s->mappings_stored, i, key) n += key->pid == pid;
-	keys = n ? malloc(n * sizeof(*keys)) : NULL;
-	n = 0;
-	if (keys)
-		hashmap__for_each(&s->mappings_stored, i, key) if (key->pid == pid) keys[n++] = key;
-	if (n && !keys) /* out of memory: forget them all, they are stored again if needed */
-		hashmap_clear_free(&s->mappings_stored);
-	for (size_t i = 0; i < n; i++)
-		free(hashmap__remove(&s->mappings_stored, mapping_key_hash(keys[i]), mapping_key_eq,
-				     keys[i]));
+	 * paths belong to the address space freed below. */
+	hashmap__remove_if(&s->mappings_stored, mapping_of_pid, &pid, free);
+	session__forget_frames(s, pid);
 	hashmap__remove(&s->procs, hash64(HASH64_INIT, &pid, sizeof(pid)), proc_eq, &pid);
 	s->procs_retired++;
 	session__proc_free(proc);

@@ -132,6 +132,7 @@ struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint
 					bool *ret_limited);
 struct raw_stack *session__sample_stack(struct session *s, const struct sample_event *e,
 					bool *ret_limited);
+void session__forget_frames(struct session *s, pid_t pid);
 int session__resolve_stack(struct session *s, const struct session_env *env, struct raw_stack *st,
 			   bool *refreshed);
 

@@ -46,6 +46,23 @@ static bool frame_eq(const void *entry, const void *key)
 	       a->return_addr == b->return_addr;
 }
 
+static bool frame_of_pid(const void *entry, const void *ctx)
+{
+	const struct frame_cache *fc = entry;
+
+	return !fc->kernel && fc->pid == *(const pid_t *)ctx;
+}
+
+/*
+ * session__forget_frames() - drop the frame cache's entries for the user
+ * addresses of process @pid (an exited child: its addresses mean nothing
+ * once its PID is reused). The frame rows stay in the store.
+ */
+void session__forget_frames(struct session *s, pid_t pid)
+{
+	hashmap__remove_if(&s->frames, frame_of_pid, &pid, free);
+}
+
 /*
  * session__stack_intern() - the session's one copy of a stack of process
  * @pid (@klen kernel then @ulen user frames, leaf first each, at most

@@ -167,9 +167,13 @@ struct py_code {
 	size_t linetable_len;
 };
 
-/* The newest code object seen at (pid, addr). */
+/*
+ * The code object last seen at an address, in any process of the session:
+ * a child forked from the target has its parent's code objects at the same
+ * addresses (a DataLoader worker), so they are read once, not once per
+ * child. code_get() checks the head's identity fields at every use.
+ */
 struct py_code_slot {
-	pid_t pid;
 	uint64_t addr;
 	struct py_code *code;
 };
@@ -408,7 +412,7 @@ static bool code_slot_eq(const void *entry, const void *key)
 {
 	const struct py_code_slot *a = entry, *b = key;
 
-	return a->pid == b->pid && a->addr == b->addr;
+	return a->addr == b->addr;
 }
 
 /* The code object at @addr of @pid whose head (code_adaptive bytes) is @head; NULL on OOM. */
@@ -416,8 +420,8 @@ static struct py_code *code_get(struct python_reader *r, pid_t pid, uint64_t add
 				const unsigned char *head)
 {
 	const struct python_offsets *o = r->interp.offsets;
-	struct py_code_slot key = {.pid = pid, .addr = addr}, *slot;
-	uint64_t h = hash64(hash64(HASH64_INIT, &addr, sizeof(addr)), &pid, sizeof(pid));
+	struct py_code_slot key = {.addr = addr}, *slot;
+	uint64_t h = hash64(HASH64_INIT, &addr, sizeof(addr));
 	struct py_code fp =
 			   {
 			       .type = get_u64(head, o->code_type),
