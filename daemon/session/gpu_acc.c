@@ -84,6 +84,7 @@ struct note {
 };
 
 struct gpu_acc {
+	bool stacks_taken; /* a record's stack was interned: live ranges may hold it */
 	struct agg **aggs; /* pending since the last flush */
 	size_t nr_aggs, cap_aggs;
 	struct hashmap agg_index; /* the same rows, by key */
@@ -102,6 +103,16 @@ struct gpu_acc {
 	size_t nr_notes_flushing;
 	struct gpu_acc_owner owner;
 };
+
+/*
+ * gpu_acc__holds_stacks() - whether @a ever took a record's stack: it may
+ * hold raw stacks (live allocations, open NVTX ranges) for the session's
+ * life, so none may be freed under it.
+ */
+bool gpu_acc__holds_stacks(const struct gpu_acc *a)
+{
+	return a->stacks_taken;
+}
 
 /*
  * gpu_acc__new() - an empty accounting for the session @owner describes
@@ -602,6 +613,7 @@ void gpu_acc__on_event(struct gpu_acc *a, struct symbolizer *sym,
 	}
 	a->c.truncated += !!(e->flags & UPROBE_EV_TRUNCATED);
 	a->c.no_stack += !!(e->flags & UPROBE_EV_NO_STACK);
+	a->stacks_taken = true;
 	st = a->owner.intern(a->owner.ctx, (pid_t)e->pid, ips, n,
 			     (e->flags & UPROBE_EV_TRUNCATED) ? SAMPLE_USER_TRUNCATED : 0);
 	if (!st) {

@@ -596,6 +596,62 @@ void session__flush_memory_done(struct session *s)
 	s->alloc_nfreed = 0;
 }
 
+static bool vm_acc_of_pid(const void *entry, const void *ctx)
+{
+	return ((const struct vm_acc *)entry)->pid == *(const pid_t *)ctx;
+}
+
+struct regions_of {
+	pid_t pid;
+	size_t gone; /* of those taken out, already marked gone */
+};
+
+static bool region_of_pid(const void *entry, const void *ctx)
+{
+	const struct vm_region *r = entry;
+	struct regions_of *c = (struct regions_of *)ctx;
+
+	if (r->pid != c->pid)
+		return false;
+	c->gone += r->gone;
+	return true;
+}
+
+static int keep_stack(struct hashmap *keep, struct raw_stack *st)
+{
+	uint64_t h = (uint64_t)(uintptr_t)st * 0x9e3779b97f4a7c15ULL;
+
+	if (!st || hashmap__find(keep, h, session__same_stack, st))
+		return 0;
+	return hashmap__insert(keep, h, st);
+}
+
+/*
+ * session__memory_forget_pid() - after the last flush of the exited child
+ * @pid: drop its address-space accumulators (their counts are stored) and
+ * regions (no munmap of its can come any more), and put in @keep (raw
+ * stacks, by pointer: session__same_stack()) the stacks its sampled
+ * allocations, stored or waiting, still refer to. Returns 0 or -ENOMEM
+ * (@keep is then incomplete: the caller must not free stacks by it).
+ */
+int session__memory_forget_pid(struct session *s, pid_t pid, struct hashmap *keep)
+{
+	struct regions_of regions = {.pid = pid};
+	struct alloc_block *b;
+
+	hashmap__remove_if(&s->vm_acc, vm_acc_of_pid, &pid, free);
+	hashmap__remove_if(&s->vm_regions, region_of_pid, &regions, free);
+	s->vm_regions_gone -= regions.gone;
+	hashmap__for_each(&s->alloc_blocks, i, b) if (b->pid == pid && keep_stack(keep, b->stack) < 0)
+		return -ENOMEM;
+	hashmap__for_each(&s->alloc_inflight, i, b) if (b->pid == pid && keep_stack(keep, b->stack) < 0)
+		return -ENOMEM;
+	for (size_t i = 0; i < s->alloc_nfreed; i++)
+		if (s->alloc_freed[i]->pid == pid && keep_stack(keep, s->alloc_freed[i]->stack) < 0)
+			return -ENOMEM;
+	return 0;
+}
+
 /* session__flush_memory_failed() - the flush was rolled back: its rows do not exist. */
 void session__flush_memory_failed(struct session *s)
 {

@@ -120,6 +120,7 @@ void session__proc_retire(struct session *s, struct proc *proc)
 	 * paths belong to the address space freed below. */
 	hashmap__remove_if(&s->mappings_stored, mapping_of_pid, &pid, free);
 	session__forget_frames(s, pid);
+	session__forget_stacks(s, pid);
 	hashmap__remove(&s->procs, hash64(HASH64_INIT, &pid, sizeof(pid)), proc_eq, &pid);
 	s->procs_retired++;
 	session__proc_free(proc);

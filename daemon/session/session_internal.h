@@ -133,6 +133,9 @@ struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint
 struct raw_stack *session__sample_stack(struct session *s, const struct sample_event *e,
 					bool *ret_limited);
 void session__forget_frames(struct session *s, pid_t pid);
+bool session__same_stack(const void *entry, const void *key);
+size_t session__forget_stacks(struct session *s, pid_t pid);
+int session__memory_forget_pid(struct session *s, pid_t pid, struct hashmap *keep);
 int session__resolve_stack(struct session *s, const struct session_env *env, struct raw_stack *st,
 			   bool *refreshed);
 

@@ -63,6 +63,48 @@ void session__forget_frames(struct session *s, pid_t pid)
 	hashmap__remove_if(&s->frames, frame_of_pid, &pid, free);
 }
 
+/* session__same_stack() - hashmap_eq_fn of raw stacks kept by pointer. */
+bool session__same_stack(const void *entry, const void *key)
+{
+	return entry == key;
+}
+
+struct stacks_of {
+	pid_t pid;
+	const struct hashmap *keep;
+};
+
+static bool stack_unused_of_pid(const void *entry, const void *ctx)
+{
+	const struct stacks_of *c = ctx;
+	const struct raw_stack *st = entry;
+
+	return st->pid == c->pid &&
+	       !hashmap__find(c->keep, (uint64_t)(uintptr_t)st * 0x9e3779b97f4a7c15ULL,
+			      session__same_stack, st);
+}
+
+/*
+ * session__forget_stacks() - after the last flush of the exited child
+ * @pid: free its raw stacks that nothing refers to any more (samples,
+ * off-CPU intervals and address-space changes are stored and their
+ * accumulators emptied; sampled allocations keep theirs), so that a job
+ * forking workers all along does not fill max_stacks with the stacks of
+ * the dead. Kept whole once the GPU accounting took a stack (it may hold
+ * one for the session's life). Returns how many were freed.
+ */
+size_t session__forget_stacks(struct session *s, pid_t pid)
+{
+	struct hashmap keep = {0};
+	struct stacks_of c = {.pid = pid, .keep = &keep};
+	size_t n = 0;
+
+	if (!gpu_acc__holds_stacks(s->gpu) && session__memory_forget_pid(s, pid, &keep) == 0)
+		n = hashmap__remove_if(&s->stacks, stack_unused_of_pid, &c, free);
+	hashmap__free(&keep);
+	return n;
+}
+
 /*
  * session__stack_intern() - the session's one copy of a stack of process
  * @pid (@klen kernel then @ulen user frames, leaf first each, at most

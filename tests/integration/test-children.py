@@ -4,9 +4,11 @@ worker) is sampled in the same session, its frames symbolized against its
 own mappings; without --children it is not. A Python job that forks 40
 workers one after another (as a DataLoader does each epoch), each with
 numpy's dozens of libraries mapped: every worker is sampled with its Python
-function, and profd's open files stay bounded (each worker's stacks are
+function, profd's open files stay bounded (each worker's stacks are
 unwound with a Dwfl of its own, which held every library the worker maps:
-profd ran out of fds on a PyTorch job in 20 s)."""
+profd ran out of fds on a PyTorch job in 20 s) and fall back once the
+workers exit, and a stack limit the 40 workers' stacks exceed in all is
+never reached (an exited worker's stacks are freed)."""
 import os
 import select
 import time
@@ -18,6 +20,9 @@ PYTHON = '/usr/bin/python3'
 # profd's fds above its idle count, at most: 32 cached Dwfls times the few
 # files a worker's stacks go through, with room (2,068 above before the fix).
 FDS_ABOVE_IDLE = 700
+# Distinct stacks a session keeps at once: the 40 workers make more than
+# this in all, fewer at a time; those of an exited worker are freed.
+MAX_STACKS = 600
 
 
 def profile(d, follow):
@@ -81,9 +86,11 @@ def many_workers(d):
     top = {f['function']: f for f in d.json('top', sid, '--limit', '200')['functions']}
     step = top.get('worker_step', {}).get('total_samples', 0)
     print('40 workers: %d sampled, %d samples, worker_step in %d; profd fds idle %d, peak %d, '
-          'after the workers %d; lost %d, truncated %d' % (
+          'after the workers %d; lost %d, truncated %d, dropped at the stack limit %d' % (
               len(workers), s['samples'], step, idle, peak, after, s['lost_samples'],
-              s['truncated_stacks']))
+              s['truncated_stacks'], s['limit_dropped_samples']))
+    check(s['limit_dropped_samples'] == 0, '%d samples dropped at %d stacks: the exited workers\' '
+          'stacks were kept' % (s['limit_dropped_samples'], MAX_STACKS))
     check(len(workers) >= 35, 'only %d of 40 workers sampled' % len(workers))
     check(step >= 0.5 * s['samples'], 'worker_step in %d of %d samples' % (step, s['samples']))
     check(peak - idle <= FDS_ABOVE_IDLE, 'profd held %d fds (%d when idle)' % (peak, idle))
@@ -95,6 +102,7 @@ def test():
     require_root_bpf()
     with Profd() as d:
         one_child(d)
+    with Profd(['--max-stacks', str(MAX_STACKS)]) as d:
         many_workers(d)
 
 
