@@ -619,7 +619,7 @@ static bool region_of_pid(const void *entry, const void *ctx)
 
 static int keep_stack(struct hashmap *keep, struct raw_stack *st)
 {
-	uint64_t h = (uint64_t)(uintptr_t)st * 0x9e3779b97f4a7c15ULL;
+	uint64_t h = session__stack_ptr_hash(st);
 
 	if (!st || hashmap__find(keep, h, session__same_stack, st))
 		return 0;

@@ -99,19 +99,20 @@ size_t session__exited_children(struct session *s, struct proc **ret, size_t max
 	return n;
 }
 
-/*
- * session__proc_retire() - forget @proc (a child of @s that exited, whose
- * samples were all flushed) and free it: its address space, JIT map and
- * its mappings' entries in the stored set. The caller has made the
- * unwinders forget its address space. A record of its PID that comes
- * later gets a new entry, or none if the process is gone (counted as
- * dropped).
- */
 static bool mapping_of_pid(const void *entry, const void *ctx)
 {
 	return ((const struct mapping_key *)entry)->pid == *(const pid_t *)ctx;
 }
 
+/*
+ * session__proc_retire() - forget @proc (a child of @s that exited, whose
+ * samples were all flushed) and free it: its address space, JIT map and
+ * its mappings' entries in the stored set, its frame cache entries and the
+ * raw stacks nothing refers to any more. The caller has made the
+ * unwinders forget its address space. A record of its PID that comes
+ * later gets a new entry, or none if the process is gone (counted as
+ * dropped).
+ */
 void session__proc_retire(struct session *s, struct proc *proc)
 {
 	pid_t pid = proc->pid;
@@ -122,7 +123,6 @@ void session__proc_retire(struct session *s, struct proc *proc)
 	session__forget_frames(s, pid);
 	session__forget_stacks(s, pid);
 	hashmap__remove(&s->procs, hash64(HASH64_INIT, &pid, sizeof(pid)), proc_eq, &pid);
-	s->procs_retired++;
 	session__proc_free(proc);
 }
 

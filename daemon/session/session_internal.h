@@ -40,7 +40,6 @@ struct session {
 	struct hashmap procs;		/* struct proc, by PID: the target and followed children */
 	struct proc *main;		/* the target's entry in @procs */
 	bool procs_added;		/* children whose mappings are not stored yet */
-	uint64_t procs_retired;		/* exited children freed (session__proc_retire()) */
 	struct hashmap mappings_stored; /* struct mapping_key, mappings already in the store */
 	struct hashmap stacks;		/* struct raw_stack: stacks seen, by content */
 	struct hashmap frames;		/* struct frame_cache: address -> frame row */
@@ -134,6 +133,11 @@ struct raw_stack *session__sample_stack(struct session *s, const struct sample_e
 					bool *ret_limited);
 void session__forget_frames(struct session *s, pid_t pid);
 bool session__same_stack(const void *entry, const void *key);
+/* session__stack_ptr_hash() - the hash of a raw stack kept by pointer (session__same_stack()). */
+static inline uint64_t session__stack_ptr_hash(const struct raw_stack *st)
+{
+	return (uint64_t)(uintptr_t)st * 0x9e3779b97f4a7c15ULL;
+}
 size_t session__forget_stacks(struct session *s, pid_t pid);
 int session__memory_forget_pid(struct session *s, pid_t pid, struct hashmap *keep);
 int session__resolve_stack(struct session *s, const struct session_env *env, struct raw_stack *st,

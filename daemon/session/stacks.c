@@ -80,8 +80,7 @@ static bool stack_unused_of_pid(const void *entry, const void *ctx)
 	const struct raw_stack *st = entry;
 
 	return st->pid == c->pid &&
-	       !hashmap__find(c->keep, (uint64_t)(uintptr_t)st * 0x9e3779b97f4a7c15ULL,
-			      session__same_stack, st);
+	       !hashmap__find(c->keep, session__stack_ptr_hash(st), session__same_stack, st);
 }
 
 /*
