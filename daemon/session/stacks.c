@@ -89,16 +89,19 @@ static bool stack_unused_of_pid(const void *entry, const void *ctx)
  * off-CPU intervals and address-space changes are stored and their
  * accumulators emptied; sampled allocations keep theirs), so that a job
  * forking workers all along does not fill max_stacks with the stacks of
- * the dead. Kept whole once the GPU accounting took a stack (it may hold
- * one for the session's life). Returns how many were freed.
+ * the dead. Its address-space accumulators and regions go in any case
+ * (session__memory_forget_pid()); its stacks are kept whole once the GPU
+ * accounting took a stack (it may hold one for the session's life).
+ * Returns how many were freed.
  */
 size_t session__forget_stacks(struct session *s, pid_t pid)
 {
 	struct hashmap keep = {0};
 	struct stacks_of c = {.pid = pid, .keep = &keep};
+	bool complete = session__memory_forget_pid(s, pid, &keep) == 0;
 	size_t n = 0;
 
-	if (!gpu_acc__holds_stacks(s->gpu) && session__memory_forget_pid(s, pid, &keep) == 0)
+	if (complete && !gpu_acc__holds_stacks(s->gpu))
 		n = hashmap__remove_if(&s->stacks, stack_unused_of_pid, &c, free);
 	hashmap__free(&keep);
 	return n;
