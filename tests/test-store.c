@@ -698,6 +698,26 @@ int main(void)
 	CHECK_INT_EQ(query_int(st, "SELECT samples FROM sessions"), 7);
 	CHECK_INT_EQ(query_int(st, "SELECT sum(reached_root) FROM stacks"), 1);
 
+	/* A stack of 17 frames (rows written 8 a statement, then one by one):
+	 * every frame at its position, found again by its frames. */
+	int64_t deep[17], s3, s4;
+	long long weighted = 0;
+	for (int i = 0; i < 17; i++) {
+		deep[i] = i % 3 == 0 ? f1 : i % 3 == 1 ? f2 : f3;
+		weighted += (long long)(i + 1) * deep[i];
+	}
+	CHECK_INT_EQ(store__begin(st), 0);
+	CHECK_INT_EQ(store__stack_id(st, deep, 17, false, false, &s3), 0);
+	CHECK_INT_EQ(store__stack_id(st, deep, 17, false, false, &s4), 0);
+	CHECK_INT_EQ(store__commit(st), 0);
+	CHECK_INT_EQ(s4, s3);
+	char sql[160];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) * 1000000 + sum((pos + 1) * frame_id) FROM stack_frames "
+		 "WHERE stack_id = %lld", (long long)s3);
+	CHECK_INT_EQ(query_int(st, sql), 17 * 1000000LL + weighted);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM stack_frames"), 5 + 17);
+
 	/* A rolled-back transaction leaves nothing behind. */
 	CHECK_INT_EQ(store__begin(st), 0);
 	CHECK_INT_EQ(store__sample_add(st, sid, 2000, 7, s1, 100, 0), 0);
@@ -717,17 +737,25 @@ int main(void)
 	CHECK_INT_EQ(store__mark_interrupted(st), 0);
 
 	/* A database at schema 1 with data, as the first release left it: migrated
-	 * in place, data kept, new columns at their defaults. */
+	 * in place, data kept, new columns at their defaults; its stacks get their
+	 * hash (schema 18), so the same frames are found, not inserted again. */
 	store__close(st);
 	open_old_db(dir, "v1.db", 1,
 		    "INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
 		    "events, freq_hz, started_at_ns, state, samples) VALUES "
 		    "(9, 1, 'old', 0, 'cpu-clock', 'cpu', 99, 5, 'ended', 42);"
-		    "INSERT INTO stacks (frame_ids, depth) VALUES (x'01', 1);",
+		    "INSERT INTO stacks (id, frame_ids, depth) VALUES (5, x'0700000000000000', 1);",
 		    &st);
 	CHECK_INT_EQ(query_int(st, "SELECT samples FROM sessions WHERE comm = 'old'"), 42);
 	CHECK_INT_EQ(query_int(st, "SELECT stack_bytes + unwind_dropped FROM sessions"), 0);
 	CHECK_INT_EQ(query_int(st, "SELECT reached_root FROM stacks"), 0);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM stacks WHERE hash IS NULL"), 0);
+	int64_t old_frames[] = {7};
+	CHECK_INT_EQ(store__begin(st), 0);
+	CHECK_INT_EQ(store__stack_id(st, old_frames, 1, false, false, &s1), 0);
+	CHECK_INT_EQ(store__commit(st), 0);
+	CHECK_INT_EQ(s1, 5);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM stacks"), 1);
 	store__close(st);
 	CHECK_INT_EQ(store__open(path, &st), 0);
 
