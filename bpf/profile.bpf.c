@@ -210,6 +210,16 @@ static __always_inline long walk_user_stack(struct sample_event *e, long klen)
 	n = cfi_walk_user(e->pid, e->regs, &e->ips[klen], PROFILE_MAX_FRAMES, &stop);
 	e->cfi_stop = stop;
 	e->cfi_frames = n;
+	/* Kept apart: with auto, the frame-pointer walk overwrites ips[] next. */
+	if (n > 0) {
+		__u64 *pcs = &e->ips[klen];
+		__u32 last = n - 1;
+
+		/* the bound on last, as checked, is what the verifier must see */
+		asm volatile("" : "+r"(last));
+		if (last < PROFILE_MAX_FRAMES)
+			e->cfi_stop_pc = pcs[last];
+	}
 	e->flags |= SAMPLE_CFI_TRIED;
 	if (n == 0 || n > PROFILE_MAX_FRAMES || (stop != CFI_STOP_END && stop != CFI_STOP_MAX_FRAMES))
 		return -1;
@@ -270,6 +280,7 @@ static __always_inline void start_record(struct sample_event *e, __u64 id, __u32
 	e->py_len = 0;
 	e->cfi_stop = 0;
 	e->cfi_frames = 0;
+	e->cfi_stop_pc = 0;
 	bpf_get_current_comm(&e->comm, sizeof(e->comm));
 }
 

@@ -165,7 +165,12 @@ struct sample_event {
 	__u32 cfi_stop;   /* SAMPLE_CFI_TRIED: enum cfi_walk_stop (cfi_walk.h) */
 	__u32 cfi_frames; /* SAMPLE_CFI_TRIED: PCs the walk found; a fallback record (with
 			   * SAMPLE_HAS_REGS, whose size covers all of ips[]) keeps them at
-			   * ips[kstack_len..], the last one where the walk stopped */
+			   * ips[kstack_len..] unless the frame-pointer walk (auto) took
+			   * their place */
+	__u32 pad0;
+	__u64 cfi_stop_pc; /* SAMPLE_CFI_TRIED with cfi_frames > 0: the last PC the walk
+			    * found, where it stopped (a return address unless cfi_frames
+			    * is 1); 0 otherwise */
 	struct vm_change vm; /* PROFILE_EVENT_VM: the change */
 	__u64 regs[PROFILE_NREGS]; /* user registers, DWARF order (SAMPLE_HAS_REGS) */
 	struct py_frame py[PROFILE_MAX_PY_FRAMES]; /* innermost first (python_config) */

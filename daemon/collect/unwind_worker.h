@@ -8,6 +8,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "collect/sampler.h"
@@ -17,10 +18,18 @@
 enum unwind_mode {
 	UNWIND_MODE_FP,    /* frame pointers only (bpf_get_stack) */
 	UNWIND_MODE_DWARF, /* CFI unwinding of the copied stack only */
-	UNWIND_MODE_AUTO,  /* both; per sample, DWARF unless the frame-pointer walk got further */
+	UNWIND_MODE_AUTO,  /* the CFI-table walk in BPF; a sample whose walk stops before the
+			    * root takes both of the below, and keeps DWARF's stack unless the
+			    * frame-pointer walk got further */
 	UNWIND_MODE_TABLES, /* CFI tables walked in BPF (cfi_walk.bpf.h); a walk that stops
 			     * before the root falls back to DWARF's copy, unwound here */
 };
+
+/* unwind_mode_walks_tables() - whether @mode walks the CFI tables in BPF first. */
+static inline bool unwind_mode_walks_tables(enum unwind_mode mode)
+{
+	return mode == UNWIND_MODE_AUTO || mode == UNWIND_MODE_TABLES;
+}
 
 /* unwind_mode_name() - "fp", "dwarf", "auto" or "tables". */
 const char *unwind_mode_name(enum unwind_mode mode);

@@ -17,7 +17,7 @@
 #include "util.h"
 
 /*
- * The "unwind_tables" object of a session with unwind "tables": CPU samples
+ * The "unwind_tables" object of a session with unwind "tables" or "auto": CPU samples
  * walked in BPF, those that fell back to the stack copy by reason, and the
  * share walked (null with no sample yet). null for the other modes, or for
  * a stored object that does not parse.
@@ -30,7 +30,10 @@ static json_t *unwind_tables_object(sqlite3_stmt *st)
 	json_t *fallbacks, *o, *v;
 	const char *k;
 
-	if (!unwind || strcmp(unwind, "tables") != 0)
+	if (!unwind || (strcmp(unwind, "tables") != 0 && strcmp(unwind, "auto") != 0))
+		return json_null();
+	/* auto before it walked tables (schema 17, this profd) stored nothing */
+	if (strcmp(unwind, "auto") == 0 && !text)
 		return json_null();
 	fallbacks = text ? json_loads(text, 0, NULL) : json_object();
 	if (!json_is_object(fallbacks)) {

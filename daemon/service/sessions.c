@@ -45,11 +45,9 @@ static void table_module_wanted(struct profd *p, struct proc *proc, const struct
 	const struct mapping *mp;
 	uint64_t pc, key;
 
-	/* a fallback record carries all of ips[] (SAMPLE_HAS_REGS: sample_event__valid()) */
-	if (e->cfi_stop != CFI_STOP_NO_TABLE || !(e->flags & SAMPLE_HAS_REGS) || e->cfi_frames == 0 ||
-	    (size_t)e->kstack_len + e->cfi_frames > ARRAY_SIZE(e->ips))
+	if (e->cfi_stop != CFI_STOP_NO_TABLE || e->cfi_frames == 0 || !e->cfi_stop_pc)
 		return;
-	pc = e->ips[e->kstack_len + e->cfi_frames - 1];
+	pc = e->cfi_stop_pc;
 	if (e->cfi_frames > 1)
 		pc--; /* a return address: the walk looks it up at - 1 */
 	mp = addrspace__find(proc->as, pc);
@@ -93,9 +91,9 @@ void profd__on_sample(void *ctx, const struct sample_event *e, size_t size)
 	 * go to the unwinding thread, and those that come back have no registers. */
 	if (e->flags & (SAMPLE_CFI_WALKED | SAMPLE_HAS_REGS))
 		session__count_table_walk(s, e);
-	/* unwind "tables": a process's tables are asked for at its first record
-	 * (the target's at the attach), and load on the sampler's thread */
-	if (session__unwind(s) == UNWIND_MODE_TABLES && p->env.sampler) {
+	/* unwind "auto" or "tables": a process's tables are asked for at its first
+	 * record (the target's at the attach), and load on the sampler's thread */
+	if (unwind_mode_walks_tables(session__unwind(s)) && p->env.sampler) {
 		if (!proc->tables_asked) {
 			proc->tables_asked = true;
 			if (sampler__tables_add(p->env.sampler, proc->pid) < 0)
@@ -365,7 +363,7 @@ int profd__end_session(struct profd *p, unsigned slot, const char *reason)
 	}
 	log_info("session %lld ended (%s): %llu samples", (long long)session__id(s), reason,
 		 (unsigned long long)session__samples(s));
-	if (session__unwind(s) == UNWIND_MODE_TABLES && p->env.sampler) {
+	if (unwind_mode_walks_tables(session__unwind(s)) && p->env.sampler) {
 		struct cfi_maps_stats t;
 
 		sampler__tables_stats(p->env.sampler, &t);

@@ -165,8 +165,9 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	struct slot_config cfg = {
 	    .copy_stack_bytes = p->unwind == UNWIND_MODE_FP ? 0 : p->stack_bytes,
 	    .fp_stack = p->unwind == UNWIND_MODE_FP || p->unwind == UNWIND_MODE_AUTO,
-	    /* tables: walked in BPF; a sample whose walk stops early carries DWARF's copy */
-	    .cfi_walk = p->unwind == UNWIND_MODE_TABLES,
+	    /* auto, tables: walked in BPF; a sample whose walk stops early carries
+	     * DWARF's copy (and, with auto, the frame-pointer walk) */
+	    .cfi_walk = unwind_mode_walks_tables(p->unwind),
 	    .follow_children = p->follow_children,
 	    /* without a sampler (the unit tests), the session follows the records it is fed */
 	    .vm_fault_period = (s->events & EVENT_RSS) &&
@@ -207,12 +208,15 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 		s->event = "cpu-clock", r = 0;
 	if (r < 0)
 		goto fail;
-	/* The tables load on the sampler's thread; the first samples fall back meanwhile. */
+	/* The tables load on the sampler's thread; the first samples fall back
+	 * meanwhile. Without them auto goes on as frame pointers + DWARF (each
+	 * walk then stops at no_process); tables, asked for by name, fails. */
 	if (cfg.cfi_walk && env->sampler) {
 		r = sampler__tables_add(env->sampler, p->pid);
-		if (r < 0)
+		if (r < 0 && p->unwind == UNWIND_MODE_TABLES)
 			goto fail_sampling;
-		s->main->tables_asked = true;
+		s->main->tables_asked = r >= 0;
+		r = 0;
 	}
 	if (p->sampled_event && env->sampler) {
 		uint64_t config, period;
@@ -648,7 +652,7 @@ int session__flush(struct session *s, const struct session_env *env)
 	r = store__session_add_counts(env->store, s->id, &total);
 	if (r < 0)
 		return r;
-	if (s->unwind == UNWIND_MODE_TABLES) {
+	if (unwind_mode_walks_tables(s->unwind)) {
 		r = store__session_table_walk(env->store, s->id, s->table_walked,
 					      s->table_fallbacks);
 		if (r < 0)

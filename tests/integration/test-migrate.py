@@ -209,10 +209,17 @@ def normalize(name, value):
     and the changes; and in analyze, the memory-growth finding's copy of that
     diagnosis (its title, verdict, evidence and suggestion). Those are left
     out here; check_old_memory() checks that the migrated session reports
-    them as docs/protocol.md says of a session stored without them."""
+    them as docs/protocol.md says of a session stored without them. And
+    schema 17's counts of the BPF table walk (the default unwind, auto,
+    walks the tables): a session's unwind_tables, null once migrated, as
+    for any session stored before the walk."""
     if not isinstance(value, dict) or value.get('ok') is False:
         return value
     v = copy.deepcopy(value)
+    if name.startswith('session'):
+        for sess in [v.get('session')] + list(v.get('sessions') or []):
+            if isinstance(sess, dict):
+                sess.pop('unwind_tables', None)
     if name.startswith('memory ') and isinstance(v.get('rss'), dict):
         v['rss'].pop('by_mapping', None)
         for p in v['rss'].get('processes') or []:

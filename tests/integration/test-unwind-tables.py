@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """--unwind tables (the user stack walked in BPF from compiled CFI tables,
 the stack copy + libdw only where the walk stops early) against --unwind
-dwarf on the same programs, as a user sees them: deep-nofp (no frame
+dwarf on the same programs, as a user sees them, and the default (auto:
+the same walk, with the frame-pointer walk as well in its fallbacks): deep-nofp (no frame
 pointers, libc's qsort and std::sort) has the same hot path and the same
 hottest functions and 100% of its stacks reach the thread's root, most of
 its samples are walked in BPF, and the samples that fell back are counted
 by reason in the session; spin-threads (four threads) has the same hottest
 function and per-thread split; a Python program has the same Python hot
 path, Python frames merged into walked stacks; a JIT leaf (no mapping
-file) falls back visibly, counted under no_mapping. Module tables load on
+file) falls back visibly, counted under no_mapping, and with the default its
+hottest function is still found (the frame-pointer walk). Module tables load on
 demand, so each run starts with a few fallbacks (no_process, no_table).
 The row array (32 MiB of kernel memory) exists only while a tables session
 runs: not in an idle profd, not after the session ends."""
@@ -54,20 +56,24 @@ def wait_row_arrays(d, present, what):
 
 
 def session_run(d, argv, mode, threads=1, extra=()):
-    """Run @argv to its end in a session with --unwind @mode; (session object, top, hotpaths)."""
+    """Run @argv to its end in a session with --unwind @mode (None: the
+    default, auto); (session object, top, hotpaths)."""
     w = d.spawn(*argv)
     wait_for_threads(w.pid, threads)
     if argv[0] == PYTHON:
         line = w.stdout.readline()
         while line and not line.startswith('ready'):
             line = w.stdout.readline()
-    sid = d.json('attach', w.pid, '--unwind', mode, '--freq', '397', *extra)['session']
-    if mode == 'tables':
-        wait_row_arrays(d, True, 'during a tables session')
+    unwind = ('--unwind', mode) if mode else ()
+    mode = mode or 'auto'
+    walks = mode in ('tables', 'auto')
+    sid = d.json('attach', w.pid, *unwind, '--freq', '397', *extra)['session']
+    if walks:
+        wait_row_arrays(d, True, 'during a %s session' % mode)
     w.wait(timeout=60)
     s = d.wait_ended(sid)
-    if mode == 'tables':
-        wait_row_arrays(d, False, 'after the tables session')
+    if walks:
+        wait_row_arrays(d, False, 'after the %s session' % mode)
     top = d.json('top', sid, '--limit', '10000')
     paths = d.json('hotpaths', sid, '--limit', '20')['paths']
     t = s['unwind_tables']
@@ -75,7 +81,7 @@ def session_run(d, argv, mode, threads=1, extra=()):
         os.path.basename(argv[-2] if argv[0] == PYTHON else argv[0]), mode, s['samples'],
         top['root_pct'], s['truncated_stacks'], s['lost_samples'], t))
     check(s['unwind'] == mode, 'unwind %r' % s['unwind'])
-    if mode == 'tables':
+    if walks:
         check(t is not None and t['walked'] + t['fallback_samples'] > 0, 'unwind_tables %r' % t)
         # Every CPU sample is counted once, walked or fallen back, whether it was
         # stored or not (the unwinding thread's queue drops are counted in both).
@@ -95,8 +101,16 @@ def self_top(top, n):
 
 def check_deep(d):
     nofp = binary('DEEP_NOFP')
-    res = {m: session_run(d, [nofp, '4'], m) for m in ('tables', 'dwarf')}
+    res = {m: session_run(d, [nofp, '4'], m) for m in ('tables', 'dwarf', None)}
     (s, top, paths), (_, dtop, dpaths) = res['tables'], res['dwarf']
+    # The default walks in BPF as tables does, with the same whole stacks.
+    ds, atop, apaths = res[None]
+    at = ds['unwind_tables']
+    print('deep-nofp, default (auto): %.1f%% walked in BPF, root %.1f%%, fallbacks %r' % (
+        100 * at['walked'] / max(ds['samples'], 1), atop['root_pct'], at['fallbacks']))
+    check(at['walked'] >= 0.8 * ds['samples'], 'auto: only %d of %d samples walked in BPF' % (
+        at['walked'], ds['samples']))
+    check(atop['root_pct'] == 100.0, 'auto: only %.1f%% of stacks reached the root' % atop['root_pct'])
     t = s['unwind_tables']
     share = t['walked'] / max(s['samples'], 1)
     print('deep-nofp: %.1f%% of samples walked in BPF, fallbacks %r' % (100 * share, t['fallbacks']))
@@ -114,7 +128,7 @@ def check_deep(d):
           'hottest functions differ: tables %r, dwarf %r' % (mine, theirs))
     # The whole hot path under cmp_c, as test-dwarf checks it for dwarf, the same in both.
     chain = ['sort_c'] + ['recursive'] * 5 + ['level2', 'level1', 'run']
-    for mode, ps in (('tables', paths), ('dwarf', dpaths)):
+    for mode, ps in (('tables', paths), ('dwarf', dpaths), ('auto', apaths)):
         qsort = [names(p['frames']) for p in ps if 'cmp_c' in names(p['frames'])[:2]]
         check(qsort, '%s: no hot path ends in cmp_c' % mode)
         fr = qsort[0]
@@ -160,12 +174,15 @@ def check_python(d):
 
 
 def check_jit(d):
-    s, top, _ = session_run(d, [binary('JIT_MAP'), '2'], 'tables')
-    t = s['unwind_tables']
-    # Its leaf is in an anonymous mapping: the walk stops at once, the sample falls back.
-    check(t['fallbacks']['no_mapping'] >= 0.5 * s['samples'],
-          'jit-map: no_mapping fallbacks %r of %d samples' % (t['fallbacks'], s['samples']))
-    check(self_top(top, 1) == ['jit_hot_loop'], 'jit-map: hottest %r' % self_top(top, 3))
+    for mode in ('tables', None):
+        s, top, _ = session_run(d, [binary('JIT_MAP'), '2'], mode)
+        t = s['unwind_tables']
+        # Its leaf is in an anonymous mapping: the walk stops at once, the sample falls back.
+        check(t['fallbacks']['no_mapping'] >= 0.5 * s['samples'],
+              'jit-map %s: no_mapping fallbacks %r of %d samples' % (mode, t['fallbacks'], s['samples']))
+        check(self_top(top, 1) == ['jit_hot_loop'], 'jit-map %s: hottest %r' % (mode, self_top(top, 3)))
+        if mode is None:  # the fallback's frame-pointer walk gets past the JIT code
+            check(top['root_pct'] >= 90, 'jit-map auto: only %.1f%% reached the root' % top['root_pct'])
 
 
 def test():
