@@ -8,6 +8,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* glibc's malloc_trim(3): give freed heap memory back to the system, every
+ * arena. Declared here because glibc's <malloc.h> is shadowed by
+ * bpf/malloc.h on the daemon's include path. */
+int malloc_trim(size_t pad);
+
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))

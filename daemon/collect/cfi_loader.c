@@ -111,6 +111,7 @@ static void *loader_main(void *arg)
 	pthread_mutex_lock(&l->t.lock);
 	for (;;) {
 		struct request *batch;
+		bool compiled = false;
 		size_t n;
 
 		while (!l->t.stop && l->n_queue == 0)
@@ -132,10 +133,15 @@ static void *loader_main(void *arg)
 				break;
 			case RQ_MODULE:
 				loader_module(l, batch[i].pid, batch[i].pc);
+				compiled = true;
 				break;
 			}
 		}
 		free(batch);
+		/* A compile's many small allocations, freed, stay in this thread's
+		 * malloc arena: ~20 MiB of profd's RSS on a PyTorch job, given back. */
+		if (compiled)
+			malloc_trim(0);
 		pthread_mutex_lock(&l->t.lock);
 		l->stats = *cfi_maps__stats(l->maps);
 	}

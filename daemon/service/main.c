@@ -82,8 +82,7 @@ static void on_offcpu_ready(struct watch *w, uint32_t events)
 	record_reader__poll(offcpu__reader(p->offcpu));
 }
 
-/* glibc's (malloc(3)); its <malloc.h> is shadowed by bpf/malloc.h on the include path. */
-int malloc_trim(size_t pad);
+/* glibc's mallopt(3); malloc_trim() is declared in util.h. */
 int mallopt(int param, int value);
 #define GLIBC_M_MMAP_THRESHOLD (-3) /* M_MMAP_THRESHOLD of glibc's <malloc.h> */
 
