@@ -59,7 +59,7 @@ bool sample_event__valid(const void *data, size_t size)
 	     (e->stack_size && e->stack_offset >= e->stack_size) ||
 	     size < offsetof(struct sample_event, stack) + e->stack_size))
 		return false;
-	/* The table walk's (unwind "tables"): a known stop, frames within ips[]. */
+	/* The table walk's (unwind "auto" or "tables"): a known stop, frames within ips[]. */
 	if ((e->flags & SAMPLE_CFI_TRIED) &&
 	    (e->cfi_stop >= CFI_STOP_NR ||
 	     (size_t)e->kstack_len + e->cfi_frames > ARRAY_SIZE(e->ips)))

@@ -97,7 +97,7 @@ uint64_t sampler__lost(struct sampler *s, unsigned slot);
 
 /*
  * sampler__tables_add() - load process @pid's CFI tables for the walk of
- * slots with cfi_walk (unwind "tables"), on the loading thread
+ * slots with cfi_walk (unwind "auto" or "tables"), on the loading thread
  * (collect/cfi_loader.c, started by the first call): now, and again after
  * its mappings changed. Until the thread has loaded them, the process's
  * samples fall back (CFI_STOP_NO_PROCESS). Returns 0, or -errno if the

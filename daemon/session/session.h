@@ -54,7 +54,8 @@ struct session_params {
 	unsigned max_stacks;       /* distinct call stacks (and rows waiting for a flush) */
 };
 
-/* Modules per process whose table is loaded on demand (unwind "tables"); beyond: fallbacks. */
+/* Modules per process whose table is loaded on demand (unwind "auto" or "tables");
+ * beyond: fallbacks. */
 #define PROC_TABLE_MODULES 64
 
 /* One process of a session: the target, or a child it forked (follow_children). */
@@ -67,8 +68,8 @@ struct proc {
 	unsigned probes_tried; /* a child: bit (1 << feature) once that probe feature was attached
 				* to it, or tried (daemon/service/features.c) */
 	uint64_t maps_next_ns; /* CLOCK_MONOTONIC of the next /proc/PID/smaps read (memory.c) */
-	bool tables_asked;     /* unwind "tables": its CFI tables were asked of the sampler */
-	/* unwind "tables": the mappings (start addresses) whose module's table was asked
+	bool tables_asked;     /* unwind "auto" or "tables": its CFI tables were asked of the sampler */
+	/* unwind "auto" or "tables": the mappings (start addresses) whose module's table was asked
 	 * for after a walk stopped there, at most PROC_TABLE_MODULES */
 	unsigned n_table_modules;
 	uint64_t table_modules[PROC_TABLE_MODULES];
@@ -138,7 +139,7 @@ int session__read_counters(struct session *s, const struct session_env *env);
 void session__on_thread_exit(struct session *s, const struct sample_event *e);
 
 /*
- * session__count_table_walk() - with unwind "tables", a CPU sample @e as
+ * session__count_table_walk() - with unwind "auto" or "tables", a CPU sample @e as
  * BPF took it: walked (SAMPLE_CFI_WALKED) or fallen back to the stack copy
  * (SAMPLE_CFI_TRIED, cfi_stop the reason). Running totals, stored at each
  * flush (sessions.table_walked, table_fallbacks). Call once per record, as

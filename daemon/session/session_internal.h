@@ -53,7 +53,7 @@ struct session {
 	uint64_t unwind_dropped; /* samples the unwinding thread had no room for, not yet flushed */
 	uint64_t unwind_dropped_flushing;
 	uint64_t samples; /* total so far (flushed or not) */
-	/* unwind "tables": CPU samples walked in BPF, and fallen back per enum cfi_walk_stop
+	/* unwind "auto" or "tables": CPU samples walked in BPF, and fallen back per enum cfi_walk_stop
 	 * (running totals, written whole at each flush) */
 	uint64_t table_walked;
 	uint64_t table_fallbacks[CFI_STOP_NR];

@@ -251,7 +251,7 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 			pthread_rwlock_wrlock(&proc->as_lock);
 			added = addrspace__refresh(proc->as);
 			pthread_rwlock_unlock(&proc->as_lock);
-			/* unwind "tables": the new modules' tables too, on the sampler's thread */
+			/* unwind "auto" or "tables": the new modules' tables too, on the sampler's thread */
 			if (added > 0 && proc->tables_asked && env->sampler)
 				sampler__tables_add(env->sampler, proc->pid);
 			if (added > 0) {
