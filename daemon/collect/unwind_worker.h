@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "collect/sampler.h"
 #include "symbols/symbolize.h"
@@ -18,17 +19,35 @@
 enum unwind_mode {
 	UNWIND_MODE_FP,    /* frame pointers only (bpf_get_stack) */
 	UNWIND_MODE_DWARF, /* CFI unwinding of the copied stack only */
-	UNWIND_MODE_AUTO,  /* the CFI-table walk in BPF; a sample whose walk stops before the
-			    * root takes both of the below, and keeps DWARF's stack unless the
-			    * frame-pointer walk got further */
+	UNWIND_MODE_AUTO,  /* the CFI-table walk in BPF (unwind_walks_tables()); a sample whose
+			    * walk stops before the root takes both of the above, and keeps
+			    * DWARF's stack unless the frame-pointer walk got further */
 	UNWIND_MODE_TABLES, /* CFI tables walked in BPF (cfi_walk.bpf.h); a walk that stops
 			     * before the root falls back to DWARF's copy, unwound here */
 };
 
-/* unwind_mode_walks_tables() - whether @mode walks the CFI tables in BPF first. */
-static inline bool unwind_mode_walks_tables(enum unwind_mode mode)
+/*
+ * The samples an auto session must be asked for (duration x frequency) to
+ * walk the tables: compiling a process's tables costs about what the walk
+ * saves on 15,000 samples (PyTorch: ~1 s of CPU against ~65 us a sample;
+ * deep-nofp: ~0.15 s against ~9 us). A session without a duration (the
+ * service) always walks them.
+ */
+#define UNWIND_AUTO_TABLES_MIN_SAMPLES 20000
+
+/*
+ * unwind_walks_tables() - whether a session with @mode, @duration_ns (0:
+ * until stopped) at @freq_hz walks the CFI tables in BPF first: tables
+ * always, auto when the session is long enough to repay the compiles.
+ */
+static inline bool unwind_walks_tables(enum unwind_mode mode, uint64_t duration_ns,
+				       unsigned freq_hz)
 {
-	return mode == UNWIND_MODE_AUTO || mode == UNWIND_MODE_TABLES;
+	if (mode == UNWIND_MODE_TABLES)
+		return true;
+	return mode == UNWIND_MODE_AUTO &&
+	       (duration_ns == 0 || (double)duration_ns / 1e9 * freq_hz >=
+					    UNWIND_AUTO_TABLES_MIN_SAMPLES);
 }
 
 /* unwind_mode_name() - "fp", "dwarf", "auto" or "tables". */

@@ -93,7 +93,7 @@ void profd__on_sample(void *ctx, const struct sample_event *e, size_t size)
 		session__count_table_walk(s, e);
 	/* unwind "auto" or "tables": a process's tables are asked for at its first
 	 * record (the target's at the attach), and load on the sampler's thread */
-	if (unwind_mode_walks_tables(session__unwind(s)) && p->env.sampler) {
+	if (session__walks_tables(s) && p->env.sampler) {
 		if (!proc->tables_asked) {
 			proc->tables_asked = true;
 			if (sampler__tables_add(p->env.sampler, proc->pid) < 0)
@@ -363,7 +363,7 @@ int profd__end_session(struct profd *p, unsigned slot, const char *reason)
 	}
 	log_info("session %lld ended (%s): %llu samples", (long long)session__id(s), reason,
 		 (unsigned long long)session__samples(s));
-	if (unwind_mode_walks_tables(session__unwind(s)) && p->env.sampler) {
+	if (session__walks_tables(s) && p->env.sampler) {
 		struct cfi_maps_stats t;
 
 		sampler__tables_stats(p->env.sampler, &t);

@@ -117,6 +117,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->uid = p->uid;
 	s->duration_ns = p->duration_ns;
 	s->unwind = p->unwind;
+	s->walks_tables = unwind_walks_tables(p->unwind, p->duration_ns, p->freq_hz);
 	s->follow_children = p->follow_children;
 	s->events = p->event_bits;
 	s->max_threads = p->max_threads ? p->max_threads : UINT_MAX;
@@ -167,7 +168,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	    .fp_stack = p->unwind == UNWIND_MODE_FP || p->unwind == UNWIND_MODE_AUTO,
 	    /* auto, tables: walked in BPF; a sample whose walk stops early carries
 	     * DWARF's copy (and, with auto, the frame-pointer walk) */
-	    .cfi_walk = unwind_mode_walks_tables(p->unwind),
+	    .cfi_walk = s->walks_tables,
 	    .follow_children = p->follow_children,
 	    /* without a sampler (the unit tests), the session follows the records it is fed */
 	    .vm_fault_period = (s->events & EVENT_RSS) &&
@@ -652,7 +653,7 @@ int session__flush(struct session *s, const struct session_env *env)
 	r = store__session_add_counts(env->store, s->id, &total);
 	if (r < 0)
 		return r;
-	if (unwind_mode_walks_tables(s->unwind)) {
+	if (s->walks_tables) {
 		r = store__session_table_walk(env->store, s->id, s->table_walked,
 					      s->table_fallbacks);
 		if (r < 0)
@@ -798,6 +799,11 @@ const char *session__event(const struct session *s)
 enum unwind_mode session__unwind(const struct session *s)
 {
 	return s->unwind;
+}
+
+bool session__walks_tables(const struct session *s)
+{
+	return s->walks_tables;
 }
 
 unsigned session__events(const struct session *s)

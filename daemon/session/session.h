@@ -194,6 +194,9 @@ int session__pidfd(const struct session *s);           /* polls readable when th
 const char *session__comm(const struct session *s);    /* the target's name, <= 15 bytes */
 const char *session__event(const struct session *s);   /* "cycles" or "cpu-clock" */
 enum unwind_mode session__unwind(const struct session *s);
+/* session__walks_tables() - whether its samples walk the CFI tables in BPF first
+ * (unwind_walks_tables(): tables, or auto for a long enough session). */
+bool session__walks_tables(const struct session *s);
 unsigned session__events(const struct session *s);     /* EVENT_* bits of request.h */
 bool session__follows_children(const struct session *s);
 uint64_t session__samples(const struct session *s);    /* CPU samples so far, flushed or not */

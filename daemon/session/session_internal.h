@@ -34,6 +34,7 @@ struct session {
 	uint64_t started_real_ns; /* CLOCK_REALTIME at the same instant */
 	int pidfd;		  /* polls readable when the target exits */
 	enum unwind_mode unwind;
+	bool walks_tables; /* unwind_walks_tables(): the BPF table walk is on */
 	bool follow_children;
 	unsigned events; /* EVENT_* */
 

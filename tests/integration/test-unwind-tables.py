@@ -10,7 +10,9 @@ by reason in the session; spin-threads (four threads) has the same hottest
 function and per-thread split; a Python program has the same Python hot
 path, Python frames merged into walked stacks; a JIT leaf (no mapping
 file) falls back visibly, counted under no_mapping, and with the default its
-hottest function is still found (the frame-pointer walk). Module tables load on
+hottest function is still found (the frame-pointer walk). A short auto
+session (duration x frequency under 20,000 samples) does not walk: its
+tables would cost more to compile than the walk saves. Module tables load on
 demand, so each run starts with a few fallbacks (no_process, no_table).
 The row array (32 MiB of kernel memory) exists only while a tables session
 runs: not in an idle profd, not after the session ends."""
@@ -173,6 +175,22 @@ def check_python(d):
         check([n for n in fr if n in want] == want and fr[-1] in ROOTS, '%s: python path %r' % (mode, fr))
 
 
+def check_short_auto(d):
+    w = d.spawn(binary('DEEP_NOFP'), '4')
+    wait_for_threads(w.pid, 2)
+    sid = d.json('attach', w.pid, '--duration', '2', '--freq', '99')['session']
+    s = d.wait_ended(sid)
+    w.wait(timeout=60)
+    top = d.json('top', sid, '--limit', '10')
+    print('deep-nofp, auto for 2 s at 99 Hz: %d samples, root %.1f%%, unwind_tables %r' % (
+        s['samples'], top['root_pct'], s['unwind_tables']))
+    check(s['unwind'] == 'auto' and s['unwind_tables'] is None,
+          'a 2 s auto session walked tables: %r' % s['unwind_tables'])
+    check(s['samples'] > 0 and top['root_pct'] >= 99, 'short auto: root %.1f%% of %d samples' % (
+        top['root_pct'], s['samples']))
+    wait_row_arrays(d, False, 'after a short auto session')
+
+
 def check_jit(d):
     for mode in ('tables', None):
         s, top, _ = session_run(d, [binary('JIT_MAP'), '2'], mode)
@@ -190,6 +208,7 @@ def test():
     with Profd() as d:
         wait_row_arrays(d, False, 'idle profd')
         check_deep(d)
+        check_short_auto(d)
         check_spin(d)
         check_python(d)
         check_jit(d)
