@@ -19,8 +19,8 @@
 /*
  * The "unwind_tables" object of a session with unwind "tables" or "auto": CPU samples
  * walked in BPF, those that fell back to the stack copy by reason, and the
- * share walked (null with no sample yet). null for the other modes, or for
- * a stored object that does not parse.
+ * share walked (null with no sample yet). null for the other modes, for an
+ * auto session that did not walk, or for a stored object that does not parse.
  */
 static json_t *unwind_tables_object(sqlite3_stmt *st)
 {
@@ -32,7 +32,8 @@ static json_t *unwind_tables_object(sqlite3_stmt *st)
 
 	if (!unwind || (strcmp(unwind, "tables") != 0 && strcmp(unwind, "auto") != 0))
 		return json_null();
-	/* auto before it walked tables (schema 17, this profd) stored nothing */
+	/* auto that did not walk stored nothing: a session shorter than
+	 * UNWIND_AUTO_TABLES_MIN_SAMPLES, or one of a profd before the walk */
 	if (strcmp(unwind, "auto") == 0 && !text)
 		return json_null();
 	fallbacks = text ? json_loads(text, 0, NULL) : json_object();
