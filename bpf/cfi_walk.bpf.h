@@ -35,12 +35,13 @@ struct {
 
 /*
  * Every module's rows, one after the other, in the array at slot 0 of
- * cfi_rows. User space (cfi_maps.c) creates that array, of rows_cap rows,
- * when the first process is loaded and removes it after the last one: an
- * array map is allocated whole when created (32 MiB at the default size),
- * so a profd with no "tables" session pays nothing for it. The template
- * below only types it; BPF_F_INNER_MAP lets the real one be of another
- * size (Linux 5.10). mmap-able, so that a module's rows are copied in with
+ * cfi_rows. User space (cfi_maps.c) creates that array when the first
+ * process is loaded, replaces it with a larger copy when a module does not
+ * fit (up to rows_cap rows, 32 MiB at the default) and removes it after the
+ * last process: an array map is allocated whole when created, so a profd
+ * with no walking session pays nothing for it, and one whose modules are
+ * small pays little. The template below only types it; BPF_F_INNER_MAP
+ * lets the real one be of another size (Linux 5.10). mmap-able, so that a module's rows are copied in with
  * one memcpy, not a system call per row. Slot 0 empty: every walk stops at
  * CFI_STOP_NO_TABLE.
  */

@@ -7,8 +7,10 @@
  * rows freed with the last one.
  *
  * Owns: the module and process bookkeeping, and the row array in slot 0
- * of cfi_rows with its mmap, made for the first process and dropped after
- * the last (not the other map fds, which belong to the BPF object). Files are untrusted: a
+ * of cfi_rows with its mmap, made for the first process (CFI_MAPS_FIRST_ROWS
+ * rows), grown when a module does not fit (rows_grow()) up to rows_cap, and
+ * dropped after the last process (not the other map fds, which belong to
+ * the BPF object). Files are untrusted: a
  * module that cannot be opened or compiled gets no rows and is remembered
  * as such. Not thread-safe.
  *
@@ -76,7 +78,7 @@ struct proc {
 struct cfi_maps {
 	int procs_fd, modules_fd, rows_outer_fd;
 	int rows_fd;		   /* the row array in cfi_rows' slot 0; -1 while no process */
-	struct cfi_walk_row *rows; /* rows_fd, mmap'ed */
+	struct cfi_walk_row *rows; /* rows_fd, mmap'ed: stats.rows_len rows */
 	size_t rows_map_bytes;
 	struct module modules[CFI_WALK_MAX_MODULES];
 	struct proc *procs;
@@ -89,10 +91,11 @@ struct cfi_maps {
 /*
  * cfi_maps__new() - the loader of a loaded BPF object's cfi_procs,
  * cfi_modules and cfi_rows maps (their fds: borrowed, they must outlive
- * the loader). @rows_cap: the size in rows of the row array that the first
- * cfi_maps__add_process() creates and puts in cfi_rows (@rows_outer_fd),
- * 1..CFI_WALK_MAX_ROWS (CFI_MAPS_DEFAULT_ROWS: 32 MiB); nothing is
- * allocated for rows before that. Separate debug files are searched as the
+ * the loader). @rows_cap: the most rows the row array in cfi_rows
+ * (@rows_outer_fd) may grow to, 1..CFI_WALK_MAX_ROWS (CFI_MAPS_DEFAULT_ROWS:
+ * 32 MiB); the first cfi_maps__add_process() creates it with
+ * CFI_MAPS_FIRST_ROWS rows (at most @rows_cap), nothing is allocated for
+ * rows before that. Separate debug files are searched as the
  * unwinder does ($PROFD_DEBUG_PATH, /usr/lib/debug). Returns 0 and *@ret,
  * -EINVAL for a bad @rows_cap, -ENOMEM. Does not log.
  */
@@ -120,40 +123,78 @@ int cfi_maps__new(int procs_fd, int modules_fd, int rows_outer_fd, uint32_t rows
 }
 
 /*
- * rows_open() - create the row array (stats.rows_cap rows, allocated whole
- * by the kernel), mmap it and put it in slot 0 of cfi_rows. Returns 0, or
- * bpf_map_create()'s, mmap()'s or the update's -errno (nothing is left
- * behind).
+ * rows_map() - create a row array of @len rows (allocated whole by the
+ * kernel) and mmap it. Returns 0 with *@ret_fd, *@ret_rows and
+ * *@ret_bytes (the mapping's length), or bpf_map_create()'s or mmap()'s
+ * -errno (nothing is left behind).
  */
-static int rows_open(struct cfi_maps *m)
+static int rows_map(uint32_t len, int *ret_fd, struct cfi_walk_row **ret_rows, size_t *ret_bytes)
 {
 	LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_MMAPABLE | BPF_F_INNER_MAP);
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	uint32_t zero = 0;
+	size_t bytes = ((size_t)len * sizeof(struct cfi_walk_row) + page - 1) & ~(page - 1);
 	void *p;
 	int fd, r;
 
 	fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "cfi_rows_array", sizeof(uint32_t),
-			    sizeof(struct cfi_walk_row), (uint32_t)m->stats.rows_cap, &opts);
+			    sizeof(struct cfi_walk_row), len, &opts);
 	if (fd < 0)
 		return -errno;
-	m->rows_map_bytes =
-	    ((size_t)m->stats.rows_cap * sizeof(struct cfi_walk_row) + page - 1) & ~(page - 1);
-	p = mmap(NULL, m->rows_map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		r = -errno;
 		close(fd);
 		return r;
 	}
+	*ret_fd = fd;
+	*ret_rows = p;
+	*ret_bytes = bytes;
+	return 0;
+}
+
+/*
+ * rows_install() - make a new row array of @len rows holding the first
+ * @keep rows of the current one (if any), put it in slot 0 of cfi_rows and
+ * let the old one go. A BPF walk that already looked the old array up
+ * keeps reading it: the kernel frees it after an RCU grace period, and its
+ * rows are the same. Returns 0, or rows_map()'s or the update's -errno
+ * (the current array, if any, is left in place).
+ */
+static int rows_install(struct cfi_maps *m, uint32_t len, uint32_t keep)
+{
+	struct cfi_walk_row *rows;
+	uint32_t zero = 0;
+	size_t bytes;
+	int fd, r;
+
+	r = rows_map(len, &fd, &rows, &bytes);
+	if (r < 0)
+		return r;
+	if (m->rows && keep)
+		memcpy(rows, m->rows, (size_t)MIN(keep, len) * sizeof(*rows));
+	/* the rows are in place before walks can find them */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (bpf_map_update_elem(m->rows_outer_fd, &zero, &fd, BPF_ANY) < 0) {
 		r = -errno;
-		munmap(p, m->rows_map_bytes);
+		munmap(rows, bytes);
 		close(fd);
 		return r;
 	}
-	m->rows = p;
+	if (m->rows_fd >= 0) {
+		munmap(m->rows, m->rows_map_bytes);
+		close(m->rows_fd);
+	}
+	m->rows = rows;
 	m->rows_fd = fd;
+	m->rows_map_bytes = bytes;
+	m->stats.rows_len = len;
 	return 0;
+}
+
+/* rows_open() - the first row array: CFI_MAPS_FIRST_ROWS rows, at most rows_cap. */
+static int rows_open(struct cfi_maps *m)
+{
+	return rows_install(m, (uint32_t)MIN(m->stats.rows_cap, (uint64_t)CFI_MAPS_FIRST_ROWS), 0);
 }
 
 /*
@@ -171,6 +212,27 @@ static void rows_close(struct cfi_maps *m)
 	close(m->rows_fd);
 	m->rows = NULL;
 	m->rows_fd = -1;
+	m->stats.rows_len = 0;
+}
+
+/*
+ * rows_grow() - grow the row array so that @end rows fit: to half as large
+ * again, or to @end if more, in whole CFI_MAPS_FIRST_ROWS steps, at most
+ * rows_cap. The copy is of every row below the current length (a few ms
+ * for 32 MiB). Returns 0, -ENOSPC when @end is beyond rows_cap, or
+ * rows_install()'s -errno (the array is left as it was).
+ */
+static int rows_grow(struct cfi_maps *m, uint64_t end)
+{
+	uint64_t len = m->stats.rows_len + m->stats.rows_len / 2;
+
+	if (end > m->stats.rows_cap)
+		return -ENOSPC;
+	len = MAX(len, end);
+	len = (len + CFI_MAPS_FIRST_ROWS - 1) / CFI_MAPS_FIRST_ROWS * CFI_MAPS_FIRST_ROWS;
+	len = MIN(len, m->stats.rows_cap);
+	m->stats.rows_grown++;
+	return rows_install(m, (uint32_t)len, (uint32_t)m->stats.rows_len);
 }
 
 /* table_compile() - cfi_table__compile_mapping(), timed in m->stats.compile_ns. */
@@ -194,14 +256,17 @@ static int cmp_first(const void *a, const void *b)
 
 /*
  * rows_alloc() - the first free place for @n rows in cfi_rows (first fit
- * between the modules that have rows). Returns 0 and *@ret_first, -ENOSPC
- * when no gap is large enough, -ENOMEM.
+ * between the modules that have rows), else after the last module, the
+ * array grown to hold them (rows_grow()). Returns 0 and *@ret_first,
+ * -ENOSPC when no gap is large enough and rows_cap is reached, -ENOMEM, or
+ * rows_grow()'s -errno.
  */
 static int rows_alloc(struct cfi_maps *m, uint32_t n, uint32_t *ret_first)
 {
 	_cleanup_free_ struct module **used = NULL;
 	size_t n_used = 0;
 	uint64_t at = 0;
+	int r;
 
 	used = malloc(CFI_WALK_MAX_MODULES * sizeof(*used));
 	if (!used)
@@ -211,7 +276,7 @@ static int rows_alloc(struct cfi_maps *m, uint32_t n, uint32_t *ret_first)
 			used[n_used++] = &m->modules[i];
 	qsort(used, n_used, sizeof(*used), cmp_first);
 	for (size_t i = 0; i <= n_used; i++) {
-		uint64_t next = i < n_used ? used[i]->first : m->stats.rows_cap;
+		uint64_t next = i < n_used ? used[i]->first : m->stats.rows_len;
 
 		if (next >= at && next - at >= n) {
 			*ret_first = (uint32_t)at;
@@ -220,7 +285,12 @@ static int rows_alloc(struct cfi_maps *m, uint32_t n, uint32_t *ret_first)
 		if (i < n_used)
 			at = (uint64_t)used[i]->first + used[i]->n;
 	}
-	return -ENOSPC;
+	/* at: the end of the last module's rows */
+	r = rows_grow(m, at + n);
+	if (r < 0)
+		return r;
+	*ret_first = (uint32_t)at;
+	return 0;
 }
 
 /*

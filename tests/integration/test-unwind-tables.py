@@ -14,8 +14,9 @@ hottest function is still found (the frame-pointer walk). A short auto
 session (duration x frequency under 20,000 samples) does not walk: its
 tables would cost more to compile than the walk saves. Module tables load on
 demand, so each run starts with a few fallbacks (no_process, no_table).
-The row array (32 MiB of kernel memory) exists only while a tables session
-runs: not in an idle profd, not after the session ends."""
+The row array (kernel memory, grown from 512 KiB as modules load) exists
+only while a walking session runs: not in an idle profd, not after the
+session ends; on deep-nofp it stays at 512 KiB."""
 import glob
 import os
 import time
@@ -32,18 +33,26 @@ def names(frames):
     return [f['function'] for f in frames]
 
 
+FIRST_ROWS = 64 << 10  # daemon/collect/cfi_maps.h CFI_MAPS_FIRST_ROWS
+BPF_F_MMAPABLE = 1 << 10
+BPF_F_INNER_MAP = 1 << 12
+
+
 def row_arrays(pid):
-    """Process @pid's BPF array maps of at least 1 Mi entries (the CFI row
-    array), from /proc/PID/fdinfo: a list of their memlock bytes."""
+    """Process @pid's mmap-able inner BPF array maps (the CFI row array:
+    cfi_maps.c, the only map profd makes with these flags), from
+    /proc/PID/fdinfo: a list of their sizes in rows."""
     found = []
+    flags = BPF_F_MMAPABLE | BPF_F_INNER_MAP
     for path in glob.glob('/proc/%d/fdinfo/*' % pid):
         try:
             with open(path) as f:
                 info = dict(line.split(':', 1) for line in f if ':' in line)
         except OSError:  # an fd closed meanwhile
             continue
-        if info.get('map_type', '').strip() == '2' and int(info.get('max_entries', '0')) >= 1 << 20:
-            found.append(int(info.get('memlock', '0')))
+        if info.get('map_type', '').strip() == '2' and \
+                int(info.get('map_flags', '0').strip(), 16) & flags == flags:
+            found.append(int(info.get('max_entries', '0')))
     return found
 
 
@@ -59,7 +68,9 @@ def wait_row_arrays(d, present, what):
 
 def session_run(d, argv, mode, threads=1, extra=()):
     """Run @argv to its end in a session with --unwind @mode (None: the
-    default, auto); (session object, top, hotpaths)."""
+    default, auto); (session object, top, hotpaths). The session object
+    gains 'row_array_peak', the largest row array seen while @argv ran
+    (rows, 0 for none)."""
     w = d.spawn(*argv)
     wait_for_threads(w.pid, threads)
     if argv[0] == PYTHON:
@@ -72,16 +83,22 @@ def session_run(d, argv, mode, threads=1, extra=()):
     sid = d.json('attach', w.pid, *unwind, '--freq', '397', *extra)['session']
     if walks:
         wait_row_arrays(d, True, 'during a %s session' % mode)
-    w.wait(timeout=60)
+    peak, deadline = 0, time.time() + 60
+    while w.poll() is None and time.time() < deadline:
+        peak = max([peak] + row_arrays(d.proc.pid))
+        time.sleep(0.1)
+    w.wait(timeout=1)
     s = d.wait_ended(sid)
+    s['row_array_peak'] = peak
     if walks:
         wait_row_arrays(d, False, 'after the %s session' % mode)
     top = d.json('top', sid, '--limit', '10000')
     paths = d.json('hotpaths', sid, '--limit', '20')['paths']
     t = s['unwind_tables']
-    print('%s %s: %d samples, root %.1f%%, truncated %d, lost %d, unwind_tables %r' % (
-        os.path.basename(argv[-2] if argv[0] == PYTHON else argv[0]), mode, s['samples'],
-        top['root_pct'], s['truncated_stacks'], s['lost_samples'], t))
+    print('%s %s: %d samples, root %.1f%%, truncated %d, lost %d, row array %d rows, '
+          'unwind_tables %r' % (
+              os.path.basename(argv[-2] if argv[0] == PYTHON else argv[0]), mode, s['samples'],
+              top['root_pct'], s['truncated_stacks'], s['lost_samples'], peak, t))
     check(s['unwind'] == mode, 'unwind %r' % s['unwind'])
     if walks:
         check(t is not None and t['walked'] + t['fallback_samples'] > 0, 'unwind_tables %r' % t)
@@ -113,6 +130,10 @@ def check_deep(d):
     check(at['walked'] >= 0.8 * ds['samples'], 'auto: only %d of %d samples walked in BPF' % (
         at['walked'], ds['samples']))
     check(atop['root_pct'] == 100.0, 'auto: only %.1f%% of stacks reached the root' % atop['root_pct'])
+    # The program, libc and ld.so fit the first row array (CFI_MAPS_FIRST_ROWS): not grown.
+    for m, (rs, _, _) in (('tables', res['tables']), ('auto', res[None])):
+        check(rs['row_array_peak'] == FIRST_ROWS, '%s: row array of %d rows, not %d' % (
+            m, rs['row_array_peak'], FIRST_ROWS))
     t = s['unwind_tables']
     share = t['walked'] / max(s['samples'], 1)
     print('deep-nofp: %.1f%% of samples walked in BPF, fallbacks %r' % (100 * share, t['fallbacks']))
