@@ -125,8 +125,9 @@ static __always_inline __u64 python_thread_state(const struct python_config *pc,
  * _PyEval_EvalFrameDefault call running it. Each call's first frame is
  * marked PY_FRAME_ENTRY: 3.11 flags it (is_entry); 3.12+ puts an entry frame
  * owned by the C stack just behind it, which is not a Python frame and is
- * skipped. Only pointers are copied here; user space reads the code objects
- * (names, files, line tables), which live as long as the code does. A
+ * skipped. Only pointers and each code object's tag (code_tag()) are
+ * copied here; user space reads the names, files and line tables of a code
+ * object the first time it sees its tag at that address. A
  * separate function: the verifier checks it once, not inline in every path
  * of the caller.
  */
@@ -137,6 +138,33 @@ struct py_walk {
 	__u32 n;     /* frames in e->py */
 };
 
+/* The identity field at @off of the code object read into @id (from pc->code_filename). */
+static __always_inline __u64 code_field(const __u8 *id, const struct python_config *pc, __u32 off)
+{
+	__u64 v = 0;
+	__u32 at = off - pc->code_filename;
+
+	if (at <= PY_CODE_ID_BYTES - sizeof(v))
+		__builtin_memcpy(&v, id + at, sizeof(v));
+	return v;
+}
+
+/*
+ * code_tag() - py_code_tag() of the code object at @code: its identity
+ * fields read with one bpf_probe_read_user() of PY_CODE_ID_BYTES from
+ * code_filename (they lie before co_code_adaptive, so inside the object).
+ * 0 if the read fails.
+ */
+static __always_inline __u32 code_tag(const struct python_config *pc, __u64 code)
+{
+	__u8 id[PY_CODE_ID_BYTES];
+
+	if (bpf_probe_read_user(id, sizeof(id), (const void *)(code + pc->code_filename)))
+		return 0;
+	return py_code_tag(code_field(id, pc, pc->code_filename), code_field(id, pc, pc->code_qualname),
+			   code_field(id, pc, pc->code_linetable));
+}
+
 /* One step of the frame chain, for bpf_loop(): 1 stops the loop. */
 static long py_walk_step(__u64 i, void *ctx)
 {
@@ -145,6 +173,7 @@ static long py_walk_step(__u64 i, void *ctx)
 	struct sample_event *e = w->e;
 	__u32 n = w->n;
 	__u8 entry = 0, owner = 0;
+	__u64 code, instr;
 
 	if (!w->frame)
 		return 1;
@@ -161,8 +190,11 @@ static long py_walk_step(__u64 i, void *ctx)
 		return 1;
 	if (pc->frame_is_entry != PY_NO_OFFSET)
 		bpf_probe_read_user(&entry, sizeof(entry), (const void *)(w->frame + pc->frame_is_entry));
-	e->py[n].code = read_user_u64(w->frame + pc->frame_code) | (entry ? PY_FRAME_ENTRY : 0);
-	e->py[n].instr = read_user_u64(w->frame + pc->frame_prev_instr);
+	code = read_user_u64(w->frame + pc->frame_code);
+	instr = read_user_u64(w->frame + pc->frame_prev_instr);
+	e->py[n].code = code | (entry ? PY_FRAME_ENTRY : 0);
+	e->py[n].instr_off = instr >= code && instr - code < PY_NO_INSTR ? (__u32)(instr - code) : PY_NO_INSTR;
+	e->py[n].tag = code ? code_tag(pc, code) : 0;
 	w->n = n + 1;
 	w->frame = read_user_u64(w->frame + pc->frame_previous);
 	return 0;

@@ -55,8 +55,20 @@ struct python_config {
 	__u32 frame_owner;            /* _PyInterpreterFrame.owner, a char (3.12+; else none) */
 	__u32 owner_cstack;           /* FRAME_OWNED_BY_CSTACK: the entry frame of an
 				       * interpreter call (3.12+), not a Python frame */
-	__u32 pad;
+	/* A code object's fields, also read by user space from its head; the
+	 * last three are its identity, whose tag (py_code_tag()) each frame
+	 * carries, read in one PY_CODE_ID_BYTES read from code_filename. */
+	__u32 code_type;              /* PyObject.ob_type */
+	__u32 code_firstlineno;       /* PyCodeObject.co_firstlineno (int) */
+	__u32 code_filename;          /* PyCodeObject.co_filename (str): the lowest of the three */
+	__u32 code_qualname;          /* PyCodeObject.co_qualname (str) */
+	__u32 code_linetable;         /* PyCodeObject.co_linetable (bytes) */
 };
+
+/* Bytes read from code_filename for the tag (3.11 to 3.13: co_filename,
+ * co_name, co_qualname, co_linetable, one after the other). A field beyond
+ * them counts as 0 on both sides. */
+#define PY_CODE_ID_BYTES 32
 
 /* Per-slot settings, written by user space before the slot's events are enabled. */
 struct slot_config {
@@ -74,14 +86,41 @@ struct slot_config {
 /*
  * One Python frame as sampled: the code object it runs, with PY_FRAME_ENTRY
  * or'ed into bit 0 (code objects are 8-byte aligned) when the frame is the
- * first one of a _PyEval_EvalFrameDefault call, and the address of the last
- * instruction it started (prev_instr), from which user space gets the line.
+ * first one of a _PyEval_EvalFrameDefault call; where the last instruction
+ * it started (prev_instr) is, from which user space gets the line; and the
+ * tag of the code object's identity fields as the walk read them, so that
+ * user space knows a code object it has seen at that address without
+ * reading the target's memory again.
  */
 struct py_frame {
 	__u64 code;
-	__u64 instr;
+	__u32 instr_off; /* prev_instr - code in bytes; PY_NO_INSTR if unknown or beyond 4 GiB */
+	__u32 tag;       /* py_code_tag() of the code object; 0: could not be read */
 };
 #define PY_FRAME_ENTRY 1ull
+#define PY_NO_INSTR 0xffffffffu
+
+/*
+ * py_code_tag() - a 32-bit tag of a code object's identity, never 0: the
+ * addresses of its file name, qualified name and line table. A code object
+ * freed and another made at the same address differs in at least one of
+ * them (a new object has a new line table), unless it is the same code
+ * made again (same names, same table: same frames); two different ones
+ * get the same tag with odds of 1 in 2^32. Computed by the BPF walk and by
+ * user space (daemon/symbols/python.c) alike: the same function on both
+ * sides.
+ */
+static inline __u32 py_code_tag(__u64 filename, __u64 qualname, __u64 linetable)
+{
+	const __u64 k = 0x9e3779b97f4a7c15ull;
+	__u64 h = filename * k;
+	__u32 t;
+
+	h = (h ^ (h >> 29) ^ qualname) * k;
+	h = (h ^ (h >> 29) ^ linetable) * k;
+	t = (__u32)(h >> 32);
+	return t ? t : 1;
+}
 
 /* vm_change.kind: what changed the address space. */
 #define VM_BRK 0    /* brk(2) moved the break (the [heap] mapping) */

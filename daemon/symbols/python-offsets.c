@@ -47,9 +47,24 @@ static void state_bits(int which, unsigned *ret_shift, unsigned *ret_mask)
 #define NONE(indent, name) printf(indent "." #name " = PY_NO_OFFSET, \\\n")
 #define SIZE(name, type) printf("\t." #name " = %zu, \\\n", sizeof(type))
 
+/* PY_CODE_ID_BYTES in bpf/profile.h: the BPF walk reads a code object's identity from here. */
+#define CODE_ID_BYTES 32
+
 int main(void)
 {
 	unsigned kind_shift, kind_mask, compact_bit, ascii_bit, m;
+
+	if (offsetof(PyCodeObject, co_qualname) < offsetof(PyCodeObject, co_filename) ||
+	    offsetof(PyCodeObject, co_linetable) < offsetof(PyCodeObject, co_filename) ||
+	    offsetof(PyCodeObject, co_qualname) + 8 - offsetof(PyCodeObject, co_filename) >
+		CODE_ID_BYTES ||
+	    offsetof(PyCodeObject, co_linetable) + 8 - offsetof(PyCodeObject, co_filename) >
+		CODE_ID_BYTES) {
+		fprintf(stderr, "python-offsets: co_filename, co_qualname and co_linetable of "
+				"CPython %s are not within %d bytes (bpf/profile.h PY_CODE_ID_BYTES)\n",
+			PY_VERSION, CODE_ID_BYTES);
+		return 1;
+	}
 
 	state_bits(0, &kind_shift, &kind_mask);
 	state_bits(1, &compact_bit, &m);
@@ -88,12 +103,12 @@ int main(void)
 	OFFSET("\t\t", frame_owner, _PyInterpreterFrame, owner);
 	printf("\t\t.owner_cstack = %d, \\\n", FRAME_OWNED_BY_CSTACK);
 #endif
+	OFFSET("\t\t", code_type, PyObject, ob_type);
+	OFFSET("\t\t", code_firstlineno, PyCodeObject, co_firstlineno);
+	OFFSET("\t\t", code_filename, PyCodeObject, co_filename);
+	OFFSET("\t\t", code_qualname, PyCodeObject, co_qualname);
+	OFFSET("\t\t", code_linetable, PyCodeObject, co_linetable);
 	printf("\t}, \\\n");
-	OFFSET("\t", code_type, PyObject, ob_type);
-	OFFSET("\t", code_qualname, PyCodeObject, co_qualname);
-	OFFSET("\t", code_filename, PyCodeObject, co_filename);
-	OFFSET("\t", code_firstlineno, PyCodeObject, co_firstlineno);
-	OFFSET("\t", code_linetable, PyCodeObject, co_linetable);
 	OFFSET("\t", code_adaptive, PyCodeObject, co_code_adaptive);
 	OFFSET("\t", unicode_length, PyASCIIObject, length);
 	OFFSET("\t", unicode_state, PyASCIIObject, state);

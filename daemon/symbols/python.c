@@ -158,9 +158,11 @@ int python__find(pid_t pid, const struct addrspace *as, struct python_interp *re
 /* A code object of a process, as read; kept until the reader is freed (tokens point at it). */
 struct py_code {
 	struct py_code *next_all;
+	struct py_code *prev_at; /* the code seen at the same address before this one */
 	/* What the code object's head held when read: a change means new code at the address. */
 	uint64_t type, qualname_ptr, filename_ptr, linetable_ptr;
 	int32_t firstlineno;
+	uint32_t tag; /* py_code_tag() of the above, as the BPF walk computes it */
 	char *qualname; /* NULL if unreadable */
 	char *filename;
 	uint8_t *linetable;
@@ -171,8 +173,16 @@ struct py_code {
  * The code object last seen at an address, in any process of the session:
  * a child forked from the target has its parent's code objects at the same
  * addresses (a DataLoader worker), so they are read once, not once per
- * child. code_get() checks the head's identity fields at every use.
+ * child. A frame whose tag (computed by the BPF walk from the identity
+ * fields) is that of the code, or of one of the PY_CODES_PER_ADDR seen at
+ * the address before it, is that code, with no read of the target's memory;
+ * any other is read again and code_get() checks the head's identity fields.
+ * A head read whose tag is not the frame's means the code object was freed
+ * and another made at its place between the sample and the read (samples
+ * are read in batches, up to a few hundred ms late): the frame is then
+ * unknown ("[python]"), not named after the new code.
  */
+#define PY_CODES_PER_ADDR 8
 struct py_code_slot {
 	uint64_t addr;
 	struct py_code *code;
@@ -415,11 +425,26 @@ static bool code_slot_eq(const void *entry, const void *key)
 	return a->addr == b->addr;
 }
 
+/* The identity field at @off of @head, as profile.bpf.c's code_field() reads it. */
+static uint64_t id_field(const struct python_config *o, const unsigned char *head, uint32_t off)
+{
+	uint32_t at = off - o->code_filename;
+
+	return at <= PY_CODE_ID_BYTES - sizeof(uint64_t) ? get_u64(head, off) : 0;
+}
+
+/* py_code_tag() of the code object whose head is @head, as the BPF walk computes it. */
+static uint32_t head_tag(const struct python_config *o, const unsigned char *head)
+{
+	return py_code_tag(id_field(o, head, o->code_filename), id_field(o, head, o->code_qualname),
+			   id_field(o, head, o->code_linetable));
+}
+
 /* The code object at @addr of @pid whose head (code_adaptive bytes) is @head; NULL on OOM. */
 static struct py_code *code_get(struct python_reader *r, pid_t pid, uint64_t addr,
 				const unsigned char *head)
 {
-	const struct python_offsets *o = r->interp.offsets;
+	const struct python_config *o = &r->interp.offsets->bpf;
 	struct py_code_slot key = {.addr = addr}, *slot;
 	uint64_t h = hash64(HASH64_INIT, &addr, sizeof(addr));
 	struct py_code fp =
@@ -432,6 +457,7 @@ static struct py_code *code_get(struct python_reader *r, pid_t pid, uint64_t add
 		       *c;
 
 	memcpy(&fp.firstlineno, head + o->code_firstlineno, sizeof(fp.firstlineno));
+	fp.tag = head_tag(o, head);
 	slot = hashmap__find(&r->codes, h, code_slot_eq, &key);
 	if (slot && slot->code->type == fp.type && slot->code->qualname_ptr == fp.qualname_ptr &&
 	    slot->code->filename_ptr == fp.filename_ptr &&
@@ -445,9 +471,9 @@ static struct py_code *code_get(struct python_reader *r, pid_t pid, uint64_t add
 	if (!c)
 		return NULL;
 	*c = fp;
-	c->qualname = read_str(pid, o, fp.qualname_ptr);
-	c->filename = read_str(pid, o, fp.filename_ptr);
-	c->linetable = read_bytes(pid, o, fp.linetable_ptr, &c->linetable_len);
+	c->qualname = read_str(pid, r->interp.offsets, fp.qualname_ptr);
+	c->filename = read_str(pid, r->interp.offsets, fp.filename_ptr);
+	c->linetable = read_bytes(pid, r->interp.offsets, fp.linetable_ptr, &c->linetable_len);
 	c->next_all = r->all;
 	r->all = c;
 	if (!c->filename) {
@@ -457,6 +483,7 @@ static struct py_code *code_get(struct python_reader *r, pid_t pid, uint64_t add
 		if (!c->filename)
 			return NULL;
 	}
+	c->prev_at = slot ? slot->code : NULL;
 	if (!slot) {
 		slot = malloc(sizeof(*slot));
 		if (!slot || hashmap__insert(&r->codes, h, slot) < 0) {
@@ -527,27 +554,47 @@ int python_reader__frame(struct python_reader *r, uint64_t token, struct frame_i
 	return 0;
 }
 
+/* The code object seen at @addr whose tag is @tag (non-zero), else NULL. */
+static const struct py_code *code_known(struct python_reader *r, uint64_t addr, uint32_t tag)
+{
+	struct py_code_slot key = {.addr = addr}, *slot;
+	const struct py_code *c;
+	int k = 0;
+
+	if (!tag)
+		return NULL;
+	slot = hashmap__find(&r->codes, hash64(HASH64_INIT, &addr, sizeof(addr)), code_slot_eq,
+			     &key);
+	for (c = slot ? slot->code : NULL; c && k < PY_CODES_PER_ADDR; c = c->prev_at, k++)
+		if (c->tag == tag)
+			return c;
+	return NULL;
+}
+
 /*
  * Tokens for the Python frames of @e, innermost first, in @tok (e->py_len
- * of them). The code objects' heads are read with one process_vm_readv();
- * it stops at the first head it cannot read, so the heads after that one
- * are read one by one.
+ * of them). A frame whose code object is known by its tag (code_known())
+ * costs no read; the heads of the others are read with one
+ * process_vm_readv(), which stops at the first head it cannot read, so the
+ * heads after that one are read one by one.
  */
 static int frame_tokens(struct python_reader *r, const struct sample_event *e, uint64_t *tok)
 {
 	const struct python_offsets *o = r->interp.offsets;
 	size_t head = o->code_adaptive, n = e->py_len, nio = 0;
 	struct iovec local[PROFILE_MAX_PY_FRAMES], remote[PROFILE_MAX_PY_FRAMES];
+	const struct py_code *code[PROFILE_MAX_PY_FRAMES];
 	unsigned char *buf = r->heads;
-	bool ok[PROFILE_MAX_PY_FRAMES] = {false};
 	size_t iov_of[PROFILE_MAX_PY_FRAMES];
 	ssize_t got;
 
 	for (size_t i = 0; i < n; i++) {
 		uint64_t addr = e->py[i].code & ~PY_FRAME_ENTRY;
 
-		if (!addr)
+		code[i] = addr ? code_known(r, addr, e->py[i].tag) : &r->unknown;
+		if (code[i])
 			continue;
+		code[i] = &r->unknown;
 		iov_of[nio] = i;
 		local[nio] = (struct iovec){.iov_base = buf + i * head, .iov_len = head};
 		remote[nio] = (struct iovec){.iov_base = (void *)(uintptr_t)addr, .iov_len = head};
@@ -556,28 +603,30 @@ static int frame_tokens(struct python_reader *r, const struct sample_event *e, u
 	got = nio ? process_vm_readv((pid_t)e->pid, local, nio, remote, nio, 0) : 0;
 	for (size_t k = 0; k < nio; k++) {
 		size_t i = iov_of[k];
+		bool ok = got >= 0 && (size_t)got >= (k + 1) * head;
 
-		ok[i] = got >= 0 && (size_t)got >= (k + 1) * head;
-		if (!ok[i] && got >= 0)
-			ok[i] = mem_read((pid_t)e->pid, (uint64_t)(uintptr_t)remote[k].iov_base,
-					 buf + i * head, head) == 0;
+		if (!ok && got >= 0)
+			ok = mem_read((pid_t)e->pid, (uint64_t)(uintptr_t)remote[k].iov_base,
+				      buf + i * head, head) == 0;
+		if (ok) {
+			code[i] = code_get(r, (pid_t)e->pid, (uint64_t)(uintptr_t)remote[k].iov_base,
+					   buf + i * head);
+			if (!code[i])
+				return -ENOMEM;
+			/* other code at the address now than when sampled: not this frame's */
+			if (e->py[i].tag && code[i]->tag != e->py[i].tag)
+				code[i] = &r->unknown;
+		}
 	}
 	for (size_t i = 0; i < n; i++) {
-		uint64_t addr = e->py[i].code & ~PY_FRAME_ENTRY;
-		const struct py_code *c = &r->unknown;
+		const struct py_code *c = code[i];
+		uint32_t off = e->py[i].instr_off;
 		int line = 0;
 
-		if (ok[i]) {
-			c = code_get(r, (pid_t)e->pid, addr, buf + i * head);
-			if (!c)
-				return -ENOMEM;
-		}
 		if (c != &r->unknown && c->linetable) {
-			int64_t unit =
-			    ((int64_t)e->py[i].instr - (int64_t)(addr + o->code_adaptive)) / 2;
+			/* before the first instruction (or unknown): the function's first line */
+			int64_t unit = off == PY_NO_INSTR || off < head ? -1 : (int64_t)(off - head) / 2;
 
-			if ((int64_t)e->py[i].instr < (int64_t)(addr + o->code_adaptive))
-				unit = -1;
 			line = python_linetable_line(c->linetable, c->linetable_len, c->firstlineno,
 						     unit);
 		}

@@ -23,12 +23,7 @@
  */
 struct python_offsets {
 	unsigned version_hex; /* major << 24 | minor << 16 */
-	struct python_config bpf;
-	unsigned code_type;	   /* offsetof(PyObject, ob_type) */
-	unsigned code_qualname;	   /* PyCodeObject.co_qualname */
-	unsigned code_filename;	   /* PyCodeObject.co_filename */
-	unsigned code_firstlineno; /* PyCodeObject.co_firstlineno (int) */
-	unsigned code_linetable;   /* PyCodeObject.co_linetable (bytes) */
+	struct python_config bpf;  /* also the code object's identity fields (code_type...) */
 	unsigned code_adaptive;	   /* PyCodeObject.co_code_adaptive: the first instruction */
 	unsigned unicode_length;   /* PyASCIIObject.length */
 	unsigned unicode_state;	   /* PyASCIIObject.state (32-bit bitfield word) */

@@ -13,6 +13,11 @@
   each thread's samples have its own function and never the other's (SQL over the documented
   schema, as a user would run it);
 - a process without Python: attached all the same, python "not_found";
+- code objects freed and made again at the same address (py-code-reuse.py:
+  gen_a and gen_b in turns, 50 ms each): each is named with its own file,
+  and neither takes the other's samples (a code object known by its
+  address alone would); a sample whose code object was replaced before
+  profd read it is "[python]", an unknown frame, not the new code's;
 - the README's main job: a PyTorch training loop attached while it runs,
   with --children: train_step -> Model.forward sits above ATen's C++ and
   the BLAS kernel, and the DataLoader worker processes forked during the
@@ -172,6 +177,31 @@ def check_not_python(d):
     check(s['samples'] > 0 and s['python']['samples'] == 0, 'samples %r' % s)
 
 
+def check_code_reuse(d):
+    p = start(d, STATIC_PYTHON, workload('py-code-reuse.py'), '4')
+    sid = d.json('attach', p.pid, '--freq', '397', '--duration', '3')['session']
+    s = d.wait_ended(sid)
+    out = p.communicate(timeout=30)[0].split()
+    rounds, reused = int(out[out.index('rounds') + 1]), int(out[out.index('reused') + 1])
+    top = d.json('top', sid, '--limit', '50')['functions']
+    gen = {f['function']: f for f in top if f['function'] in ('gen_a', 'gen_b')}
+    unknown = sum(f['self_samples'] for f in top if f['module'] == '[python]')
+    print('code reuse: %d rounds, %d at an address the other function had; %d samples; %r; '
+          'unknown Python frames %d' % (
+              rounds, reused, s['samples'],
+              {n: (f['file'], f['line'], f['total_samples']) for n, f in gen.items()}, unknown))
+    check(reused >= rounds // 4, 'only %d of %d rounds reused an address: nothing to test' % (
+        reused, rounds))
+    check(set(gen) == {'gen_a', 'gen_b'}, 'functions seen: %r' % sorted(gen))
+    for n, f in gen.items():
+        check(f['file'].endswith(n + '.py') and f['line'] in (3, 4),  # the loop's lines
+              '%s at %s:%r, not %s.py:3-4' % (n, f['file'], f['line'], n))
+    # They ran in turns: each has about half of the samples in them, named or not.
+    a, b = gen['gen_a']['total_samples'], gen['gen_b']['total_samples']
+    check(max(a, b) <= 0.6 * (a + b + unknown),
+          'gen_a %d, gen_b %d, unknown %d samples: one took the other\'s' % (a, b, unknown))
+
+
 def check_torch(d):
     if subprocess.run([STATIC_PYTHON, '-c', 'import torch'], capture_output=True).returncode:
         print('PyTorch part skipped: python3-torch not installed')
@@ -228,6 +258,7 @@ def test():
         check_numpy(d)
         check_threads(d, STATIC_PYTHON, 'static libpython')
         check_not_python(d)
+        check_code_reuse(d)
         check_torch(d)
 
 
