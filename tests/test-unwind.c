@@ -211,6 +211,31 @@ __attribute__((noipa)) static void test_self(struct unwinder *u, struct symboliz
 		CHECK_INT_EQ(n, t.n);
 		CHECK(n > 0 && memcmp(pcs, st.pcs, (size_t)n * sizeof(pcs[0])) == 0);
 		CHECK_INT_EQ(flags, UNWIND_WALK_FIXED | UNWIND_WALK_PARTIAL);
+
+		/* A walk past the leaf that is garbage (rbp used for data by code
+		 * without frame pointers): no address in a file mapping. The CFI
+		 * frames win, even partial; never the garbage. */
+		{
+			uint64_t garbage[3] = {regs[UNWIND_REG_IP], 0x1000, 0x7ffffffff000};
+
+			n = unwinder__complete_walk(u, as, regs, self_stack, cut, garbage, 3, pcs,
+						    MAX_FRAMES, &flags);
+			CHECK_INT_EQ(n, t.n);
+			CHECK(n > 0 && memcmp(pcs, st.pcs, (size_t)n * sizeof(pcs[0])) == 0);
+			CHECK_INT_EQ(flags, UNWIND_WALK_CFI_ONLY | UNWIND_WALK_PARTIAL);
+		}
+		/* One that reaches a file mapping (through JIT code, say) is kept
+		 * when CFI cannot check it. */
+		{
+			uint64_t jit[3] = {regs[UNWIND_REG_IP], 0x1000,
+					   (uint64_t)(uintptr_t)&test_self + 1};
+
+			n = unwinder__complete_walk(u, as, regs, self_stack, cut, jit, 3, pcs,
+						    MAX_FRAMES, &flags);
+			CHECK_INT_EQ(n, 3);
+			CHECK(memcmp(pcs, jit, sizeof(jit)) == 0);
+			CHECK_INT_EQ(flags, UNWIND_WALK_UNCHECKED);
+		}
 	}
 	printf("self: %d frames to %s, status %s\n", st.n, st.n ? st.fn[st.n - 1] : "-",
 	       status_name(st.status));

@@ -598,6 +598,15 @@ int unwinder__unwind(struct unwinder *u, const struct addrspace *as, const uint6
 	return (int)MIN(u->n, (size_t)INT_MAX);
 }
 
+/* Whether a return address of @walk (past its leaf) is in a file mapping of @as. */
+static bool walk_mapped(const struct addrspace *as, const uint64_t *walk, size_t nwalk)
+{
+	for (size_t i = 1; i < nwalk; i++)
+		if (addrspace__find(as, walk[i] - 1))
+			return true;
+	return false;
+}
+
 /*
  * unwinder__complete_walk() - a user stack, leaf first: the frame-pointer
  * walk @walk (@nwalk addresses, leaf first, as bpf_get_stack() gives it)
@@ -613,7 +622,11 @@ int unwinder__unwind(struct unwinder *u, const struct addrspace *as, const uint6
  * was wrong and the CFI stack is used; so it is when the walk has no frame
  * past the leaf (a process without frame pointers) and CFI found more, even
  * if it stopped short (UNWIND_WALK_FIXED, and UNWIND_WALK_PARTIAL if it
- * did). Otherwise, if the CFI unwind
+ * did), and when no return address of the walk is in a file mapping
+ * while CFI found a caller that is (a leaf called from code built without
+ * frame pointers that uses rbp for data, as python3.11 does: the walk read
+ * garbage; a walk through JIT code reaches the file mappings of the
+ * runtime that runs it). Otherwise, if the CFI unwind
  * stopped short (no CFI, slice too short), the walk is returned as it is,
  * marked UNWIND_WALK_UNCHECKED.
  * @as: the mappings of the process. @ret_pcs: up to @max addresses.
@@ -666,8 +679,10 @@ int unwinder__complete_walk(struct unwinder *u, const struct addrspace *as, cons
 	}
 	/* They never meet: a complete CFI unwind wins over the walk, and so does
 	 * a partial one where the walk has nothing past the leaf (a process
-	 * built without frame pointers): it is right as far as it goes. */
-	if ((st == UNWIND_END && ncfi > 0) || (nwalk < 2 && ncfi > (int)nwalk)) {
+	 * built without frame pointers), or nothing in a file mapping (garbage
+	 * read through rbp): it is right as far as it goes. */
+	if ((st == UNWIND_END && ncfi > 0) || (nwalk < 2 && ncfi > (int)nwalk) ||
+	    (ncfi >= 2 && addrspace__find(as, cfi[1] - 1) && !walk_mapped(as, walk, nwalk))) {
 		for (int i = 0; i < ncfi && n < max; i++)
 			ret_pcs[n++] = cfi[i];
 		*ret_flags = nwalk >= 2 ? UNWIND_WALK_CFI_ONLY

@@ -9,7 +9,9 @@ CPython processes attached while they run:
   the profile exporters get the same (folded stacks: same sum);
 - a thread that calls time.sleep(0) beside one that holds the GIL: in the
   default view its stacks still show the waits right under the Python frame
-  (clock_nanosleep, and PyEval_RestoreThread taking the GIL back);
+  (clock_nanosleep, and PyEval_RestoreThread taking the GIL back), and its
+  off-CPU stacks go from libc into the interpreter, with no [unknown] frame
+  (python3.11 has no frame pointers: the frame-pointer walk reads garbage);
 - a C program: both views are the same."""
 import os
 import re
@@ -147,6 +149,23 @@ def check_waits(d):
     check('PyEval_RestoreThread' in below, 'no GIL wait (PyEval_RestoreThread) under sleeper: %r' % below)
     check(not [f for f in below if f.startswith('python3') or f.startswith('libpython')],
           'interpreter frames right under sleeper: %r' % below)
+    # Off the CPU: python3.11 has no frame pointers and keeps data in rbp, so the
+    # frame-pointer walk from clock_nanosleep or the GIL's condition wait reads
+    # garbage; the stacks go on into the interpreter (CFI), never to [unknown].
+    stacks = d.json('offcpu', sid, '--limit', '20')['stacks']
+    unknown = [s for s in stacks if any(f['module'] == '[unknown]' for f in s['frames'])]
+    into = []
+    for s in stacks:
+        mods = [os.path.basename(f['module']) for f in s['frames'] if f.get('kind') != 'kernel']
+        if mods and mods[0] == 'libc.so.6':
+            rest = [m for m in mods if m != 'libc.so.6']
+            into.append(rest[0] if rest else None)
+    print('waits off the CPU: %d stacks, %d with [unknown] frames; after libc: %r' % (
+        len(stacks), len(unknown), into))
+    check(not unknown, 'off-CPU stacks with [unknown] frames: %r' % [
+        [(f['function'], f['module']) for f in s['frames']] for s in unknown[:2]])
+    check(into and all(m and INTERPRETER.match(m) for m in into),
+          'off-CPU stacks do not go from libc into the interpreter: %r' % into)
 
 
 def check_native(d):
