@@ -5,6 +5,8 @@
  * was fed, each sample once. A flush that fails part-way (the store
  * refuses a row, or the COMMIT) is rolled back and written whole by the
  * next one. A thread that exits makes room under max_threads_per_session.
+ * In a session of a CPython child, an address shaped like a Python frame
+ * token is stored as [unknown], and the flush works.
  * Needs neither root nor BPF: the session runs without a sampler and the
  * test feeds it the records the BPF program would.
  */
@@ -12,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -112,6 +116,67 @@ static long long scalar(const char *sql)
 	return test_session_scalar(env.store, sid, sql);
 }
 
+/*
+ * check_token_shaped() - a session of a CPython process (a child, python3
+ * -c sleeping) merges Python frames, whose tokens are 0xfe << 56 | index: a
+ * user address of that shape that is no token of its reader (garbage from
+ * a frame-pointer walk) is stored as an [unknown] frame; it does not fail
+ * the flush (a frame without a module did, flush after flush).
+ */
+static void check_token_shaped(const struct session_params *base)
+{
+	char *argv[] = {"/usr/bin/python3", "-c", "import time; time.sleep(60)", NULL};
+	struct session_params params = *base;
+	struct sample_event *e;
+	struct session *py = NULL;
+	pid_t child;
+
+	if (access(argv[0], X_OK) != 0) {
+		check_skip("token-shaped", "no /usr/bin/python3");
+		return;
+	}
+	child = fork();
+	if (child < 0)
+		SETUP_FAIL("fork: %m");
+	if (child == 0) {
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	usleep(300 * 1000); /* python3 mapped and initialized */
+	params.pid = child;
+	params.python = true;
+	CHECK_INT_EQ(session__new(&env, 1, &params, &py), 0);
+	e = calloc(1, sizeof(*e));
+	if (!py || !e)
+		goto out;
+	/* the Python frames are on: its reader is what the address is looked up in */
+	CHECK_INT_EQ(test_session_scalar(env.store, session__id(py),
+					 "SELECT python = 'ok' FROM sessions WHERE id = ?1"),
+		     1);
+	e->pid = e->tid = (uint32_t)child;
+	snprintf(e->comm, sizeof(e->comm), "python3");
+	e->ustack_len = 1;
+	e->ips[0] = 0xfe0000dead001234ull;
+	e->time_ns = now_ns(CLOCK_MONOTONIC);
+	session__on_sample(py, e);
+	CHECK_INT_EQ(test_session_flush(py, &env), 0);
+	CHECK_INT_EQ(test_session_scalar(env.store, session__id(py),
+					 "SELECT samples FROM sessions WHERE id = ?1"),
+		     1);
+	CHECK_INT_EQ(test_session_scalar(env.store, session__id(py),
+					 "SELECT count(*) FROM frames WHERE module = '[unknown]' "
+					 "AND rel_addr = 0xfe0000dead001234"),
+		     1);
+out:
+	free(e);
+	if (py) {
+		session__stop(py, &env);
+		session__free(py);
+	}
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/test-session-XXXXXX", path[64];
@@ -185,6 +250,7 @@ int main(void)
 			    "exited_at_ns IS NOT NULL"),
 		     1);
 
+	check_token_shaped(&params);
 	test_session_close(&env, s, dir, path);
 	return check_exit("session");
 }

@@ -209,6 +209,53 @@ static bool is_thread_root(const char *function)
 }
 
 /*
+ * user_frame() - the frame rows (@fi, up to MAX_INLINE) of user address
+ * @addr of @proc: symbolized from its mapping, read again once a flush for
+ * code mapped since (@refreshed), else from the JIT's perf map. Returns the
+ * number of rows, -ENOENT with fi[0] "[unknown]" (or the perf map's name),
+ * or a store or symbolizer -errno.
+ */
+static int user_frame(struct session *s, const struct session_env *env, struct proc *proc,
+		      uint64_t addr, bool return_addr, bool *refreshed, struct frame_info *fi)
+{
+	int r;
+
+	r = symbolizer__user_inline(env->sym, proc->as, addr, return_addr, fi, MAX_INLINE);
+	/* Code mapped after the last read of /proc/PID/maps (dlopen): read it again, once a
+	 * flush. */
+	if (r == -ENOENT && !*refreshed) {
+		int added;
+
+		*refreshed = true;
+		pthread_rwlock_wrlock(&proc->as_lock);
+		added = addrspace__refresh(proc->as);
+		pthread_rwlock_unlock(&proc->as_lock);
+		/* unwind "auto" or "tables": the new modules' tables too, on the sampler's thread */
+		if (added > 0 && proc->tables_asked && env->sampler)
+			sampler__tables_add(env->sampler, proc->pid);
+		if (added > 0) {
+			r = session__store_mappings(s, proc, env->store);
+			if (r < 0)
+				return r;
+			r = symbolizer__user_inline(env->sym, proc->as, addr, return_addr,
+						    fi, MAX_INLINE);
+		}
+	}
+	/* Outside every file mapping: JIT code, named by the JIT's perf map. */
+	if (r == -ENOENT) {
+		const char *name, *path;
+
+		if (perfmap__lookup(proc->jit, addr, &name, &path) == 0) {
+			fi[0].module = path;
+			fi[0].function = name;
+			fi[0].rel_addr = addr;
+			fi[0].build_id = "";
+		}
+	}
+	return r;
+}
+
+/*
  * Frame rows of one address, symbolizing and storing them the first time:
  * one row, or one per inlined call and one for the function around them.
  * Returns the cache entry (owned by the session) in *@ret.
@@ -229,6 +276,7 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 	uint64_t h = hash64(hash64(HASH64_INIT, &addr, sizeof(addr)), &key.pid, sizeof(key.pid)) ^
 		     kernel ^ ((uint64_t)return_addr << 1);
 	struct frame_info fi[MAX_INLINE] = {0};
+	bool python = !kernel && s->python && python_token(addr);
 	int r, n = 1;
 
 	fc = hashmap__find(&s->frames, h, frame_eq, &key);
@@ -238,40 +286,14 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 	}
 	if (kernel) {
 		r = symbolizer__kernel(env->sym, addr, return_addr, &fi[0]);
-	} else if (s->python && python_token(addr)) {
-		r = python_reader__frame(s->python, addr, &fi[0]);
 	} else {
-		r = symbolizer__user_inline(env->sym, proc->as, addr, return_addr, fi, MAX_INLINE);
-		/* Code mapped after the last read of /proc/PID/maps (dlopen): read it again, once a
-		 * flush. */
-		if (r == -ENOENT && !*refreshed) {
-			int added;
-
-			*refreshed = true;
-			pthread_rwlock_wrlock(&proc->as_lock);
-			added = addrspace__refresh(proc->as);
-			pthread_rwlock_unlock(&proc->as_lock);
-			/* unwind "auto" or "tables": the new modules' tables too, on the sampler's thread */
-			if (added > 0 && proc->tables_asked && env->sampler)
-				sampler__tables_add(env->sampler, proc->pid);
-			if (added > 0) {
-				r = session__store_mappings(s, proc, env->store);
-				if (r < 0)
-					return r;
-				r = symbolizer__user_inline(env->sym, proc->as, addr, return_addr,
-							    fi, MAX_INLINE);
-			}
-		}
-		/* Outside every file mapping: JIT code, named by the JIT's perf map. */
+		r = python ? python_reader__frame(s->python, addr, &fi[0]) : -ENOENT;
+		/* Not a token of the session's reader but an address of that shape
+		 * (garbage from a frame-pointer walk): looked up as any user address,
+		 * it is "[unknown]". A frame with no module would fail the flush. */
 		if (r == -ENOENT) {
-			const char *name, *path;
-
-			if (perfmap__lookup(proc->jit, addr, &name, &path) == 0) {
-				fi[0].module = path;
-				fi[0].function = name;
-				fi[0].rel_addr = addr;
-				fi[0].build_id = "";
-			}
+			python = false;
+			r = user_frame(s, env, proc, addr, return_addr, refreshed, fi);
 		}
 		if (r > 0)
 			n = MIN(r, MAX_INLINE);
@@ -288,7 +310,7 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 	 * (module, build ID, rel_addr). Python frames keep their rel_addr: a
 	 * number naming a (function, line), not an address.
 	 */
-	if (!kernel && return_addr && !(s->python && python_token(addr)))
+	if (!kernel && return_addr && !python)
 		for (int i = 0; i < n; i++)
 			if (fi[i].rel_addr > 0)
 				fi[i].rel_addr--;
