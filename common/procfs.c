@@ -61,6 +61,24 @@ int proc_start_ticks(pid_t pid, uint64_t *ret_ticks)
 	return 0;
 }
 
+int proc_start_realtime_ns(pid_t pid, uint64_t *ret_ns)
+{
+	long hz = sysconf(_SC_CLK_TCK);
+	uint64_t ticks, since_boot, up;
+	int r;
+
+	r = proc_start_ticks(pid, &ticks);
+	if (r < 0)
+		return r;
+	if (hz <= 0)
+		return -EIO;
+	since_boot = ticks / (uint64_t)hz * NSEC_PER_SEC +
+		     ticks % (uint64_t)hz * NSEC_PER_SEC / (uint64_t)hz;
+	up = now_ns(CLOCK_BOOTTIME);
+	*ret_ns = now_ns(CLOCK_REALTIME) - (up > since_boot ? up - since_boot : 0);
+	return 0;
+}
+
 /*
  * proc_state() - fields 3, 4 and 9 of /proc/@pid/stat (proc_pid_stat(5)):
  * the state letter (R, S, D, Z, ...), the parent's PID and the kernel's

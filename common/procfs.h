@@ -13,6 +13,14 @@
  */
 int proc_start_ticks(pid_t pid, uint64_t *ret_ticks);
 
+/*
+ * proc_start_realtime_ns() - when process @pid started, in CLOCK_REALTIME
+ * nanoseconds: its starttime (clock ticks after boot, sysconf(_SC_CLK_TCK)
+ * a second) placed on the wall clock by CLOCK_BOOTTIME, to within a tick
+ * (10 ms). Returns 0, or proc_start_ticks()'s -errno. Does not log.
+ */
+int proc_start_realtime_ns(pid_t pid, uint64_t *ret_ns);
+
 /* The kernel-thread bit of proc_state()'s flags (include/linux/sched.h). */
 #define PROC_PF_KTHREAD 0x00200000u
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "procfs.h"
 #include "symbols/addr_bound.h"
 #include "symbols/perfmap.h"
 #include "util.h"
@@ -18,7 +19,8 @@ struct perfmap_entry {
 
 struct perfmap {
 	pid_t pid;
-	char path[96];       /* the file last read */
+	uint64_t started_ns; /* the process's start, CLOCK_REALTIME; 0: not known yet */
+	char path[192];      /* the file last read (one of refresh()'s paths) */
 	struct stat st;      /* its identity and size when read */
 	bool read_once;
 	struct perfmap_entry *entries;
@@ -110,7 +112,21 @@ static int load(struct perfmap *pm, const char *path, const struct stat *st)
 	return 0;
 }
 
-/* Re-read the file if it is new or changed. */
+/*
+ * A file last written a second or more before the process started was
+ * left by an earlier process with the same PID (PIDs wrap at pid_max,
+ * 32768 by default, and JITs do not remove their maps): not this one's.
+ */
+static bool stale(struct perfmap *pm, const struct stat *st)
+{
+	uint64_t mtime = (uint64_t)st->st_mtim.tv_sec * NSEC_PER_SEC + (uint64_t)st->st_mtim.tv_nsec;
+
+	if (!pm->started_ns && proc_start_realtime_ns(pm->pid, &pm->started_ns) < 0)
+		return false;
+	return mtime + NSEC_PER_SEC <= pm->started_ns;
+}
+
+/* Re-read the file if it is new or changed; one older than the process is not read. */
 static int refresh(struct perfmap *pm)
 {
 	char paths[2][96];
@@ -119,7 +135,7 @@ static int refresh(struct perfmap *pm)
 	snprintf(paths[0], sizeof(paths[0]), "/proc/%d/root/tmp/perf-%d.map", pm->pid, pm->pid);
 	snprintf(paths[1], sizeof(paths[1]), "/tmp/perf-%d.map", pm->pid);
 	for (int i = 0; i < 2; i++) {
-		if (stat(paths[i], &st) < 0)
+		if (stat(paths[i], &st) < 0 || stale(pm, &st))
 			continue;
 		if (pm->read_once && st.st_ino == pm->st.st_ino && st.st_dev == pm->st.st_dev &&
 		    st.st_size == pm->st.st_size && st.st_mtim.tv_sec == pm->st.st_mtim.tv_sec &&

@@ -1,0 +1,80 @@
+/*
+ * test-perfmap.c - JIT symbols from /tmp/perf-PID.map (symbols/perfmap.c)
+ * for a real process (a child that sleeps): an entry is found by address;
+ * a map file last written before the process started, as one left by an
+ * earlier process with the same PID would be, is not read. Needs neither
+ * root nor BPF.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "symbols/perfmap.h"
+
+/* Sets @path's modification time to @age_s seconds ago (0: now). */
+static void set_mtime(const char *path, long age_s)
+{
+	struct timespec t[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_nsec = UTIME_NOW}};
+
+	if (age_s) {
+		clock_gettime(CLOCK_REALTIME, &t[1]);
+		t[1].tv_sec -= age_s;
+	}
+	if (utimensat(AT_FDCWD, path, t, 0) < 0)
+		SETUP_FAIL("utimensat %s: %m", path);
+}
+
+int main(void)
+{
+	char path[64];
+	const char *name = NULL, *file = NULL;
+	struct perfmap *pm;
+	FILE *f;
+	pid_t child = fork();
+
+	if (child < 0)
+		SETUP_FAIL("fork: %m");
+	if (child == 0) {
+		pause();
+		_exit(0);
+	}
+	snprintf(path, sizeof(path), "/tmp/perf-%d.map", child);
+	f = fopen(path, "w");
+	if (!f)
+		SETUP_FAIL("%s: %m", path);
+	fprintf(f, "1000 100 jit_fn\n2000 10 jit_other\n");
+	fclose(f);
+
+	/* Written an hour before the process started: an earlier process's file. */
+	set_mtime(path, 3600);
+	pm = perfmap__new(child);
+	if (!pm)
+		SETUP_FAIL("out of memory");
+	CHECK_INT_EQ(perfmap__lookup(pm, 0x1050, &name, &file), -ENOENT);
+	perfmap__free(pm);
+
+	/* Written by this process (now): read, each address in its function. */
+	set_mtime(path, 0);
+	pm = perfmap__new(child);
+	if (!pm)
+		SETUP_FAIL("out of memory");
+	CHECK_INT_EQ(perfmap__lookup(pm, 0x1050, &name, &file), 0);
+	CHECK_STR_EQ(name, "jit_fn");
+	CHECK(file && strstr(file, path + strlen("/tmp/")));
+	CHECK_INT_EQ(perfmap__lookup(pm, 0x2009, &name, &file), 0);
+	CHECK_STR_EQ(name, "jit_other");
+	CHECK_INT_EQ(perfmap__lookup(pm, 0x1100, &name, &file), -ENOENT);
+	perfmap__free(pm);
+
+	unlink(path);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	return check_exit("perfmap");
+}
