@@ -41,9 +41,9 @@ struct {
  * last process: an array map is allocated whole when created, so a profd
  * with no walking session pays nothing for it, and one whose modules are
  * small pays little. The template below only types it; BPF_F_INNER_MAP
- * lets the real one be of another size (Linux 5.10). mmap-able, so that a module's rows are copied in with
- * one memcpy, not a system call per row. Slot 0 empty: every walk stops at
- * CFI_STOP_NO_TABLE.
+ * lets the real one be of another size (Linux 5.10). mmap-able, so that a
+ * module's rows are copied in with one memcpy, not a system call per row.
+ * Slot 0 empty: every walk stops at CFI_STOP_NO_TABLE.
  */
 struct cfi_rows_array {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

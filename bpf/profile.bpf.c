@@ -193,7 +193,8 @@ static long py_walk_step(__u64 i, void *ctx)
 	code = read_user_u64(w->frame + pc->frame_code);
 	instr = read_user_u64(w->frame + pc->frame_prev_instr);
 	e->py[n].code = code | (entry ? PY_FRAME_ENTRY : 0);
-	e->py[n].instr_off = instr >= code && instr - code < PY_NO_INSTR ? (__u32)(instr - code) : PY_NO_INSTR;
+	e->py[n].instr_off =
+		instr >= code && instr - code < PY_NO_INSTR ? (__u32)(instr - code) : PY_NO_INSTR;
 	e->py[n].tag = code ? code_tag(pc, code) : 0;
 	w->n = n + 1;
 	w->frame = read_user_u64(w->frame + pc->frame_previous);

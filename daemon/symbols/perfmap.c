@@ -119,7 +119,8 @@ static int load(struct perfmap *pm, const char *path, const struct stat *st)
  */
 static bool stale(struct perfmap *pm, const struct stat *st)
 {
-	uint64_t mtime = (uint64_t)st->st_mtim.tv_sec * NSEC_PER_SEC + (uint64_t)st->st_mtim.tv_nsec;
+	uint64_t mtime =
+	    (uint64_t)st->st_mtim.tv_sec * NSEC_PER_SEC + (uint64_t)st->st_mtim.tv_nsec;
 
 	if (!pm->started_ns && proc_start_realtime_ns(pm->pid, &pm->started_ns) < 0)
 		return false;

@@ -20,8 +20,9 @@ void perfmap__free(struct perfmap *pm); /* accepts NULL */
  * when it changed since the last read (JITs append to it), looked for first
  * in the target's root (/proc/PID/root/tmp/..., for containers), then in
  * /tmp; a file last written before the process started (by an earlier
- * process with the same PID) is not read. Returns 0 with *@ret_name (owned by @pm, valid until the next lookup
- * that re-reads the file or perfmap__free) and *@ret_path (the file),
+ * process with the same PID) is not read. Returns 0 with *@ret_name (owned
+ * by @pm, valid until the next lookup that re-reads the file or
+ * perfmap__free) and *@ret_path (the file),
  * -ENOENT if no file or no entry holds @addr. Malformed lines are skipped;
  * at most PERFMAP_MAX_ENTRIES are kept. Does not log.
  */

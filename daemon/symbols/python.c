@@ -625,7 +625,8 @@ static int frame_tokens(struct python_reader *r, const struct sample_event *e, u
 
 		if (c != &r->unknown && c->linetable) {
 			/* before the first instruction (or unknown): the function's first line */
-			int64_t unit = off == PY_NO_INSTR || off < head ? -1 : (int64_t)(off - head) / 2;
+			int64_t unit =
+			    off == PY_NO_INSTR || off < head ? -1 : (int64_t)(off - head) / 2;
 
 			line = python_linetable_line(c->linetable, c->linetable_len, c->firstlineno,
 						     unit);
