@@ -617,7 +617,9 @@ int store__mapping_insert(struct store *st, int64_t session_id, int pid, const s
 static void bind_frame_key(sqlite3_stmt *stmt, const struct frame_info *f)
 {
 	sqlite3_bind_text(stmt, 1, f->kernel ? "kernel" : "user", -1, SQLITE_STATIC);
-	sqlite3_bind_text(stmt, 2, f->module, -1, SQLITE_TRANSIENT);
+	/* frames.module is NOT NULL: a frame some lookup left without one is
+	 * stored as unknown rather than failing the flush of every session */
+	sqlite3_bind_text(stmt, 2, f->module ? f->module : "[unknown]", -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(stmt, 3, f->build_id ? f->build_id : "", -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(stmt, 4, (int64_t)f->rel_addr);
 	sqlite3_bind_int(stmt, 8, f->inline_depth);

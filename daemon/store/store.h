@@ -240,7 +240,10 @@ int store__thread_upsert(struct store *st, int64_t session_id, int pid, int tid,
 			 uint64_t seen_ns, uint64_t samples, uint64_t exited_ns);
 int store__mapping_insert(struct store *st, int64_t session_id, int pid, const struct mapping *m);
 
-/* store__frame_id() - id of the frame row for @f, inserted if new. */
+/*
+ * store__frame_id() - id of the frame row for @f, inserted if new; a frame
+ * without module is stored with module "[unknown]". Returns 0 or -errno.
+ */
 int store__frame_id(struct store *st, const struct frame_info *f, int64_t *ret_id);
 /*
  * store__stack_id() - id of the stack of @n frame ids (leaf first), inserted
