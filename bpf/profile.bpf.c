@@ -138,17 +138,6 @@ struct py_walk {
 	__u32 n;     /* frames in e->py */
 };
 
-/* The identity field at @off of the code object read into @id (from pc->code_filename). */
-static __always_inline __u64 code_field(const __u8 *id, const struct python_config *pc, __u32 off)
-{
-	__u64 v = 0;
-	__u32 at = off - pc->code_filename;
-
-	if (at <= PY_CODE_ID_BYTES - sizeof(v))
-		__builtin_memcpy(&v, id + at, sizeof(v));
-	return v;
-}
-
 /*
  * code_tag() - py_code_tag() of the code object at @code: its identity
  * fields read with one bpf_probe_read_user() of PY_CODE_ID_BYTES from
@@ -161,8 +150,7 @@ static __always_inline __u32 code_tag(const struct python_config *pc, __u64 code
 
 	if (bpf_probe_read_user(id, sizeof(id), (const void *)(code + pc->code_filename)))
 		return 0;
-	return py_code_tag(code_field(id, pc, pc->code_filename), code_field(id, pc, pc->code_qualname),
-			   code_field(id, pc, pc->code_linetable));
+	return py_code_tag_of(id, pc);
 }
 
 /* One step of the frame chain, for bpf_loop(): 1 stops the loop. */

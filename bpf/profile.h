@@ -122,6 +122,30 @@ static inline __u32 py_code_tag(__u64 filename, __u64 qualname, __u64 linetable)
 	return t ? t : 1;
 }
 
+/* The 8-byte field @at bytes into @id (PY_CODE_ID_BYTES bytes); 0 if beyond them. */
+static inline __attribute__((always_inline)) __u64 py_code_id_field(const __u8 *id, __u32 at)
+{
+	__u64 v = 0;
+
+	if (at <= PY_CODE_ID_BYTES - sizeof(v))
+		__builtin_memcpy(&v, id + at, sizeof(v));
+	return v;
+}
+
+/*
+ * py_code_tag_of() - py_code_tag() of the code object whose
+ * PY_CODE_ID_BYTES from pc->code_filename on are @id: what the BPF walk
+ * reads with one bpf_probe_read_user() and user space finds in the head it
+ * read (the same bytes, the same tag).
+ */
+static inline __attribute__((always_inline)) __u32
+py_code_tag_of(const __u8 *id, const struct python_config *pc)
+{
+	return py_code_tag(py_code_id_field(id, 0),
+			   py_code_id_field(id, pc->code_qualname - pc->code_filename),
+			   py_code_id_field(id, pc->code_linetable - pc->code_filename));
+}
+
 /* vm_change.kind: what changed the address space. */
 #define VM_BRK 0    /* brk(2) moved the break (the [heap] mapping) */
 #define VM_MMAP 1   /* mmap(2) */

@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "profile.h" /* PY_CODE_ID_BYTES */
+
 #if PY_VERSION_HEX < 0x030b0000 || PY_VERSION_HEX >= 0x030e0000
 #error "python-offsets.c knows the CPython 3.11 to 3.13 frame layouts only"
 #endif
@@ -47,22 +49,25 @@ static void state_bits(int which, unsigned *ret_shift, unsigned *ret_mask)
 #define NONE(indent, name) printf(indent "." #name " = PY_NO_OFFSET, \\\n")
 #define SIZE(name, type) printf("\t." #name " = %zu, \\\n", sizeof(type))
 
-/* PY_CODE_ID_BYTES in bpf/profile.h: the BPF walk reads a code object's identity from here. */
-#define CODE_ID_BYTES 32
-
 int main(void)
 {
 	unsigned kind_shift, kind_mask, compact_bit, ascii_bit, m;
 
+	/* The BPF walk reads a code object's identity, PY_CODE_ID_BYTES from
+	 * co_filename, and user space finds the same bytes in the head it reads
+	 * (up to co_code_adaptive): both must hold co_qualname and co_linetable. */
 	if (offsetof(PyCodeObject, co_qualname) < offsetof(PyCodeObject, co_filename) ||
 	    offsetof(PyCodeObject, co_linetable) < offsetof(PyCodeObject, co_filename) ||
 	    offsetof(PyCodeObject, co_qualname) + 8 - offsetof(PyCodeObject, co_filename) >
-		CODE_ID_BYTES ||
+		PY_CODE_ID_BYTES ||
 	    offsetof(PyCodeObject, co_linetable) + 8 - offsetof(PyCodeObject, co_filename) >
-		CODE_ID_BYTES) {
+		PY_CODE_ID_BYTES ||
+	    offsetof(PyCodeObject, co_filename) + PY_CODE_ID_BYTES >
+		offsetof(PyCodeObject, co_code_adaptive)) {
 		fprintf(stderr, "python-offsets: co_filename, co_qualname and co_linetable of "
-				"CPython %s are not within %d bytes (bpf/profile.h PY_CODE_ID_BYTES)\n",
-			PY_VERSION, CODE_ID_BYTES);
+				"CPython %s are not within %d bytes before co_code_adaptive "
+				"(bpf/profile.h PY_CODE_ID_BYTES)\n",
+			PY_VERSION, PY_CODE_ID_BYTES);
 		return 1;
 	}
 

@@ -425,21 +425,6 @@ static bool code_slot_eq(const void *entry, const void *key)
 	return a->addr == b->addr;
 }
 
-/* The identity field at @off of @head, as profile.bpf.c's code_field() reads it. */
-static uint64_t id_field(const struct python_config *o, const unsigned char *head, uint32_t off)
-{
-	uint32_t at = off - o->code_filename;
-
-	return at <= PY_CODE_ID_BYTES - sizeof(uint64_t) ? get_u64(head, off) : 0;
-}
-
-/* py_code_tag() of the code object whose head is @head, as the BPF walk computes it. */
-static uint32_t head_tag(const struct python_config *o, const unsigned char *head)
-{
-	return py_code_tag(id_field(o, head, o->code_filename), id_field(o, head, o->code_qualname),
-			   id_field(o, head, o->code_linetable));
-}
-
 /* The code object at @addr of @pid whose head (code_adaptive bytes) is @head; NULL on OOM. */
 static struct py_code *code_get(struct python_reader *r, pid_t pid, uint64_t addr,
 				const unsigned char *head)
@@ -457,7 +442,8 @@ static struct py_code *code_get(struct python_reader *r, pid_t pid, uint64_t add
 		       *c;
 
 	memcpy(&fp.firstlineno, head + o->code_firstlineno, sizeof(fp.firstlineno));
-	fp.tag = head_tag(o, head);
+	/* the head holds the bytes the BPF walk read (python-offsets.c checks they fit) */
+	fp.tag = py_code_tag_of(head + o->code_filename, o);
 	slot = hashmap__find(&r->codes, h, code_slot_eq, &key);
 	if (slot && slot->code->type == fp.type && slot->code->qualname_ptr == fp.qualname_ptr &&
 	    slot->code->filename_ptr == fp.filename_ptr &&
