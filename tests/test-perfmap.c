@@ -1,21 +1,20 @@
 /*
  * test-perfmap.c - JIT symbols from /tmp/perf-PID.map (symbols/perfmap.c)
- * for a real process (a child that sleeps): an entry is found by address;
+ * for a real process (a child, cat reading a pipe): an entry is found by address;
  * a map file last written before the process started, as one left by an
  * earlier process with the same PID would be, is not read. Needs neither
  * root nor BPF.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "check_workload.h"
 #include "symbols/perfmap.h"
 
 /* Sets @path's modification time to @age_s seconds ago (0: now). */
@@ -33,18 +32,14 @@ static void set_mtime(const char *path, long age_s)
 
 int main(void)
 {
+	char *argv[] = {"/bin/cat", NULL};
 	char path[64];
 	const char *name = NULL, *file = NULL;
 	struct perfmap *pm;
 	FILE *f;
-	pid_t child = fork();
+	int go = workload_start(argv, NULL, STDIN_FILENO);
+	pid_t child = workload_pid;
 
-	if (child < 0)
-		SETUP_FAIL("fork: %m");
-	if (child == 0) {
-		pause();
-		_exit(0);
-	}
 	snprintf(path, sizeof(path), "/tmp/perf-%d.map", child);
 	f = fopen(path, "w");
 	if (!f)
@@ -74,7 +69,7 @@ int main(void)
 	perfmap__free(pm);
 
 	unlink(path);
-	kill(child, SIGKILL);
-	waitpid(child, NULL, 0);
+	close(go);
+	workload_kill();
 	return check_exit("perfmap");
 }

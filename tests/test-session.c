@@ -14,9 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -25,6 +23,7 @@
 #include "check_json.h"
 #include "check_session.h"
 #include "check_store.h"
+#include "check_workload.h"
 #include "report/query.h"
 #include "service/request.h"
 #include "session/session.h"
@@ -118,31 +117,29 @@ static long long scalar(const char *sql)
 
 /*
  * check_token_shaped() - a session of a CPython process (a child, python3
- * -c sleeping) merges Python frames, whose tokens are 0xfe << 56 | index: a
+ * -c reading stdin) merges Python frames, whose tokens are 0xfe << 56 | index: a
  * user address of that shape that is no token of its reader (garbage from
  * a frame-pointer walk) is stored as an [unknown] frame; it does not fail
  * the flush (a frame without a module did, flush after flush).
  */
 static void check_token_shaped(const struct session_params *base)
 {
-	char *argv[] = {"/usr/bin/python3", "-c", "import time; time.sleep(60)", NULL};
+	char *argv[] = {"/usr/bin/python3", "-c", "import sys; sys.stdin.read()", NULL};
 	struct session_params params = *base;
 	struct sample_event *e;
 	struct session *py = NULL;
 	pid_t child;
+	int go;
 
 	if (access(argv[0], X_OK) != 0) {
 		check_skip("token-shaped", "no /usr/bin/python3");
 		return;
 	}
-	child = fork();
-	if (child < 0)
-		SETUP_FAIL("fork: %m");
-	if (child == 0) {
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	usleep(300 * 1000); /* python3 mapped and initialized */
+	go = workload_start(argv, NULL, STDIN_FILENO);
+	child = workload_pid;
+	/* blocked reading stdin: python3 is mapped and initialized */
+	if (!wait_blocked_in_read(child, 30))
+		SETUP_FAIL("python3 did not start");
 	params.pid = child;
 	params.python = true;
 	CHECK_INT_EQ(session__new(&env, 1, &params, &py), 0);
@@ -173,8 +170,8 @@ out:
 		session__stop(py, &env);
 		session__free(py);
 	}
-	kill(child, SIGKILL);
-	waitpid(child, NULL, 0);
+	close(go);
+	workload_kill();
 }
 
 int main(void)
