@@ -13,7 +13,7 @@
 #include "collect/memory.h"
 #include "util.h"
 
-/* Sizes of the /proc files read: smaps_rollup is ~1 KiB, status ~1.5 KiB. */
+/* The size of /proc/PID/status is ~1.5 KiB. */
 #define PROC_FILE_BYTES 8192
 
 static int read_proc_file(pid_t pid, const char *name, char *buf, size_t size)
@@ -49,7 +49,7 @@ static bool kb_field(const char *buf, const char *key, uint64_t *ret_bytes)
 	return false;
 }
 
-int memory__read(pid_t pid, bool with_pss, struct store_memory *ret)
+int memory__read(pid_t pid, struct store_memory *ret)
 {
 	char buf[PROC_FILE_BYTES];
 	struct store_memory m = {0};
@@ -65,8 +65,6 @@ int memory__read(pid_t pid, bool with_pss, struct store_memory *ret)
 	kb_field(buf, "RssFile", &m.file_bytes);
 	kb_field(buf, "RssShmem", &m.shmem_bytes);
 	kb_field(buf, "VmSwap", &m.swap_bytes);
-	if (with_pss && read_proc_file(pid, "smaps_rollup", buf, sizeof(buf)) == 0)
-		m.has_pss = kb_field(buf, "Pss", &m.pss_bytes);
 	*ret = m;
 	return 0;
 }

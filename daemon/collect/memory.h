@@ -11,16 +11,14 @@
 
 /*
  * memory__read() - one reading of process @pid's memory: VmRSS, RssAnon,
- * RssFile, RssShmem and VmSwap from /proc/PID/status, and with @with_pss
- * Pss from /proc/PID/smaps_rollup (Linux 4.14; has_pss false without it),
- * in bytes. A caller about to read /proc/PID/smaps passes false:
- * memory__read_maps() sums Pss from it, and smaps_rollup would walk the
- * same page tables again. *@ret's time_ns and pid are left to the caller.
- * Returns 0, -ESRCH if the process is gone (or a zombie: no VmRSS line),
- * -errno. Blocks on /proc reads (smaps_rollup takes the target's mmap
- * lock); does not log.
+ * RssFile, RssShmem and VmSwap from /proc/PID/status, in bytes; no Pss
+ * (has_pss false): Pss needs a walk of the target's page tables, which
+ * memory__read_maps() does, at the rate its cost allows. *@ret's time_ns
+ * and pid are left to the caller. Returns 0, -ESRCH if the process is gone
+ * (or a zombie: no VmRSS line), -errno. Blocks on a /proc read, which takes
+ * no lock of the target's address space; does not log.
  */
-int memory__read(pid_t pid, bool with_pss, struct store_memory *ret);
+int memory__read(pid_t pid, struct store_memory *ret);
 
 /*
  * memory__read_maps() - the resident bytes of process @pid by mapping kind

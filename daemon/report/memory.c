@@ -167,7 +167,10 @@ static int rss_json(sqlite3 *db, int64_t session_id, int64_t start_ns, int64_t i
 	series = json_object_get(o, "series");
 	procs = json_object_get(o, "processes");
 	if (report__prepare_id(db,
-			       "SELECT time_ns, sum(rss_bytes), sum(pss_bytes), sum(anon_bytes), "
+			       /* Pss only where every process of the reading has it. */
+			       "SELECT time_ns, sum(rss_bytes), "
+			       "CASE WHEN count(pss_bytes) = count(*) THEN sum(pss_bytes) END, "
+			       "sum(anon_bytes), "
 			       "sum(file_bytes), sum(shmem_bytes), sum(swap_bytes), count(*) "
 			       "FROM memory_samples WHERE session_id = ?1 GROUP BY time_ns "
 			       "ORDER BY time_ns",

@@ -35,23 +35,30 @@ struct alloc_block {
 };
 
 /*
- * The split by mapping kind of @m, from /proc/PID/smaps: at each reading,
- * unless the last read cost more than 1% of a core over the interval, then
- * as often as keeps it at 1% (a process with 10,000 mappings: ~10 MiB of
- * text). The readings between have no split.
+ * The split by mapping kind (and Pss) of every process of @s, from
+ * /proc/PID/smaps: at each reading, unless the last round of reads cost
+ * more than 1% of a core over the interval, then as often as keeps it at
+ * 1% (a process with 10,000 mappings: ~10 MiB of text; a process of a few
+ * GiB: a few ms of page-table walk). The readings between have neither.
+ * @m: @s's readings taken at @mono_ns, @n of them.
  */
-static void read_maps(struct session *s, struct proc *proc, struct store_memory *m,
-		      uint64_t mono_ns)
+static void read_maps(struct session *s, struct store_memory *m, size_t n, uint64_t mono_ns)
 {
-	uint64_t cost_ns = 0;
+	uint64_t cost_ns = 0, budget_ns;
 
-	if (mono_ns < proc->maps_next_ns)
+	if (mono_ns < s->maps_next_ns)
 		return;
-	if (memory__read_maps(proc->pid, m, &cost_ns) < 0)
-		m->has_maps = false;
-	proc->maps_next_ns = mono_ns + (cost_ns * 100 > s->memory_interval_ns
-					    ? cost_ns * 100 - s->memory_interval_ns / 2
-					    : 0);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t one_ns = 0;
+
+		/* A process gone since its status was read keeps that reading, without the split. */
+		memory__read_maps(m[i].pid, &m[i], &one_ns);
+		cost_ns += one_ns;
+	}
+	budget_ns = cost_ns * 100;
+	s->maps_next_ns = mono_ns + (budget_ns > s->memory_interval_ns
+					 ? budget_ns - s->memory_interval_ns / 2
+					 : 0);
 }
 
 /*
@@ -65,7 +72,7 @@ int session__read_memory(struct session *s, uint64_t mono_ns)
 {
 	uint64_t real_ns;
 	struct proc *proc;
-	int n = 0;
+	size_t first = s->memory_nrows;
 
 	if (!s->memory_interval_ns || mono_ns < s->memory_next_ns)
 		return 0;
@@ -77,21 +84,19 @@ int session__read_memory(struct session *s, uint64_t mono_ns)
 	hashmap__for_each(&s->procs, i, proc)
 	{
 		struct store_memory m;
-		/* A smaps read gives Pss too: smaps_rollup is then not read. */
-		bool maps_due = mono_ns >= proc->maps_next_ns;
 
-		if (memory__read(proc->pid, !maps_due, &m) < 0)
+		if (memory__read(proc->pid, &m) < 0)
 			continue;
-		read_maps(s, proc, &m, mono_ns);
 		m.time_ns = real_ns;
 		m.pid = proc->pid;
 		if (grow_array((void **)&s->memory_rows, &s->memory_cap, s->memory_nrows,
 			       sizeof(*s->memory_rows)) < 0)
 			return -ENOMEM;
 		s->memory_rows[s->memory_nrows++] = m;
-		n++;
 	}
-	return n;
+	if (s->memory_nrows > first)
+		read_maps(s, &s->memory_rows[first], s->memory_nrows - first, mono_ns);
+	return (int)(s->memory_nrows - first);
 }
 
 static uint64_t tid_hash(int tid)

@@ -67,7 +67,6 @@ struct proc {
 	struct perfmap *jit; /* /tmp/perf-PID.map, for code outside any file mapping */
 	unsigned probes_tried; /* a child: bit (1 << feature) once that probe feature was attached
 				* to it, or tried (daemon/service/features.c) */
-	uint64_t maps_next_ns; /* CLOCK_MONOTONIC of the next /proc/PID/smaps read (memory.c) */
 	bool tables_asked;     /* unwind "auto" or "tables": its CFI tables were asked of the sampler */
 	/* unwind "auto" or "tables": the mappings (start addresses) whose module's table was asked
 	 * for after a walk stopped there, at most PROC_TABLE_MODULES */

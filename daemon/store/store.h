@@ -286,7 +286,7 @@ struct store_memory {
 	uint64_t time_ns;
 	int pid;
 	uint64_t rss_bytes, pss_bytes, anon_bytes, file_bytes, shmem_bytes, swap_bytes;
-	bool has_pss;  /* smaps_rollup was readable */
+	bool has_pss;  /* pss_bytes was summed from /proc/PID/smaps */
 	bool has_maps; /* map_bytes[] were read (smaps) */
 	uint64_t map_bytes[MEMORY_MAP_NR_KINDS]; /* resident bytes by enum memory_map_kind */
 };
