@@ -4,8 +4,8 @@
  * daemon/collect/cfi_maps.c): the maps, and cfi_walk_user(), one frame per
  * bpf_loop() step. The same walk as cfi_unwinder__unwind()
  * (daemon/symbols/cfi_unwind.c), reading the live stack instead of a copy:
- * per frame, the mapping (binary search), the row (binary search), the CFA,
- * and two bpf_probe_read_user() calls at most. It never guesses a caller:
+ * per frame, the mapping (binary search), the row (from cfi_row_cache, else
+ * a binary search), the CFA, and two bpf_probe_read_user() calls at most. It never guesses a caller:
  * anything the rows do not express stops it with a reason.
  *
  * Include after vmlinux.h and bpf_helpers.h; cfi_walk.h holds the types and
@@ -62,6 +62,14 @@ struct {
 	__array(values, struct cfi_rows_array);
 } cfi_rows SEC(".maps");
 
+/* Rows found lately (cfi_walk.h): a walk revisits the same return addresses. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CFI_ROW_CACHE_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct cfi_row_cache_entry);
+} cfi_row_cache SEC(".maps");
+
 /* Walks per stop reason (enum cfi_walk_stop), per CPU, summed by user space. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -116,19 +124,18 @@ cfi_find_mapping(const struct cfi_walk_proc *p, __u64 addr)
 }
 
 /*
- * cfi_find_row() - the row of module @mod covering module address @rel:
+ * cfi_search_row() - the row of module @mod covering module address @rel:
  * the last row whose pc is <= @rel. NULL when @rel is below the first row,
- * out of 32 bits, the search did not end within CFI_WALK_ROW_STEPS, or no
- * row array is in cfi_rows.
+ * the search did not end within CFI_WALK_ROW_STEPS, or no row array is in
+ * cfi_rows. Each step is a lookup in the inner array, a helper call (the
+ * verifier inlines no lookup in an array of BPF_F_INNER_MAP).
  */
-static __always_inline const struct cfi_walk_row *cfi_find_row(const struct cfi_walk_module *mod,
-							       __u64 rel)
+static __always_inline const struct cfi_walk_row *
+cfi_search_row(const struct cfi_walk_module *mod, __u32 rel)
 {
 	__u32 first = mod->first, lo = 0, hi = mod->n, key = 0;
 	void *rows;
 
-	if (rel > 0xffffffffull)
-		return NULL;
 	rows = bpf_map_lookup_elem(&cfi_rows, &key);
 	if (!rows)
 		return NULL;
@@ -140,7 +147,7 @@ static __always_inline const struct cfi_walk_row *cfi_find_row(const struct cfi_
 		r = bpf_map_lookup_elem(rows, &key);
 		if (!r)
 			return NULL;
-		if (r->pc <= (__u32)rel)
+		if (r->pc <= rel)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -149,6 +156,43 @@ static __always_inline const struct cfi_walk_row *cfi_find_row(const struct cfi_
 		return NULL;
 	key = first + lo - 1;
 	return bpf_map_lookup_elem(rows, &key);
+}
+
+/*
+ * cfi_find_row() - cfi_search_row() through cfi_row_cache: *@ret gets the
+ * row of module @mod covering module address @rel. False where
+ * cfi_search_row() finds none, or @rel is out of 32 bits.
+ */
+static __always_inline bool cfi_find_row(const struct cfi_walk_module *mod, __u64 rel,
+					 struct cfi_walk_row *ret)
+{
+	struct cfi_row_cache_entry *c;
+	const struct cfi_walk_row *r;
+	__u64 key, row;
+	__u32 slot;
+
+	if (rel > 0xffffffffull)
+		return false;
+	key = (__u64)mod->fill << 32 | rel;
+	slot = (__u32)((key * 0x9e3779b97f4a7c15ull) >> (64 - CFI_ROW_CACHE_BITS));
+	c = bpf_map_lookup_elem(&cfi_row_cache, &slot);
+	if (c) {
+		row = c->row;
+		if ((c->check ^ row) == key) {
+			__builtin_memcpy(ret, &row, sizeof(*ret));
+			return true;
+		}
+	}
+	r = cfi_search_row(mod, (__u32)rel);
+	if (!r)
+		return false;
+	__builtin_memcpy(&row, r, sizeof(row));
+	__builtin_memcpy(ret, &row, sizeof(*ret));
+	if (c) {
+		c->row = row;
+		c->check = key ^ row;
+	}
+	return true;
 }
 
 /*
@@ -162,7 +206,7 @@ static __always_inline const struct cfi_walk_row *cfi_find_row(const struct cfi_
 static long cfi_walk_step(__u64 i, void *ctx)
 {
 	struct cfi_walk_state *w = ctx;
-	const struct cfi_walk_row *row;
+	struct cfi_walk_row row;
 	const struct cfi_walk_module *mod;
 	__u64 pc = w->pc, lookup, cfa, ra = 0, saved_bp = 0;
 	const struct cfi_walk_mapping *m;
@@ -187,25 +231,25 @@ static long cfi_walk_step(__u64 i, void *ctx)
 		w->stop = CFI_STOP_NO_TABLE;
 		return 1;
 	}
-	row = cfi_find_row(mod, lookup - m->bias);
-	kind = row ? CFI_WALK_KIND(row->kind) : CFI_WALK_ROW_NONE;
+	kind = cfi_find_row(mod, lookup - m->bias, &row) ? CFI_WALK_KIND(row.kind)
+							  : CFI_WALK_ROW_NONE;
 	switch (kind) {
 	case CFI_WALK_ROW_CFA:
-		flags = row->kind;
+		flags = row.kind;
 		if (flags & CFI_WALK_CFA_BP) {
 			if (w->bp_state != CFI_BP_KNOWN) {
 				w->stop = CFI_STOP_BP_LOST;
 				return 1;
 			}
-			cfa = w->bp + (__s64)row->cfa_off8 * 8;
+			cfa = w->bp + (__s64)row.cfa_off8 * 8;
 		} else {
-			cfa = w->sp + (__s64)row->cfa_off8 * 8;
+			cfa = w->sp + (__s64)row.cfa_off8 * 8;
 		}
 		break;
 	case CFI_WALK_ROW_PLT:
 		/* the index the PLT entry pushed at its byte fp_off is on the stack */
 		flags = 0;
-		cfa = w->sp + (__s64)row->cfa_off8 * 8 + ((__s64)(pc & 15) >= row->fp_off ? 8 : 0);
+		cfa = w->sp + (__s64)row.cfa_off8 * 8 + ((__s64)(pc & 15) >= row.fp_off ? 8 : 0);
 		break;
 	case CFI_WALK_ROW_OUTERMOST:
 		w->stop = CFI_STOP_END;
@@ -231,7 +275,7 @@ static long cfi_walk_step(__u64 i, void *ctx)
 	if (flags & CFI_WALK_FP_SAVED) {
 		/* a saved rbp that cannot be read is lost: only a later CFA in rbp stops */
 		if (bpf_probe_read_user(&saved_bp, sizeof(saved_bp),
-					(const void *)(cfa + (__s64)row->fp_off)) == 0) {
+					(const void *)(cfa + (__s64)row.fp_off)) == 0) {
 			w->bp = saved_bp;
 			w->bp_state = CFI_BP_KNOWN;
 		} else {

@@ -89,10 +89,31 @@ struct cfi_walk_proc {
 	struct cfi_walk_mapping m[CFI_WALK_MAX_MAPPINGS];
 };
 
-/* A module's rows in cfi_rows: [first, first + n). n == 0: no table (stop). */
+/*
+ * A module's rows in cfi_rows: [first, first + n). n == 0: no table (stop).
+ * fill: a number user space gives each filling of a module slot, never 0
+ * and not reused (it wraps after 2^32 fills): the rows of a module are
+ * cached under it (cfi_row_cache), so a slot filled again with other rows
+ * misses the old entries.
+ */
 struct cfi_walk_module {
 	__u32 first;
 	__u32 n;
+	__u32 fill;
+};
+
+/*
+ * The row cache: CFI_ROW_CACHE_ENTRIES entries (a power of 2), 16 bytes
+ * each, shared by all CPUs, direct-mapped by (fill, module address). An
+ * entry's check is (fill << 32 | module address) XOR the row's 8 bytes: an
+ * entry read while another CPU writes it does not pass its check, and an
+ * empty one (all 0) never does, since fill is never 0.
+ */
+#define CFI_ROW_CACHE_ENTRIES 16384
+#define CFI_ROW_CACHE_BITS 14
+struct cfi_row_cache_entry {
+	__u64 check;
+	__u64 row; /* struct cfi_walk_row */
 };
 
 /* Why a walk stopped. The counters in cfi_walk_stops are indexed by it. */

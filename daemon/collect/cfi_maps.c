@@ -85,6 +85,7 @@ struct cfi_maps {
 	size_t n_procs, cap_procs;
 	struct debuginfo debuginfo;
 	bool lazy; /* modules are compiled on demand, not by add_process() */
+	uint32_t fills; /* the last cfi_walk_module.fill given (0: none yet) */
 	struct cfi_maps_stats stats;
 };
 
@@ -380,7 +381,10 @@ static int module_fill(struct cfi_maps *m, uint32_t id, const struct addrspace *
 	}
 	/* the rows are in place before the module says where they are */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	info = (struct cfi_walk_module){.first = first, .n = (uint32_t)n};
+	/* a new fill number: what BPF cached under an earlier one is not this module's */
+	if (++m->fills == 0)
+		m->fills = 1;
+	info = (struct cfi_walk_module){.first = first, .n = (uint32_t)n, .fill = m->fills};
 	if (bpf_map_update_elem(m->modules_fd, &id, &info, BPF_ANY) < 0) {
 		int r = -errno;
 
