@@ -153,39 +153,58 @@ static __always_inline __u32 code_tag(const struct python_config *pc, __u64 code
 	return py_code_tag_of(id, pc);
 }
 
-/* One step of the frame chain, for bpf_loop(): 1 stops the loop. */
+/* The 8-byte field @at bytes into a frame's head @h (PY_FRAME_HEAD_BYTES); 0 beyond it. */
+static __always_inline __u64 py_frame_u64(const __u8 *h, __u32 at)
+{
+	__u64 v = 0;
+
+	if (at <= PY_FRAME_HEAD_BYTES - sizeof(v))
+		__builtin_memcpy(&v, h + at, sizeof(v));
+	return v;
+}
+
+/* The byte @at bytes into a frame's head @h; 0 beyond it (PY_NO_OFFSET too). */
+static __always_inline __u8 py_frame_u8(const __u8 *h, __u32 at)
+{
+	return at < PY_FRAME_HEAD_BYTES ? h[at] : 0;
+}
+
+/*
+ * One step of the frame chain, for bpf_loop(): 1 stops the loop. The
+ * fields of the frame come from one read of its head; a read that faults
+ * leaves the head zeroed, which ends the chain after a frame without code,
+ * as each field read alone used to.
+ */
 static long py_walk_step(__u64 i, void *ctx)
 {
 	struct py_walk *w = ctx;
 	const struct python_config *pc = w->pc;
 	struct sample_event *e = w->e;
+	__u8 head[PY_FRAME_HEAD_BYTES];
 	__u32 n = w->n;
-	__u8 entry = 0, owner = 0;
 	__u64 code, instr;
+	__u8 entry;
 
 	if (!w->frame)
 		return 1;
-	if (pc->frame_owner != PY_NO_OFFSET) {
-		bpf_probe_read_user(&owner, sizeof(owner), (const void *)(w->frame + pc->frame_owner));
-		if (owner == pc->owner_cstack) {
-			if (n > 0 && n <= PROFILE_MAX_PY_FRAMES)
-				e->py[n - 1].code |= PY_FRAME_ENTRY;
-			w->frame = read_user_u64(w->frame + pc->frame_previous);
-			return 0;
-		}
+	bpf_probe_read_user(head, sizeof(head), (const void *)w->frame);
+	if (pc->frame_owner != PY_NO_OFFSET && py_frame_u8(head, pc->frame_owner) == pc->owner_cstack) {
+		if (n > 0 && n <= PROFILE_MAX_PY_FRAMES)
+			e->py[n - 1].code |= PY_FRAME_ENTRY;
+		w->frame = py_frame_u64(head, pc->frame_previous);
+		return 0;
 	}
 	if (n >= PROFILE_MAX_PY_FRAMES)
 		return 1;
-	if (pc->frame_is_entry != PY_NO_OFFSET)
-		bpf_probe_read_user(&entry, sizeof(entry), (const void *)(w->frame + pc->frame_is_entry));
-	code = read_user_u64(w->frame + pc->frame_code);
-	instr = read_user_u64(w->frame + pc->frame_prev_instr);
+	entry = py_frame_u8(head, pc->frame_is_entry);
+	code = py_frame_u64(head, pc->frame_code);
+	instr = py_frame_u64(head, pc->frame_prev_instr);
 	e->py[n].code = code | (entry ? PY_FRAME_ENTRY : 0);
 	e->py[n].instr_off =
 		instr >= code && instr - code < PY_NO_INSTR ? (__u32)(instr - code) : PY_NO_INSTR;
 	e->py[n].tag = code ? code_tag(pc, code) : 0;
 	w->n = n + 1;
-	w->frame = read_user_u64(w->frame + pc->frame_previous);
+	w->frame = py_frame_u64(head, pc->frame_previous);
 	return 0;
 }
 

@@ -70,6 +70,11 @@ struct python_config {
  * them counts as 0 on both sides. */
 #define PY_CODE_ID_BYTES 32
 
+/* Bytes the BPF walk reads from the start of each _PyInterpreterFrame, in one
+ * read: every field it uses lies in them (3.11 to 3.13; python-offsets.c
+ * fails the build for a CPython where one does not). */
+#define PY_FRAME_HEAD_BYTES 72
+
 /* Per-slot settings, written by user space before the slot's events are enabled. */
 struct slot_config {
 	__u32 copy_stack_bytes; /* 0: frame pointers only; else copy regs + up to this many stack bytes */

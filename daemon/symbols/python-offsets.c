@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "profile.h" /* PY_CODE_ID_BYTES */
+#include "profile.h" /* PY_CODE_ID_BYTES, PY_FRAME_HEAD_BYTES */
 
 #if PY_VERSION_HEX < 0x030b0000 || PY_VERSION_HEX >= 0x030e0000
 #error "python-offsets.c knows the CPython 3.11 to 3.13 frame layouts only"
@@ -69,6 +69,31 @@ int main(void)
 				"(bpf/profile.h PY_CODE_ID_BYTES)\n",
 			PY_VERSION, PY_CODE_ID_BYTES);
 		return 1;
+	}
+
+	/* The BPF walk reads the fields of a frame it uses in one read of
+	 * PY_FRAME_HEAD_BYTES from the frame's start. */
+	{
+		size_t end = offsetof(_PyInterpreterFrame, previous) + 8;
+#if PY_VERSION_HEX < 0x030d0000
+		end = Py_MAX(end, offsetof(_PyInterpreterFrame, f_code) + 8);
+		end = Py_MAX(end, offsetof(_PyInterpreterFrame, prev_instr) + 8);
+#else
+		end = Py_MAX(end, offsetof(_PyInterpreterFrame, f_executable) + 8);
+		end = Py_MAX(end, offsetof(_PyInterpreterFrame, instr_ptr) + 8);
+#endif
+#if PY_VERSION_HEX < 0x030c0000
+		end = Py_MAX(end, offsetof(_PyInterpreterFrame, is_entry) + 1);
+#else
+		end = Py_MAX(end, offsetof(_PyInterpreterFrame, owner) + 1);
+#endif
+		if (end > PY_FRAME_HEAD_BYTES) {
+			fprintf(stderr, "python-offsets: the _PyInterpreterFrame fields of CPython %s "
+					"end at byte %zu, beyond %d (bpf/profile.h "
+					"PY_FRAME_HEAD_BYTES)\n",
+				PY_VERSION, end, PY_FRAME_HEAD_BYTES);
+			return 1;
+		}
 	}
 
 	state_bits(0, &kind_shift, &kind_mask);
