@@ -7,7 +7,8 @@
  * through the 'targets' map (tgid -> slot + 1), filled by user space.
  *
  * Design: at switch-out the whole record (header, both stacks, user
- * registers and up to 1 KiB of user stack: ~3.3 KiB at most) is
+ * registers and, where the user stack was not walked whole from the CFI
+ * tables, up to 1 KiB of it: ~3.3 KiB at most) is
  * built in a per-CPU scratch and stored in 'starts', keyed by tid; at
  * switch-in the same map value gets its duration and goes to the ring
  * buffer as it is, then is deleted. Only intervals of at least min_block_ns
@@ -31,7 +32,8 @@
  * Stacks are copied by content with bpf_get_stack(), never interned with
  * bpf_get_stackid() (see profile.bpf.c). At sched_switch the current task is
  * still prev, so its kernel stack (from the tracepoint) and its user stack
- * (frame pointers from task_pt_regs()) are the blocking ones.
+ * (from task_pt_regs(): walked from the CFI tables of cfi_walk.bpf.h, whose
+ * maps are the sampler's, else by frame pointers) are the blocking ones.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -60,6 +62,10 @@ const volatile __u64 min_block_ns = 0;
 #define DROPS_SLOTS OFFCPU_MAX_SLOTS
 #define DROPS_COUNTERS struct offcpu_counters
 #include "drops.bpf.h"
+
+/* The sampler's tables: user space gives this object the sampler's cfi_procs,
+ * cfi_modules, cfi_rows and cfi_row_cache before load (offcpu.c). */
+#include "cfi_walk.bpf.h"
 
 /* A thread that is off the CPU: its record so far, and when it was woken. */
 struct offcpu_start {
@@ -118,6 +124,31 @@ static __always_inline void copy_user_regs_stack(struct offcpu_event *e, long of
 	if (off < 0 || off > 2 * OFFCPU_MAX_FRAMES)
 		return;
 	e->stack_size = read_user_stack(&e->ips[off], sp, want, OFFCPU_STACK_BYTES);
+}
+
+/*
+ * Walk the user stack from the CFI tables into e->ips[@klen]: if the walk
+ * reaches the root or the frame limit, the record gets its frames
+ * (OFFCPU_CFI_WALKED) and no stack copy; returns 1. Else returns 0 and the
+ * caller walks frame pointers and copies the stack; e->cfi_stop says why.
+ */
+static __always_inline int walk_user_stack(struct offcpu_event *e, long klen)
+{
+	__u32 stop = CFI_STOP_NR, n;
+
+	e->stack_size = 0;
+	if (klen < 0 || klen > OFFCPU_MAX_FRAMES)
+		return 0;
+	read_user_regs(e->regs);
+	n = cfi_walk_user(e->pid, e->regs, &e->ips[klen], OFFCPU_MAX_FRAMES, &stop);
+	e->cfi_stop = stop;
+	if (n == 0 || n > OFFCPU_MAX_FRAMES || (stop != CFI_STOP_END && stop != CFI_STOP_MAX_FRAMES))
+		return 0;
+	e->flags |= OFFCPU_CFI_WALKED;
+	if (stop == CFI_STOP_MAX_FRAMES)
+		e->flags |= OFFCPU_USER_TRUNCATED;
+	e->ustack_len = n;
+	return 1;
 }
 
 /* Linux 5.14 renamed task_struct::state to __state (and made it unsigned int). */
@@ -210,14 +241,16 @@ static __always_inline void switch_out(__u64 *ctx, bool preempt, struct task_str
 	/* The verifier needs the offset bounded to know the write stays in e->ips. */
 	if (klen < 0 || klen > OFFCPU_MAX_FRAMES)
 		return;
-	ulen = get_stack(ctx, &e->ips[klen], OFFCPU_MAX_FRAMES, BPF_F_USER_STACK, &full);
-	if (ulen == 0)
-		e->flags |= OFFCPU_USER_MISSING;
-	if (full)
-		e->flags |= OFFCPU_USER_TRUNCATED;
 	e->kstack_len = klen;
-	e->ustack_len = ulen;
-	copy_user_regs_stack(e, klen + ulen);
+	if (walk_user_stack(e, klen) == 0) {
+		ulen = get_stack(ctx, &e->ips[klen], OFFCPU_MAX_FRAMES, BPF_F_USER_STACK, &full);
+		if (ulen == 0)
+			e->flags |= OFFCPU_USER_MISSING;
+		if (full)
+			e->flags |= OFFCPU_USER_TRUNCATED;
+		e->ustack_len = ulen;
+		copy_user_regs_stack(e, klen + ulen);
+	}
 
 	/* -EEXIST: the last interval's switch-in was missed; count it and replace it. */
 	r = bpf_map_update_elem(&starts, &tid, s, BPF_NOEXIST);

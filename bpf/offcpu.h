@@ -39,13 +39,19 @@
 #define OFFCPU_PREEMPTED (1u << 3)        /* switched out by preemption (sched_switch's preempt) */
 #define OFFCPU_WOKEN (1u << 4)            /* the wakeup was seen: runq_ns is the time after it */
 #define OFFCPU_HAS_REGS (1u << 5)         /* regs[] are valid (stack_size may still be 0) */
+#define OFFCPU_CFI_WALKED (1u << 6)       /* the user stack was walked whole from the CFI
+					   * tables (cfi_stop END or MAX_FRAMES): no copy */
 
 /*
  * One off-CPU interval of a thread of a target process, written to the ring
  * buffer by offcpu.bpf.c when the thread runs again. Only the first
  * kstack_len + ustack_len addresses of ips[] are addresses (kernel frames
- * first, each part leaf first): the stacks at the moment it left the CPU,
- * the user one walked with frame pointers. Right after them come stack_size
+ * first, each part leaf first): the stacks at the moment it left the CPU.
+ * The user one is walked from the CFI tables of the sampler's cfi_walk
+ * maps (cfi_walk.bpf.h) where the process has them; a walk that reaches
+ * the root (or the frame limit) is the whole user stack (OFFCPU_CFI_WALKED),
+ * and the record carries no stack copy. Otherwise (cfi_stop says why) the
+ * user stack is walked with frame pointers, and right after it come stack_size
  * bytes of the user stack from regs[7] (rsp): up to the frame of the
  * nearest caller that keeps a frame pointer (rbp + 16), at most
  * OFFCPU_STACK_BYTES. With regs[], they let user space unwind with CFI the
@@ -70,6 +76,9 @@ struct offcpu_event {
 	__u16 kstack_len;  /* frames, 0..OFFCPU_MAX_FRAMES */
 	__u16 ustack_len;  /* frames, 0..OFFCPU_MAX_FRAMES */
 	__u32 stack_size;  /* user stack bytes after the ips: 0..OFFCPU_STACK_BYTES, multiple of 8 */
+	__u32 cfi_stop;    /* why the table walk stopped (enum cfi_walk_stop; CFI_STOP_NO_PROCESS
+			    * for a process without tables) */
+	__u32 pad;
 	char comm[16];     /* thread name at switch-out */
 	__u64 regs[OFFCPU_NREGS]; /* user registers at switch-out, DWARF order (OFFCPU_HAS_REGS) */
 	__u64 ips[2 * OFFCPU_MAX_FRAMES + OFFCPU_STACK_BYTES / 8]; /* ips, then the stack bytes */

@@ -255,25 +255,25 @@ void print_python(FILE *f, const json_t *o, const char *label, bool say_not_foun
 }
 
 /*
- * The "unwind_tables" object of a session (unwind "tables") as one line:
- * "unwind tables:       27333 samples walked in BPF (99.7%), 90 fell back
- * (no_table 78, no_process 12)". Nothing for the other modes.
+ * One object of "unwind_tables" (@t: the CPU samples', or its "offcpu") as
+ * one line: "unwind tables:       27333 samples walked in BPF (99.7%), 90
+ * fell back to the stack copy (no_table 78, no_process 12)". @what:
+ * "samples" or "off-CPU intervals"; @fell_key: the member that counts the
+ * fallbacks.
  */
-static void print_unwind_tables(FILE *f, const json_t *s)
+static void print_walk_counts(FILE *f, const char *label, const json_t *t, const char *what,
+			      const char *fell_key)
 {
-	const json_t *t = json_object_get(s, "unwind_tables");
 	const json_t *pct = json_object_get(t, "walked_pct");
 	const json_t *fallbacks = json_object_get(t, "fallbacks"), *v;
 	const char *k, *sep = " (";
 
-	if (!json_is_object(t))
-		return;
-	fprintf(f, "%-21s%lld samples walked in BPF", "unwind tables:",
-		(long long)json_integer_value(json_object_get(t, "walked")));
+	fprintf(f, "%-21s%lld %s walked in BPF", label,
+		(long long)json_integer_value(json_object_get(t, "walked")), what);
 	if (json_is_number(pct))
 		fprintf(f, " (%.1f%%)", json_number_value(pct));
 	fprintf(f, ", %lld fell back to the stack copy",
-		(long long)json_integer_value(json_object_get(t, "fallback_samples")));
+		(long long)json_integer_value(json_object_get(t, fell_key)));
 	json_object_foreach((json_t *)fallbacks, k, v) {
 		if (json_integer_value(v) == 0)
 			continue;
@@ -281,6 +281,19 @@ static void print_unwind_tables(FILE *f, const json_t *s)
 		sep = ", ";
 	}
 	fputs(*sep == ',' ? ")\n" : "\n", f);
+}
+
+/* The "unwind_tables" object of a session (unwind "tables" or "auto"); nothing for the others. */
+static void print_unwind_tables(FILE *f, const json_t *s)
+{
+	const json_t *t = json_object_get(s, "unwind_tables");
+
+	if (!json_is_object(t))
+		return;
+	print_walk_counts(f, "unwind tables:", t, "samples", "fallback_samples");
+	if (json_is_object(json_object_get(t, "offcpu")))
+		print_walk_counts(f, "", json_object_get(t, "offcpu"), "off-CPU intervals",
+				  "fallback_intervals");
 }
 
 int print_counters(FILE *f, const json_t *o)

@@ -93,17 +93,23 @@ static bool kernel_allocates_in_tracing(void)
 int offcpu__new(size_t ringbuf_bytes, uint64_t min_block_ns, offcpu_fn fn, void *ctx,
 		struct offcpu **ret)
 {
-	return offcpu__new_shared(ringbuf_bytes, min_block_ns, -1, fn, ctx, ret);
+	static const struct offcpu_shared_maps none = { -1, { -1, -1, -1, -1 } };
+
+	return offcpu__new_shared(ringbuf_bytes, min_block_ns, &none, fn, ctx, ret);
 }
 
 /*
- * offcpu__new_shared() - offcpu__new() with the targets map of another BPF
- * object (@targets_fd: a hash map of __u32 tgid -> __u32 slot + 1, e.g. the
- * CPU sampler's), so that processes it adds (followed children) are traced
- * off the CPU too; -1 for a map of its own.
+ * offcpu__new_shared() - offcpu__new() with maps of the CPU sampler
+ * (@maps, each -1 for a map of its own): its targets (a hash map of __u32
+ * tgid -> __u32 slot + 1), so that processes it adds (followed children)
+ * are traced off the CPU too; and the CFI tables its cfi_loader fills, so
+ * that the user stacks of processes that have them are walked in BPF, as
+ * their CPU samples are. Also returns bpf_map__reuse_fd()'s -errno (a map
+ * of another type or size).
  */
-int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_fd, offcpu_fn fn,
-		       void *ctx, struct offcpu **ret)
+int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns,
+		       const struct offcpu_shared_maps *maps, offcpu_fn fn, void *ctx,
+		       struct offcpu **ret)
 {
 	_cleanup_(offcpu__freep) struct offcpu *o = NULL;
 	int r;
@@ -115,10 +121,21 @@ int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_
 		return -ENOMEM;
 	o->fn = fn;
 	o->ctx = ctx;
-	o->shared_targets = targets_fd >= 0;
+	o->shared_targets = maps->targets_fd >= 0;
 	o->skel = offcpu_bpf__open();
 	if (!o->skel)
 		return -errno;
+	{
+		struct bpf_map *cfi[] = { o->skel->maps.cfi_procs, o->skel->maps.cfi_modules,
+					  o->skel->maps.cfi_rows, o->skel->maps.cfi_row_cache };
+
+		_Static_assert(ARRAY_SIZE(cfi) == ARRAY_SIZE(maps->cfi_fds), "the maps in order");
+		for (size_t i = 0; i < ARRAY_SIZE(cfi); i++) {
+			r = maps->cfi_fds[i] >= 0 ? bpf_map__reuse_fd(cfi[i], maps->cfi_fds[i]) : 0;
+			if (r < 0)
+				return r;
+		}
+	}
 	o->skel->rodata->min_block_ns = min_block_ns;
 	o->skel->rodata->wakeup_bytes = ringbuf_bytes / 16;
 	r = bpf_map__set_max_entries(o->skel->maps.starts, OFFCPU_MAX_THREADS);
@@ -130,7 +147,7 @@ int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_
 			return r;
 	}
 	r = collector__load(o->skel->skeleton, o->skel->maps.events, ringbuf_bytes,
-			    o->skel->maps.targets, targets_fd, handle_record, o, &o->reader);
+			    o->skel->maps.targets, maps->targets_fd, handle_record, o, &o->reader);
 	if (r < 0)
 		return r;
 	r = offcpu_bpf__attach(o->skel);
@@ -279,8 +296,9 @@ int offcpu__prog_stats(struct offcpu *o, uint64_t *ret_run_cnt, uint64_t *ret_ru
 }
 
 /*
- * offcpu__user_stack() - the user stack of @e, leaf first: its frame-pointer
- * walk completed with CFI from its registers and stack slice
+ * offcpu__user_stack() - the user stack of @e, leaf first: as the BPF
+ * program walked it from the CFI tables (OFFCPU_CFI_WALKED), else its
+ * frame-pointer walk completed with CFI from its registers and stack slice
  * (unwinder__complete_walk(), which says how). @as: the mappings of e->pid.
  * @ret_ips: up to @max addresses. *@ret_flags: UNWIND_WALK_* (0: the walk
  * was right).
@@ -292,6 +310,13 @@ int offcpu__prog_stats(struct offcpu *o, uint64_t *ret_run_cnt, uint64_t *ret_ru
 int offcpu__user_stack(struct unwinder *u, const struct addrspace *as, const struct offcpu_event *e,
 		       uint64_t *ret_ips, size_t max, uint32_t *ret_flags)
 {
+	if (e->flags & OFFCPU_CFI_WALKED) {
+		size_t n = MIN((size_t)e->ustack_len, max);
+
+		memcpy(ret_ips, &e->ips[e->kstack_len], n * sizeof(*ret_ips));
+		*ret_flags = 0;
+		return (int)n;
+	}
 	return unwinder__complete_walk(
 	    u, as, e->flags & OFFCPU_HAS_REGS ? (const uint64_t *)e->regs : NULL,
 	    offcpu_event_stack(e), e->stack_size, (const uint64_t *)&e->ips[e->kstack_len],

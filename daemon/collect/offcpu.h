@@ -47,11 +47,22 @@ bool offcpu_event__valid(const void *data, size_t size);
  */
 typedef void (*offcpu_fn)(void *ctx, const struct offcpu_event *e, size_t size);
 
+/*
+ * Maps of the sampler (sampler__shared_maps()) that offcpu.bpf.c uses as
+ * its own: the target processes, and the CFI tables its user-stack walk
+ * reads (cfi_walk.bpf.h). Borrowed fds; -1: the object's own, empty map.
+ */
+struct offcpu_shared_maps {
+	int targets_fd;
+	int cfi_fds[4]; /* cfi_procs, cfi_modules, cfi_rows, cfi_row_cache (sampler__cfi_fds()) */
+};
+
 /* Each function is documented where it is defined, in offcpu.c. */
 int offcpu__new(size_t ringbuf_bytes, uint64_t min_block_ns, offcpu_fn fn, void *ctx,
 		struct offcpu **ret); /* load and attach */
-int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns, int targets_fd, offcpu_fn fn,
-		       void *ctx, struct offcpu **ret); /* offcpu__new() sharing a targets map */
+int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns,
+		       const struct offcpu_shared_maps *maps, offcpu_fn fn, void *ctx,
+		       struct offcpu **ret); /* offcpu__new() with the sampler's maps */
 void offcpu__free(struct offcpu *o);			/* accepts NULL */
 /* The ring buffer's reader (owned by @o); its fd is readable when 1/16 of the ring is full. */
 struct record_reader *offcpu__reader(struct offcpu *o);

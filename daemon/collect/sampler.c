@@ -227,6 +227,14 @@ int sampler__targets_fd(struct sampler *s)
 	return bpf_map__fd(s->skel->maps.targets);
 }
 
+void sampler__cfi_fds(struct sampler *s, int ret_fds[4])
+{
+	ret_fds[0] = bpf_map__fd(s->skel->maps.cfi_procs);
+	ret_fds[1] = bpf_map__fd(s->skel->maps.cfi_modules);
+	ret_fds[2] = bpf_map__fd(s->skel->maps.cfi_rows);
+	ret_fds[3] = bpf_map__fd(s->skel->maps.cfi_row_cache);
+}
+
 struct record_reader *sampler__reader(struct sampler *s)
 {
 	return &s->reader;

@@ -44,6 +44,9 @@ void sampler__free(struct sampler *s); /* accepts NULL */
 
 /* sampler__targets_fd() - the BPF map of target processes (tgid -> slot + 1), to share. */
 int sampler__targets_fd(struct sampler *s);
+/* sampler__cfi_fds() - its cfi_procs, cfi_modules, cfi_rows and cfi_row_cache maps
+ * (cfi_walk.bpf.h), in that order, to share with another BPF object's walk. */
+void sampler__cfi_fds(struct sampler *s, int ret_fds[4]);
 
 /*
  * sampler__reader() - the reader of the samples' ring buffer (owned by @s):

@@ -17,18 +17,43 @@
 #include "util.h"
 
 /*
+ * The counts of one kind of record under the table walk: @walked, and the
+ * stored JSON object @text of fallbacks by reason (NULL: none yet), as
+ * {"walked", @fell_key, "fallbacks", "walked_pct"} (walked_pct null with no
+ * record yet). NULL for a stored object that does not parse, or -ENOMEM.
+ */
+static json_t *walk_counts(int64_t walked, const char *text, const char *fell_key)
+{
+	json_t *fallbacks = text ? json_loads(text, 0, NULL) : json_object(), *v;
+	int64_t fell = 0;
+	const char *k;
+
+	if (!json_is_object(fallbacks)) {
+		json_decref(fallbacks);
+		return NULL;
+	}
+	json_object_foreach(fallbacks, k, v) fell += json_integer_value(v);
+	return json_pack("{s:I, s:I, s:o, s:o}", "walked", (json_int_t)walked, fell_key,
+			 (json_int_t)fell, "fallbacks", fallbacks, "walked_pct",
+			 walked + fell ? json_real(round(1000.0 * (double)walked /
+							 (double)(walked + fell)) / 10.0)
+				       : json_null());
+}
+
+/*
  * The "unwind_tables" object of a session with unwind "tables" or "auto": CPU samples
  * walked in BPF, those that fell back to the stack copy by reason, and the
- * share walked (null with no sample yet). null for the other modes, for an
- * auto session that did not walk, or for a stored object that does not parse.
+ * share walked (null with no sample yet); under "offcpu" the same for its
+ * off-CPU intervals (null without the offcpu event, or stored by a profd
+ * before schema 19). null for the other modes, for an auto session that
+ * did not walk, or for a stored object that does not parse.
  */
 static json_t *unwind_tables_object(sqlite3_stmt *st)
 {
 	const char *text = (const char *)sqlite3_column_text(st, SC_TABLE_FALLBACKS);
 	const char *unwind = (const char *)sqlite3_column_text(st, SC_UNWIND);
-	int64_t walked = sqlite3_column_int64(st, SC_TABLE_WALKED), fell = 0;
-	json_t *fallbacks, *o, *v;
-	const char *k;
+	const char *offcpu = (const char *)sqlite3_column_text(st, SC_OFFCPU_TABLE_FALLBACKS);
+	json_t *o, *off;
 
 	if (!unwind || (strcmp(unwind, "tables") != 0 && strcmp(unwind, "auto") != 0))
 		return json_null();
@@ -36,18 +61,17 @@ static json_t *unwind_tables_object(sqlite3_stmt *st)
 	 * UNWIND_AUTO_TABLES_MIN_SAMPLES, or one of a profd before the walk */
 	if (strcmp(unwind, "auto") == 0 && !text)
 		return json_null();
-	fallbacks = text ? json_loads(text, 0, NULL) : json_object();
-	if (!json_is_object(fallbacks)) {
-		json_decref(fallbacks);
+	o = walk_counts(sqlite3_column_int64(st, SC_TABLE_WALKED), text, "fallback_samples");
+	if (!o)
+		return json_null();
+	off = offcpu ? walk_counts(sqlite3_column_int64(st, SC_OFFCPU_TABLE_WALKED), offcpu,
+				   "fallback_intervals")
+		     : NULL;
+	if (json_object_set_new(o, "offcpu", off ? off : json_null()) < 0) {
+		json_decref(o);
 		return json_null();
 	}
-	json_object_foreach(fallbacks, k, v) fell += json_integer_value(v);
-	o = json_pack("{s:I, s:I, s:o, s:o}", "walked", (json_int_t)walked, "fallback_samples",
-		      (json_int_t)fell, "fallbacks", fallbacks, "walked_pct",
-		      walked + fell ? json_real(round(1000.0 * (double)walked /
-						      (double)(walked + fell)) / 10.0)
-				    : json_null());
-	return o ? o : json_null();
+	return o;
 }
 
 /* The SESSION object of docs/protocol.md from a row of SESSION_SELECT; @now: CLOCK_REALTIME ns. */

@@ -301,9 +301,15 @@ static int run(void)
 		r = log_error_errno(-ENOMEM, "Out of memory");
 		goto out;
 	}
-	/* Sharing the sampler's targets: children it follows are traced off the CPU too. */
-	r = offcpu__new_shared(cfg.ring_buffer_bytes / 2, OFFCPU_MIN_BLOCK_NS,
-			       sampler__targets_fd(p.env.sampler), profd__on_offcpu, &p, &p.offcpu);
+	/* Sharing the sampler's targets (children it follows are traced off the CPU too)
+	 * and its CFI tables (off-CPU user stacks are walked in BPF from them). */
+	{
+		struct offcpu_shared_maps maps = { .targets_fd = sampler__targets_fd(p.env.sampler) };
+
+		sampler__cfi_fds(p.env.sampler, maps.cfi_fds);
+		r = offcpu__new_shared(cfg.ring_buffer_bytes / 2, OFFCPU_MIN_BLOCK_NS, &maps,
+				       profd__on_offcpu, &p, &p.offcpu);
+	}
 	if (r < 0) {
 		/* Off-CPU time is one report among others: run without it, and say so. */
 		log_warning_errno(r, "Off-CPU tracing unavailable (sched_switch BPF program): %m");

@@ -132,6 +132,7 @@ void profd__on_offcpu(void *ctx, const struct offcpu_event *e, size_t size)
 		session__count_offcpu_lost(s, 1);
 		return;
 	}
+	session__count_offcpu_walk(s, e);
 	memcpy(ips, e->ips, e->kstack_len * sizeof(uint64_t));
 	pthread_rwlock_rdlock(&proc->as_lock);
 	ulen = offcpu__user_stack(p->unwinder, proc->as, e, ips + e->kstack_len, OFFCPU_MAX_FRAMES,

@@ -15,6 +15,7 @@
 
 #include <bpf/bpf.h>
 
+#include "collect/offcpu.h"
 #include "protocol.h"
 #include "service/request.h"
 #include "service/authz.h"
@@ -468,6 +469,17 @@ void session__count_table_walk(struct session *s, const struct sample_event *e)
 		s->table_fallbacks[e->cfi_stop < CFI_STOP_NR ? e->cfi_stop : CFI_STOP_BAD_FRAME]++;
 }
 
+void session__count_offcpu_walk(struct session *s, const struct offcpu_event *e)
+{
+	if (!s->walks_tables)
+		return;
+	if (e->flags & OFFCPU_CFI_WALKED)
+		s->offcpu_table_walked++;
+	else
+		s->offcpu_table_fallbacks[e->cfi_stop < CFI_STOP_NR ? e->cfi_stop
+								   : CFI_STOP_BAD_FRAME]++;
+}
+
 void session__count_dropped(struct session *s, const struct sample_event *e)
 {
 	uint64_t t = e->time_ns > s->started_mono_ns ? e->time_ns - s->started_mono_ns : 0;
@@ -654,8 +666,12 @@ int session__flush(struct session *s, const struct session_env *env)
 	if (r < 0)
 		return r;
 	if (s->walks_tables) {
-		r = store__session_table_walk(env->store, s->id, s->table_walked,
+		r = store__session_table_walk(env->store, s->id, false, s->table_walked,
 					      s->table_fallbacks);
+		if (r == 0 && (s->events & EVENT_OFFCPU))
+			r = store__session_table_walk(env->store, s->id, true,
+						      s->offcpu_table_walked,
+						      s->offcpu_table_fallbacks);
 		if (r < 0)
 			return r;
 	}

@@ -145,6 +145,13 @@ void session__on_thread_exit(struct session *s, const struct sample_event *e);
  * it comes from the ring buffer, not again when it comes back unwound.
  */
 void session__count_table_walk(struct session *s, const struct sample_event *e);
+/*
+ * session__count_offcpu_walk() - with the table walk on, an off-CPU interval
+ * @e as its user stack was taken: walked in BPF (OFFCPU_CFI_WALKED), or a
+ * fallback to the stack copy, counted by e->cfi_stop. Stored at each flush.
+ */
+struct offcpu_event;
+void session__count_offcpu_walk(struct session *s, const struct offcpu_event *e);
 /* session__count_dropped() - a sample of @s was lost before unwinding (queue full). */
 void session__count_dropped(struct session *s, const struct sample_event *e);
 

@@ -58,6 +58,8 @@ struct session {
 	 * (running totals, written whole at each flush) */
 	uint64_t table_walked;
 	uint64_t table_fallbacks[CFI_STOP_NR];
+	uint64_t offcpu_table_walked; /* the same for off-CPU intervals */
+	uint64_t offcpu_table_fallbacks[CFI_STOP_NR];
 
 	struct hashmap offcpu; /* struct offcpu_acc: off-CPU intervals since the last flush */
 	uint64_t offcpu_lost;  /* not yet flushed */

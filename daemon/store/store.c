@@ -37,6 +37,8 @@ static const char *const stmt_sql[_STMT_MAX] = {
 				   "python_unmerged = python_unmerged + ?3 WHERE id = ?1",
     [STMT_SESSION_TABLE_WALK] = "UPDATE sessions SET table_walked = ?2, table_fallbacks = ?3 "
 				"WHERE id = ?1",
+    [STMT_SESSION_OFFCPU_TABLE_WALK] = "UPDATE sessions SET offcpu_table_walked = ?2, "
+				       "offcpu_table_fallbacks = ?3 WHERE id = ?1",
     [STMT_SESSION_END] = "UPDATE sessions SET state = 'ended', end_reason = ?2, "
 			 "ended_at_ns = ?3 WHERE id = ?1",
     [STMT_WINDOW_ADD] = "INSERT INTO windows (session_id, window_ns, samples, lost_samples, "
@@ -465,10 +467,11 @@ int store__session_add_python(struct store *st, int64_t id, uint64_t samples, ui
 	return store__step_done(stmt);
 }
 
-int store__session_table_walk(struct store *st, int64_t id, uint64_t walked,
+int store__session_table_walk(struct store *st, int64_t id, bool offcpu, uint64_t walked,
 			      const uint64_t fallbacks[CFI_STOP_NR])
 {
-	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_TABLE_WALK];
+	sqlite3_stmt *stmt =
+	    st->stmt[offcpu ? STMT_SESSION_OFFCPU_TABLE_WALK : STMT_SESSION_TABLE_WALK];
 	_cleanup_(json_decrefp) json_t *o = json_object();
 	_cleanup_free_ char *text = NULL;
 

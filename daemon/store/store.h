@@ -213,12 +213,12 @@ int store__session_add_python(struct store *st, int64_t id, uint64_t samples, ui
 
 /*
  * store__session_table_walk() - set the unwind "tables" counters of session
- * @id to these running totals: @walked CPU samples walked in BPF, and
- * @fallbacks[reason] (enum cfi_walk_stop) that fell back to the stack copy
- * (stored as a JSON object by reason name, END and MAX_FRAMES left out).
- * Returns 0, -ENOMEM, or -EIO.
+ * @id to these running totals: @walked CPU samples (@offcpu: off-CPU
+ * intervals) walked in BPF, and @fallbacks[reason] (enum cfi_walk_stop)
+ * that fell back to the stack copy (stored as a JSON object by reason name,
+ * END and MAX_FRAMES left out). Returns 0, -ENOMEM, or -EIO.
  */
-int store__session_table_walk(struct store *st, int64_t id, uint64_t walked,
+int store__session_table_walk(struct store *st, int64_t id, bool offcpu, uint64_t walked,
 			      const uint64_t fallbacks[CFI_STOP_NR]);
 /*
  * store__session_uid() - the uid that started session @id (its owner, for

@@ -10,7 +10,9 @@ by reason in the session; spin-threads (four threads) has the same hottest
 function and per-thread split; a Python program has the same Python hot
 path, Python frames merged into walked stacks; a JIT leaf (no mapping
 file) falls back visibly, counted under no_mapping, and with the default its
-hottest function is still found (the frame-pointer walk). A short auto
+hottest function is still found (the frame-pointer walk). Off the CPU,
+a Python program's waits are walked in BPF too, with the stacks dwarf
+gives, counted apart (unwind_tables.offcpu). A short auto
 session (duration x frequency under 20,000 samples) does not walk: its
 tables would cost more to compile than the walk saves. Module tables load on
 demand, so each run starts with a few fallbacks (no_process, no_table).
@@ -196,6 +198,53 @@ def check_python(d):
         check([n for n in fr if n in want] == want and fr[-1] in ROOTS, '%s: python path %r' % (mode, fr))
 
 
+def user_names(stack):
+    """The user frames of an off-CPU stack, leaf first, by function name."""
+    return [f['function'] for f in stack['frames'] if f.get('kind') != 'kernel']
+
+
+def check_offcpu(d):
+    """Off the CPU, python3.11 (no frame pointers, rbp holding data) waits
+    in clock_nanosleep and in the GIL's condition wait: with tables the user
+    stacks are walked in BPF, counted in unwind_tables.offcpu, reach the
+    thread's root with no [unknown] frame, and agree with the stack copy +
+    libdw (--unwind dwarf) as far as that goes: its 1 KiB copy of the stack
+    ends inside the interpreter's frames. The intervals of the first moments,
+    before the tables load, fall back to that copy, visibly (no_table)."""
+    if not os.access(PYTHON, os.X_OK):
+        return
+    argv = [PYTHON, os.path.join(WORKLOADS, 'py-waits.py'), '4']
+    stacks = {}
+    for mode in ('tables', 'dwarf'):
+        s, _, _ = session_run(d, argv, mode)
+        # a stack with an [unknown] frame stands as ['[unknown]']
+        stacks[mode] = [['[unknown]'] if any(f['module'] == '[unknown]' for f in x['frames'])
+                        else user_names(x)
+                        for x in d.json('offcpu', s['id'], '--limit', '50')['stacks']]
+        if mode == 'tables':
+            t = s['unwind_tables']['offcpu']
+            print('py-waits off the CPU, tables: %r' % t)
+            check(t is not None and t['walked'] >= 100, 'off-CPU intervals walked: %r' % t)
+            check(t['walked'] >= 0.8 * (t['walked'] + t['fallback_intervals']),
+                  'only %r of the off-CPU intervals walked in BPF' % t)
+            check(t['fallback_intervals'] == sum(t['fallbacks'].values()), 'fallbacks %r' % t)
+            out = d.ctl('session', s['id'])[1]
+            check('%d off-CPU intervals walked in BPF' % t['walked'] in out,
+                  'profctl session does not count the off-CPU walk:\n' + out)
+    for mode in ('tables', 'dwarf'):
+        for x in stacks[mode][:6]:
+            print('%s: %s' % (mode, ' <- '.join(map(str, x))))
+    top = stacks['tables'][:5]
+    rooted = [x for x in top if x and x[-1] in ROOTS]
+    check(['[unknown]'] not in stacks['tables'], 'off-CPU stacks with [unknown] frames (tables)')
+    check(len(rooted) >= 3, 'only %d of the 5 heaviest off-CPU stacks reach the root' % len(rooted))
+    # Where dwarf's stack is as deep as 8 frames, the walked stack starts with it.
+    agree = [x for x in rooted if any(len(y) >= 8 and x[:len(y)] == y for y in stacks['dwarf'])]
+    print('off-CPU: %d of %d rooted stacks with tables start with a stack of dwarf' % (
+        len(agree), len(rooted)))
+    check(len(agree) == len(rooted), 'walked off-CPU stacks that dwarf does not begin')
+
+
 def check_short_auto(d):
     w = d.spawn(binary('DEEP_NOFP'), '4')
     wait_for_threads(w.pid, 2)
@@ -232,6 +281,7 @@ def test():
         check_short_auto(d)
         check_spin(d)
         check_python(d)
+        check_offcpu(d)
         check_jit(d)
 
 
