@@ -5,8 +5,9 @@
  * bpf_loop() step. The same walk as cfi_unwinder__unwind()
  * (daemon/symbols/cfi_unwind.c), reading the live stack instead of a copy:
  * per frame, the mapping (binary search), the row (from cfi_row_cache, else
- * a binary search), the CFA, and two bpf_probe_read_user() calls at most. It never guesses a caller:
- * anything the rows do not express stops it with a reason.
+ * a binary search), the CFA, and two bpf_probe_read_user() calls at most.
+ * It never guesses a caller: anything the rows do not express stops it with
+ * a reason.
  *
  * Include after vmlinux.h and bpf_helpers.h; cfi_walk.h holds the types and
  * the bounds.

@@ -142,7 +142,8 @@ static __always_inline int walk_user_stack(struct offcpu_event *e, long klen)
 	read_user_regs(e->regs);
 	n = cfi_walk_user(e->pid, e->regs, &e->ips[klen], OFFCPU_MAX_FRAMES, &stop);
 	e->cfi_stop = stop;
-	if (n == 0 || n > OFFCPU_MAX_FRAMES || (stop != CFI_STOP_END && stop != CFI_STOP_MAX_FRAMES))
+	if (n == 0 || n > OFFCPU_MAX_FRAMES ||
+	    (stop != CFI_STOP_END && stop != CFI_STOP_MAX_FRAMES))
 		return 0;
 	e->flags |= OFFCPU_CFI_WALKED;
 	if (stop == CFI_STOP_MAX_FRAMES)

@@ -188,7 +188,8 @@ static long py_walk_step(__u64 i, void *ctx)
 	if (!w->frame)
 		return 1;
 	bpf_probe_read_user(head, sizeof(head), (const void *)w->frame);
-	if (pc->frame_owner != PY_NO_OFFSET && py_frame_u8(head, pc->frame_owner) == pc->owner_cstack) {
+	if (pc->frame_owner != PY_NO_OFFSET &&
+	    py_frame_u8(head, pc->frame_owner) == pc->owner_cstack) {
 		if (n > 0 && n <= PROFILE_MAX_PY_FRAMES)
 			e->py[n - 1].code |= PY_FRAME_ENTRY;
 		w->frame = py_frame_u64(head, pc->frame_previous);

@@ -304,7 +304,9 @@ static int run(void)
 	/* Sharing the sampler's targets (children it follows are traced off the CPU too)
 	 * and its CFI tables (off-CPU user stacks are walked in BPF from them). */
 	{
-		struct offcpu_shared_maps maps = { .targets_fd = sampler__targets_fd(p.env.sampler) };
+		struct offcpu_shared_maps maps = {
+			.targets_fd = sampler__targets_fd(p.env.sampler),
+		};
 
 		sampler__cfi_fds(p.env.sampler, maps.cfi_fds);
 		r = offcpu__new_shared(cfg.ring_buffer_bytes / 2, OFFCPU_MIN_BLOCK_NS, &maps,

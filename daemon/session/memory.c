@@ -51,7 +51,8 @@ static void read_maps(struct session *s, struct store_memory *m, size_t n, uint6
 	for (size_t i = 0; i < n; i++) {
 		uint64_t one_ns = 0;
 
-		/* A process gone since its status was read keeps that reading, without the split. */
+		/* A process gone since its status was read keeps that reading, without the
+		 * split. */
 		memory__read_maps(m[i].pid, &m[i], &one_ns);
 		cost_ns += one_ns;
 	}

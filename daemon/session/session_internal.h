@@ -70,7 +70,7 @@ struct session {
 	/* Memory (memory.c). */
 	uint64_t memory_interval_ns;	  /* RSS series period; 0: no series */
 	uint64_t memory_next_ns;	  /* CLOCK_MONOTONIC of the next reading */
-	uint64_t maps_next_ns;		  /* CLOCK_MONOTONIC of the next /proc/PID/smaps round */
+	uint64_t maps_next_ns;		  /* CLOCK_MONOTONIC of the next smaps round */
 	struct store_memory *memory_rows; /* readings not yet committed */
 	size_t memory_nrows, memory_cap;
 	uint64_t malloc_sample_bytes;  /* mean bytes between allocation samples; 0: not traced */

@@ -88,9 +88,9 @@ int main(void)
 		end = Py_MAX(end, offsetof(_PyInterpreterFrame, owner) + 1);
 #endif
 		if (end > PY_FRAME_HEAD_BYTES) {
-			fprintf(stderr, "python-offsets: the _PyInterpreterFrame fields of CPython %s "
-					"end at byte %zu, beyond %d (bpf/profile.h "
-					"PY_FRAME_HEAD_BYTES)\n",
+			fprintf(stderr,
+				"python-offsets: the _PyInterpreterFrame fields of CPython %s "
+				"end at byte %zu, beyond %d (bpf/profile.h PY_FRAME_HEAD_BYTES)\n",
 				PY_VERSION, end, PY_FRAME_HEAD_BYTES);
 			return 1;
 		}
