@@ -71,10 +71,11 @@ struct {
 	__type(value, struct cfi_row_cache_entry);
 } cfi_row_cache SEC(".maps");
 
-/* Walks per stop reason (enum cfi_walk_stop), per CPU, summed by user space. */
+/* Walks per stop reason (enum cfi_walk_stop), then the rows found in cfi_row_cache
+ * (CFI_WALK_ROW_CACHE_HITS) and by a search (..._MISSES), per CPU, summed by user space. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, CFI_STOP_NR);
+	__uint(max_entries, CFI_WALK_COUNTERS);
 	__type(key, __u32);
 	__type(value, __u64);
 } cfi_walk_stops SEC(".maps");
@@ -91,6 +92,7 @@ struct cfi_walk_state {
 	__u32 n, max;
 	__u32 bp_state;
 	__u32 stop;
+	__u32 cache_hits, cache_misses; /* rows found in cfi_row_cache, and by a search */
 };
 
 /* cfi_find_mapping() - the mapping of @p holding @addr, or NULL. */
@@ -159,13 +161,19 @@ cfi_search_row(const struct cfi_walk_module *mod, __u32 rel)
 	return bpf_map_lookup_elem(rows, &key);
 }
 
+/* What cfi_find_row() found. */
+#define CFI_ROW_NOT_FOUND 0
+#define CFI_ROW_SEARCHED 1
+#define CFI_ROW_CACHED 2
+
 /*
  * cfi_find_row() - cfi_search_row() through cfi_row_cache: *@ret gets the
- * row of module @mod covering module address @rel. False where
- * cfi_search_row() finds none, or @rel is out of 32 bits.
+ * row of module @mod covering module address @rel. Returns CFI_ROW_CACHED
+ * or CFI_ROW_SEARCHED, or CFI_ROW_NOT_FOUND where cfi_search_row() finds
+ * none, or @rel is out of 32 bits.
  */
-static __always_inline bool cfi_find_row(const struct cfi_walk_module *mod, __u64 rel,
-					 struct cfi_walk_row *ret)
+static __always_inline int cfi_find_row(const struct cfi_walk_module *mod, __u64 rel,
+					struct cfi_walk_row *ret)
 {
 	struct cfi_row_cache_entry *c;
 	const struct cfi_walk_row *r;
@@ -173,7 +181,7 @@ static __always_inline bool cfi_find_row(const struct cfi_walk_module *mod, __u6
 	__u32 slot;
 
 	if (rel > 0xffffffffull)
-		return false;
+		return CFI_ROW_NOT_FOUND;
 	key = (__u64)mod->fill << 32 | rel;
 	slot = (__u32)((key * 0x9e3779b97f4a7c15ull) >> (64 - CFI_ROW_CACHE_BITS));
 	c = bpf_map_lookup_elem(&cfi_row_cache, &slot);
@@ -181,19 +189,19 @@ static __always_inline bool cfi_find_row(const struct cfi_walk_module *mod, __u6
 		row = c->row;
 		if ((c->check ^ row) == key) {
 			__builtin_memcpy(ret, &row, sizeof(*ret));
-			return true;
+			return CFI_ROW_CACHED;
 		}
 	}
 	r = cfi_search_row(mod, (__u32)rel);
 	if (!r)
-		return false;
+		return CFI_ROW_NOT_FOUND;
 	__builtin_memcpy(&row, r, sizeof(row));
 	__builtin_memcpy(ret, &row, sizeof(*ret));
 	if (c) {
 		c->row = row;
 		c->check = key ^ row;
 	}
-	return true;
+	return CFI_ROW_SEARCHED;
 }
 
 /*
@@ -212,6 +220,7 @@ static long cfi_walk_step(__u64 i, void *ctx)
 	__u64 pc = w->pc, lookup, cfa, ra = 0, saved_bp = 0;
 	const struct cfi_walk_mapping *m;
 	__u32 kind, flags, mid;
+	int found;
 
 	if (i >= w->max || i >= CFI_WALK_MAX_FRAMES) {
 		w->stop = CFI_STOP_MAX_FRAMES;
@@ -232,8 +241,12 @@ static long cfi_walk_step(__u64 i, void *ctx)
 		w->stop = CFI_STOP_NO_TABLE;
 		return 1;
 	}
-	kind = cfi_find_row(mod, lookup - m->bias, &row) ? CFI_WALK_KIND(row.kind)
-							  : CFI_WALK_ROW_NONE;
+	found = cfi_find_row(mod, lookup - m->bias, &row);
+	if (found == CFI_ROW_CACHED)
+		w->cache_hits++;
+	else if (found == CFI_ROW_SEARCHED)
+		w->cache_misses++;
+	kind = found != CFI_ROW_NOT_FOUND ? CFI_WALK_KIND(row.kind) : CFI_WALK_ROW_NONE;
 	switch (kind) {
 	case CFI_WALK_ROW_CFA:
 		flags = row.kind;
@@ -307,7 +320,7 @@ static __noinline __u32 cfi_walk_user(__u32 tgid, const __u64 *regs, __u64 *pcs,
 				      __u32 *ret_stop)
 {
 	struct cfi_walk_state w = {};
-	__u32 stop;
+	__u32 stop, key;
 	__u64 *cnt;
 
 	w.proc = bpf_map_lookup_elem(&cfi_procs, &tgid);
@@ -329,6 +342,14 @@ static __noinline __u32 cfi_walk_user(__u32 tgid, const __u64 *regs, __u64 *pcs,
 	cnt = bpf_map_lookup_elem(&cfi_walk_stops, &stop);
 	if (cnt)
 		*cnt += 1;
+	key = CFI_WALK_ROW_CACHE_HITS;
+	cnt = bpf_map_lookup_elem(&cfi_walk_stops, &key);
+	if (cnt)
+		*cnt += w.cache_hits;
+	key = CFI_WALK_ROW_CACHE_MISSES;
+	cnt = bpf_map_lookup_elem(&cfi_walk_stops, &key);
+	if (cnt)
+		*cnt += w.cache_misses;
 	*ret_stop = stop;
 	return w.n;
 }

@@ -131,3 +131,8 @@ enum cfi_walk_stop {
 	CFI_STOP_BAD_FRAME,  /* a return address of 0, or an SP that does not grow */
 	CFI_STOP_NR,
 };
+
+/* cfi_walk_stops: after the CFI_STOP_NR walk counters, the row cache's. */
+#define CFI_WALK_ROW_CACHE_HITS CFI_STOP_NR
+#define CFI_WALK_ROW_CACHE_MISSES (CFI_STOP_NR + 1)
+#define CFI_WALK_COUNTERS (CFI_STOP_NR + 2)

@@ -250,13 +250,13 @@ static void run_collect(struct run *run)
 	ring_buffer__consume(run->rb);
 }
 
-/* run_stops() - the per-CPU stop counters summed, in @ret[CFI_STOP_NR]. */
+/* run_stops() - the per-CPU counters of cfi_walk_stops summed, in @ret[CFI_WALK_COUNTERS]. */
 static void run_stops(struct run *run, uint64_t *ret)
 {
 	int ncpus = libbpf_num_possible_cpus();
 	uint64_t vals[ncpus > 0 ? ncpus : 1];
 
-	for (uint32_t k = 0; k < CFI_STOP_NR; k++) {
+	for (uint32_t k = 0; k < CFI_WALK_COUNTERS; k++) {
 		ret[k] = 0;
 		if (bpf_map_lookup_elem(bpf_map__fd(run->skel->maps.cfi_walk_stops), &k, vals) < 0)
 			continue;
@@ -500,7 +500,7 @@ static void compare_workload(const char *name, char *const argv[], const char *e
 				 .rows_cap = CFI_MAPS_DEFAULT_ROWS};
 	unsigned long verdicts[NR_VERDICTS] = {}, stops[CFI_STOP_NR + 1] = {}, frames = 0;
 	unsigned long cfi_same = 0;
-	uint64_t counted[CFI_STOP_NR], counted_all = 0;
+	uint64_t counted[CFI_WALK_COUNTERS], counted_all = 0;
 	struct addrspace *as = NULL;
 	struct unwinder *u = unwinder__new();
 	struct cfi_unwinder *cu = cfi_unwinder__new();
@@ -592,6 +592,8 @@ static void compare_workload(const char *name, char *const argv[], const char *e
 		if (stops[k])
 			printf(" %s %lu", stop_name((unsigned)k), stops[k]);
 	printf("; counted in cfi_walk_stops: %" PRIu64 " walks\n", counted_all);
+	printf("samples %s: rows from the row cache %" PRIu64 ", from a search %" PRIu64 "\n", name,
+	       counted[CFI_WALK_ROW_CACHE_HITS], counted[CFI_WALK_ROW_CACHE_MISSES]);
 	st = cfi_maps__stats(run.maps);
 	printf("samples %s: row array of %" PRIu64 " rows (%" PRIu64 " used), grown %" PRIu64
 	       " times\n",
@@ -604,6 +606,10 @@ static void compare_workload(const char *name, char *const argv[], const char *e
 	CHECK_INT_EQ(verdicts[DIFFERENT], 0);
 	CHECK(verdicts[SAME] * 100 >= 95UL * run.n);
 	CHECK(counted_all >= run.n); /* every walk counted (a few may not have been sent) */
+	/* stacks repeat their return addresses: most rows come from the row cache, and the
+	 * walks above, which gave libdw's frames, used them */
+	CHECK(counted[CFI_WALK_ROW_CACHE_HITS] * 10 >=
+	      8 * (counted[CFI_WALK_ROW_CACHE_HITS] + counted[CFI_WALK_ROW_CACHE_MISSES]));
 	CHECK(stops[expect_stop] * 10 >= 9UL * run.n);
 
 	run_free(&run);
