@@ -20,7 +20,8 @@
  * The counts of one kind of record under the table walk: @walked, and the
  * stored JSON object @text of fallbacks by reason (NULL: none yet), as
  * {"walked", @fell_key, "fallbacks", "walked_pct"} (walked_pct null with no
- * record yet). NULL for a stored object that does not parse, or -ENOMEM.
+ * record yet). NULL for a stored object that does not parse, or without
+ * memory.
  */
 static json_t *walk_counts(int64_t walked, const char *text, const char *fell_key)
 {
