@@ -459,25 +459,26 @@ void session__on_thread_exit(struct session *s, const struct sample_event *e)
 			(void *)(uintptr_t)((unsigned)tid + 1));
 }
 
+/* Count one record as BPF took its user stack: @walked whole, else stopped at @stop. */
+static void count_table_walk(struct store_table_walk *w, bool walked, uint32_t stop)
+{
+	if (walked)
+		w->walked++;
+	else
+		w->fallbacks[stop < CFI_STOP_NR ? stop : CFI_STOP_BAD_FRAME]++;
+}
+
 void session__count_table_walk(struct session *s, const struct sample_event *e)
 {
 	if (e->event == PROFILE_EVENT_VM || !(e->flags & SAMPLE_CFI_TRIED))
 		return;
-	if (e->flags & SAMPLE_CFI_WALKED)
-		s->table_walked++;
-	else
-		s->table_fallbacks[e->cfi_stop < CFI_STOP_NR ? e->cfi_stop : CFI_STOP_BAD_FRAME]++;
+	count_table_walk(&s->table_walk, e->flags & SAMPLE_CFI_WALKED, e->cfi_stop);
 }
 
 void session__count_offcpu_walk(struct session *s, const struct offcpu_event *e)
 {
-	if (!s->walks_tables)
-		return;
-	if (e->flags & OFFCPU_CFI_WALKED)
-		s->offcpu_table_walked++;
-	else
-		s->offcpu_table_fallbacks[e->cfi_stop < CFI_STOP_NR ? e->cfi_stop
-								   : CFI_STOP_BAD_FRAME]++;
+	if (s->walks_tables)
+		count_table_walk(&s->offcpu_table_walk, e->flags & OFFCPU_CFI_WALKED, e->cfi_stop);
 }
 
 void session__count_dropped(struct session *s, const struct sample_event *e)
@@ -666,12 +667,10 @@ int session__flush(struct session *s, const struct session_env *env)
 	if (r < 0)
 		return r;
 	if (s->walks_tables) {
-		r = store__session_table_walk(env->store, s->id, false, s->table_walked,
-					      s->table_fallbacks);
+		r = store__session_table_walk(env->store, s->id, false, &s->table_walk);
 		if (r == 0 && (s->events & EVENT_OFFCPU))
 			r = store__session_table_walk(env->store, s->id, true,
-						      s->offcpu_table_walked,
-						      s->offcpu_table_fallbacks);
+						      &s->offcpu_table_walk);
 		if (r < 0)
 			return r;
 	}

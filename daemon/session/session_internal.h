@@ -54,12 +54,9 @@ struct session {
 	uint64_t unwind_dropped; /* samples the unwinding thread had no room for, not yet flushed */
 	uint64_t unwind_dropped_flushing;
 	uint64_t samples; /* total so far (flushed or not) */
-	/* unwind "auto" or "tables": CPU samples walked in BPF, and fallen back per enum cfi_walk_stop
-	 * (running totals, written whole at each flush) */
-	uint64_t table_walked;
-	uint64_t table_fallbacks[CFI_STOP_NR];
-	uint64_t offcpu_table_walked; /* the same for off-CPU intervals */
-	uint64_t offcpu_table_fallbacks[CFI_STOP_NR];
+	/* unwind "auto" or "tables": CPU samples and off-CPU intervals walked in BPF, and fallen
+	 * back (running totals, written whole at each flush) */
+	struct store_table_walk table_walk, offcpu_table_walk;
 
 	struct hashmap offcpu; /* struct offcpu_acc: off-CPU intervals since the last flush */
 	uint64_t offcpu_lost;  /* not yet flushed */

@@ -467,8 +467,8 @@ int store__session_add_python(struct store *st, int64_t id, uint64_t samples, ui
 	return store__step_done(stmt);
 }
 
-int store__session_table_walk(struct store *st, int64_t id, bool offcpu, uint64_t walked,
-			      const uint64_t fallbacks[CFI_STOP_NR])
+int store__session_table_walk(struct store *st, int64_t id, bool offcpu,
+			      const struct store_table_walk *w)
 {
 	sqlite3_stmt *stmt =
 	    st->stmt[offcpu ? STMT_SESSION_OFFCPU_TABLE_WALK : STMT_SESSION_TABLE_WALK];
@@ -482,14 +482,14 @@ int store__session_table_walk(struct store *st, int64_t id, bool offcpu, uint64_
 		if (i == CFI_STOP_END || i == CFI_STOP_MAX_FRAMES)
 			continue;
 		if (json_object_set_new(o, cfi_walk_stop_name(i),
-					json_integer((json_int_t)fallbacks[i])) < 0)
+					json_integer((json_int_t)w->fallbacks[i])) < 0)
 			return -ENOMEM;
 	}
 	text = json_dumps(o, JSON_COMPACT);
 	if (!text)
 		return -ENOMEM;
 	sqlite3_bind_int64(stmt, 1, id);
-	sqlite3_bind_int64(stmt, 2, (int64_t)walked);
+	sqlite3_bind_int64(stmt, 2, (int64_t)w->walked);
 	sqlite3_bind_text(stmt, 3, text, -1, SQLITE_TRANSIENT);
 	return store__step_done(stmt);
 }

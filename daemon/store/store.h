@@ -211,15 +211,20 @@ int store__session_python(struct store *st, int64_t id, const char *status, cons
  */
 int store__session_add_python(struct store *st, int64_t id, uint64_t samples, uint64_t unmerged);
 
+/* Records whose user stack BPF walked from the CFI tables, and those that fell back. */
+struct store_table_walk {
+	uint64_t walked;
+	uint64_t fallbacks[CFI_STOP_NR]; /* by the reason the walk stopped (enum cfi_walk_stop) */
+};
+
 /*
  * store__session_table_walk() - set the unwind "tables" counters of session
- * @id to these running totals: @walked CPU samples (@offcpu: off-CPU
- * intervals) walked in BPF, and @fallbacks[reason] (enum cfi_walk_stop)
- * that fell back to the stack copy (stored as a JSON object by reason name,
- * END and MAX_FRAMES left out). Returns 0, -ENOMEM, or -EIO.
+ * @id to the running totals @w of its CPU samples (@offcpu: off-CPU
+ * intervals); the fallbacks are stored as a JSON object by reason name,
+ * END and MAX_FRAMES left out. Returns 0, -ENOMEM, or -EIO.
  */
-int store__session_table_walk(struct store *st, int64_t id, bool offcpu, uint64_t walked,
-			      const uint64_t fallbacks[CFI_STOP_NR]);
+int store__session_table_walk(struct store *st, int64_t id, bool offcpu,
+			      const struct store_table_walk *w);
 /*
  * store__session_uid() - the uid that started session @id (its owner, for
  * authz__may_see()). Returns 0 and *@ret_uid, -ENOENT if there is no such
