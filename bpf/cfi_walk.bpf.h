@@ -308,6 +308,15 @@ static long cfi_walk_step(__u64 i, void *ctx)
 }
 
 /*
+ * cfi_walk_whole() - whether a walk of @n PCs (room for @max) that stopped
+ * at @stop is the whole user stack: it reached the root or the frame limit.
+ */
+static __always_inline bool cfi_walk_whole(__u32 n, __u32 max, __u32 stop)
+{
+	return n > 0 && n <= max && (stop == CFI_STOP_END || stop == CFI_STOP_MAX_FRAMES);
+}
+
+/*
  * cfi_walk_user() - unwind the stack of the current task's process @tgid
  * from user registers @regs (x86-64 DWARF numbering: rbp 6, rsp 7, rip 16).
  * @pcs: room for CFI_WALK_MAX_FRAMES PCs, leaf first: pcs[0] is rip, the
@@ -342,14 +351,18 @@ static __noinline __u32 cfi_walk_user(__u32 tgid, const __u64 *regs, __u64 *pcs,
 	cnt = bpf_map_lookup_elem(&cfi_walk_stops, &stop);
 	if (cnt)
 		*cnt += 1;
-	key = CFI_WALK_ROW_CACHE_HITS;
-	cnt = bpf_map_lookup_elem(&cfi_walk_stops, &key);
-	if (cnt)
-		*cnt += w.cache_hits;
-	key = CFI_WALK_ROW_CACHE_MISSES;
-	cnt = bpf_map_lookup_elem(&cfi_walk_stops, &key);
-	if (cnt)
-		*cnt += w.cache_misses;
+	/* a walk that looked up no row (no process: an off-CPU switch of a target
+	 * without tables) adds nothing more */
+	if (w.cache_hits + w.cache_misses) {
+		key = CFI_WALK_ROW_CACHE_HITS;
+		cnt = bpf_map_lookup_elem(&cfi_walk_stops, &key);
+		if (cnt)
+			*cnt += w.cache_hits;
+		key = CFI_WALK_ROW_CACHE_MISSES;
+		cnt = bpf_map_lookup_elem(&cfi_walk_stops, &key);
+		if (cnt)
+			*cnt += w.cache_misses;
+	}
 	*ret_stop = stop;
 	return w.n;
 }

@@ -98,7 +98,7 @@ struct {
 } scratch SEC(".maps");
 
 /*
- * Copy the user registers (DWARF order) and the user stack from rsp up to
+ * Copy the user stack from rsp (e->regs, read by the caller) up to
  * the frame of the nearest caller with a frame pointer: rbp + 16 when rbp
  * points a little above rsp (the libc leaves that block, syscall wrappers
  * and lock slow paths, keep the caller's rbp), else OFFCPU_STACK_BYTES.
@@ -106,14 +106,11 @@ struct {
  * fails, copy what is left of rsp's page. @off: where the bytes go in
  * e->ips, in 8-byte units, at most 2 * OFFCPU_MAX_FRAMES.
  */
-static __always_inline void copy_user_regs_stack(struct offcpu_event *e, long off)
+static __always_inline void copy_user_stack(struct offcpu_event *e, long off)
 {
 	__u64 sp, bp, want;
 
 	e->stack_size = 0;
-	read_user_regs(e->regs);
-	e->flags |= OFFCPU_HAS_REGS;
-
 	sp = e->regs[7];
 	bp = e->regs[6];
 	if (bp > sp && bp - sp <= OFFCPU_STACK_BYTES - 16)
@@ -127,7 +124,8 @@ static __always_inline void copy_user_regs_stack(struct offcpu_event *e, long of
 }
 
 /*
- * Walk the user stack from the CFI tables into e->ips[@klen]: if the walk
+ * Walk the user stack from the CFI tables, from e->regs (read by the
+ * caller), into e->ips[@klen]: if the walk
  * reaches the root or the frame limit, the record gets its frames
  * (OFFCPU_CFI_WALKED) and no stack copy; returns 1. Else returns 0 and the
  * caller walks frame pointers and copies the stack; e->cfi_stop says why.
@@ -139,11 +137,9 @@ static __always_inline int walk_user_stack(struct offcpu_event *e, long klen)
 	e->stack_size = 0;
 	if (klen < 0 || klen > OFFCPU_MAX_FRAMES)
 		return 0;
-	read_user_regs(e->regs);
 	n = cfi_walk_user(e->pid, e->regs, &e->ips[klen], OFFCPU_MAX_FRAMES, &stop);
 	e->cfi_stop = stop;
-	if (n == 0 || n > OFFCPU_MAX_FRAMES ||
-	    (stop != CFI_STOP_END && stop != CFI_STOP_MAX_FRAMES))
+	if (!cfi_walk_whole(n, OFFCPU_MAX_FRAMES, stop))
 		return 0;
 	e->flags |= OFFCPU_CFI_WALKED;
 	if (stop == CFI_STOP_MAX_FRAMES)
@@ -243,6 +239,9 @@ static __always_inline void switch_out(__u64 *ctx, bool preempt, struct task_str
 	if (klen < 0 || klen > OFFCPU_MAX_FRAMES)
 		return;
 	e->kstack_len = klen;
+	/* The registers for the table walk, and for profd's CFI where it stops early. */
+	read_user_regs(e->regs);
+	e->flags |= OFFCPU_HAS_REGS;
 	if (walk_user_stack(e, klen) == 0) {
 		ulen = get_stack(ctx, &e->ips[klen], OFFCPU_MAX_FRAMES, BPF_F_USER_STACK, &full);
 		if (ulen == 0)
@@ -250,7 +249,7 @@ static __always_inline void switch_out(__u64 *ctx, bool preempt, struct task_str
 		if (full)
 			e->flags |= OFFCPU_USER_TRUNCATED;
 		e->ustack_len = ulen;
-		copy_user_regs_stack(e, klen + ulen);
+		copy_user_stack(e, klen + ulen);
 	}
 
 	/* -EEXIST: the last interval's switch-in was missed; count it and replace it. */

@@ -262,7 +262,7 @@ static __always_inline long walk_user_stack(struct sample_event *e, long klen)
 			e->cfi_stop_pc = pcs[last];
 	}
 	e->flags |= SAMPLE_CFI_TRIED;
-	if (n == 0 || n > PROFILE_MAX_FRAMES || (stop != CFI_STOP_END && stop != CFI_STOP_MAX_FRAMES))
+	if (!cfi_walk_whole(n, PROFILE_MAX_FRAMES, stop))
 		return -1;
 	e->flags |= SAMPLE_CFI_WALKED;
 	if (stop == CFI_STOP_MAX_FRAMES)
