@@ -65,31 +65,33 @@ static void load_schema(sqlite3 *db)
 	free(names);
 }
 
-/* Inserts stack @id with the frame ids @frames (leaf first, @n of them) in both forms. */
+/* Inserts stack @id with the frame ids @frames (leaf first, @n of them) in both
+ * forms: the frame_ids blob and the JSON array the stack_frames view reads. */
 static void insert_stack(sqlite3 *db, int64_t id, const int64_t *frames, int n)
 {
 	sqlite3_stmt *st;
 	unsigned char blob[8 * 16];
+	char json[16 * 21 + 3] = "[";
 
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		for (int b = 0; b < 8; b++)
 			blob[i * 8 + b] = (unsigned char)((uint64_t)frames[i] >> (8 * b));
-	if (sqlite3_prepare_v2(db, "INSERT INTO stacks (id, frame_ids, depth) VALUES (?, ?, ?)", -1,
-			       &st, NULL) != SQLITE_OK)
+		snprintf(json + strlen(json), sizeof(json) - strlen(json), "%s%lld", i ? "," : "",
+			 (long long)frames[i]);
+	}
+	strcat(json, "]");
+	if (sqlite3_prepare_v2(db,
+			       "INSERT INTO stacks (id, frame_ids, depth, frame_ids_json) "
+			       "VALUES (?, ?, ?, ?)",
+			       -1, &st, NULL) != SQLITE_OK)
 		exit(99);
 	sqlite3_bind_int64(st, 1, id);
 	sqlite3_bind_blob(st, 2, blob, n * 8, SQLITE_TRANSIENT);
 	sqlite3_bind_int(st, 3, n);
+	sqlite3_bind_text(st, 4, json, -1, SQLITE_TRANSIENT);
 	if (sqlite3_step(st) != SQLITE_DONE)
 		exit(99);
 	sqlite3_finalize(st);
-	for (int i = 0; i < n; i++) {
-		char sql[128];
-
-		snprintf(sql, sizeof(sql), "INSERT INTO stack_frames VALUES (%lld, %d, %lld)",
-			 (long long)id, i, (long long)frames[i]);
-		exec_sql(db, sql);
-	}
 }
 
 /*

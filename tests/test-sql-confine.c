@@ -119,6 +119,17 @@ int main(void)
 	    scalar("SELECT count(*) FROM frames WHERE function = 'bob_work'", false, UID_A), 0);
 	CHECK_INT_EQ(scalar("SELECT count(*) FROM frames WHERE function = 'bob_work'", true, 0), 1);
 	CHECK_INT_EQ(scalar("SELECT count(*) FROM stacks", false, UID_A), 1);
+	/* stack_frames, a view over stacks (schema 20): the user's own stack only. */
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM stack_frames", false, UID_A), 1);
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM stack_frames", true, 0), 2);
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM stack_frames sf JOIN frames f ON f.id = sf.frame_id"
+			    " WHERE f.function = 'alice_work'",
+			    false, UID_A),
+		     1);
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM hot_paths WHERE path = 'bob_work'", false, UID_A),
+		     0);
+	CHECK_INT_EQ(scalar("SELECT samples FROM hot_paths WHERE path = 'alice_work'", false, UID_A),
+		     30);
 	CHECK_INT_EQ(
 	    scalar("SELECT count(*) FROM hot_functions WHERE function = 'bob_work'", false, UID_A),
 	    0);

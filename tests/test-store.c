@@ -751,14 +751,28 @@ int main(void)
 
 	/* A database at schema 1 with data, as the first release left it: migrated
 	 * in place, data kept, new columns at their defaults; its stacks get their
-	 * hash (schema 18), so the same frames are found, not inserted again. */
+	 * hash (schema 18), so the same frames are found, not inserted again; its
+	 * stack_frames rows, in their order, are what the stack_frames view reads
+	 * (schema 20), and the table is gone. */
 	store__close(st);
 	open_old_db(dir, "v1.db", 1,
 		    "INSERT INTO sessions (pid, pid_start_ticks, comm, uid, event, "
 		    "events, freq_hz, started_at_ns, state, samples) VALUES "
 		    "(9, 1, 'old', 0, 'cpu-clock', 'cpu', 99, 5, 'ended', 42);"
-		    "INSERT INTO stacks (id, frame_ids, depth) VALUES (5, x'0700000000000000', 1);",
+		    "INSERT INTO frames (id, kind, module, rel_addr) VALUES (7, 'user', '/a', 16),"
+		    " (8, 'user', '/a', 32);"
+		    "INSERT INTO stacks (id, frame_ids, depth) VALUES (5, x'0700000000000000', 1),"
+		    " (6, x'08000000000000000700000000000000', 2);"
+		    "INSERT INTO stack_frames VALUES (5, 0, 7), (6, 1, 7), (6, 0, 8);",
 		    &st);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM sqlite_master WHERE name = 'stack_frames' "
+				   "AND type = 'view'"),
+		     1);
+	CHECK_INT_EQ(query_int(st, "SELECT group_concat(stack_id || ':' || pos || ':' || frame_id, ' ')"
+				   " = '5:0:7 6:0:8 6:1:7' FROM (SELECT * FROM stack_frames"
+				   " ORDER BY stack_id, pos)"),
+		     1);
+	CHECK_INT_EQ(query_int(st, "SELECT frame_ids_json = '[8,7]' FROM stacks WHERE id = 6"), 1);
 	CHECK_INT_EQ(query_int(st, "SELECT samples FROM sessions WHERE comm = 'old'"), 42);
 	CHECK_INT_EQ(query_int(st, "SELECT stack_bytes + unwind_dropped FROM sessions"), 0);
 	CHECK_INT_EQ(query_int(st, "SELECT reached_root FROM stacks"), 0);
@@ -768,7 +782,7 @@ int main(void)
 	CHECK_INT_EQ(store__stack_id(st, old_frames, 1, false, false, &s1), 0);
 	CHECK_INT_EQ(store__commit(st), 0);
 	CHECK_INT_EQ(s1, 5);
-	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM stacks"), 1);
+	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM stacks"), 2);
 	store__close(st);
 	CHECK_INT_EQ(store__open(path, &st), 0);
 

@@ -52,11 +52,11 @@ int store__enable_incremental_vacuum(struct store *st)
 
 /*
  * "SELECT col FROM t1 UNION SELECT col FROM t2 ..." over every column that
- * is a foreign key to @table, from tables other than @except (NULL: none):
- * found in the schema, so that tables later migrations add are seen too.
+ * is a foreign key to @table, found in the schema, so that tables later
+ * migrations add are seen too.
  * NULL if none or out of memory (*@ret_err -ENOMEM or -EIO).
  */
-static char *references_sql(struct store *st, const char *table, const char *except, int *ret_err)
+static char *references_sql(struct store *st, const char *table, int *ret_err)
 {
 	sqlite3_stmt *stmt;
 	char *sql = NULL;
@@ -68,14 +68,12 @@ static char *references_sql(struct store *st, const char *table, const char *exc
 	if (sqlite3_prepare_v2(st->db,
 			       "SELECT m.name, k.\"from\" FROM sqlite_master m, "
 			       "pragma_foreign_key_list(m.name) k WHERE m.type = 'table' AND "
-			       "k.\"table\" = ?1 AND m.name != coalesce(?2, '') ORDER BY m.name",
+			       "k.\"table\" = ?1 ORDER BY m.name",
 			       -1, &stmt, NULL) != SQLITE_OK) {
 		*ret_err = -EIO;
 		return NULL;
 	}
 	sqlite3_bind_text(stmt, 1, table, -1, SQLITE_STATIC);
-	if (except)
-		sqlite3_bind_text(stmt, 2, except, -1, SQLITE_STATIC);
 	f = open_memstream(&sql, &size);
 	if (!f) {
 		sqlite3_finalize(stmt);
@@ -100,34 +98,31 @@ static char *references_sql(struct store *st, const char *table, const char *exc
 }
 
 /*
- * Delete the stacks no row refers to any more (with their stack_frames),
- * then the frames no stack uses. Stacks and frames are shared between
- * sessions, so they outlive the session that made them until this runs.
+ * Delete the stacks no row refers to any more, then the frames no stack
+ * uses (the stack_frames view reads the stacks left, schema/0020). Stacks
+ * and frames are shared between sessions, so they outlive the session that
+ * made them until this runs.
  */
 static int delete_unused_stacks_and_frames(struct store *st)
 {
 	_cleanup_free_ char *stack_refs = NULL, *frame_refs = NULL, *sql = NULL;
 	int r;
 
-	stack_refs = references_sql(st, "stacks", "stack_frames", &r);
+	stack_refs = references_sql(st, "stacks", &r);
 	if (!stack_refs)
 		return r;
-	if (asprintf(&sql,
-		     "DELETE FROM stack_frames WHERE stack_id NOT IN (%s);"
-		     "DELETE FROM stacks WHERE id NOT IN (%s);",
-		     stack_refs, stack_refs) < 0)
-		return -ENOMEM;
-	if (store__exec(st, sql) < 0)
-		return -EIO;
-	frame_refs = references_sql(st, "frames", NULL, &r);
-	if (!frame_refs)
+	/* Tables a later migration adds with a foreign key to frames, if any. */
+	frame_refs = references_sql(st, "frames", &r);
+	if (!frame_refs && r < 0)
 		return r;
-	free(sql);
-	if (asprintf(&sql, "DELETE FROM frames WHERE id NOT IN (%s)", frame_refs) < 0) {
+	if (asprintf(&sql,
+		     "DELETE FROM stacks WHERE id NOT IN (%s);"
+		     "DELETE FROM frames WHERE id NOT IN (SELECT frame_id FROM stack_frames%s%s);",
+		     stack_refs, frame_refs ? " UNION " : "", frame_refs ? frame_refs : "") < 0) {
 		sql = NULL;
 		return -ENOMEM;
 	}
-	return store__exec(st, sql);
+	return store__exec(st, sql) < 0 ? -EIO : 0;
 }
 
 /*

@@ -62,16 +62,8 @@ static const char *const stmt_sql[_STMT_MAX] = {
     [STMT_FRAME_INSERT] = "INSERT INTO frames (kind, module, build_id, rel_addr, function, "
 			  "file, line, inline_depth) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [STMT_STACK_FIND] = "SELECT id FROM stacks WHERE hash = ?2 AND frame_ids = ?1",
-    [STMT_STACK_INSERT] = "INSERT INTO stacks (frame_ids, hash, depth, truncated, reached_root) "
-			  "VALUES (?1, ?2, ?3, ?4, ?5)",
-    [STMT_STACK_FRAME_INSERT] =
-	"INSERT INTO stack_frames (stack_id, pos, frame_id) VALUES (?1, ?2, ?3)",
-    /* STACK_FRAMES_PER_INSERT rows a statement: a new stack of 33 frames is
-     * 5 statements, not 33 (a fifth less CPU per new stack). */
-    [STMT_STACK_FRAMES_INSERT] =
-	"INSERT INTO stack_frames (stack_id, pos, frame_id) VALUES (?1, ?2, ?3), (?1, ?4, ?5), "
-	"(?1, ?6, ?7), (?1, ?8, ?9), (?1, ?10, ?11), (?1, ?12, ?13), (?1, ?14, ?15), "
-	"(?1, ?16, ?17)",
+    [STMT_STACK_INSERT] = "INSERT INTO stacks (frame_ids, hash, depth, truncated, reached_root, "
+			  "frame_ids_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [STMT_SAMPLE_ADD] = "INSERT INTO samples (session_id, window_ns, tid, stack_id, count) "
 			"VALUES (?1, ?2, ?3, ?4, ?5) "
 			"ON CONFLICT (session_id, window_ns, tid, stack_id) DO UPDATE SET "
@@ -651,32 +643,36 @@ int store__frame_id(struct store *st, const struct frame_info *f, int64_t *ret_i
 	return 0;
 }
 
-static int insert_stack_frames(struct store *st, int64_t id, const int64_t *frame_ids, size_t n)
+/*
+ * frame_ids_json() - @frame_ids[0..@n) as the JSON array of stacks.frame_ids_json
+ * ("[12,7,3]"), what the stack_frames view reads (schema/0020). Malloc'd,
+ * NUL-terminated; NULL for out of memory. Frame ids are rowids: >= 1.
+ */
+static char *frame_ids_json(const int64_t *frame_ids, size_t n)
 {
-	sqlite3_stmt *stmt = st->stmt[STMT_STACK_FRAMES_INSERT];
-	size_t i = 0;
-	int r;
+	/* "[" + up to 20 digits and a separator a frame + "]" + NUL. */
+	char *json = malloc(n * 21 + 3), *p;
 
-	for (; i + STACK_FRAMES_PER_INSERT <= n; i += STACK_FRAMES_PER_INSERT) {
-		sqlite3_bind_int64(stmt, 1, id);
-		for (int k = 0; k < STACK_FRAMES_PER_INSERT; k++) {
-			sqlite3_bind_int64(stmt, 2 + 2 * k, (int64_t)(i + k));
-			sqlite3_bind_int64(stmt, 3 + 2 * k, frame_ids[i + k]);
-		}
-		r = store__step_done(stmt);
-		if (r < 0)
-			return r;
+	if (!json)
+		return NULL;
+	p = json;
+	*p++ = '[';
+	for (size_t i = 0; i < n; i++) {
+		char digits[20];
+		uint64_t v = (uint64_t)frame_ids[i];
+		int k = 0;
+
+		if (i)
+			*p++ = ',';
+		do
+			digits[k++] = (char)('0' + v % 10);
+		while ((v /= 10) != 0);
+		while (k)
+			*p++ = digits[--k];
 	}
-	stmt = st->stmt[STMT_STACK_FRAME_INSERT];
-	for (; i < n; i++) {
-		sqlite3_bind_int64(stmt, 1, id);
-		sqlite3_bind_int64(stmt, 2, (int64_t)i);
-		sqlite3_bind_int64(stmt, 3, frame_ids[i]);
-		r = store__step_done(stmt);
-		if (r < 0)
-			return r;
-	}
-	return 0;
+	*p++ = ']';
+	*p = '\0';
+	return json;
 }
 
 int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool truncated,
@@ -684,7 +680,8 @@ int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool t
 {
 	sqlite3_stmt *stmt = st->stmt[STMT_STACK_FIND];
 	_cleanup_free_ unsigned char *blob = NULL;
-	int64_t id, hash;
+	_cleanup_free_ char *json = NULL;
+	int64_t hash;
 	int r;
 
 	/* Little-endian int64s, whatever the host: the blob is part of the schema. */
@@ -702,20 +699,20 @@ int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool t
 	if (r != -ENOENT)
 		return r;
 
+	json = frame_ids_json(frame_ids, n);
+	if (!json)
+		return -ENOMEM;
 	stmt = st->stmt[STMT_STACK_INSERT];
 	sqlite3_bind_blob(stmt, 1, blob, (int)(n * 8), SQLITE_STATIC);
 	sqlite3_bind_int64(stmt, 2, hash);
 	sqlite3_bind_int64(stmt, 3, (int64_t)n);
 	sqlite3_bind_int(stmt, 4, truncated);
 	sqlite3_bind_int(stmt, 5, reached_root);
+	sqlite3_bind_text(stmt, 6, json, -1, SQLITE_STATIC);
 	r = store__step_done(stmt);
 	if (r < 0)
 		return r;
-	id = sqlite3_last_insert_rowid(st->db);
-	r = insert_stack_frames(st, id, frame_ids, n);
-	if (r < 0)
-		return r;
-	*ret_id = id;
+	*ret_id = sqlite3_last_insert_rowid(st->db);
 	return 0;
 }
 

@@ -252,7 +252,9 @@ int store__mapping_insert(struct store *st, int64_t session_id, int pid, const s
 int store__frame_id(struct store *st, const struct frame_info *f, int64_t *ret_id);
 /*
  * store__stack_id() - id of the stack of @n frame ids (leaf first), inserted
- * if new with @truncated and @reached_root (see schema/0002).
+ * if new with @truncated and @reached_root (see schema/0002): one stacks row,
+ * its frames both as the frame_ids blob and as frame_ids_json, which the
+ * stack_frames view reads (schema/0020). Returns 0, -ENOMEM or -EIO.
  */
 int store__stack_id(struct store *st, const int64_t *frame_ids, size_t n, bool truncated,
 		    bool reached_root, int64_t *ret_id);

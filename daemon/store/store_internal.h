@@ -8,9 +8,6 @@
 #include <sqlite3.h>
 #include <stdint.h>
 
-/* Rows of stack_frames one STMT_STACK_FRAMES_INSERT writes. */
-#define STACK_FRAMES_PER_INSERT 8
-
 enum stmt_id {
 	STMT_SESSION_INSERT,
 	STMT_SESSION_COUNTS,
@@ -22,8 +19,6 @@ enum stmt_id {
 	STMT_FRAME_INSERT,
 	STMT_STACK_FIND,
 	STMT_STACK_INSERT,
-	STMT_STACK_FRAME_INSERT,
-	STMT_STACK_FRAMES_INSERT,
 	STMT_SAMPLE_ADD,
 	STMT_EVENT_SAMPLE_ADD,
 	STMT_OFFCPU_ADD,

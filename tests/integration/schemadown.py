@@ -81,7 +81,8 @@ def downgrade(db, schema_dir, version):
     """Make the database file @db what a profd at schema @version left: the
     reference() shape, the rows of every table and column it shares with the
     reference kept (the rows of what it lacks are lost, as that profd never
-    wrote them), PRAGMA user_version = @version. One transaction: on an error
+    wrote them; a table that became a view gets the view's rows back),
+    PRAGMA user_version = @version. One transaction: on an error
     (sqlite3.Error, ValueError) @db is left as it was. Returns the list of
     changes made, as short strings ("drop table vm_changes", ...)."""
     ref = reference(schema_dir, version)
@@ -101,6 +102,16 @@ def downgrade(db, schema_dir, version):
             done.append(what)
 
         have = _objects(c)
+        # A table a later migration made a view of the same name and columns
+        # (stack_frames, schema 20): its rows, read through the view while
+        # what it reads is whole, go back into the table once it exists.
+        kept = []
+        for (t, n) in have:
+            if t == 'view' and ('table', n) in want:
+                tmp = '_schemadown_rows_' + n
+                run('CREATE TEMP TABLE %s AS SELECT * FROM %s' % (_quote(tmp), _quote(n)),
+                    'keep the rows of view %s' % n)
+                kept.append((n, tmp))
         # Views and triggers hold no rows: those not in the reference, or not
         # as it has them, go (a view or trigger that names a column stops DROP
         # COLUMN); the reference's are created again below.
@@ -140,6 +151,11 @@ def downgrade(db, schema_dir, version):
         for (t, n), (_, sql) in want.items():
             if (t, n) not in have and sql is not None:
                 run(sql, 'create %s %s' % (t, n))
+        for n, tmp in kept:
+            cols = ', '.join(_quote(col) for col in _columns(c, tmp) if col in _columns(ref, n))
+            run('INSERT INTO %s (%s) SELECT %s FROM temp.%s' % (_quote(n), cols, cols, _quote(tmp)),
+                'rows of table %s' % n)
+            c.execute('DROP TABLE temp.%s' % _quote(tmp))
         run('PRAGMA user_version = %d' % version, 'user_version %d' % version)
         c.execute('COMMIT')
     except BaseException:
