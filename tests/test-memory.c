@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -181,6 +182,27 @@ static void test_read(void)
 	free(p);
 	CHECK_INT_EQ(memory__read(0x7ffffff0, &m), -ESRCH);
 
+	/* 8 MiB of shared anonymous memory touched (smaps names it "/dev/zero (deleted)"): shmem,
+	 * by the smaps split; 8 MiB private anonymous (no path): anon. */
+	{
+		struct store_memory before = {0}, after = {0};
+		char *shared, *private;
+
+		CHECK_INT_EQ(memory__read_maps(getpid(), &before, NULL), 0);
+		shared = mmap(NULL, 8 << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		private = mmap(NULL, 8 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+			       0);
+		if (shared == MAP_FAILED || private == MAP_FAILED)
+			exit(99);
+		memset(shared, 1, 8 << 20);
+		memset(private, 1, 8 << 20);
+		CHECK_INT_EQ(memory__read_maps(getpid(), &after, NULL), 0);
+		CHECK(after.map_bytes[MEMORY_MAP_SHMEM] >= before.map_bytes[MEMORY_MAP_SHMEM] + (8 << 20));
+		CHECK(after.map_bytes[MEMORY_MAP_ANON] >= before.map_bytes[MEMORY_MAP_ANON] + (8 << 20));
+		munmap(shared, 8 << 20);
+		munmap(private, 8 << 20);
+	}
+
 	/* A status reading has no Pss (it would walk the page tables); a smaps read has Pss and
 	 * the split, which sum to about the RSS of a status reading (this process holds still
 	 * between the two reads, give or take the pages the reads themselves touch). */
@@ -196,6 +218,8 @@ static void test_read(void)
 			split += maps.map_bytes[k];
 		CHECK(llabs((long long)split - (long long)m.rss_bytes) <= 1024 * 1024);
 		CHECK(maps.pss_bytes > 0 && maps.pss_bytes <= split);
+		/* Each header's kind: this test's own ELF file and its stack are there. */
+		CHECK(maps.map_bytes[MEMORY_MAP_FILE] > 0 && maps.map_bytes[MEMORY_MAP_STACK] > 0);
 		fprintf(stderr, "RSS: status %llu, smaps %llu bytes; Pss %llu bytes\n",
 			(unsigned long long)m.rss_bytes, (unsigned long long)split,
 			(unsigned long long)maps.pss_bytes);
