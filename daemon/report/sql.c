@@ -6,16 +6,15 @@
  *
  * How the confinement works: before the client's statement is compiled,
  * a TEMP view is created for every table that has a session_id column
- * (and sessions, stacks, frames), with the table's name and
- * only the rows of the caller's sessions. Unqualified names resolve in temp
- * before main (sqlite.org/lang_naming.html), so "SELECT * FROM samples"
- * reads the filtered view. The documented views (schema/0011-views.sql and
- * later, stack_frames among them) are recreated in temp too, so that they
- * read the filtered views. The
- * authorizer then refuses any read of a main table that does not come
- * through one of those filtering views (its 6th argument, the innermost
- * view responsible for the read), so "main.samples" and tables of unknown
- * shape are refused.
+ * (and sessions, stacks, frames), with the table's name and only the rows
+ * of the caller's sessions. Unqualified names resolve in temp before main
+ * (sqlite.org/lang_naming.html), so "SELECT * FROM samples" reads the
+ * filtered view. The documented views (schema/0011-views.sql and later,
+ * stack_frames among them) are recreated in temp too, so that they read
+ * the filtered views. The authorizer then refuses any read of a main
+ * table that does not come through one of those filtering views (its 6th
+ * argument, the innermost view responsible for the read), so "main.samples"
+ * and tables of unknown shape are refused.
  */
 #include <errno.h>
 #include <stdarg.h>
