@@ -607,9 +607,13 @@ static void compare_workload(const char *name, char *const argv[], const char *e
 	CHECK(verdicts[SAME] * 100 >= 95UL * run.n);
 	CHECK(counted_all >= run.n); /* every walk counted (a few may not have been sent) */
 	/* stacks repeat their return addresses: most rows come from the row cache, and the
-	 * walks above, which gave libdw's frames, used them */
-	CHECK(counted[CFI_WALK_ROW_CACHE_HITS] * 10 >=
-	      8 * (counted[CFI_WALK_ROW_CACHE_HITS] + counted[CFI_WALK_ROW_CACHE_MISSES]));
+	 * walks above, which gave libdw's frames, used them. Judged where the walks looked up
+	 * rows at all: jit's stacks end in JIT code without CFI, so a sample that happens to
+	 * land in clock_gettime() brings a handful of rows, none of them seen before. */
+	if (counted[CFI_WALK_ROW_CACHE_HITS] + counted[CFI_WALK_ROW_CACHE_MISSES] >= 200)
+		CHECK(counted[CFI_WALK_ROW_CACHE_HITS] * 10 >=
+		      8 * (counted[CFI_WALK_ROW_CACHE_HITS] +
+			   counted[CFI_WALK_ROW_CACHE_MISSES]));
 	CHECK(stops[expect_stop] * 10 >= 9UL * run.n);
 
 	run_free(&run);
