@@ -182,25 +182,27 @@ static void test_read(void)
 	free(p);
 	CHECK_INT_EQ(memory__read(0x7ffffff0, &m), -ESRCH);
 
-	/* 8 MiB of shared anonymous memory touched (smaps names it "/dev/zero (deleted)"): shmem,
-	 * by the smaps split; 8 MiB private anonymous (no path): anon. */
+	/* 8 MiB of shared anonymous memory touched (smaps names it "/dev/zero (deleted)"):
+	 * shmem, by the smaps split; 8 MiB private anonymous (no path): anon. */
 	{
+		const size_t size = 8 << 20;
 		struct store_memory before = {0}, after = {0};
 		char *shared, *private;
 
 		CHECK_INT_EQ(memory__read_maps(getpid(), &before, NULL), 0);
-		shared = mmap(NULL, 8 << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-		private = mmap(NULL, 8 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-			       0);
+		shared = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		private =
+		    mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (shared == MAP_FAILED || private == MAP_FAILED)
 			exit(99);
-		memset(shared, 1, 8 << 20);
-		memset(private, 1, 8 << 20);
+		memset(shared, 1, size);
+		memset(private, 1, size);
 		CHECK_INT_EQ(memory__read_maps(getpid(), &after, NULL), 0);
-		CHECK(after.map_bytes[MEMORY_MAP_SHMEM] >= before.map_bytes[MEMORY_MAP_SHMEM] + (8 << 20));
-		CHECK(after.map_bytes[MEMORY_MAP_ANON] >= before.map_bytes[MEMORY_MAP_ANON] + (8 << 20));
-		munmap(shared, 8 << 20);
-		munmap(private, 8 << 20);
+		CHECK(after.map_bytes[MEMORY_MAP_SHMEM] >=
+		      before.map_bytes[MEMORY_MAP_SHMEM] + size);
+		CHECK(after.map_bytes[MEMORY_MAP_ANON] >= before.map_bytes[MEMORY_MAP_ANON] + size);
+		munmap(shared, size);
+		munmap(private, size);
 	}
 
 	/* A status reading has no Pss (it would walk the page tables); a smaps read has Pss and

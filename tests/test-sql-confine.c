@@ -122,8 +122,8 @@ int main(void)
 	/* stack_frames, a view over stacks (schema 20): the user's own stack only. */
 	CHECK_INT_EQ(scalar("SELECT count(*) FROM stack_frames", false, UID_A), 1);
 	CHECK_INT_EQ(scalar("SELECT count(*) FROM stack_frames", true, 0), 2);
-	CHECK_INT_EQ(scalar("SELECT count(*) FROM stack_frames sf JOIN frames f ON f.id = sf.frame_id"
-			    " WHERE f.function = 'alice_work'",
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM stack_frames sf"
+			    " JOIN frames f ON f.id = sf.frame_id WHERE f.function = 'alice_work'",
 			    false, UID_A),
 		     1);
 	CHECK_INT_EQ(scalar("SELECT count(*) FROM hot_paths WHERE path = 'bob_work'", false, UID_A),

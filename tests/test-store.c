@@ -768,8 +768,8 @@ int main(void)
 	CHECK_INT_EQ(query_int(st, "SELECT count(*) FROM sqlite_master WHERE name = 'stack_frames' "
 				   "AND type = 'view'"),
 		     1);
-	CHECK_INT_EQ(query_int(st, "SELECT group_concat(stack_id || ':' || pos || ':' || frame_id, ' ')"
-				   " = '5:0:7 6:0:8 6:1:7' FROM (SELECT * FROM stack_frames"
+	CHECK_INT_EQ(query_int(st, "SELECT group_concat(stack_id || ':' || pos || ':' || frame_id,"
+				   " ' ') = '5:0:7 6:0:8 6:1:7' FROM (SELECT * FROM stack_frames"
 				   " ORDER BY stack_id, pos)"),
 		     1);
 	CHECK_INT_EQ(query_int(st, "SELECT frame_ids_json = '[8,7]' FROM stacks WHERE id = 6"), 1);

@@ -261,7 +261,8 @@ static int confine(sqlite3 *db, struct sql_ctx *c, uid_t uid)
 	if (r >= 0)
 		r = filter_view(db, c, "frames",
 				"SELECT * FROM main.frames WHERE id IN"
-				" (SELECT j.value FROM temp.stacks s, json_each(s.frame_ids_json) j)");
+				" (SELECT j.value FROM temp.stacks s,"
+				" json_each(s.frame_ids_json) j)");
 	if (r < 0)
 		return r;
 
