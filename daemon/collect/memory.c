@@ -115,7 +115,7 @@ static enum memory_map_kind header_kind(const char *line)
 		if (field == 0)
 			perms = p;
 	}
-	if (field < 4 || strlen(perms) < 4)
+	if (field < 4 || strnlen(perms, 4) < 4)
 		return MEMORY_MAP_OTHER;
 	return memory__map_kind(p, perms[3] == 's');
 }
