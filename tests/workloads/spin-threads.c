@@ -41,6 +41,7 @@ static pthread_cond_t idle_cond = PTHREAD_COND_INITIALIZER;
 static int nr_threads = 3;
 static long weights[MAX_THREADS] = { 1, 2, 3 };
 static long hot_spins, warm_spins; /* calibrated: iterations of ~0.9 ms and ~0.1 ms */
+static int calibrate_only;	  /* --calibrate: print hot_spins,warm_spins and exit */
 static volatile int stop;
 static double cpu_s[MAX_THREADS]; /* each worker's CPU time, seconds, at its end */
 
@@ -183,7 +184,11 @@ static void usage(FILE *f)
 		   "  --idle N          also start N idle threads (idle-1, ...), blocked until\n"
 		   "                    the end, as a thread pool waiting for work\n"
 		   "  --hot-factor F    make hot_function F times slower (default 1), for\n"
-		   "                    before/after comparisons (profctl diff)\n");
+		   "                    before/after comparisons (profctl diff)\n"
+		   "  --calibrate       print the iterations of hot_function and warm_function\n"
+		   "                    in one ~1 ms unit of work (\"HOT,WARM\") and exit\n"
+		   "  --spins HOT,WARM  use these iterations instead of calibrating: two runs\n"
+		   "                    to compare then do the same work per unit\n");
 }
 
 int main(int argc, char **argv)
@@ -197,6 +202,8 @@ int main(int argc, char **argv)
 		{ "delay", required_argument, NULL, 'd' },
 		{ "hot-factor", required_argument, NULL, 'F' },
 		{ "idle", required_argument, NULL, 'I' },
+		{ "calibrate", no_argument, NULL, 'C' },
+		{ "spins", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{},
 	};
@@ -238,6 +245,20 @@ int main(int argc, char **argv)
 		case 'I':
 			nr_idle = atoi(optarg);
 			break;
+		case 'C':
+			calibrate_only = 1;
+			break;
+		case 'S': {
+			char *p = optarg;
+
+			hot_spins = strtol(p, &p, 10);
+			warm_spins = *p == ',' ? strtol(p + 1, &p, 10) : 0;
+			if (*p || hot_spins < 1 || warm_spins < 1) {
+				fprintf(stderr, "spin-threads: --spins wants HOT,WARM, two counts >= 1\n");
+				return 2;
+			}
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -251,8 +272,15 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	hot_spins = (long)((double)calibrate(hot_function, 900000) * hot_factor);
-	warm_spins = calibrate(warm_function, 100000);
+	if (!hot_spins) {
+		hot_spins = calibrate(hot_function, 900000);
+		warm_spins = calibrate(warm_function, 100000);
+	}
+	if (calibrate_only) {
+		printf("%ld,%ld\n", hot_spins, warm_spins);
+		return 0;
+	}
+	hot_spins = (long)((double)hot_spins * hot_factor);
 	if (delay_s > 0) {
 		printf("spin-threads: pid %d, workers start in %.1f s\n", getpid(), delay_s);
 		fflush(stdout);
