@@ -157,6 +157,13 @@ static void test_slope_and_leaks(void)
 	CHECK(!memory_report__is_leak_suspect(churn_drift, 6, 10, 3));
 	/* A leak seen from the attach: linear from 0. */
 	CHECK(memory_report__is_leak_suspect(leak, 6, 10, 3));
+	/* Early blocks: a leak keeps them, churn has freed them by the end. */
+	CHECK(memory_report__early_blocks_live(10, 10));
+	CHECK(memory_report__early_blocks_live(10, 5));
+	CHECK(!memory_report__early_blocks_live(10, 4));
+	CHECK(!memory_report__early_blocks_live(850, 0));
+	CHECK(memory_report__early_blocks_live(1, 0)); /* too few to tell */
+	CHECK(memory_report__early_blocks_live(0, 0));
 }
 
 static void test_read(void)

@@ -41,3 +41,4 @@ int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret);
 double memory_report__slope(const double *x, const double *y, size_t n);
 bool memory_report__is_leak_suspect(const double *live, unsigned n, uint64_t live_samples,
 			     uint64_t min_live_samples);
+bool memory_report__early_blocks_live(uint64_t early, uint64_t early_live);
