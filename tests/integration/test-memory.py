@@ -15,6 +15,9 @@ import time
 from profdtest import Profd, check, require_root_bpf, run, binary
 
 MIB = 1024 * 1024
+# Mean bytes between allocation samples where a check counts on enough samples of a leak
+# of 64 KiB blocks (the default, 512 KiB, gives ~2 a second at 1 MiB/s).
+SAMPLE_BYTES = 128 * 1024
 
 
 def functions(stack):
@@ -29,7 +32,10 @@ def wait_ready(w):
 def test_leak(d, alloc):
     w = d.spawn(alloc, 'leak', '--seconds', '60', '--rate-kib', '1024')
     wait_ready(w)
-    att = d.json('attach', w.pid, '--events', 'cpu,rss,malloc', '--duration', '10', '--wait')
+    # One allocation sample per 128 KiB: about 80 of the ~10 MiB leaked. At the default
+    # 512 KiB (about 20) a CI run estimated 4.8 MiB live, outside the bound below.
+    att = d.json('attach', w.pid, '--events', 'cpu,rss,malloc', '--duration', '10',
+                 '--malloc-sample-bytes', str(SAMPLE_BYTES), '--wait')
     sid = att['session']
     m = d.json('memory', sid)
     rss = m['rss']
@@ -53,7 +59,7 @@ def test_leak(d, alloc):
           [s['function'] for s in a['leak_suspects']])
     check(all('leak_chunk' in functions(s) for s in a['leak_suspects']),
           'a stack that does not leak is a suspect: %s' % [functions(s) for s in a['leak_suspects']])
-    # Its estimated live bytes: ~10 MiB leaked; sampling noise with ~19 samples is ~25%.
+    # Its estimated live bytes: ~10 MiB leaked; sampling noise with ~80 samples is ~11%.
     live = suspects[0]['live_bytes']
     print('leak_chunk: live bytes estimated at %d from %r samples (%d sampled in all)' % (
         live, suspects[0].get('samples'), a['sampled']))
@@ -141,7 +147,8 @@ def test_children(d, alloc):
     """A leak in a child forked after the attach (a data-loader worker), with --children."""
     w = d.spawn(alloc, 'leak', '--seconds', '20', '--delay', '1', '--fork', '1')
     wait_ready(w)
-    att = d.json('attach', w.pid, '--children', '--events', 'cpu,rss,malloc', '--duration', '9', '--wait')
+    att = d.json('attach', w.pid, '--children', '--events', 'cpu,rss,malloc', '--duration', '9',
+                 '--malloc-sample-bytes', str(SAMPLE_BYTES), '--wait')
     m = d.json('memory', att['session'])
     pids = [p['pid'] for p in m['rss']['processes']]
     check(len(pids) == 2 and w.pid in pids, 'RSS series of processes %s, want the parent %d and its child'
@@ -165,12 +172,13 @@ def test_other_allocators(d, alloc):
         if not os.path.exists(lib):
             print('%s not installed (%s): not tested' % (name, lib))
             continue
-        # 2 MiB/s for 6 s: about 23 of its 64 KiB blocks sampled at 512 KiB. At 1 MiB/s
-        # (about 11) a run now and then sampled too few for a leak suspect (CI saw
-        # tcmalloc's list empty once).
+        # 2 MiB/s for 6 s: about 94 of its 64 KiB blocks sampled at 128 KiB. At 512 KiB
+        # (about 23) a run now and then sampled too few for a leak suspect (CI saw
+        # jemalloc's and tcmalloc's lists empty).
         w = d.spawn_env({'LD_PRELOAD': lib}, alloc, 'leak', '--seconds', '30', '--rate-kib', '2048')
         wait_ready(w)
-        att = d.json('attach', w.pid, '--events', 'cpu,malloc', '--duration', '6', '--wait')
+        att = d.json('attach', w.pid, '--events', 'cpu,malloc', '--duration', '6',
+                     '--malloc-sample-bytes', str(SAMPLE_BYTES), '--wait')
         a = d.json('memory', att['session'])['allocations']
         check(module in (a['probes'] or ''), '%s: probes %r' % (name, a['probes']))
         suspects = [s for s in a['leak_suspects'] if 'leak_chunk' in functions(s)]
