@@ -5,6 +5,15 @@
 
 #include "hashmap.h"
 
+/* xxHash compiled in here (XXH_INLINE_ALL, xxhash.h): the header alone, no call into libxxhash. */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+uint64_t hash64(uint64_t h, const void *data, size_t len)
+{
+	return XXH3_64bits_withSeed(data, len, h);
+}
+
 void *hashmap__find(const struct hashmap *m, uint64_t hash, hashmap_eq_fn eq, const void *key)
 {
 	if (m->cap == 0)

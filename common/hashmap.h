@@ -67,9 +67,25 @@ long id_index__find(const struct id_index *x, int64_t id);
 long id_index__add(struct id_index *x, int64_t id, bool *ret_added);
 void id_index__free(struct id_index *x);
 
-/* hash64() - FNV-1a over @len bytes, continuing from @h (start with HASH64_INIT). */
 #define HASH64_INIT 0xcbf29ce484222325ULL
-static inline uint64_t hash64(uint64_t h, const void *data, size_t len)
+
+/*
+ * hash64() - a hash of @len bytes at @data, continuing from @h (start with
+ * HASH64_INIT): xxHash's XXH3 64-bit with @h as its seed (libxxhash, Debian's
+ * libxxhash-dev; xxhash.h). For keys of in-memory tables only: its values
+ * may change with the library's version, so nothing stored or sent may
+ * hold one (those use fnv1a64()). Reads 8 bytes a step, where FNV-1a reads
+ * one: a 60-frame call stack hashes in ~40 ns instead of ~590 ns (-O2, here).
+ */
+uint64_t hash64(uint64_t h, const void *data, size_t len);
+
+/*
+ * fnv1a64() - FNV-1a 64 of @len bytes at @data, continuing from @h (start
+ * with HASH64_INIT). The hash of what is stored or sent, and must not
+ * change: stacks.hash (schema/0018-stack-hash.sql), a Python frame's
+ * rel_addr (symbols/python.c), the fleet's stack_hash (docs/fleet.md).
+ */
+static inline uint64_t fnv1a64(uint64_t h, const void *data, size_t len)
 {
 	const unsigned char *p = data;
 

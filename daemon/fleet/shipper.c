@@ -509,8 +509,8 @@ static int send_stacks(struct shipper *sh, const struct ship_session *s, int64_t
 		for (size_t i = 0; i < n; i++) {
 			const struct ship_frame *f = frames[idx[i]];
 
-			hash = hash64(hash, f->name, strlen(f->name) + 1);
-			hash = hash64(hash, f->module, strlen(f->module) + 1);
+			hash = fnv1a64(hash, f->name, strlen(f->name) + 1);
+			hash = fnv1a64(hash, f->module, strlen(f->module) + 1);
 		}
 		r = buf_field_u64(b, "stack_hash", hash, true);
 		for (int col = 0; col < 3 && r >= 0; col++) {

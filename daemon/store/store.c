@@ -178,7 +178,7 @@ int store__schema_version(struct store *st)
  */
 static int64_t stack_hash(const void *blob, size_t bytes)
 {
-	return (int64_t)hash64(HASH64_INIT, blob, bytes);
+	return (int64_t)fnv1a64(HASH64_INIT, blob, bytes);
 }
 
 /* profd_stack_hash(frame_ids): stack_hash() in SQL, for fill_stack_hashes().

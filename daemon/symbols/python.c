@@ -534,8 +534,8 @@ int python_reader__frame(struct python_reader *r, uint64_t token, struct frame_i
 	ret->function = loc->code->qualname;
 	ret->line = loc->line;
 	/* Frames of one .py file differ by function and line: both are in the key. */
-	h = hash64(HASH64_INIT, loc->code->qualname ? loc->code->qualname : "",
-		   loc->code->qualname ? strlen(loc->code->qualname) : 0);
+	h = fnv1a64(HASH64_INIT, loc->code->qualname ? loc->code->qualname : "",
+		    loc->code->qualname ? strlen(loc->code->qualname) : 0);
 	ret->rel_addr = ((h & 0xffffffffu) << 24) | ((uint64_t)loc->line & 0xffffff);
 	return 0;
 }
