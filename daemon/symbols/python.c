@@ -156,6 +156,9 @@ int python__find(pid_t pid, const struct addrspace *as, struct python_interp *re
 }
 
 /* A code object of a process, as read; kept until the reader is freed (tokens point at it). */
+/* Lines cached per code object (struct py_code.line_key): 4 x 8 bytes. */
+#define PY_LINE_CACHE 4
+
 struct py_code {
 	struct py_code *next_all;
 	struct py_code *prev_at; /* the code seen at the same address before this one */
@@ -167,6 +170,10 @@ struct py_code {
 	char *filename;
 	uint8_t *linetable;
 	size_t linetable_len;
+	/* The lines of code units looked up last (code_line()), direct-mapped by unit:
+	 * a frame waiting in a call is sampled at the same unit again and again. */
+	uint32_t line_key[PY_LINE_CACHE]; /* the unit + 2; 0: empty */
+	int32_t line_of[PY_LINE_CACHE];
 };
 
 /*
@@ -418,6 +425,28 @@ int python_linetable_line(const uint8_t *t, size_t n, int firstlineno, int64_t u
 	return 0;
 }
 
+/*
+ * The line of code unit @unit of @c (-1: before the first instruction), from
+ * its cache, else from its location table (python_linetable_line(), which
+ * decodes the table from its start: a few hundred bytes for a long function,
+ * once per frame per sample before this cache: 7% of profd's CPU on a
+ * PyTorch loop).
+ */
+static int code_line(struct py_code *c, int64_t unit)
+{
+	size_t k = (size_t)(unit + 1) % PY_LINE_CACHE;
+	int line;
+
+	if (unit >= -1 && unit < INT32_MAX && c->line_key[k] == (uint32_t)(unit + 2))
+		return c->line_of[k];
+	line = python_linetable_line(c->linetable, c->linetable_len, c->firstlineno, unit);
+	if (unit >= -1 && unit < INT32_MAX) {
+		c->line_key[k] = (uint32_t)(unit + 2);
+		c->line_of[k] = line;
+	}
+	return line;
+}
+
 static bool code_slot_eq(const void *entry, const void *key)
 {
 	const struct py_code_slot *a = entry, *b = key;
@@ -541,10 +570,10 @@ int python_reader__frame(struct python_reader *r, uint64_t token, struct frame_i
 }
 
 /* The code object seen at @addr whose tag is @tag (non-zero), else NULL. */
-static const struct py_code *code_known(struct python_reader *r, uint64_t addr, uint32_t tag)
+static struct py_code *code_known(struct python_reader *r, uint64_t addr, uint32_t tag)
 {
 	struct py_code_slot key = {.addr = addr}, *slot;
-	const struct py_code *c;
+	struct py_code *c;
 	int k = 0;
 
 	if (!tag)
@@ -569,7 +598,7 @@ static int frame_tokens(struct python_reader *r, const struct sample_event *e, u
 	const struct python_offsets *o = r->interp.offsets;
 	size_t head = o->code_adaptive, n = e->py_len, nio = 0;
 	struct iovec local[PROFILE_MAX_PY_FRAMES], remote[PROFILE_MAX_PY_FRAMES];
-	const struct py_code *code[PROFILE_MAX_PY_FRAMES];
+	struct py_code *code[PROFILE_MAX_PY_FRAMES];
 	unsigned char *buf = r->heads;
 	size_t iov_of[PROFILE_MAX_PY_FRAMES];
 	ssize_t got;
@@ -605,18 +634,15 @@ static int frame_tokens(struct python_reader *r, const struct sample_event *e, u
 		}
 	}
 	for (size_t i = 0; i < n; i++) {
-		const struct py_code *c = code[i];
+		struct py_code *c = code[i];
 		uint32_t off = e->py[i].instr_off;
 		int line = 0;
 
-		if (c != &r->unknown && c->linetable) {
+		if (c != &r->unknown && c->linetable)
 			/* before the first instruction (or unknown): the function's first line */
-			int64_t unit =
-			    off == PY_NO_INSTR || off < head ? -1 : (int64_t)(off - head) / 2;
-
-			line = python_linetable_line(c->linetable, c->linetable_len, c->firstlineno,
-						     unit);
-		}
+			line = code_line(c, off == PY_NO_INSTR || off < head
+						? -1
+						: (int64_t)(off - head) / 2);
 		tok[i] = loc_token(r, c, line);
 		if (!tok[i])
 			return -ENOMEM;
