@@ -55,18 +55,21 @@ int main(void)
 	/* Every reading of the first 20 s; the first at the start (memory_samples' time
 	 * is CLOCK_REALTIME: seconds from the first reading). */
 	early = test_session_scalar(env.store, sid,
-				    "SELECT count(*) FROM memory_samples m WHERE session_id = ?1 "
-				    "AND map_heap_bytes IS NOT NULL AND time_ns < (SELECT min(time_ns) "
-				    "FROM memory_samples WHERE session_id = ?1) + 20000000000");
+				    "SELECT count(*) FROM memory_samples WHERE session_id = ?1 "
+				    "AND map_heap_bytes IS NOT NULL AND time_ns < "
+				    "(SELECT min(time_ns) FROM memory_samples "
+				    "WHERE session_id = ?1) + 20000000000");
 	/* Gaps between split readings longer than a twentieth of the age, + 1 s of grid. */
 	gaps = test_session_scalar(env.store, sid,
-				   "WITH r AS (SELECT time_ns - (SELECT min(time_ns) FROM memory_samples "
-				   "WHERE session_id = ?1) AS t FROM memory_samples WHERE session_id = "
-				   "?1 AND map_heap_bytes IS NOT NULL), g AS (SELECT t, lead(t) OVER "
-				   "(ORDER BY t) AS nxt FROM r) SELECT count(*) FROM g WHERE nxt - t > "
-				   "t / 20 + 1000000000");
+				   "WITH r AS (SELECT time_ns - (SELECT min(time_ns) "
+				   "FROM memory_samples WHERE session_id = ?1) AS t "
+				   "FROM memory_samples WHERE session_id = ?1 "
+				   "AND map_heap_bytes IS NOT NULL), "
+				   "g AS (SELECT t, lead(t) OVER (ORDER BY t) AS nxt FROM r) "
+				   "SELECT count(*) FROM g WHERE nxt - t > t / 20 + 1000000000");
 	last = test_session_scalar(env.store, sid,
-				   "SELECT (max(time_ns) - min(time_ns)) / 1000000000 FROM memory_samples "
+				   "SELECT (max(time_ns) - min(time_ns)) / 1000000000 "
+				   "FROM memory_samples "
 				   "WHERE session_id = ?1 AND map_heap_bytes IS NOT NULL");
 	printf("%d readings over an hour: %lld with the smaps split, %lld of them in the first "
 	       "20 s, the last at %lld s\n",

@@ -254,7 +254,8 @@ int main(int argc, char **argv)
 			hot_spins = strtol(p, &p, 10);
 			warm_spins = *p == ',' ? strtol(p + 1, &p, 10) : 0;
 			if (*p || hot_spins < 1 || warm_spins < 1) {
-				fprintf(stderr, "spin-threads: --spins wants HOT,WARM, two counts >= 1\n");
+				fprintf(stderr,
+					"spin-threads: --spins wants HOT,WARM, two counts >= 1\n");
 				return 2;
 			}
 			break;
