@@ -155,10 +155,10 @@ int python__find(pid_t pid, const struct addrspace *as, struct python_interp *re
 	return -ENOENT;
 }
 
-/* A code object of a process, as read; kept until the reader is freed (tokens point at it). */
 /* Lines cached per code object (struct py_code.line_key): 4 x 8 bytes. */
 #define PY_LINE_CACHE 4
 
+/* A code object of a process, as read; kept until the reader is freed (tokens point at it). */
 struct py_code {
 	struct py_code *next_all;
 	struct py_code *prev_at; /* the code seen at the same address before this one */
