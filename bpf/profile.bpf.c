@@ -585,6 +585,46 @@ static __always_inline struct pt_regs *syscall_regs(void)
  * process's session follows address-space changes. @kind is a constant in
  * each caller, so each program keeps only its own case.
  */
+/* File system magics (include/uapi/linux/magic.h) and file types (S_IFMT, stat(2)). */
+#define TMPFS_MAGIC 0x01021994
+#define HUGETLBFS_MAGIC 0x958458f6
+#define RAMFS_MAGIC 0x858458f6
+#define S_IFMT 0170000
+#define S_IFREG 0100000
+#define S_IFCHR 0020000
+#define S_IFBLK 0060000
+#define MAP_ANONYMOUS 0x20
+
+/*
+ * VM_FILE_* of the current task's file descriptor @fd: its file from the
+ * task's fd table (files->fdt->fd[fd], as fget() finds it, without taking
+ * a reference: the task is in its own syscall's return, the fd still
+ * open), then its inode's type and its file system's magic.
+ */
+static __always_inline __u32 fd_file_kind(int fd)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
+	struct file **fds, *f = NULL;
+	unsigned long magic;
+	umode_t mode;
+
+	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+		return VM_FILE_UNKNOWN;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (!fds || bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) < 0 || !f)
+		return VM_FILE_UNKNOWN;
+	mode = BPF_CORE_READ(f, f_inode, i_mode) & S_IFMT;
+	if (mode == S_IFCHR || mode == S_IFBLK)
+		return VM_FILE_DEVICE;
+	if (mode != S_IFREG)
+		return VM_FILE_OTHER;
+	magic = BPF_CORE_READ(f, f_inode, i_sb, s_magic);
+	return magic == TMPFS_MAGIC || magic == HUGETLBFS_MAGIC || magic == RAMFS_MAGIC
+		   ? VM_FILE_SHMEM
+		   : VM_FILE_REGULAR;
+}
+
 static __always_inline int vm_syscall_exit(void *ctx, __u32 kind, long ret)
 {
 	struct vm_change vm = { .kind = kind, .fd = -1 };
@@ -601,6 +641,8 @@ static __always_inline int vm_syscall_exit(void *ctx, __u32 kind, long ret)
 		vm.len = BPF_CORE_READ(regs, si);
 		vm.flags = (__u32)BPF_CORE_READ(regs, r10);
 		vm.fd = (__s32)BPF_CORE_READ(regs, r8);
+		if (!(vm.flags & MAP_ANONYMOUS))
+			vm.file_kind = fd_file_kind(vm.fd);
 		break;
 	case VM_MUNMAP: /* munmap(addr, len) */
 		vm.addr = BPF_CORE_READ(regs, di);

@@ -174,8 +174,25 @@ struct vm_change {
 	__u32 kind;     /* VM_* */
 	__u32 flags;    /* MMAP: mmap(2)'s flags argument; FAULT: the x86 error code */
 	__s32 fd;       /* MMAP: the file descriptor argument (-1: anonymous) */
-	__u32 pad;
+	__u32 file_kind; /* MMAP of a file: VM_FILE_*, what @fd was at the return */
 };
+
+/*
+ * vm_change.file_kind: the file behind an mmap's fd, read in BPF at the
+ * call's return, while the fd still names it (a job that maps a received
+ * fd and closes it at once, as PyTorch's shared tensors do, leaves
+ * /proc/PID/fd/N to the next file that gets the number).
+ *   UNKNOWN  not read (anonymous, or the read failed): user space looks at the path;
+ *   SHMEM    a regular file of tmpfs, hugetlbfs or ramfs (/dev/shm, memfd, SysV shm);
+ *   REGULAR  a regular file of another file system;
+ *   DEVICE   a character or block device (/dev/zero, a GPU): by its path;
+ *   OTHER    anything else (an anon_inode, a socket).
+ */
+#define VM_FILE_UNKNOWN 0
+#define VM_FILE_SHMEM 1
+#define VM_FILE_REGULAR 2
+#define VM_FILE_DEVICE 3
+#define VM_FILE_OTHER 4
 
 /*
  * Per-slot counters of address-space changes in the 'vm_stats' per-CPU

@@ -360,7 +360,11 @@ static uint64_t page_round(uint64_t n)
 	return (n + 4095) & ~4095ull;
 }
 
-/* The kind of an mmap: anonymous, shared anonymous, or the file behind @fd (shm or not). */
+/*
+ * The kind of an mmap: anonymous, shared anonymous, or the file behind @fd:
+ * as the BPF program found it at the call's return (vm->file_kind), else
+ * (a device, or not read) by the path /proc/PID/fd/@fd names now.
+ */
 static enum memory_map_kind mmap_kind(int pid, const struct vm_change *vm)
 {
 	char path[64], target[256];
@@ -368,6 +372,14 @@ static enum memory_map_kind mmap_kind(int pid, const struct vm_change *vm)
 
 	if (vm->flags & MAP_ANONYMOUS || vm->fd < 0)
 		return vm->flags & MAP_SHARED ? MEMORY_MAP_SHMEM : MEMORY_MAP_ANON;
+	switch (vm->file_kind) {
+	case VM_FILE_SHMEM:
+		return MEMORY_MAP_SHMEM;
+	case VM_FILE_REGULAR:
+		return MEMORY_MAP_FILE;
+	case VM_FILE_OTHER:
+		return MEMORY_MAP_OTHER;
+	}
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", pid, vm->fd);
 	n = readlink(path, target, sizeof(target) - 1);
 	target[n > 0 ? n : 0] = '\0';
@@ -382,7 +394,7 @@ static enum memory_map_kind mmap_kind(int pid, const struct vm_change *vm)
  * stack that mapped it. A record sent without a stack (SAMPLE_NO_STACK:
  * shrinking, or growth over the BPF side's stack budget) counts on the
  * "[missing stack]" frame where no region names a stack. Allocates; reads
- * /proc/PID/fd for file mappings; does not log.
+ * /proc/PID/fd for a device mapping; does not log.
  */
 void session__on_vm(struct session *s, const struct sample_event *e)
 {

@@ -15,8 +15,8 @@
  *       256 KiB blocks it touches (each its own mmap: glibc's threshold).
  *   mem-grow shm [--seconds S]         forks (after 1 s) one child that maps and fills a
  *       new 256 KiB /dev/shm segment four times a second and keeps it
- *       (grow_shared_tensors()), as DataLoader workers share tensors; the
- *       parent waits.
+ *       (grow_shared_tensors()), as DataLoader workers share tensors, and
+ *       closes its fd, whose number a socket takes at once; the parent waits.
  *   mem-grow maps [--seconds S] [--count N]  makes N anonymous mappings
  *       (default 10000), unmergeable, then sleeps.
  *
@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -98,12 +99,21 @@ static void leak(void)
 	}
 }
 
+/*
+ * A socket that takes the number of the segment's fd as soon as it is
+ * closed, as in a job that receives the next fd at once (a DataLoader's
+ * shared tensors): /proc/PID/fd/N then names the socket, not the segment.
+ */
+static int fd_taker = -1;
+
 static void __attribute__((noinline)) grow_shared_tensors(int n)
 {
 	char name[64];
 	int fd;
 	void *p;
 
+	if (fd_taker >= 0)
+		close(fd_taker);
 	snprintf(name, sizeof(name), "/mem-grow-%d-%d", (int)getpid(), n);
 	fd = shm_open(name, O_CREAT | O_RDWR | O_EXCL, 0600);
 	if (fd < 0 || ftruncate(fd, 256 * KIB) < 0)
@@ -113,6 +123,7 @@ static void __attribute__((noinline)) grow_shared_tensors(int n)
 	if (p == MAP_FAILED)
 		exit(1);
 	close(fd);
+	fd_taker = socket(AF_UNIX, SOCK_STREAM, 0);
 	memset(p, 3, 256 * KIB);
 	mem_grow_sink = p;
 }
