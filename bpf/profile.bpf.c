@@ -579,12 +579,6 @@ static __always_inline struct pt_regs *syscall_regs(void)
 	return (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 }
 
-/*
- * The exit of mmap, munmap or mremap (@kind: VM_MMAP, VM_MUNMAP,
- * VM_MREMAP), which returned @ret: sent if the call succeeded and the
- * process's session follows address-space changes. @kind is a constant in
- * each caller, so each program keeps only its own case.
- */
 /* File system magics (include/uapi/linux/magic.h) and file types (S_IFMT, stat(2)). */
 #define TMPFS_MAGIC 0x01021994
 #define HUGETLBFS_MAGIC 0x958458f6
@@ -625,6 +619,12 @@ static __always_inline __u32 fd_file_kind(int fd)
 		   : VM_FILE_REGULAR;
 }
 
+/*
+ * The exit of mmap, munmap or mremap (@kind: VM_MMAP, VM_MUNMAP,
+ * VM_MREMAP), which returned @ret: sent if the call succeeded and the
+ * process's session follows address-space changes. @kind is a constant in
+ * each caller, so each program keeps only its own case.
+ */
 static __always_inline int vm_syscall_exit(void *ctx, __u32 kind, long ret)
 {
 	struct vm_change vm = { .kind = kind, .fd = -1 };
