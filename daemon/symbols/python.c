@@ -434,13 +434,14 @@ int python_linetable_line(const uint8_t *t, size_t n, int firstlineno, int64_t u
  */
 static int code_line(struct py_code *c, int64_t unit)
 {
+	bool keyed = unit >= -1 && unit < INT32_MAX; /* fits line_key as unit + 2 */
 	size_t k = (size_t)(unit + 1) % PY_LINE_CACHE;
 	int line;
 
-	if (unit >= -1 && unit < INT32_MAX && c->line_key[k] == (uint32_t)(unit + 2))
+	if (keyed && c->line_key[k] == (uint32_t)(unit + 2))
 		return c->line_of[k];
 	line = python_linetable_line(c->linetable, c->linetable_len, c->firstlineno, unit);
-	if (unit >= -1 && unit < INT32_MAX) {
+	if (keyed) {
 		c->line_key[k] = (uint32_t)(unit + 2);
 		c->line_of[k] = line;
 	}
