@@ -600,6 +600,7 @@ static __always_inline __u32 fd_file_kind(int fd)
 	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
 	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
 	struct file **fds, *f = NULL;
+	struct inode *inode;
 	unsigned long magic;
 	umode_t mode;
 
@@ -608,12 +609,15 @@ static __always_inline __u32 fd_file_kind(int fd)
 	fds = BPF_CORE_READ(fdt, fd);
 	if (!fds || bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) < 0 || !f)
 		return VM_FILE_UNKNOWN;
-	mode = BPF_CORE_READ(f, f_inode, i_mode) & S_IFMT;
+	inode = BPF_CORE_READ(f, f_inode);
+	if (!inode)
+		return VM_FILE_UNKNOWN;
+	mode = BPF_CORE_READ(inode, i_mode) & S_IFMT;
 	if (mode == S_IFCHR || mode == S_IFBLK)
 		return VM_FILE_DEVICE;
 	if (mode != S_IFREG)
 		return VM_FILE_OTHER;
-	magic = BPF_CORE_READ(f, f_inode, i_sb, s_magic);
+	magic = BPF_CORE_READ(inode, i_sb, s_magic);
 	return magic == TMPFS_MAGIC || magic == HUGETLBFS_MAGIC || magic == RAMFS_MAGIC
 		   ? VM_FILE_SHMEM
 		   : VM_FILE_REGULAR;
