@@ -6,11 +6,14 @@
  * mapping made in the session counted against the stack that mapped it;
  * one made before the session against the caller (or, sent without a
  * stack, against "[missing stack]"); sampled faults as
- * "touch"; and bad records (an unknown kind, lengths that overflow) counted
+ * "touch"; bad records (an unknown kind, lengths that overflow) counted
  * as changes without a stack, never stored, never a crash, and nothing
- * stored before them lost. Needs neither root nor BPF.
+ * stored before them lost; and file mmaps of the kind BPF judged (a
+ * device, or a kind out of range, by the fd's path). Needs neither root
+ * nor BPF.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,10 +50,11 @@ static int64_t sid;
 /*
  * One change of @kind by @leaf's stack; with @leaf NULL, sent without a
  * stack (SAMPLE_NO_STACK), as the BPF side sends shrinking changes and
- * growth over its stack budget.
+ * growth over its stack budget. An mmap of file descriptor @fd (-1: none)
+ * whose file BPF judged @file_kind (VM_FILE_*).
  */
-static void feed(void (*leaf)(void), uint32_t kind, uint64_t addr, uint64_t len, uint64_t old_addr,
-		 uint64_t old_len, uint32_t flags)
+static void feed_fd(void (*leaf)(void), uint32_t kind, uint64_t addr, uint64_t len,
+		    uint64_t old_addr, uint64_t old_len, uint32_t flags, int fd, uint32_t file_kind)
 {
 	static struct sample_event e;
 
@@ -71,8 +75,15 @@ static void feed(void (*leaf)(void), uint32_t kind, uint64_t addr, uint64_t len,
 				  .old_len = old_len,
 				  .kind = kind,
 				  .flags = flags,
-				  .fd = -1};
+				  .fd = fd,
+				  .file_kind = file_kind};
 	session__on_vm(s, &e);
+}
+
+static void feed(void (*leaf)(void), uint32_t kind, uint64_t addr, uint64_t len, uint64_t old_addr,
+		 uint64_t old_len, uint32_t flags)
+{
+	feed_fd(leaf, kind, addr, len, old_addr, old_len, flags, -1, VM_FILE_UNKNOWN);
 }
 
 static int flush(void)
@@ -178,6 +189,32 @@ int main(void)
 	CHECK_INT_EQ(vm_bytes("brk", "heap", "vm_test_grower"), 768 * 1024);
 	CHECK_INT_EQ(vm_bytes("mremap", "anon", "vm_test_mapper"), 4 * MiB);
 	CHECK_INT_EQ(vm_bytes("fault", "touch", "vm_test_grower"), 512 * 1024);
+
+	/* File mmaps: the kind BPF judged while the fd was open wins over what the fd
+	 * names now (here the database, a file); a device, or a kind out of range (a bad
+	 * record), is judged by the path (/dev/zero shared: shmem; the database: file). */
+	{
+		int db = open(path, O_RDONLY | O_CLOEXEC), zero = open("/dev/zero", O_RDWR);
+		const uint32_t shared = MAP_SHARED;
+
+		if (db < 0 || zero < 0)
+			SETUP_FAIL("open %s, /dev/zero: %s", path, strerror(errno));
+		feed_fd(vm_test_mapper, VM_MMAP, 0x7f00a0000000, MiB, 0, 0, shared, db,
+			VM_FILE_SHMEM);
+		feed_fd(vm_test_mapper, VM_MMAP, 0x7f00b0000000, 2 * MiB, 0, 0, shared, db,
+			VM_FILE_REGULAR);
+		feed_fd(vm_test_mapper, VM_MMAP, 0x7f00c0000000, 16 * MiB, 0, 0, shared, db,
+			VM_FILE_OTHER);
+		feed_fd(vm_test_mapper, VM_MMAP, 0x7f00d0000000, 4 * MiB, 0, 0, shared, db, 99);
+		feed_fd(vm_test_mapper, VM_MMAP, 0x7f00e0000000, 8 * MiB, 0, 0, shared, zero,
+			VM_FILE_DEVICE);
+		CHECK_INT_EQ(flush(), 0);
+		CHECK_INT_EQ(vm_bytes("mmap", "shmem", "vm_test_mapper"), 9 * MiB);
+		CHECK_INT_EQ(vm_bytes("mmap", "file", "vm_test_mapper"), 6 * MiB);
+		CHECK_INT_EQ(vm_bytes("mmap", "other", "vm_test_mapper"), 16 * MiB);
+		close(db);
+		close(zero);
+	}
 
 	test_session_close(&env, s, dir, path);
 	return check_exit("session-vm");
