@@ -659,6 +659,32 @@ static int keep_stack(struct hashmap *keep, struct raw_stack *st)
 }
 
 /*
+ * keep_alloc_stacks() - put in @keep the stacks of the sampled allocations
+ * of @pid (every process's for 0), live, in flight or freed and waiting.
+ * Returns 0 or -ENOMEM.
+ */
+static int keep_alloc_stacks(struct session *s, pid_t pid, struct hashmap *keep)
+{
+	struct alloc_block *b;
+
+	hashmap__for_each(&s->alloc_blocks, i, b)
+	{
+		if ((!pid || b->pid == pid) && keep_stack(keep, b->stack) < 0)
+			return -ENOMEM;
+	}
+	hashmap__for_each(&s->alloc_inflight, i, b)
+	{
+		if ((!pid || b->pid == pid) && keep_stack(keep, b->stack) < 0)
+			return -ENOMEM;
+	}
+	for (size_t i = 0; i < s->alloc_nfreed; i++)
+		if ((!pid || s->alloc_freed[i]->pid == pid) &&
+		    keep_stack(keep, s->alloc_freed[i]->stack) < 0)
+			return -ENOMEM;
+	return 0;
+}
+
+/*
  * session__memory_forget_pid() - after the last flush of the exited child
  * @pid: drop its address-space accumulators (their counts are stored) and
  * regions (no munmap of its can come any more), and put in @keep (raw
@@ -669,19 +695,36 @@ static int keep_stack(struct hashmap *keep, struct raw_stack *st)
 int session__memory_forget_pid(struct session *s, pid_t pid, struct hashmap *keep)
 {
 	struct regions_of regions = {.pid = pid};
-	struct alloc_block *b;
 
 	hashmap__remove_if(&s->vm_acc, vm_acc_of_pid, &pid, free);
 	hashmap__remove_if(&s->vm_regions, region_of_pid, &regions, free);
 	s->vm_regions_gone -= regions.gone;
-	hashmap__for_each(&s->alloc_blocks, i, b) if (b->pid == pid && keep_stack(keep, b->stack) < 0)
-		return -ENOMEM;
-	hashmap__for_each(&s->alloc_inflight, i, b) if (b->pid == pid && keep_stack(keep, b->stack) < 0)
-		return -ENOMEM;
-	for (size_t i = 0; i < s->alloc_nfreed; i++)
-		if (s->alloc_freed[i]->pid == pid && keep_stack(keep, s->alloc_freed[i]->stack) < 0)
+	return keep_alloc_stacks(s, pid, keep);
+}
+
+/*
+ * session__memory_keep_stacks() - put in @keep (by pointer, as
+ * session__memory_forget_pid()) every raw stack the memory accounting
+ * refers to across flushes: the address-space accumulators, the regions
+ * mapped in the session and the sampled allocations. Returns 0 or -ENOMEM
+ * (@keep is then incomplete: the caller must not free stacks by it).
+ */
+int session__memory_keep_stacks(struct session *s, struct hashmap *keep)
+{
+	struct vm_acc *a;
+	struct vm_region *r;
+
+	hashmap__for_each(&s->vm_acc, i, a)
+	{
+		if (keep_stack(keep, a->stack) < 0)
 			return -ENOMEM;
-	return 0;
+	}
+	hashmap__for_each(&s->vm_regions, i, r)
+	{
+		if (keep_stack(keep, r->stack) < 0)
+			return -ENOMEM;
+	}
+	return keep_alloc_stacks(s, 0, keep);
 }
 
 /* session__flush_memory_failed() - the flush was rolled back: its rows do not exist. */

@@ -123,6 +123,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->events = p->event_bits;
 	s->max_threads = p->max_threads ? p->max_threads : UINT_MAX;
 	s->max_stacks = p->max_stacks ? p->max_stacks : UINT_MAX;
+	s->stack_cache = MIN(SESSION_STACK_CACHE, s->max_stacks / 2);
 	s->pidfd = -1;
 	s->memory_interval_ns = (s->events & EVENT_RSS) ? p->memory_interval_ns : 0;
 	s->malloc_sample_bytes = (s->events & EVENT_MALLOC) ? p->malloc_sample_bytes : 0;
@@ -725,6 +726,8 @@ void session__flush_done(struct session *s)
 	hashmap_clear_free(&s->threads);
 	hashmap_clear_free(&s->windows);
 	session__flush_memory_done(s);
+	s->flushes++;
+	session__stacks_evict(s);
 }
 
 void session__flush_failed(struct session *s)

@@ -92,6 +92,8 @@ struct session {
 					 * ones sent bare (SAMPLE_NO_STACK) of no known region */
 	/* Limits (bounded memory): samples past them are counted, not kept. */
 	unsigned max_threads, max_stacks;
+	unsigned stack_cache;	/* raw stacks kept after a flush (session__stacks_evict()) */
+	uint32_t flushes;	/* flushes committed: the clock of raw_stack.seen */
 	struct hashmap tids;	/* tids sampled and not exited, as (void *)(tid + 1) */
 	uint64_t limit_dropped; /* samples dropped at a limit, not yet flushed */
 	uint64_t limit_dropped_flushing;
@@ -116,10 +118,19 @@ struct counter_row {
 	struct counter_values v;
 };
 
+/*
+ * Raw stacks a session keeps in memory after a flush, at most (and at most
+ * half of max_stacks): beyond it session__stacks_evict() forgets the
+ * stored ones seen least lately. At a PyTorch job's 60 frames a raw stack
+ * is ~0.5 KiB, so the bound is ~8 MiB.
+ */
+#define SESSION_STACK_CACHE 16384
+
 /* A call stack as the BPF program saw it: raw addresses, kernel frames first. */
 struct raw_stack {
 	uint64_t hash;
 	pid_t pid;	  /* user addresses are the process's */
+	uint32_t seen;	  /* session.flushes when a record last had this stack */
 	int64_t stack_id; /* row in the store, 0 until the first flush that needs it */
 	uint16_t klen, ulen;
 	uint32_t flags; /* SAMPLE_* bits that matter for the stack's identity */
@@ -141,6 +152,8 @@ static inline uint64_t session__stack_ptr_hash(const struct raw_stack *st)
 }
 size_t session__forget_stacks(struct session *s, pid_t pid);
 int session__memory_forget_pid(struct session *s, pid_t pid, struct hashmap *keep);
+size_t session__stacks_evict(struct session *s);
+int session__memory_keep_stacks(struct session *s, struct hashmap *keep);
 int session__resolve_stack(struct session *s, const struct session_env *env, struct raw_stack *st,
 			   bool *refreshed);
 

@@ -107,6 +107,67 @@ size_t session__forget_stacks(struct session *s, pid_t pid)
 	return n;
 }
 
+/* raw_stack.seen of a stack session__stacks_evict() chose (flushes never reach it). */
+#define STACK_EVICTED UINT32_MAX
+
+static bool stack_evicted(const void *entry, const void *ctx)
+{
+	(void)ctx;
+	return ((const struct raw_stack *)entry)->seen == STACK_EVICTED;
+}
+
+static int seen_cmp(const void *a, const void *b)
+{
+	uint32_t x = (*(struct raw_stack *const *)a)->seen, y = (*(struct raw_stack *const *)b)->seen;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * session__stacks_evict() - after a committed flush, bound the raw stacks
+ * the session holds: past s->stack_cache (SESSION_STACK_CACHE), forget the
+ * stored ones (a stack_id) that nothing refers to any more, those a record
+ * had least lately first (raw_stack.seen), down to three quarters of it.
+ * A forgotten stack that comes again is interned anew, and its first flush
+ * symbolizes it from the frame cache and finds its row in the store by
+ * content (store__stack_id()): same stack_id, a few SQL lookups. Without
+ * it, a session whose stacks keep varying (recursion, deep-nofp's ~230 new
+ * stacks a second after minutes) holds every stack it ever saw, and drops
+ * samples once at max_stacks. Nothing is forgotten while the GPU
+ * accounting holds stacks, or when the set of stacks in use cannot be
+ * built (no memory). Returns how many were freed.
+ */
+size_t session__stacks_evict(struct session *s)
+{
+	struct hashmap keep = {0};
+	struct raw_stack **cand = NULL, *st;
+	size_t n = 0, want, freed = 0;
+
+	if (s->stacks.len <= s->stack_cache || gpu_acc__holds_stacks(s->gpu))
+		return 0;
+	/* the accumulators of samples and off-CPU intervals are empty after a flush */
+	if (session__memory_keep_stacks(s, &keep) < 0)
+		goto out;
+	cand = malloc(s->stacks.len * sizeof(*cand));
+	if (!cand)
+		goto out;
+	hashmap__for_each(&s->stacks, i, st)
+	{
+		if (st->stack_id &&
+		    !hashmap__find(&keep, session__stack_ptr_hash(st), session__same_stack, st))
+			cand[n++] = st;
+	}
+	want = MIN(n, s->stacks.len - s->stack_cache / 4 * 3);
+	qsort(cand, n, sizeof(*cand), seen_cmp);
+	for (size_t i = 0; i < want; i++)
+		cand[i]->seen = STACK_EVICTED;
+	freed = hashmap__remove_if(&s->stacks, stack_evicted, NULL, free);
+out:
+	free(cand);
+	hashmap__free(&keep);
+	return freed;
+}
+
 /*
  * session__stack_intern() - the session's one copy of a stack of process
  * @pid (@klen kernel then @ulen user frames, leaf first each, at most
@@ -143,13 +204,16 @@ struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint
 	key->hash = h;
 
 	st = hashmap__find(&s->stacks, h, raw_stack_eq, key);
-	if (st)
+	if (st) {
+		st->seen = s->flushes;
 		return st;
+	}
 	if (s->stacks.len >= s->max_stacks) {
 		if (ret_limited)
 			*ret_limited = true;
 		return NULL;
 	}
+	key->seen = s->flushes;
 	return hashmap_add_copy(&s->stacks, h, key, sizeof(*key) + n * sizeof(uint64_t));
 }
 

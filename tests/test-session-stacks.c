@@ -1,0 +1,145 @@
+/*
+ * test-session-stacks.c - a session whose call stacks keep varying (as
+ * recursion makes them: deep-nofp has ~230 new stacks a second after
+ * minutes) holds a bounded number of raw stacks (session__stacks_evict(),
+ * daemon/session/stacks.c), and loses nothing for it: more distinct stacks
+ * than max_stacks_per_session are all stored, no sample is dropped at the
+ * limit, a stack forgotten and seen again finds its own row in the store
+ * (no duplicate), and a stack seen at every flush is never forgotten.
+ * Needs neither root nor BPF: the session runs without a sampler and the
+ * test feeds it the records the BPF program would.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "check_session.h"
+#include "session/session_internal.h"
+#include "util.h"
+
+/* Addresses that stand in the fed stacks; never called. */
+static volatile int sink;
+
+__attribute__((noinline)) void stacks_test_leaf(void)
+{
+	sink++;
+}
+
+__attribute__((noinline)) void stacks_test_other_leaf(void)
+{
+	sink--;
+}
+
+__attribute__((noinline)) void stacks_test_caller(void)
+{
+	stacks_test_leaf();
+	stacks_test_other_leaf();
+}
+
+enum {
+	MAX_STACKS = 64,   /* max_stacks_per_session: the cache is half of it */
+	ROUNDS = 6,        /* flushes */
+	PER_ROUND = 30,    /* new distinct stacks each flush */
+	WARM_SAMPLES = 5,  /* samples of the stack seen at every flush */
+};
+
+static struct session_env env;
+static struct session *s;
+static int64_t sid;
+
+/*
+ * Distinct stack @j (0..ROUNDS * PER_ROUND - 1): a leaf (which one by @j's
+ * parity) under 1 + @j / 2 frames of stacks_test_caller, so that each is
+ * also its own row in the store.
+ */
+static void feed(unsigned j, unsigned n)
+{
+	static struct sample_event e;
+	unsigned depth = 1 + j / 2;
+
+	memset(&e, 0, sizeof(e));
+	e.pid = e.tid = (uint32_t)getpid();
+	snprintf(e.comm, sizeof(e.comm), "stacks");
+	e.ustack_len = (uint16_t)(1 + depth);
+	e.ips[0] = (uint64_t)(uintptr_t)(j % 2 ? stacks_test_other_leaf : stacks_test_leaf) + 1;
+	for (unsigned i = 1; i <= depth; i++)
+		e.ips[i] = (uint64_t)(uintptr_t)stacks_test_caller + 5; /* return addresses */
+	for (unsigned i = 0; i < n; i++) {
+		e.time_ns = now_ns(CLOCK_MONOTONIC);
+		session__on_sample(s, &e);
+	}
+}
+
+/* The warm stack: the leaf alone, no caller. The session's copy of it. */
+static struct raw_stack *feed_warm(void)
+{
+	static struct sample_event e;
+	uint64_t ip = (uint64_t)(uintptr_t)stacks_test_leaf + 1;
+
+	memset(&e, 0, sizeof(e));
+	e.pid = e.tid = (uint32_t)getpid();
+	snprintf(e.comm, sizeof(e.comm), "stacks");
+	e.ustack_len = 1;
+	e.ips[0] = ip;
+	for (unsigned i = 0; i < WARM_SAMPLES; i++) {
+		e.time_ns = now_ns(CLOCK_MONOTONIC);
+		session__on_sample(s, &e);
+	}
+	return session__stack_intern(s, (pid_t)getpid(), &ip, 0, 1, 0, NULL);
+}
+
+static long long scalar(const char *sql)
+{
+	return test_session_scalar(env.store, sid, sql);
+}
+
+int main(void)
+{
+	char dir[] = "/tmp/test-session-stacks-XXXXXX", path[64];
+	struct session_params params = test_session_params("cpu", EVENT_CPU);
+	struct raw_stack *warm = NULL;
+	long long rows;
+
+	params.max_stacks = MAX_STACKS;
+	test_db_path(dir, path, sizeof(path));
+	test_session_open(path, &params, &env, &s);
+	if (!s)
+		return 1;
+	sid = session__id(s);
+
+	for (unsigned r = 0; r < ROUNDS; r++) {
+		struct raw_stack *w;
+
+		for (unsigned k = 0; k < PER_ROUND; k++)
+			feed(r * PER_ROUND + k, 1);
+		w = feed_warm();
+		if (r == 0)
+			warm = w;
+		CHECK_INT_EQ(test_session_flush(s, &env), 0);
+		/* bounded after every flush, though each brought PER_ROUND new stacks */
+		CHECK(s->stacks.len <= MAX_STACKS / 2);
+		/* the stack of every flush stays: the same copy, never forgotten */
+		CHECK(w == warm);
+	}
+	rows = scalar("SELECT count(*) FROM stacks");
+	CHECK_INT_EQ(rows, ROUNDS * PER_ROUND + 1);
+	CHECK_INT_EQ(scalar("SELECT limit_dropped_samples FROM sessions WHERE id = ?1"), 0);
+	CHECK_INT_EQ(scalar("SELECT samples FROM sessions WHERE id = ?1"),
+		     ROUNDS * (PER_ROUND + WARM_SAMPLES));
+
+	/* The first round's stacks were forgotten; they come again, and each finds
+	 * its row: no new row, two samples on each. */
+	for (unsigned k = 0; k < PER_ROUND; k++)
+		feed(k, 1);
+	CHECK_INT_EQ(test_session_flush(s, &env), 0);
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM stacks"), rows);
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM sample_totals WHERE session_id = ?1 AND "
+			    "count = 2"),
+		     PER_ROUND);
+	CHECK_INT_EQ(scalar("SELECT sum(count) FROM sample_totals WHERE session_id = ?1"),
+		     ROUNDS * (PER_ROUND + WARM_SAMPLES) + PER_ROUND);
+
+	test_session_close(&env, s, dir, path);
+	return check_exit("session-stacks");
+}
