@@ -1885,13 +1885,16 @@ static void test_kallsyms_text(void)
 				   "ffffffff81000100 T func_a\n"
 				   "ffffffff81000200 D data_sym\n"
 				   "ffffffff81000300 t func_b\n"
+				   "ffffffff81000300 t func_b_alias\n"
 				   "garbage line\n"
 				   "ffffffff81000400 W weak_c\n"
 				   "ffffffff81000480 T\n"
 				   "zzzz T bad_addr\n"
 				   "ffffffff81000490 T bad_module\t[unterminated\n"
 				   "ffffffffc0001000 t mod_func\t[mymod]\n"
-				   "ffffffffc0001100 T mod_func2\t[mymod]\n";
+				   "ffffffffc0001100 T mod_func2\t[mymod]\n"
+				   "ffffffffc0002000 t other_func\t[othermod]\n"
+				   "ffffffffc0001200 t mod_local\t[mymod]\n";
 	static const char hidden[] = "0000000000000000 T _stext\n"
 				     "0000000000000000 t func_a\n";
 	char path[] = "/tmp/test-symbolize-kallsyms.XXXXXX";
@@ -1906,7 +1909,7 @@ static void test_kallsyms_text(void)
 	write_file(path, text, sizeof(text) - 1);
 	CHECK_INT_EQ(kallsyms__load_file(&s->kallsyms, path), 0);
 	s->kallsyms.loaded = true;
-	CHECK_INT_EQ(s->kallsyms.n, 6);
+	CHECK_INT_EQ(s->kallsyms.n, 8);
 
 	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffff81000000, false, &fi), 0);
 	CHECK_STR_EQ(fi.function, "_stext"); /* the global name of two at one address */
@@ -1930,6 +1933,14 @@ static void test_kallsyms_text(void)
 	CHECK_STR_EQ(fi.module, "[mymod]");
 	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffffc0001100, false, &fi), 0);
 	CHECK_STR_EQ(fi.function, "mod_func2");
+	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffff81000300, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "func_b"); /* of two local names, the first in the file */
+	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffffc0002010, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "other_func");
+	CHECK_STR_EQ(fi.module, "[othermod]");
+	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffffc0001200, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, "mod_local"); /* after another module's symbols */
+	CHECK_STR_EQ(fi.module, "[mymod]");
 	CHECK_INT_EQ(symbolizer__kernel(s, 0xffffffff80000000, false, &fi), 0);
 	CHECK(fi.function == NULL); /* below every symbol */
 	CHECK_STR_EQ(fi.module, "[kernel.kallsyms]");

@@ -62,24 +62,89 @@ static int ksym_cmp(const void *a, const void *b)
 		return x->addr < y->addr ? -1 : 1;
 	if (x->global != y->global)
 		return x->global ? -1 : 1; /* at one address, prefer the global name */
-	return x->order < y->order ? -1 : x->order > y->order;
+	/* then the first in the file: names are stored in file order */
+	return (x->name > y->name) - (x->name < y->name);
+}
+
+/* shrink() - @p (malloc'd) cut to @bytes, or @p as it is if realloc() fails; NULL for 0. */
+static void *shrink(void *p, size_t bytes)
+{
+	void *q;
+
+	if (bytes == 0) {
+		free(p);
+		return NULL;
+	}
+	q = realloc(p, bytes);
+	return q ? q : p;
+}
+
+/* What kallsyms__load_file() builds before it replaces what @k had. */
+struct ksym_load {
+	struct ksym *syms;
+	size_t n, cap;
+	char *names;
+	size_t names_len, names_cap;
+	const char **modules;
+	size_t n_modules, modules_cap;
+};
+
+static void ksym_load_done(struct ksym_load *l)
+{
+	free(l->syms);
+	free(l->names);
+	free(l->modules);
+}
+
+/* The index + 1 of module @name (interned in @pool) in @l, added if new; -ENOMEM, -E2BIG. */
+static int ksym_module(struct ksym_load *l, struct strpool *pool, const char *name)
+{
+	const char *m = strpool_intern(pool, name);
+
+	if (!m)
+		return -ENOMEM;
+	/* a module's symbols come together: look from the newest */
+	for (size_t i = l->n_modules; i > 0; i--)
+		if (l->modules[i - 1] == m)
+			return (int)i;
+	if (l->n_modules >= UINT16_MAX)
+		return -E2BIG;
+	if (grow_array((void **)&l->modules, &l->modules_cap, l->n_modules, sizeof(*l->modules)) < 0)
+		return -ENOMEM;
+	l->modules[l->n_modules++] = m;
+	return (int)l->n_modules;
+}
+
+/* Append @name (@len bytes) and a NUL to @l's names; its offset in *@ret. */
+static int ksym_name(struct ksym_load *l, const char *name, size_t len, uint32_t *ret)
+{
+	/* KALLSYMS_MAX_BYTES keeps every offset within 32 bits */
+	if (grow_array_to((void **)&l->names, &l->names_cap, l->names_len + len + 1, 1) < 0)
+		return -ENOMEM;
+	memcpy(l->names + l->names_len, name, len);
+	l->names[l->names_len + len] = '\0';
+	*ret = (uint32_t)l->names_len;
+	l->names_len += len + 1;
+	return 0;
 }
 
 /*
  * kallsyms__load_file() - read the text symbols (types t, T, w, W) of a
  * kallsyms-format file @path into @k, sorted, one per address. Malformed
  * lines are skipped; bytes past KALLSYMS_MAX_BYTES ignored. Returns 0 or
- * -errno (open/read failure, -ENOMEM).
+ * -errno (open/read failure, -ENOMEM; -E2BIG past 65535 modules), @k
+ * unchanged on failure.
  */
 int kallsyms__load_file(struct kallsyms *k, const char *path)
 {
 	_cleanup_fclose_ FILE *f = NULL;
 	_cleanup_free_ char *line = NULL;
-	_cleanup_free_ struct ksym *syms = NULL;
-	size_t line_cap = 0, n = 0, cap = 0, out;
+	struct ksym_load l = {0};
+	size_t line_cap = 0, out;
 	uint64_t total = 0;
 	bool all_zero = true;
 	ssize_t len;
+	int r = 0;
 
 	f = fopen(path, "re");
 	if (!f)
@@ -102,38 +167,45 @@ int kallsyms__load_file(struct kallsyms *k, const char *path)
 			continue;
 		if (addr)
 			all_zero = false;
-		sym = (struct ksym){
-		    .addr = addr,
-		    .order = (uint32_t)MIN(n, (size_t)UINT32_MAX),
-		    .global = type == 'T' || type == 'W',
-		};
-		sym.name = arena_strndup(&k->names, name, name_len);
-		if (!sym.name)
-			return -ENOMEM;
-		if (module_len) {
+		sym = (struct ksym){.addr = addr, .global = type == 'T' || type == 'W'};
+		r = ksym_name(&l, name, name_len, &sym.name);
+		if (r == 0 && module_len) {
 			/* kallsyms_parse_line() bounds module_len by KSYM_NAME_MAX + 1 */
 			memcpy(mod_name, module, module_len);
 			mod_name[module_len] = '\0';
-			sym.module = strpool_intern(k->pool, mod_name);
-			if (!sym.module)
-				return -ENOMEM;
+			r = ksym_module(&l, k->pool, mod_name);
+			sym.module = (uint16_t)(r > 0 ? r : 0);
 		}
-		if (grow_array((void **)&syms, &cap, n, sizeof(*syms)) < 0)
-			return -ENOMEM;
-		syms[n++] = sym;
+		if (r >= 0)
+			r = grow_array((void **)&l.syms, &l.cap, l.n, sizeof(*l.syms));
+		if (r < 0)
+			goto fail;
+		l.syms[l.n++] = sym;
 	}
-	if (ferror(f))
-		return -EIO;
+	if (ferror(f)) {
+		r = -EIO;
+		goto fail;
+	}
 
-	qsort(syms, n, sizeof(*syms), ksym_cmp);
-	for (size_t i = out = 0; i < n; i++)
-		if (out == 0 || syms[i].addr != syms[out - 1].addr)
-			syms[out++] = syms[i];
+	qsort(l.syms, l.n, sizeof(*l.syms), ksym_cmp);
+	for (size_t i = out = 0; i < l.n; i++)
+		if (out == 0 || l.syms[i].addr != l.syms[out - 1].addr)
+			l.syms[out++] = l.syms[i];
 	free(k->syms);
-	k->syms = TAKE_PTR(syms);
+	free(k->names);
+	free(k->modules);
+	/* Kept for the daemon's life: without the room grown for. */
+	k->syms = shrink(l.syms, out * sizeof(*l.syms));
 	k->n = out;
-	k->hidden = n > 0 && all_zero;
+	k->names = shrink(l.names, l.names_len);
+	k->names_len = l.names_len;
+	k->modules = l.modules;
+	k->n_modules = l.n_modules;
+	k->hidden = l.n > 0 && all_zero;
 	return 0;
+fail:
+	ksym_load_done(&l);
+	return r;
 }
 
 /*
@@ -177,9 +249,9 @@ int kallsyms__lookup(struct kallsyms *ks, uint64_t addr, bool return_addr, struc
 	k = &ks->syms[lo - 1];
 	if (lookup - k->addr >= KSYM_MAX_DISTANCE)
 		return 0;
-	ret->function = k->name;
+	ret->function = ks->names + k->name;
 	if (k->module)
-		ret->module = k->module;
+		ret->module = ks->modules[k->module - 1];
 	return 0;
 }
 
@@ -187,8 +259,11 @@ int kallsyms__lookup(struct kallsyms *ks, uint64_t addr, bool return_addr, struc
 void kallsyms__done(struct kallsyms *k)
 {
 	free(k->syms);
-	arena_done(&k->names);
+	free(k->names);
+	free(k->modules);
 	k->syms = NULL;
-	k->n = 0;
+	k->names = NULL;
+	k->modules = NULL;
+	k->n = k->names_len = k->n_modules = 0;
 	k->loaded = false;
 }
