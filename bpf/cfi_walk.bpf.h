@@ -5,7 +5,8 @@
  * bpf_loop() step. The same walk as cfi_unwinder__unwind()
  * (daemon/symbols/cfi_unwind.c), reading the live stack instead of a copy:
  * per frame, the mapping (binary search), the row (from cfi_row_cache, else
- * a binary search), the CFA, and two bpf_probe_read_user() calls at most.
+ * a binary search), the CFA, and the return address and saved rbp, read
+ * from a window of the stack copied at most once for several frames.
  * It never guesses a caller: anything the rows do not express stops it with
  * a reason.
  *
@@ -88,6 +89,7 @@ struct {
 struct cfi_walk_state {
 	const struct cfi_walk_proc *proc;
 	__u64 *pcs; /* room for CFI_WALK_MAX_FRAMES */
+	struct cfi_stack_window *win;
 	__u64 pc, sp, bp;
 	__u32 n, max;
 	__u32 bp_state;
@@ -205,6 +207,42 @@ static __always_inline int cfi_find_row(const struct cfi_walk_module *mod, __u64
 }
 
 /*
+ * cfi_read_stack() - the 8 bytes of the user stack at @addr into *@ret,
+ * from w->win if they are in it, else into a window read anew from @addr
+ * up (what is left of @addr's page if the whole window faults, since a
+ * read that faults fails whole), else with a read of their own. Returns 0,
+ * or -1 if @addr cannot be read.
+ */
+static __always_inline int cfi_read_stack(struct cfi_walk_state *w, __u64 addr, __u64 *ret)
+{
+	struct cfi_stack_window *win = w->win;
+	__u64 off = addr - win->start, len;
+
+	if (addr & 7)
+		return bpf_probe_read_user(ret, sizeof(*ret), (const void *)addr) ? -1 : 0;
+	if (addr < win->start || off + 8 > win->len) {
+		len = CFI_WALK_WINDOW;
+		if (bpf_probe_read_user(win->bytes, CFI_WALK_WINDOW, (const void *)addr)) {
+			/* 8..PAGE_BYTES; a whole page is the read that just failed */
+			len = PAGE_BYTES - (addr & (PAGE_BYTES - 1));
+			if (len >= CFI_WALK_WINDOW ||
+			    bpf_probe_read_user(win->bytes, len & (CFI_WALK_WINDOW - 1),
+						(const void *)addr))
+				len = 0;
+		}
+		win->start = addr;
+		win->len = len;
+		if (len < 8)
+			return -1;
+		off = 0;
+	}
+	/* off is a multiple of 8 below len <= CFI_WALK_WINDOW: the mask tells the verifier */
+	off &= CFI_WALK_WINDOW - 8;
+	*ret = *(__u64 *)(win->bytes + off);
+	return 0;
+}
+
+/*
  * One frame, for bpf_loop(): frame @i; 1 stops the loop (w->stop says why).
  * The frame's index is bpf_loop()'s @i, not a count kept in @ctx: the
  * verifier checks a callback until its states converge (Linux 6.7,
@@ -282,14 +320,13 @@ static long cfi_walk_step(__u64 i, void *ctx)
 		w->stop = CFI_STOP_NO_CFI;
 		return 1;
 	}
-	if (bpf_probe_read_user(&ra, sizeof(ra), (const void *)(cfa - 8))) {
+	if (cfi_read_stack(w, cfa - 8, &ra)) {
 		w->stop = CFI_STOP_READ_FAULT;
 		return 1;
 	}
 	if (flags & CFI_WALK_FP_SAVED) {
 		/* a saved rbp that cannot be read is lost: only a later CFA in rbp stops */
-		if (bpf_probe_read_user(&saved_bp, sizeof(saved_bp),
-					(const void *)(cfa + (__s64)row.fp_off)) == 0) {
+		if (cfi_read_stack(w, cfa + (__s64)row.fp_off, &saved_bp) == 0) {
 			w->bp = saved_bp;
 			w->bp_state = CFI_BP_KNOWN;
 		} else {
@@ -317,23 +354,28 @@ static __always_inline bool cfi_walk_whole(__u32 n, __u32 max, __u32 stop)
 }
 
 /*
- * cfi_walk_user() - unwind the stack of the current task's process @tgid
- * from user registers @regs (x86-64 DWARF numbering: rbp 6, rsp 7, rip 16).
+ * cfi_walk_user() - unwind the user stack of the current task, with its
+ * process's entry in cfi_procs, from user registers @regs (x86-64 DWARF
+ * numbering: rbp 6, rsp 7, rip 16).
  * @pcs: room for CFI_WALK_MAX_FRAMES PCs, leaf first: pcs[0] is rip, the
  * others return addresses (a signal frame's + 1). @max: 1..CFI_WALK_MAX_FRAMES.
- * Returns the number of PCs (0 only when rip is 0 or @tgid has no entry)
+ * @win: scratch in a map value that nothing else on this CPU uses until the
+ * walk returns: the stack window.
+ * Returns the number of PCs (0 only when rip is 0 or the process has no entry)
  * and stores the reason it stopped in *@ret_stop, which is also counted in
  * cfi_walk_stops. A separate function: the verifier checks it once.
  */
-static __noinline __u32 cfi_walk_user(__u32 tgid, const __u64 *regs, __u64 *pcs, __u32 max,
-				      __u32 *ret_stop)
+static __noinline __u32 cfi_walk_user(const __u64 *regs, __u64 *pcs, __u32 max,
+				      struct cfi_stack_window *win, __u32 *ret_stop)
 {
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32, stop, key;
 	struct cfi_walk_state w = {};
-	__u32 stop, key;
 	__u64 *cnt;
 
 	w.proc = bpf_map_lookup_elem(&cfi_procs, &tgid);
 	w.pcs = pcs;
+	w.win = win;
+	win->len = 0;
 	w.max = max;
 	w.pc = regs[16];
 	w.sp = regs[7];

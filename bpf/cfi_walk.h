@@ -31,6 +31,23 @@
 #define CFI_WALK_MAX_MODULES 4096
 #define CFI_WALK_MAX_ROWS (8u << 20)
 #define CFI_WALK_MAX_FRAMES 128
+/*
+ * The walk reads the stack through a window of this many bytes (a power of
+ * 2), copied with one bpf_probe_read_user() from the first address it
+ * needs up: the return addresses and saved rbps of the next frames are in
+ * it, so a walk of 40 small frames makes one read, not 80.
+ */
+#define CFI_WALK_WINDOW 4096
+
+/*
+ * The window, in a map value (where the verifier does not carry the
+ * bounds of start and len from frame to frame, as it would on the stack,
+ * and so does not check each frame again for each).
+ */
+struct cfi_stack_window {
+	__u64 start, len; /* user address of bytes[0]; bytes read, 0..CFI_WALK_WINDOW */
+	__u8 bytes[CFI_WALK_WINDOW];
+};
 /* Binary search steps: log2 of the bounds above, + 1. */
 #define CFI_WALK_MAPPING_STEPS 10
 #define CFI_WALK_ROW_STEPS 24

@@ -57,6 +57,9 @@ static __always_inline void copy_stack(struct cfi_walk_test_event *e, __u32 max)
 	}
 }
 
+/* e->stack serves as the walk's window first */
+_Static_assert(sizeof(struct cfi_stack_window) <= CFI_WALK_TEST_STACK_BYTES, "window too large");
+
 SEC("perf_event")
 int cfi_walk_sample(struct bpf_perf_event_data *ctx)
 {
@@ -78,7 +81,9 @@ int cfi_walk_sample(struct bpf_perf_event_data *ctx)
 	e->missing_pages = 0;
 	read_user_regs(e->regs);
 	if (walk)
-		e->n_pcs = cfi_walk_user(e->pid, e->regs, e->pcs, CFI_WALK_MAX_FRAMES, &stop);
+		/* e->stack is the window: copy_stack() comes after the walk */
+		e->n_pcs = cfi_walk_user(e->regs, e->pcs, CFI_WALK_MAX_FRAMES,
+					 (struct cfi_stack_window *)e->stack, &stop);
 	e->stop = stop;
 	if (copy_stack_bytes)
 		copy_stack(e, copy_stack_bytes);

@@ -67,6 +67,15 @@ const volatile __u64 min_block_ns = 0;
  * cfi_modules, cfi_rows and cfi_row_cache before load (offcpu.c). */
 #include "cfi_walk.bpf.h"
 
+/* The table walk's stack window (cfi_walk_user()): sched_switch runs with
+ * interrupts off, and nothing else in this object walks. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cfi_stack_window);
+} cfi_window SEC(".maps");
+
 /* A thread that is off the CPU: its record so far, and when it was woken. */
 struct offcpu_start {
 	__u64 wake_ns; /* sched_wakeup time, 0 until then */
@@ -132,12 +141,16 @@ static __always_inline void copy_user_stack(struct offcpu_event *e, long off)
  */
 static __always_inline int walk_user_stack(struct offcpu_event *e, long klen)
 {
-	__u32 stop = CFI_STOP_NR, n;
+	__u32 stop = CFI_STOP_NR, n, zero = 0;
+	struct cfi_stack_window *win;
 
 	e->stack_size = 0;
 	if (klen < 0 || klen > OFFCPU_MAX_FRAMES)
 		return 0;
-	n = cfi_walk_user(e->pid, e->regs, &e->ips[klen], OFFCPU_MAX_FRAMES, &stop);
+	win = bpf_map_lookup_elem(&cfi_window, &zero);
+	if (!win)
+		return 0;
+	n = cfi_walk_user(e->regs, &e->ips[klen], OFFCPU_MAX_FRAMES, win, &stop);
 	e->cfi_stop = stop;
 	if (!cfi_walk_whole(n, OFFCPU_MAX_FRAMES, stop))
 		return 0;

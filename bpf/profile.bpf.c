@@ -234,6 +234,9 @@ static __noinline void walk_python(struct sample_event *e, const struct python_c
 	e->py_len = w.n;
 }
 
+/* e->stack serves as the table walk's window first */
+_Static_assert(sizeof(struct cfi_stack_window) <= PROFILE_MAX_STACK_BYTES, "window too large");
+
 /*
  * With cfi_walk: walk the user stack from the CFI tables into e->ips[@klen]
  * (cfi_walk.bpf.h). Returns the frames if the walk reached the root or the
@@ -248,7 +251,9 @@ static __always_inline long walk_user_stack(struct sample_event *e, long klen)
 	if (klen < 0 || klen > PROFILE_MAX_FRAMES)
 		return -1;
 	read_user_regs(e->regs);
-	n = cfi_walk_user(e->pid, e->regs, &e->ips[klen], PROFILE_MAX_FRAMES, &stop);
+	/* e->stack is the window: the stack copy, if any, comes after the walk */
+	n = cfi_walk_user(e->regs, &e->ips[klen], PROFILE_MAX_FRAMES,
+			  (struct cfi_stack_window *)e->stack, &stop);
 	e->cfi_stop = stop;
 	e->cfi_frames = n;
 	/* Kept apart: with auto, the frame-pointer walk overwrites ips[] next. */
