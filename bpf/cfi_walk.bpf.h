@@ -268,10 +268,15 @@ static long cfi_walk_step(__u64 i, void *ctx)
 	w->n = i + 1;
 	/* a return address is looked up at - 1: the call, not what follows it */
 	lookup = i == 0 ? pc : pc - 1;
-	m = cfi_find_mapping(w->proc, lookup);
-	if (!m) {
-		w->stop = CFI_STOP_NO_MAPPING;
-		return 1;
+	m = &w->win->last;
+	if (lookup < m->start || lookup >= m->end) {
+		const struct cfi_walk_mapping *found_m = cfi_find_mapping(w->proc, lookup);
+
+		if (!found_m) {
+			w->stop = CFI_STOP_NO_MAPPING;
+			return 1;
+		}
+		w->win->last = *found_m;
 	}
 	mid = m->module;
 	mod = bpf_map_lookup_elem(&cfi_modules, &mid);
@@ -376,6 +381,7 @@ static __noinline __u32 cfi_walk_user(const __u64 *regs, __u64 *pcs, __u32 max,
 	w.pcs = pcs;
 	w.win = win;
 	win->len = 0;
+	win->last.start = win->last.end = 0;
 	w.max = max;
 	w.pc = regs[16];
 	w.sp = regs[7];

@@ -39,15 +39,6 @@
  */
 #define CFI_WALK_WINDOW 4096
 
-/*
- * The window, in a map value (where the verifier does not carry the
- * bounds of start and len from frame to frame, as it would on the stack,
- * and so does not check each frame again for each).
- */
-struct cfi_stack_window {
-	__u64 start, len; /* user address of bytes[0]; bytes read, 0..CFI_WALK_WINDOW */
-	__u8 bytes[CFI_WALK_WINDOW];
-};
 /* Binary search steps: log2 of the bounds above, + 1. */
 #define CFI_WALK_MAPPING_STEPS 10
 #define CFI_WALK_ROW_STEPS 24
@@ -97,6 +88,19 @@ struct cfi_walk_mapping {
 	__u64 bias;   /* runtime address - ELF virtual address */
 	__u32 module; /* index in cfi_modules */
 	__u32 pad;
+};
+
+/*
+ * What a walk keeps from frame to frame, in a map value (where the
+ * verifier does not carry the bounds of these numbers from frame to frame,
+ * as it would on the BPF stack, and so does not check each frame again for
+ * each): the stack window, and the mapping of the frame before, since the
+ * next one is often in it (recursion, an interpreter's frames).
+ */
+struct cfi_stack_window {
+	__u64 start, len; /* user address of bytes[0]; bytes read, 0..CFI_WALK_WINDOW */
+	struct cfi_walk_mapping last; /* a copy; end 0 until the first frame */
+	__u8 bytes[CFI_WALK_WINDOW];
 };
 
 /* A process's mappings, sorted by start, not overlapping: the value of cfi_procs. */
