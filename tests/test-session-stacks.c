@@ -5,13 +5,16 @@
  * daemon/session/stacks.c), and loses nothing for it: more distinct stacks
  * than max_stacks_per_session are all stored, no sample is dropped at the
  * limit, a stack forgotten and seen again finds its own row in the store
- * (no duplicate), and a stack seen at every flush is never forgotten.
+ * (no duplicate), a stack seen at every flush is never forgotten, and
+ * neither is the stack of a mapping made in the session (its munmap, much
+ * later, is counted against it).
  * Needs neither root nor BPF: the session runs without a sampler and the
  * test feeds it the records the BPF program would.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "check.h"
 #include "check_session.h"
@@ -39,8 +42,8 @@ __attribute__((noinline)) void stacks_test_caller(void)
 
 enum {
 	MAX_STACKS = 64,   /* max_stacks_per_session: the cache is half of it */
-	ROUNDS = 6,        /* flushes */
-	PER_ROUND = 30,    /* new distinct stacks each flush */
+	ROUNDS = 8,        /* flushes */
+	PER_ROUND = 12,    /* new distinct stacks each flush: fewer than the cache */
 	WARM_SAMPLES = 5,  /* samples of the stack seen at every flush */
 };
 
@@ -89,6 +92,36 @@ static struct raw_stack *feed_warm(void)
 	return session__stack_intern(s, (pid_t)getpid(), &ip, 0, 1, 0, NULL);
 }
 
+/* An anonymous mapping of @len bytes at @addr made by stacks_test_caller, or
+ * (@kind VM_MUNMAP) its munmap, sent without a stack, as BPF sends shrinking changes. */
+static void feed_vm(uint32_t kind, uint64_t addr, uint64_t len)
+{
+	static struct sample_event e;
+
+	memset(&e, 0, sizeof(e));
+	e.pid = e.tid = (uint32_t)getpid();
+	e.event = PROFILE_EVENT_VM;
+	e.time_ns = now_ns(CLOCK_MONOTONIC);
+	snprintf(e.comm, sizeof(e.comm), "stacks");
+	if (kind == VM_MUNMAP) {
+		e.flags = SAMPLE_NO_STACK;
+	} else {
+		e.ustack_len = 1;
+		e.ips[0] = (uint64_t)(uintptr_t)stacks_test_caller + 1;
+	}
+	e.vm = (struct vm_change){.addr = addr, .len = len, .kind = kind,
+				  .flags = MAP_PRIVATE | MAP_ANONYMOUS};
+	session__on_vm(s, &e);
+}
+
+/* The session's copy of the mapping's stack, as feed_vm() sends it. */
+static struct raw_stack *vm_stack(void)
+{
+	uint64_t ip = (uint64_t)(uintptr_t)stacks_test_caller + 1;
+
+	return session__stack_intern(s, (pid_t)getpid(), &ip, 0, 1, 0, NULL);
+}
+
 static long long scalar(const char *sql)
 {
 	return test_session_scalar(env.store, sid, sql);
@@ -97,16 +130,20 @@ static long long scalar(const char *sql)
 int main(void)
 {
 	char dir[] = "/tmp/test-session-stacks-XXXXXX", path[64];
-	struct session_params params = test_session_params("cpu", EVENT_CPU);
-	struct raw_stack *warm = NULL;
+	struct session_params params = test_session_params("cpu,rss", EVENT_CPU | EVENT_RSS);
+	const uint64_t map_addr = 0x7f0000000000, map_len = 4 << 20;
+	struct raw_stack *warm = NULL, *mapper;
 	long long rows;
 
 	params.max_stacks = MAX_STACKS;
+	params.memory_interval_ns = 3600 * NSEC_PER_SEC; /* no RSS readings during the test */
 	test_db_path(dir, path, sizeof(path));
 	test_session_open(path, &params, &env, &s);
 	if (!s)
 		return 1;
 	sid = session__id(s);
+	feed_vm(VM_MMAP, map_addr, map_len);
+	mapper = vm_stack();
 
 	for (unsigned r = 0; r < ROUNDS; r++) {
 		struct raw_stack *w;
@@ -123,7 +160,7 @@ int main(void)
 		CHECK(w == warm);
 	}
 	rows = scalar("SELECT count(*) FROM stacks");
-	CHECK_INT_EQ(rows, ROUNDS * PER_ROUND + 1);
+	CHECK_INT_EQ(rows, ROUNDS * PER_ROUND + 2); /* and the warm one, and the mapper's */
 	CHECK_INT_EQ(scalar("SELECT limit_dropped_samples FROM sessions WHERE id = ?1"), 0);
 	CHECK_INT_EQ(scalar("SELECT samples FROM sessions WHERE id = ?1"),
 		     ROUNDS * (PER_ROUND + WARM_SAMPLES));
@@ -139,6 +176,16 @@ int main(void)
 		     PER_ROUND);
 	CHECK_INT_EQ(scalar("SELECT sum(count) FROM sample_totals WHERE session_id = ?1"),
 		     ROUNDS * (PER_ROUND + WARM_SAMPLES) + PER_ROUND);
+
+	/* The mapping's stack, seen once at the start, stayed for its munmap. */
+	CHECK(vm_stack() == mapper);
+	feed_vm(VM_MUNMAP, map_addr, map_len);
+	CHECK_INT_EQ(test_session_flush(s, &env), 0);
+	CHECK_INT_EQ(scalar("SELECT coalesce(sum(v.bytes), 0) FROM vm_changes v "
+			    "JOIN stack_frames sf ON sf.stack_id = v.stack_id AND sf.pos = 0 "
+			    "JOIN frames f ON f.id = sf.frame_id WHERE v.session_id = ?1 AND "
+			    "v.change = 'munmap' AND f.function = 'stacks_test_caller'"),
+		     -(long long)map_len);
 
 	test_session_close(&env, s, dir, path);
 	return check_exit("session-stacks");
