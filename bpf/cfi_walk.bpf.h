@@ -4,9 +4,10 @@
  * daemon/collect/cfi_maps.c): the maps, and cfi_walk_user(), one frame per
  * bpf_loop() step. The same walk as cfi_unwinder__unwind()
  * (daemon/symbols/cfi_unwind.c), reading the live stack instead of a copy:
- * per frame, the mapping (binary search), the row (from cfi_row_cache, else
- * a binary search), the CFA, and the return address and saved rbp, read
- * from a window of the stack copied at most once for several frames.
+ * per frame, the mapping (the frame before's, else a binary search), the
+ * row (from cfi_row_cache, else a binary search), the CFA, and the return
+ * address and saved rbp, read from a window of the stack copied at most
+ * once for several frames.
  * It never guesses a caller: anything the rows do not express stops it with
  * a reason.
  *
@@ -220,7 +221,8 @@ static __always_inline int cfi_read_stack(struct cfi_walk_state *w, __u64 addr, 
 
 	if (addr & 7)
 		return bpf_probe_read_user(ret, sizeof(*ret), (const void *)addr) ? -1 : 0;
-	if (addr < win->start || off + 8 > win->len) {
+	/* written so that no sum wraps: a garbage CFA can be near 2^64 */
+	if (addr < win->start || off >= win->len || win->len - off < 8) {
 		len = CFI_WALK_WINDOW;
 		if (bpf_probe_read_user(win->bytes, CFI_WALK_WINDOW, (const void *)addr)) {
 			/* 8..PAGE_BYTES; a whole page is the read that just failed */
