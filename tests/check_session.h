@@ -1,13 +1,17 @@
 /*
  * check_session.h - what the C tests that feed a session by hand share
- * (test-session.c, test-session-vm.c, test-session-malloc.c): a session of
- * this very process in a test database, without a sampler; its flush as the
- * daemon's loop runs it (one transaction, done or failed); one number read
- * back from the store; and SQL run on it (the triggers that refuse a flush).
+ * (test-session.c, test-session-vm.c, test-session-malloc.c,
+ * test-session-stacks.c): a session of this very process in a test
+ * database, without a sampler; its flush as the daemon's loop runs it (one
+ * transaction, done or failed); one number read back from the store; SQL
+ * run on it (the triggers that refuse a flush); and the address-space
+ * change records the BPF program would send it.
  */
 #pragma once
 
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -15,6 +19,7 @@
 #include "service/request.h"
 #include "session/session.h"
 #include "store/store.h"
+#include "util.h"
 
 /*
  * test_session_params() - the settings of a session of this process by an
@@ -117,4 +122,30 @@ static inline void test_session_exec(struct store *store, const char *sql)
 		check_failures++;
 	}
 	sqlite3_free(err);
+}
+
+/*
+ * test_session_vm() - feed @s the address-space change @vm of this
+ * process as the BPF program sends it: a PROFILE_EVENT_VM record with a
+ * one-frame stack at @ip, or, with @ip 0, without a stack
+ * (SAMPLE_NO_STACK), as shrinking changes and growth over the BPF side's
+ * stack budget come.
+ */
+static inline void test_session_vm(struct session *s, uint64_t ip, const struct vm_change *vm)
+{
+	static struct sample_event e;
+
+	memset(&e, 0, sizeof(e));
+	e.pid = e.tid = (uint32_t)getpid();
+	e.event = PROFILE_EVENT_VM;
+	e.time_ns = now_ns(CLOCK_MONOTONIC);
+	snprintf(e.comm, sizeof(e.comm), "vm-test");
+	if (ip) {
+		e.ustack_len = 1;
+		e.ips[0] = ip;
+	} else {
+		e.flags = SAMPLE_NO_STACK;
+	}
+	e.vm = *vm;
+	session__on_vm(s, &e);
 }

@@ -96,22 +96,9 @@ static struct raw_stack *feed_warm(void)
  * (@kind VM_MUNMAP) its munmap, sent without a stack, as BPF sends shrinking changes. */
 static void feed_vm(uint32_t kind, uint64_t addr, uint64_t len)
 {
-	static struct sample_event e;
-
-	memset(&e, 0, sizeof(e));
-	e.pid = e.tid = (uint32_t)getpid();
-	e.event = PROFILE_EVENT_VM;
-	e.time_ns = now_ns(CLOCK_MONOTONIC);
-	snprintf(e.comm, sizeof(e.comm), "stacks");
-	if (kind == VM_MUNMAP) {
-		e.flags = SAMPLE_NO_STACK;
-	} else {
-		e.ustack_len = 1;
-		e.ips[0] = (uint64_t)(uintptr_t)stacks_test_caller + 1;
-	}
-	e.vm = (struct vm_change){.addr = addr, .len = len, .kind = kind,
-				  .flags = MAP_PRIVATE | MAP_ANONYMOUS};
-	session__on_vm(s, &e);
+	test_session_vm(s, kind == VM_MUNMAP ? 0 : (uint64_t)(uintptr_t)stacks_test_caller + 1,
+			&(struct vm_change){.addr = addr, .len = len, .kind = kind,
+					    .flags = MAP_PRIVATE | MAP_ANONYMOUS});
 }
 
 /* The session's copy of the mapping's stack, as feed_vm() sends it. */

@@ -56,28 +56,15 @@ static int64_t sid;
 static void feed_fd(void (*leaf)(void), uint32_t kind, uint64_t addr, uint64_t len,
 		    uint64_t old_addr, uint64_t old_len, uint32_t flags, int fd, uint32_t file_kind)
 {
-	static struct sample_event e;
-
-	memset(&e, 0, sizeof(e));
-	e.pid = e.tid = (uint32_t)getpid();
-	e.event = PROFILE_EVENT_VM;
-	e.time_ns = now_ns(CLOCK_MONOTONIC);
-	snprintf(e.comm, sizeof(e.comm), "vm-test");
-	if (leaf) {
-		e.ustack_len = 1;
-		e.ips[0] = (uint64_t)(uintptr_t)leaf + 4;
-	} else {
-		e.flags = SAMPLE_NO_STACK;
-	}
-	e.vm = (struct vm_change){.addr = addr,
-				  .len = len,
-				  .old_addr = old_addr,
-				  .old_len = old_len,
-				  .kind = kind,
-				  .flags = flags,
-				  .fd = fd,
-				  .file_kind = file_kind};
-	session__on_vm(s, &e);
+	test_session_vm(s, leaf ? (uint64_t)(uintptr_t)leaf + 4 : 0,
+			&(struct vm_change){.addr = addr,
+					    .len = len,
+					    .old_addr = old_addr,
+					    .old_len = old_len,
+					    .kind = kind,
+					    .flags = flags,
+					    .fd = fd,
+					    .file_kind = file_kind});
 }
 
 static void feed(void (*leaf)(void), uint32_t kind, uint64_t addr, uint64_t len, uint64_t old_addr,
