@@ -123,7 +123,6 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->events = p->event_bits;
 	s->max_threads = p->max_threads ? p->max_threads : UINT_MAX;
 	s->max_stacks = p->max_stacks ? p->max_stacks : UINT_MAX;
-	s->stack_cache = MIN(SESSION_STACK_CACHE, s->max_stacks / 2);
 	s->pidfd = -1;
 	s->memory_interval_ns = (s->events & EVENT_RSS) ? p->memory_interval_ns : 0;
 	s->malloc_sample_bytes = (s->events & EVENT_MALLOC) ? p->malloc_sample_bytes : 0;

@@ -92,7 +92,6 @@ struct session {
 					 * ones sent bare (SAMPLE_NO_STACK) of no known region */
 	/* Limits (bounded memory): samples past them are counted, not kept. */
 	unsigned max_threads, max_stacks;
-	unsigned stack_cache;	/* raw stacks kept after a flush (session__stacks_evict()) */
 	uint32_t flushes;	/* flushes committed: the clock of raw_stack.seen */
 	struct hashmap tids;	/* tids sampled and not exited, as (void *)(tid + 1) */
 	uint64_t limit_dropped; /* samples dropped at a limit, not yet flushed */

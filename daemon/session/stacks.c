@@ -125,9 +125,10 @@ static int seen_cmp(const void *a, const void *b)
 
 /*
  * session__stacks_evict() - after a committed flush, bound the raw stacks
- * the session holds: past s->stack_cache (SESSION_STACK_CACHE), forget the
- * stored ones (a stack_id) that nothing refers to any more, those a record
- * had least lately first (raw_stack.seen), down to three quarters of it.
+ * the session holds: past SESSION_STACK_CACHE (or half of max_stacks, if
+ * less), forget the stored ones (a stack_id) that nothing refers to any
+ * more, those a record had least lately first (raw_stack.seen), down to
+ * three quarters of that bound.
  * A forgotten stack that comes again is interned anew, and its first flush
  * symbolizes it from the frame cache and finds its row in the store by
  * content (store__stack_id()): same stack_id, a few SQL lookups. Without
@@ -141,9 +142,9 @@ size_t session__stacks_evict(struct session *s)
 {
 	struct hashmap keep = {0};
 	struct raw_stack **cand = NULL, *st;
-	size_t n = 0, want, freed = 0;
+	size_t cache = MIN(SESSION_STACK_CACHE, s->max_stacks / 2), n = 0, want, freed = 0;
 
-	if (s->stacks.len <= s->stack_cache || gpu_acc__holds_stacks(s->gpu))
+	if (s->stacks.len <= cache || gpu_acc__holds_stacks(s->gpu))
 		return 0;
 	/* the accumulators of samples and off-CPU intervals are empty after a flush */
 	if (session__memory_keep_stacks(s, &keep) < 0)
@@ -157,7 +158,7 @@ size_t session__stacks_evict(struct session *s)
 		    !hashmap__find(&keep, session__stack_ptr_hash(st), session__same_stack, st))
 			cand[n++] = st;
 	}
-	want = MIN(n, s->stacks.len - s->stack_cache / 4 * 3);
+	want = MIN(n, s->stacks.len - cache / 4 * 3);
 	qsort(cand, n, sizeof(*cand), seen_cmp);
 	for (size_t i = 0; i < want; i++)
 		cand[i]->seen = STACK_EVICTED;
