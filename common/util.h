@@ -111,3 +111,15 @@ static inline int grow_array(void **v, size_t *cap, size_t n, size_t size)
 {
 	return grow_array_to(v, cap, n + 1, size);
 }
+
+/*
+ * shrink_alloc() - @ptr (malloc'd) reallocated to @bytes, to give back the
+ * room an array grew for once it is complete; @ptr as it was if @bytes is
+ * 0 or realloc() fails.
+ */
+static inline void *shrink_alloc(void *ptr, size_t bytes)
+{
+	void *p = bytes ? realloc(ptr, bytes) : NULL;
+
+	return p ? p : ptr;
+}

@@ -655,13 +655,8 @@ static int table_finish(struct rowvec *eh, struct rowvec *dbg, struct cfi_table_
 		rowvec_done(&all);
 		return -ENOMEM;
 	}
-	/* shrink to fit; keep the array if realloc will not */
-	if (all.n && all.n < all.cap) {
-		struct cfi_row *rows = realloc(all.rows, all.n * sizeof(*rows));
-
-		if (rows)
-			all.rows = rows;
-	}
+	if (all.n < all.cap)
+		all.rows = shrink_alloc(all.rows, all.n * sizeof(*all.rows));
 	t->rows = all.rows;
 	t->n = all.n;
 	for (size_t i = 0; i < t->n; i++)

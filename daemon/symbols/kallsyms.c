@@ -66,19 +66,6 @@ static int ksym_cmp(const void *a, const void *b)
 	return (x->name > y->name) - (x->name < y->name);
 }
 
-/* shrink() - @p (malloc'd) cut to @bytes, or @p as it is if realloc() fails; NULL for 0. */
-static void *shrink(void *p, size_t bytes)
-{
-	void *q;
-
-	if (bytes == 0) {
-		free(p);
-		return NULL;
-	}
-	q = realloc(p, bytes);
-	return q ? q : p;
-}
-
 /* What kallsyms__load_file() builds before it replaces what @k had. */
 struct ksym_load {
 	struct ksym *syms;
@@ -195,9 +182,9 @@ int kallsyms__load_file(struct kallsyms *k, const char *path)
 	free(k->names);
 	free(k->modules);
 	/* Kept for the daemon's life: without the room grown for. */
-	k->syms = shrink(l.syms, out * sizeof(*l.syms));
+	k->syms = shrink_alloc(l.syms, out * sizeof(*l.syms));
 	k->n = out;
-	k->names = shrink(l.names, l.names_len);
+	k->names = shrink_alloc(l.names, l.names_len);
 	k->names_len = l.names_len;
 	k->modules = l.modules;
 	k->n_modules = l.n_modules;

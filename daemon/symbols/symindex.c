@@ -92,14 +92,6 @@ static int u64_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* shrink() - @ptr reallocated to @bytes (> 0), or @ptr as it was if that fails. */
-static void *shrink(void *ptr, size_t bytes)
-{
-	void *p = bytes ? realloc(ptr, bytes) : NULL;
-
-	return p ? p : ptr;
-}
-
 static void pass_free(struct pass *p)
 {
 	free(p->sized);
@@ -143,8 +135,8 @@ static int pass_build(Dwfl_Module *mod, int first, int end, struct pass *p)
 		};
 	}
 	/* keep only what was read: most of a library's table is often undefined imports */
-	p->sized = shrink(p->sized, p->n_sized * sizeof(*p->sized));
-	p->labels = shrink(p->labels, p->n_labels * sizeof(*p->labels));
+	p->sized = shrink_alloc(p->sized, p->n_sized * sizeof(*p->sized));
+	p->labels = shrink_alloc(p->labels, p->n_labels * sizeof(*p->labels));
 	qsort(p->sized, p->n_sized, sizeof(*p->sized), sym_cmp);
 	qsort(p->labels, p->n_labels, sizeof(*p->labels), u64_cmp);
 	p->max_end = malloc((p->n_sized ? p->n_sized : 1) * sizeof(*p->max_end));
