@@ -39,21 +39,21 @@ struct alloc_block {
  * split at every reading for the first 20 s, then every 3 s at one minute,
  * every 3 minutes at an hour (~20 rounds more each time the age grows by
  * e = 2.7x: ~125 in an hour instead of 3,600). Each growth rate still has
- * about 20 points over whatever span it is read at, and an always-on
- * session stops paying for a split a second: on a PyTorch CPU loop (1,700
- * mappings, 240 MiB resident) a round is ~8 ms, 1% of a core at 1 Hz.
+ * about 20 points over whatever span it is read at.
  */
 #define MAPS_AGE_PARTS 20
 
 /*
- * The split by mapping kind (and Pss) of every process of @s, from
- * /proc/PID/smaps: at each reading, unless the last round of reads cost
- * more than 1% of a core over the interval, then as often as keeps it at
- * 1% (a process with 10,000 mappings: ~10 MiB of text; a process of a few
- * GiB: a few ms of page-table walk), and no sooner than the session's age
- * over MAPS_AGE_PARTS. The readings between have neither.
- * @m: @s's readings taken at @mono_ns, @n of them.
+ * A round of smaps reads also waits at least this many times what it cost
+ * (the daemon thread's CPU time): it may take 0.1% of a core. A round walks
+ * the page tables and formats ~25 lines per mapping in the kernel: on a
+ * PyTorch CPU loop (~1,700 mappings, 240 MiB resident) it is ~6.5 ms, one
+ * every 6.5 s; at 1%, a round every 0.65 s, it was ~40% of profd's CPU on
+ * that job (8 of ~19 us per CPU sample at 999 Hz). A small process (~100
+ * mappings, ~0.2 ms) keeps a split at every reading.
  */
+#define MAPS_COST_FACTOR 1000
+
 static void read_maps(struct session *s, struct store_memory *m, size_t n, uint64_t mono_ns)
 {
 	uint64_t cost_ns = 0, wait_ns;
@@ -68,7 +68,7 @@ static void read_maps(struct session *s, struct store_memory *m, size_t n, uint6
 		memory__read_maps(m[i].pid, &m[i], &one_ns);
 		cost_ns += one_ns;
 	}
-	wait_ns = MAX(cost_ns * 100,
+	wait_ns = MAX(cost_ns * MAPS_COST_FACTOR,
 		      mono_ns > s->started_mono_ns ? (mono_ns - s->started_mono_ns) / MAPS_AGE_PARTS
 						   : 0);
 	/* Half an interval early: the reading on the grid at (or just before) it qualifies. */
