@@ -79,7 +79,9 @@ static int rowvec_put(struct rowvec *v, const struct cfi_row *r)
 	if (v->n == 0 && r->kind == CFI_ROW_NONE)
 		return 0; /* below the first row is no CFI anyway */
 	if (v->n == v->cap) {
-		size_t cap = v->cap ? v->cap * 2 : 256;
+		/* By a quarter once large: doubling took libtorch_cpu.so's rows to a
+		 * 32 MiB array, profd's largest allocation on a PyTorch job. */
+		size_t cap = v->cap < 65536 ? MAX(v->cap * 2, (size_t)256) : v->cap + v->cap / 4;
 		struct cfi_row *rows;
 
 		if (v->n >= CFI_TABLE_MAX_ROWS)
