@@ -451,6 +451,58 @@ static void test_self_libc(void)
 	addrspace__free(as);
 }
 
+/*
+ * symbolizer__trim(): this process's libc and libelf as two modules, on a
+ * clock of the test's. A module not looked up for the idle time is closed
+ * (the other stays), and the next lookup opens it again with the same
+ * name; the names handed out before stay readable.
+ */
+static void test_trim(void)
+{
+	uint64_t libc_addr = (uintptr_t)&clock_nanosleep, elf_addr = (uintptr_t)&elf_version;
+	uint64_t t0 = now_ns(CLOCK_MONOTONIC) + 1000 * NSEC_PER_SEC, idle = 10 * NSEC_PER_SEC;
+	struct frame_info libc_fi, elf_fi, fi;
+	struct addrspace *as = NULL;
+	struct symbolizer *s;
+
+	CHECK_INT_EQ(addrspace__new(getpid(), &as), 0);
+	s = symbolizer__new();
+	if (!s || !as)
+		SETUP_FAIL("symbolizer__new/addrspace__new");
+	CHECK_INT_EQ(symbolizer__user(s, as, libc_addr, false, &libc_fi), 0);
+	CHECK_INT_EQ(symbolizer__user(s, as, elf_addr, false, &elf_fi), 0);
+	if (!libc_fi.function || !elf_fi.function || libc_fi.module == elf_fi.module) {
+		check_skip("trim", "libc or libelf of this process has no symbols");
+		goto out;
+	}
+	CHECK_INT_EQ(s->modules.len, 2);
+	/* both looked up when the symbolizer was made (now, t0 - 1000 s): kept at
+	 * t0 - 999 s, closed at t0 */
+	CHECK_INT_EQ(symbolizer__trim(s, t0 - 999 * NSEC_PER_SEC, idle), 0);
+	CHECK_INT_EQ(symbolizer__trim(s, t0, idle), 2);
+	CHECK_INT_EQ(s->modules.len, 0);
+	CHECK_INT_EQ(s->results.len, 0);
+	/* opened again by the next lookup: same names; the old strings still readable */
+	CHECK_INT_EQ(symbolizer__user(s, as, libc_addr, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, libc_fi.function);
+	CHECK_INT_EQ(symbolizer__user(s, as, elf_addr, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, elf_fi.function);
+	CHECK(strstr(libc_fi.function, "clock_nanosleep") && strstr(elf_fi.function, "elf_version"));
+	/* at t0 + 5 s only libc is used: at t0 + 12 s libelf has been idle 12 s, libc 7 */
+	CHECK_INT_EQ(symbolizer__trim(s, t0 + 5 * NSEC_PER_SEC, idle), 0);
+	CHECK_INT_EQ(symbolizer__user(s, as, libc_addr, false, &fi), 0);
+	CHECK_INT_EQ(symbolizer__trim(s, t0 + 12 * NSEC_PER_SEC, idle), 1);
+	CHECK_INT_EQ(s->modules.len, 1);
+	CHECK_INT_EQ(symbolizer__user(s, as, elf_addr, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, elf_fi.function);
+	CHECK_INT_EQ(s->modules.len, 2);
+	printf("ok trim: idle modules closed and opened again (%s, %s)\n", libc_fi.function,
+	       elf_fi.function);
+out:
+	symbolizer__free(s);
+	addrspace__free(as);
+}
+
 /* ---------------------------------------------------------------------- */
 /* Part: the PIE / non-PIE / stripped fixtures as running processes */
 
@@ -2074,6 +2126,7 @@ int main(void)
 
 	test_maps_parser();
 	test_self_libc();
+	test_trim();
 	test_pie("PROFD_FIXTURE_PIE", true);
 	test_pie("PROFD_FIXTURE_NOPIE", false);
 	test_stripped();

@@ -72,6 +72,7 @@ struct profd {
 	uint64_t last_refresh_ns;   /* CLOCK_MONOTONIC of the last features__refresh() round */
 	uint64_t last_retention_ns; /* CLOCK_MONOTONIC */
 	uint64_t last_merge_ns;	    /* CLOCK_MONOTONIC of the last profd__merge_windows() */
+	uint64_t last_symbols_trim_ns; /* CLOCK_MONOTONIC of the last symbolizer__trim() */
 	bool merge_backlog;	    /* it stopped at its bound: older windows wait */
 	struct store_merge_cursor merge_cursor; /* the merged window it works on */
 	uint64_t watchdog_ns;	    /* WATCHDOG=1 this often; 0: no watchdog */

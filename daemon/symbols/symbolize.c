@@ -119,6 +119,7 @@ struct symbolizer *symbolizer__new_with(bool debuginfod, const char *debug_path)
 	}
 	s->debuginfod = debuginfod;
 	s->kallsyms.pool = &s->pool;
+	s->clock_ns = now_ns(CLOCK_MONOTONIC);
 	if (debuginfod) {
 		s->debuginfo.callbacks.find_elf = dwfl_build_id_find_elf;
 		s->debuginfo.callbacks.find_debuginfo = dwfl_standard_find_debuginfo;
@@ -196,8 +197,10 @@ struct module *symbolizer__module_intern(struct symbolizer *s, const struct modu
 	uint64_t h = hash64(HASH64_INIT, key, sizeof(*key));
 	struct module *mod = hashmap__find(&s->modules, h, module_eq, key);
 
-	if (mod)
+	if (mod) {
+		mod->used_ns = s->clock_ns;
 		return mod;
+	}
 	mod = calloc(1, sizeof(*mod));
 	if (!mod)
 		return NULL;
@@ -211,12 +214,47 @@ struct module *symbolizer__module_intern(struct symbolizer *s, const struct modu
 	    .vdso_self = key->vdso_self,
 	    .file = key->file,
 	    .retry_ns = retry_ns,
+	    .used_ns = s->clock_ns,
 	};
 	if (hashmap__insert(&s->modules, h, mod) < 0) {
 		free(mod);
 		return NULL;
 	}
 	return mod;
+}
+
+static bool module_idle(const void *entry, const void *ctx)
+{
+	return ((const struct module *)entry)->used_ns < *(const uint64_t *)ctx;
+}
+
+static void module_drop(void *entry)
+{
+	module_free(entry);
+}
+
+/*
+ * symbolizer__trim() - close the modules of @s not looked up for @idle_ns
+ * or more at @now_ns (CLOCK_MONOTONIC), to within the time between two
+ * calls: each lookup stamps its module with the time of the last call. A
+ * module closed is opened again by its next lookup, with the same names
+ * (its symbol index and debug info are built again: tens to hundreds of ms
+ * for a large library). Without it the modules of every file any process
+ * ever mapped stay open (their symbol index, libdw's DWARF, the mapped ELF
+ * file), for as long as the daemon runs. The cached lookups go too when a
+ * module closes: they are keyed by module. Strings handed out stay valid
+ * (they are interned). Returns the number of modules closed. Does not log.
+ */
+size_t symbolizer__trim(struct symbolizer *s, uint64_t now_ns, uint64_t idle_ns)
+{
+	uint64_t before = now_ns > idle_ns ? now_ns - idle_ns : 0;
+	size_t closed;
+
+	closed = hashmap__remove_if(&s->modules, module_idle, &before, module_drop);
+	if (closed)
+		results_clear(s);
+	s->clock_ns = now_ns;
+	return closed;
 }
 
 /*

@@ -83,6 +83,8 @@ struct symbolizer;
 
 struct symbolizer *symbolizer__new(void); /* NULL only on out-of-memory */
 void symbolizer__free(struct symbolizer *s); /* accepts NULL */
+/* Documented in symbolize.c: close the modules not used for @idle_ns. */
+size_t symbolizer__trim(struct symbolizer *s, uint64_t now_ns, uint64_t idle_ns);
 
 /*
  * symbolizer__user() - symbolize user address @addr of a process whose

@@ -38,6 +38,7 @@ struct module {
 	struct symindex *index; /* @mod's symbols by address; NULL: ask libdwfl */
 	Dwarf_Addr bias;	/* Dwfl address - ELF virtual address */
 	uint64_t retry_ns;	/* CLOCK_MONOTONIC time to try opening again when dwfl is NULL */
+	uint64_t used_ns;	/* the symbolizer's clock_ns when it was last looked up */
 };
 
 /* What identifies a module: interned strings compare by address. Hashed as bytes. */
@@ -56,6 +57,11 @@ struct symbolizer {
 	struct hashmap results; /* struct result, by module + address; emptied when full */
 
 	struct kallsyms kallsyms; /* loaded on first use */
+
+	/* CLOCK_MONOTONIC of the last symbolizer__trim() (of creation before
+	 * one): what a module is stamped with when it is looked up, so that a
+	 * lookup costs no clock read. */
+	uint64_t clock_ns;
 
 	/*
 	 * Where separate debug files are looked for (debuginfo.h); with
