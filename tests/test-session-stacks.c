@@ -7,7 +7,8 @@
  * limit, a stack forgotten and seen again finds its own row in the store
  * (no duplicate), a stack seen at every flush is never forgotten, and
  * neither is the stack of a mapping made in the session (its munmap, much
- * later, is counted against it).
+ * later, is counted against it). Its frame cache is bounded too: more
+ * distinct code addresses than it holds still give each stack its frames.
  * Needs neither root nor BPF: the session runs without a sampler and the
  * test feeds it the records the BPF program would.
  */
@@ -114,6 +115,57 @@ static long long scalar(const char *sql)
 	return test_session_scalar(env.store, sid, sql);
 }
 
+enum {
+	FRAME_ADDRS = 300, /* distinct leaf addresses, in main(): more than the frame cache */
+	FRAME_ROUNDS = 10, /* over this many flushes: fewer new stacks a flush than the cache */
+};
+
+/* A one-frame stack whose leaf is byte @k + 1 of main(). */
+static void feed_main(unsigned k)
+{
+	static struct sample_event e;
+	int main(void);
+
+	memset(&e, 0, sizeof(e));
+	e.pid = e.tid = (uint32_t)getpid();
+	snprintf(e.comm, sizeof(e.comm), "stacks");
+	e.ustack_len = 1;
+	e.ips[0] = (uint64_t)(uintptr_t)main + 1 + k;
+	e.time_ns = now_ns(CLOCK_MONOTONIC);
+	session__on_sample(s, &e);
+}
+
+/*
+ * FRAME_ADDRS distinct addresses, 4 per stack of max_stacks at most in the
+ * frame cache (SESSION_FRAME_CACHE): it is emptied on the way, and every
+ * stack still gets one frame row of its own, in main(); the stacks of the
+ * first flush, fed again after, find their rows (no new stack or frame row).
+ */
+static void test_frame_cache(void)
+{
+	long long stacks, frames;
+
+	stacks = scalar("SELECT count(*) FROM stacks");
+	for (unsigned r = 0; r < FRAME_ROUNDS; r++) {
+		for (unsigned k = 0; k < FRAME_ADDRS / FRAME_ROUNDS; k++)
+			feed_main(r * (FRAME_ADDRS / FRAME_ROUNDS) + k);
+		CHECK_INT_EQ(test_session_flush(s, &env), 0);
+		CHECK(s->frames.len <= 4 * MAX_STACKS);
+	}
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM stacks"), stacks + FRAME_ADDRS);
+	/* one depth-0 frame per address, in main() (code inlined into it: more frames) */
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM frames WHERE function = 'main' AND "
+			    "inline_depth = 0"),
+		     FRAME_ADDRS);
+	frames = scalar("SELECT count(*) FROM frames");
+	for (unsigned k = 0; k < FRAME_ADDRS / FRAME_ROUNDS; k++)
+		feed_main(k);
+	CHECK_INT_EQ(test_session_flush(s, &env), 0);
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM stacks"), stacks + FRAME_ADDRS);
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM frames"), frames);
+	CHECK_INT_EQ(scalar("SELECT limit_dropped_samples FROM sessions WHERE id = ?1"), 0);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/test-session-stacks-XXXXXX", path[64];
@@ -174,6 +226,7 @@ int main(void)
 			    "v.change = 'munmap' AND f.function = 'stacks_test_caller'"),
 		     -(long long)map_len);
 
+	test_frame_cache();
 	test_session_close(&env, s, dir, path);
 	return check_exit("session-stacks");
 }

@@ -125,6 +125,15 @@ struct counter_row {
  */
 #define SESSION_STACK_CACHE 16384
 
+/*
+ * Addresses a session's frame cache holds, at most (and at most four per
+ * stack of max_stacks): past it the cache is emptied, and refills from the
+ * symbolizer's cache of lookups and the store, where a frame is found by
+ * content. An entry is ~120 bytes with its slot: ~15 MiB. A session reaches
+ * it only with code that keeps moving (JIT code) or a very large program.
+ */
+#define SESSION_FRAME_CACHE 131072
+
 /* A call stack as the BPF program saw it: raw addresses, kernel frames first. */
 struct raw_stack {
 	uint64_t hash;

@@ -391,6 +391,9 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 	key.n = (unsigned)n;
 	/* The function the symbol table names is last; it decides rootness. */
 	key.root = !kernel && is_thread_root(fi[n - 1].function);
+	/* No entry is held across calls: the callers use *@ret at once. */
+	if (s->frames.len >= MIN(SESSION_FRAME_CACHE, 4 * (size_t)s->max_stacks))
+		hashmap_clear_free(&s->frames);
 	fc = hashmap_add_copy(&s->frames, h, &key, sizeof(key));
 	if (!fc)
 		return -ENOMEM;
