@@ -4,8 +4,8 @@
  * test-session-stacks.c): a session of this very process in a test
  * database, without a sampler; its flush as the daemon's loop runs it (one
  * transaction, done or failed); one number read back from the store; SQL
- * run on it (the triggers that refuse a flush); and the address-space
- * change records the BPF program would send it.
+ * run on it (the triggers that refuse a flush); and the sample and
+ * address-space change records the BPF program would send it.
  */
 #pragma once
 
@@ -122,6 +122,28 @@ static inline void test_session_exec(struct store *store, const char *sql)
 		check_failures++;
 	}
 	sqlite3_free(err);
+}
+
+/*
+ * test_session_samples() - feed @s @n CPU samples of thread @tid of this
+ * process, named @comm, whose user stack is @ips (@len addresses, leaf
+ * first, at most PROFILE_MAX_FRAMES), as the BPF program sends them.
+ */
+static inline void test_session_samples(struct session *s, pid_t tid, const char *comm,
+					const uint64_t *ips, unsigned len, unsigned n)
+{
+	static struct sample_event e;
+
+	memset(&e, 0, sizeof(e));
+	e.pid = (uint32_t)getpid();
+	e.tid = (uint32_t)tid;
+	snprintf(e.comm, sizeof(e.comm), "%s", comm);
+	e.ustack_len = (uint16_t)len;
+	memcpy(e.ips, ips, len * sizeof(*ips));
+	for (unsigned i = 0; i < n; i++) {
+		e.time_ns = now_ns(CLOCK_MONOTONIC);
+		session__on_sample(s, &e);
+	}
 }
 
 /*

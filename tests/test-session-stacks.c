@@ -59,37 +59,21 @@ static int64_t sid;
  */
 static void feed(unsigned j, unsigned n)
 {
-	static struct sample_event e;
+	uint64_t ips[1 + ROUNDS * PER_ROUND / 2];
 	unsigned depth = 1 + j / 2;
 
-	memset(&e, 0, sizeof(e));
-	e.pid = e.tid = (uint32_t)getpid();
-	snprintf(e.comm, sizeof(e.comm), "stacks");
-	e.ustack_len = (uint16_t)(1 + depth);
-	e.ips[0] = (uint64_t)(uintptr_t)(j % 2 ? stacks_test_other_leaf : stacks_test_leaf) + 1;
+	ips[0] = (uint64_t)(uintptr_t)(j % 2 ? stacks_test_other_leaf : stacks_test_leaf) + 1;
 	for (unsigned i = 1; i <= depth; i++)
-		e.ips[i] = (uint64_t)(uintptr_t)stacks_test_caller + 5; /* return addresses */
-	for (unsigned i = 0; i < n; i++) {
-		e.time_ns = now_ns(CLOCK_MONOTONIC);
-		session__on_sample(s, &e);
-	}
+		ips[i] = (uint64_t)(uintptr_t)stacks_test_caller + 5; /* return addresses */
+	test_session_samples(s, getpid(), "stacks", ips, 1 + depth, n);
 }
 
 /* The warm stack: the leaf alone, no caller. The session's copy of it. */
 static struct raw_stack *feed_warm(void)
 {
-	static struct sample_event e;
 	uint64_t ip = (uint64_t)(uintptr_t)stacks_test_leaf + 1;
 
-	memset(&e, 0, sizeof(e));
-	e.pid = e.tid = (uint32_t)getpid();
-	snprintf(e.comm, sizeof(e.comm), "stacks");
-	e.ustack_len = 1;
-	e.ips[0] = ip;
-	for (unsigned i = 0; i < WARM_SAMPLES; i++) {
-		e.time_ns = now_ns(CLOCK_MONOTONIC);
-		session__on_sample(s, &e);
-	}
+	test_session_samples(s, getpid(), "stacks", &ip, 1, WARM_SAMPLES);
 	return session__stack_intern(s, (pid_t)getpid(), &ip, 0, 1, 0, NULL);
 }
 
@@ -123,16 +107,10 @@ enum {
 /* A one-frame stack whose leaf is byte @k + 1 of main(). */
 static void feed_main(unsigned k)
 {
-	static struct sample_event e;
 	int main(void);
+	uint64_t ip = (uint64_t)(uintptr_t)main + 1 + k;
 
-	memset(&e, 0, sizeof(e));
-	e.pid = e.tid = (uint32_t)getpid();
-	snprintf(e.comm, sizeof(e.comm), "stacks");
-	e.ustack_len = 1;
-	e.ips[0] = (uint64_t)(uintptr_t)main + 1 + k;
-	e.time_ns = now_ns(CLOCK_MONOTONIC);
-	session__on_sample(s, &e);
+	test_session_samples(s, getpid(), "stacks", &ip, 1, 1);
 }
 
 /*

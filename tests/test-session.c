@@ -58,21 +58,10 @@ static int64_t sid;
 /* @n samples of thread @tid: @leaf called from session_test_caller. */
 static void feed(void (*leaf)(void), unsigned n, pid_t tid)
 {
-	struct sample_event *e = calloc(1, sizeof(*e));
+	uint64_t ips[] = {(uint64_t)(uintptr_t)leaf + 4,
+			  (uint64_t)(uintptr_t)session_test_caller + 5}; /* then a return address */
 
-	if (!e)
-		exit(99);
-	e->pid = (uint32_t)getpid();
-	e->tid = (uint32_t)tid;
-	snprintf(e->comm, sizeof(e->comm), "worker-%d", tid == getpid() ? 0 : 1);
-	e->ustack_len = 2;
-	e->ips[0] = (uint64_t)(uintptr_t)leaf + 4;
-	e->ips[1] = (uint64_t)(uintptr_t)session_test_caller + 5; /* a return address */
-	for (unsigned i = 0; i < n; i++) {
-		e->time_ns = now_ns(CLOCK_MONOTONIC);
-		session__on_sample(s, e);
-	}
-	free(e);
+	test_session_samples(s, tid, tid == getpid() ? "worker-0" : "worker-1", ips, 2, n);
 }
 
 /* Thread @tid of this process exits, as the BPF program's exit record says. */
