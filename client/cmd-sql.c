@@ -42,7 +42,7 @@ int run_ping(struct conn *c, const struct args *a)
 {
 	_cleanup_(json_decrefp) json_t *reply = NULL;
 	const char *version;
-	json_t *protocol;
+	json_t *protocol, *t;
 	int r;
 
 	r = call_for_text(c, a, request_new("ping"), &reply);
@@ -56,5 +56,18 @@ int run_ping(struct conn *c, const struct args *a)
 	}
 	printf("profd %s (protocol %lld) at %s\n", version, (long long)json_integer_value(protocol),
 	       a->socket_path);
+	t = json_object_get(reply, "unwind_tables");
+	if (json_is_object(t)) /* a profd before the table cache sends none */
+		printf("unwind tables: %lld modules, %lld rows loaded; %.1f s compiling; cache %s: "
+		       "%lld hits, %lld written, %lld rejected, %lld failed, %.1f MiB\n",
+		       json_integer_value(json_object_get(t, "modules")),
+		       json_integer_value(json_object_get(t, "rows")),
+		       json_real_value(json_object_get(t, "compile_s")),
+		       json_is_true(json_object_get(t, "cache")) ? "on" : "off",
+		       json_integer_value(json_object_get(t, "cache_hits")),
+		       json_integer_value(json_object_get(t, "cache_stored")),
+		       json_integer_value(json_object_get(t, "cache_rejected")),
+		       json_integer_value(json_object_get(t, "cache_failed")),
+		       (double)json_integer_value(json_object_get(t, "cache_bytes")) / (1 << 20));
 	return 0;
 }

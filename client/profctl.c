@@ -114,7 +114,7 @@ static const struct command commands[] = {
 	 .options = "debuginfod"},
 	{.name = "ping", .operand = OPERAND_NONE, .run = run_ping,
 	 .synopsis = "",
-	 .summary = "check that profd answers; prints its version"},
+	 .summary = "check that profd answers; prints its version and its CFI tables' figures"},
 	/* No .run: main() prints the help. */
 	{.name = "help", .operand = OPERAND_TOPIC,
 	 .synopsis = "[COMMAND]",

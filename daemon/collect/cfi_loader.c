@@ -152,11 +152,13 @@ static void *loader_main(void *arg)
 /*
  * cfi_loader__new() - a cfi_maps__new() over the maps (@procs_fd,
  * @modules_fd, @rows_fd, borrowed: they must outlive the loader; @rows_cap
- * as cfi_maps__new()), lazy, and the thread that fills them. Returns 0 and
+ * as cfi_maps__new()), lazy, with table cache @cache (cfi_maps__set_cache():
+ * borrowed, NULL for none; only the thread uses it), and the thread that
+ * fills them. Returns 0 and
  * *@ret, or cfi_maps__new()'s or pthread_create()'s -errno. Does not log.
  */
 int cfi_loader__new(int procs_fd, int modules_fd, int rows_fd, uint32_t rows_cap,
-		    struct cfi_loader **ret)
+		    struct cfi_cache *cache, struct cfi_loader **ret)
 {
 	struct cfi_loader *l = calloc(1, sizeof(*l));
 	int r;
@@ -167,6 +169,7 @@ int cfi_loader__new(int procs_fd, int modules_fd, int rows_fd, uint32_t rows_cap
 	r = cfi_maps__new(procs_fd, modules_fd, rows_fd, rows_cap, &l->maps);
 	if (r == 0) {
 		cfi_maps__set_lazy(l->maps, true);
+		cfi_maps__set_cache(l->maps, cache);
 		l->stats = *cfi_maps__stats(l->maps);
 		r = worker_thread__start(&l->t, loader_main, l);
 	}

@@ -19,7 +19,7 @@ struct cfi_loader;
 
 /* Documented where they are defined, in cfi_loader.c. */
 int cfi_loader__new(int procs_fd, int modules_fd, int rows_fd, uint32_t rows_cap,
-		    struct cfi_loader **ret);
+		    struct cfi_cache *cache, struct cfi_loader **ret);
 int cfi_loader__add(struct cfi_loader *l, pid_t pid);
 int cfi_loader__load_module(struct cfi_loader *l, pid_t pid, uint64_t pc);
 int cfi_loader__remove(struct cfi_loader *l, pid_t pid);

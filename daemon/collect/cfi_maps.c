@@ -1,7 +1,8 @@
 /*
  * cfi_maps.c - fill the maps of cfi_walk.bpf.h (cfi_maps.h): per process
  * its executable mappings; per module (build ID, else path) its CFI table
- * compiled once, narrowed to 8-byte rows and copied into the shared,
+ * compiled once (or read from the table cache on disk, cfi_cache.h, by
+ * build ID), narrowed to 8-byte rows and copied into the shared,
  * mmap'ed row array at the first free place that holds it (first fit).
  * Modules are reference-counted by the processes that map them and their
  * rows freed with the last one.
@@ -28,6 +29,7 @@
 
 #include <bpf/bpf.h>
 
+#include "collect/cfi_cache.h"
 #include "collect/cfi_maps.h"
 #include "symbols/cfi_table.h"
 #include "symbols/cfi_unwind.h"
@@ -85,6 +87,7 @@ struct cfi_maps {
 	size_t n_procs, cap_procs;
 	struct debuginfo debuginfo;
 	bool lazy; /* modules are compiled on demand, not by add_process() */
+	struct cfi_cache *cache; /* borrowed; NULL: every module is compiled */
 	uint32_t fills; /* the last cfi_walk_module.fill given (0: none yet) */
 	struct cfi_maps_stats stats;
 };
@@ -163,9 +166,9 @@ static int rows_map(uint32_t len, int *ret_fd, struct cfi_walk_row **ret_rows, s
  */
 static int rows_install(struct cfi_maps *m, uint32_t len, uint32_t keep)
 {
-	struct cfi_walk_row *rows;
+	struct cfi_walk_row *rows = NULL;
 	uint32_t zero = 0;
-	size_t bytes;
+	size_t bytes = 0;
 	int fd, r;
 
 	r = rows_map(len, &fd, &rows, &bytes);
@@ -342,35 +345,96 @@ static void module_put(struct cfi_maps *m, uint32_t id)
 }
 
 /*
- * module_fill() - compile the table of module @id (behind @mp of @as),
- * copy its rows into cfi_rows and publish them in cfi_modules. A module
- * that cannot be compiled or does not fit is published without rows.
- * Returns 0 or the -errno of the map update (the module is then left
- * without rows).
+ * rows_from_cache() - the rows of module @key from the table cache into
+ * cfi_rows: true with *@ret_first and *@ret_n (0: a module known to have
+ * no CFI, or no room left, counted as a compile would count it), false
+ * when the cache has no good entry (then compile it).
  */
-static int module_fill(struct cfi_maps *m, uint32_t id, const struct addrspace *as,
-		       const struct mapping *mp)
+static bool rows_from_cache(struct cfi_maps *m, const char *key, uint32_t *ret_first,
+			    size_t *ret_n)
 {
-	struct module *mod = &m->modules[id];
-	struct cfi_walk_module info = {};
-	const struct cfi_row *rows;
-	struct cfi_table *t;
-	size_t n = 0;
+	struct cfi_cache_entry e;
 	uint32_t first = 0;
+	int r;
 
-	t = table_compile(m, as, mp);
+	if (!m->cache)
+		return false;
+	r = cfi_cache__find(m->cache, key, &e);
+	if (r == 0 && e.rows > 0 && rows_alloc(m, e.rows, &first) < 0) {
+		close(e.fd);
+		m->stats.modules_no_room++;
+		*ret_n = 0;
+		return true;
+	}
+	if (r == 0)
+		r = cfi_cache__read(m->cache, &e, &m->rows[first]);
+	if (r == -EBADMSG)
+		m->stats.cache_rejected++;
+	if (r < 0)
+		return false;
+	m->stats.cache_hits++;
+	m->stats.rows_narrowed += e.narrowed;
+	*ret_first = first;
+	*ret_n = e.rows;
+	return true;
+}
+
+/*
+ * rows_compile() - compile the table of the module behind @mp of @as and
+ * narrow its rows into cfi_rows: *@ret_first and *@ret_n (0: none, no room,
+ * or addresses beyond 32 bits, counted). A table compiled whole (with rows
+ * or none) goes to the table cache under the build ID @key.
+ */
+static void rows_compile(struct cfi_maps *m, const char *key, const struct addrspace *as,
+			 const struct mapping *mp, uint32_t *ret_first, size_t *ret_n)
+{
+	struct cfi_table *t = table_compile(m, as, mp);
+	const struct cfi_row *rows;
+	uint64_t narrowed = 0;
+	uint32_t first = 0;
+	bool keep = t != NULL;
+	size_t n = 0;
+	int r;
+
 	rows = t ? cfi_table__rows(t, &n) : NULL;
 	if (n > 0 && rows[n - 1].pc > UINT32_MAX) {
 		m->stats.modules_wide++;
 		n = 0;
+		keep = false;
 	} else if (n > 0 && (n > UINT32_MAX || rows_alloc(m, (uint32_t)n, &first) < 0)) {
 		m->stats.modules_no_room++;
 		n = 0;
+		keep = false;
 	}
 	for (size_t i = 0; i < n; i++)
 		if (!row_narrow(&rows[i], &m->rows[first + i]))
-			m->stats.rows_narrowed++;
+			narrowed++;
+	m->stats.rows_narrowed += narrowed;
 	cfi_table__free(t);
+	if (keep && m->cache) {
+		r = cfi_cache__store(m->cache, key, &m->rows[first], (uint32_t)n, narrowed);
+		if (r >= 0) {
+			m->stats.cache_stored++;
+			m->stats.cache_evicted += (uint64_t)r;
+		} else if (r != -EINVAL) { /* -EINVAL: no build ID, not cached */
+			m->stats.cache_failed++;
+		}
+		m->stats.cache_bytes = cfi_cache__bytes(m->cache);
+	}
+	*ret_first = first;
+	*ret_n = n;
+}
+
+/*
+ * module_publish() - publish in cfi_modules the @n rows at @first of
+ * cfi_rows (0: none) as module @id's. Returns 0 or the -errno of the map
+ * update (the module is then left without rows).
+ */
+static int module_publish(struct cfi_maps *m, uint32_t id, uint32_t first, size_t n)
+{
+	struct module *mod = &m->modules[id];
+	struct cfi_walk_module info = {};
+
 	mod->first = first;
 	mod->n = (uint32_t)n;
 	if (n) {
@@ -400,6 +464,23 @@ static int module_fill(struct cfi_maps *m, uint32_t id, const struct addrspace *
 }
 
 /*
+ * module_fill() - the rows of module @id (behind @mp of @as), from the
+ * table cache or compiled, copied into cfi_rows and published. A module
+ * that cannot be compiled or does not fit is published without rows.
+ * Returns 0 or module_publish()'s -errno.
+ */
+static int module_fill(struct cfi_maps *m, uint32_t id, const struct addrspace *as,
+		       const struct mapping *mp)
+{
+	uint32_t first = 0;
+	size_t n = 0;
+
+	if (!rows_from_cache(m, m->modules[id].key, &first, &n))
+		rows_compile(m, m->modules[id].key, as, mp, &first, &n);
+	return module_publish(m, id, first, n);
+}
+
+/*
  * module_find() - the id of the module whose key is @key, or -ENOENT.
  */
 static int module_find(const struct cfi_maps *m, const char *key)
@@ -413,7 +494,8 @@ static int module_find(const struct cfi_maps *m, const char *key)
 /*
  * module_get() - the id of the module behind @mp, with a reference taken:
  * found by key, else compiled and its rows copied into cfi_rows (lazy:
- * only registered, without rows, until cfi_maps__load_module()). A module
+ * read from the table cache if it is there, a file read, else only
+ * registered, without rows, until cfi_maps__load_module()). A module
  * that cannot be compiled or does not fit still gets an id (no rows: the
  * walk stops there, counted). Returns the id, -ENOSPC when every module
  * slot is taken, -ENOMEM, or the -errno of the map update.
@@ -424,7 +506,8 @@ static int module_get(struct cfi_maps *m, const struct addrspace *as, const stru
 	const char *key = cfi_table__key(mp, buf, sizeof(buf));
 	struct cfi_walk_module none = {};
 	struct module *mod = NULL;
-	uint32_t id = 0;
+	uint32_t id = 0, first = 0;
+	size_t n = 0;
 	int r;
 
 	r = module_find(m, key);
@@ -445,7 +528,9 @@ static int module_get(struct cfi_maps *m, const struct addrspace *as, const stru
 	if (!mod->key)
 		return -ENOMEM;
 	mod->refs = 1;
-	if (m->lazy) {
+	if (m->lazy && rows_from_cache(m, key, &first, &n)) {
+		r = module_publish(m, id, first, n);
+	} else if (m->lazy) {
 		mod->pending = true;
 		m->stats.modules_pending++;
 		r = bpf_map_update_elem(m->modules_fd, &id, &none, BPF_ANY) < 0 ? -errno : 0;
@@ -470,6 +555,18 @@ static int module_get(struct cfi_maps *m, const struct addrspace *as, const stru
 void cfi_maps__set_lazy(struct cfi_maps *m, bool lazy)
 {
 	m->lazy = lazy;
+}
+
+/*
+ * cfi_maps__set_cache() - take the rows of modules with a build ID from
+ * @cache (borrowed: it must outlive @m; NULL: none) when it has them, and
+ * write the tables compiled from now on to it (counted in the stats).
+ */
+void cfi_maps__set_cache(struct cfi_maps *m, struct cfi_cache *cache)
+{
+	m->cache = cache;
+	if (cache)
+		m->stats.cache_bytes = cfi_cache__bytes(cache);
 }
 
 /*

@@ -47,9 +47,17 @@ struct cfi_maps_stats {
 	uint64_t rows_grown;	   /* times it was grown (each a new array and a copy) */
 	uint64_t rows_narrowed; /* rows made CFI_ROW_EXPR: offsets that do not fit (cfi_walk.h) */
 	uint64_t compile_ns;	/* time spent compiling tables, CLOCK_MONOTONIC */
+	/* The table cache on disk (cfi_cache.h), when one is set: */
+	uint64_t cache_hits;	 /* modules whose rows came from it, not compiled */
+	uint64_t cache_stored;	 /* compiled tables written to it */
+	uint64_t cache_rejected; /* its files that did not read back as written (deleted) */
+	uint64_t cache_failed;	 /* tables not written: a write error (full disk), too large */
+	uint64_t cache_evicted;	 /* files deleted to keep it within its bound */
+	uint64_t cache_bytes;	 /* of its files, as of the last store */
 };
 
 struct cfi_maps;
+struct cfi_cache;
 
 /* cfi_walk_stop_name() - enum cfi_walk_stop @stop as the JSON counters name it ("no_table"). */
 const char *cfi_walk_stop_name(unsigned stop);
@@ -59,6 +67,7 @@ int cfi_maps__new(int procs_fd, int modules_fd, int rows_fd, uint32_t rows_cap,
 		  struct cfi_maps **ret);
 int cfi_maps__add_process(struct cfi_maps *m, uint32_t tgid, const struct addrspace *as);
 void cfi_maps__set_lazy(struct cfi_maps *m, bool lazy);
+void cfi_maps__set_cache(struct cfi_maps *m, struct cfi_cache *cache);
 int cfi_maps__load_module(struct cfi_maps *m, const struct addrspace *as, const struct mapping *mp);
 int cfi_maps__remove_process(struct cfi_maps *m, uint32_t tgid);
 int cfi_maps__module_rows(const struct cfi_maps *m, const struct mapping *mp, uint32_t *ret_rows);

@@ -14,6 +14,7 @@
 #include "profile.skel.h"
 #include "collect/sampler.h"
 #include "collect/bpf_util.h"
+#include "collect/cfi_cache.h"
 #include "collect/cfi_loader.h"
 #include "util.h"
 
@@ -33,6 +34,7 @@ struct sampler {
 	struct bpf_link *vm_links[6];           /* address-space changes; all NULL: unsupported */
 	struct record_reader reader;
 	struct cfi_loader *tables; /* made by the first sampler__tables_add() */
+	struct cfi_cache *table_cache; /* sampler__set_table_cache(); NULL: none */
 	sampler_fn fn;
 	void *ctx;
 	int nr_cpus;
@@ -213,6 +215,7 @@ void sampler__free(struct sampler *s)
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 		sampler__stop(s, i);
 	cfi_loader__free(s->tables);
+	cfi_cache__free(s->table_cache);
 	record_reader__close(&s->reader);
 	bpf_link__destroy(s->fork_link);
 	bpf_link__destroy(s->exit_link);
@@ -455,12 +458,30 @@ int sampler__tables_add(struct sampler *s, pid_t pid)
 		int r = cfi_loader__new(bpf_map__fd(s->skel->maps.cfi_procs),
 					bpf_map__fd(s->skel->maps.cfi_modules),
 					bpf_map__fd(s->skel->maps.cfi_rows), CFI_MAPS_DEFAULT_ROWS,
-					&s->tables);
+					s->table_cache, &s->tables);
 
 		if (r < 0)
 			return r;
 	}
 	return cfi_loader__add(s->tables, pid);
+}
+
+int sampler__set_table_cache(struct sampler *s, const char *dir, uint64_t max_bytes)
+{
+	struct cfi_cache *c;
+	int r;
+
+	if (s->tables || s->table_cache)
+		return -EBUSY;
+	r = cfi_cache__new(dir, max_bytes, &c);
+	if (r == 0)
+		s->table_cache = c;
+	return r;
+}
+
+bool sampler__has_table_cache(const struct sampler *s)
+{
+	return s->table_cache != NULL;
 }
 
 int sampler__tables_load_module(struct sampler *s, pid_t pid, uint64_t pc)

@@ -109,6 +109,16 @@ uint64_t sampler__lost(struct sampler *s, unsigned slot);
  */
 int sampler__tables_add(struct sampler *s, pid_t pid);
 /*
+ * sampler__set_table_cache() - keep compiled tables on disk in @dir
+ * (cfi_cache__new(): created if missing, at most @max_bytes of files) and
+ * read them from there, by build ID, before compiling. Before the first
+ * sampler__tables_add(). Returns 0, -EBUSY after it (or a second time), or
+ * cfi_cache__new()'s -errno (the sampler then compiles every table).
+ */
+int sampler__set_table_cache(struct sampler *s, const char *dir, uint64_t max_bytes);
+/* sampler__has_table_cache() - whether sampler__set_table_cache() succeeded. */
+bool sampler__has_table_cache(const struct sampler *s);
+/*
  * sampler__tables_load_module() - compile and load, on the loading thread,
  * the table of the module of @pid (added) holding @pc, where a walk
  * stopped at CFI_STOP_NO_TABLE: tables are loaded per module on demand.

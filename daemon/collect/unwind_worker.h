@@ -27,27 +27,30 @@ enum unwind_mode {
 };
 
 /*
- * The samples an auto session must be asked for (duration x frequency) to
- * walk the tables: compiling a process's tables costs about what the walk
- * saves on 15,000 samples (PyTorch: ~1 s of CPU against ~65 us a sample;
- * deep-nofp: ~0.15 s against ~9 us). A session without a duration (the
- * service) always walks them.
+ * Without the table cache, the samples an auto session must be asked for
+ * (duration x frequency) to walk the tables: compiling a process's tables
+ * costs about what the walk saves on 15,000 samples (PyTorch: ~1 s of CPU
+ * against ~65 us a sample; deep-nofp: ~0.15 s against ~9 us). A session
+ * without a duration (the service) always walks them.
  */
 #define UNWIND_AUTO_TABLES_MIN_SAMPLES 20000
 
 /*
  * unwind_walks_tables() - whether a session with @mode, @duration_ns (0:
  * until stopped) at @freq_hz walks the CFI tables in BPF first: tables
- * always, auto when the session is long enough to repay the compiles.
+ * always; auto when compiled tables are kept on disk (@cached: a module is
+ * compiled once per build on the machine, so even a short periodic
+ * snapshot repays it from the second on), else when the session is long
+ * enough to repay the compiles.
  */
 static inline bool unwind_walks_tables(enum unwind_mode mode, uint64_t duration_ns,
-				       unsigned freq_hz)
+				       unsigned freq_hz, bool cached)
 {
 	if (mode == UNWIND_MODE_TABLES)
 		return true;
 	return mode == UNWIND_MODE_AUTO &&
-	       (duration_ns == 0 || (double)duration_ns / 1e9 * freq_hz >=
-					    UNWIND_AUTO_TABLES_MIN_SAMPLES);
+	       (cached || duration_ns == 0 ||
+		(double)duration_ns / 1e9 * freq_hz >= UNWIND_AUTO_TABLES_MIN_SAMPLES);
 }
 
 /* unwind_mode_name() - "fp", "dwarf", "auto" or "tables". */

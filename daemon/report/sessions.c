@@ -59,7 +59,8 @@ static json_t *unwind_tables_object(sqlite3_stmt *st)
 	if (!unwind || (strcmp(unwind, "tables") != 0 && strcmp(unwind, "auto") != 0))
 		return json_null();
 	/* auto that did not walk stored nothing: a session shorter than
-	 * UNWIND_AUTO_TABLES_MIN_SAMPLES, or one of a profd before the walk */
+	 * UNWIND_AUTO_TABLES_MIN_SAMPLES of a profd without the table cache,
+	 * or one of a profd before the walk */
 	if (strcmp(unwind, "auto") == 0 && !text)
 		return json_null();
 	o = walk_counts(sqlite3_column_int64(st, SC_TABLE_WALKED), text, "fallback_samples");

@@ -55,6 +55,8 @@ static const struct setting {
      100000000},
     {"limits", "ring_buffer_bytes", SET_POW2_BYTES,
      offsetof(struct profd_config, ring_buffer_bytes), 1ULL << 20, 1ULL << 30},
+    {"limits", "cfi_cache_bytes", SET_BYTES, offsetof(struct profd_config, cfi_cache_bytes), 0,
+     0},
     {"limits", "query_threads", SET_UINT, offsetof(struct profd_config, query_threads), 1, 64},
     {"limits", "queries_per_user", SET_UINT, offsetof(struct profd_config, queries_per_user), 1,
      1024},
@@ -103,6 +105,7 @@ int config__init(struct profd_config *c)
 	    .max_threads = PROFD_DEFAULT_MAX_THREADS,
 	    .max_stacks = PROFD_DEFAULT_MAX_STACKS,
 	    .ring_buffer_bytes = PROFD_DEFAULT_RING_BUFFER_BYTES,
+	    .cfi_cache_bytes = PROFD_DEFAULT_CFI_CACHE_BYTES,
 	    .query_threads = PROFD_DEFAULT_QUERY_THREADS,
 	    .queries_per_user = PROFD_DEFAULT_QUERIES_PER_USER,
 	    .max_queries = PROFD_DEFAULT_MAX_QUERIES,
@@ -366,6 +369,7 @@ void config__print(const struct profd_config *c, FILE *f)
 	fprintf(f, "max_threads_per_session = %u\n", c->max_threads);
 	fprintf(f, "max_stacks_per_session = %u\n", c->max_stacks);
 	fprintf(f, "ring_buffer_bytes = %llu\n", (unsigned long long)c->ring_buffer_bytes);
+	fprintf(f, "cfi_cache_bytes = %llu\n", (unsigned long long)c->cfi_cache_bytes);
 	fprintf(f, "query_threads = %u\n", c->query_threads);
 	fprintf(f, "queries_per_user = %u\n", c->queries_per_user);
 	fprintf(f, "max_queries = %u\n", c->max_queries);

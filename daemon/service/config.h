@@ -23,6 +23,9 @@
  * twice (the kernel maps the data pages twice), with the off-CPU one of half its size:
  * 32 MiB would take profd past 64 MiB of RSS by itself (bench/daemon). */
 #define PROFD_DEFAULT_RING_BUFFER_BYTES (8u << 20)
+/* Compiled CFI tables kept in cfi-cache/ beside the database (collect/cfi_cache.h): ~20 times
+ * libtorch_cpu.so's 11 MiB. */
+#define PROFD_DEFAULT_CFI_CACHE_BYTES (256ull << 20)
 /* Reports and SQL run on this many threads, at most this many queued or running per user and
  * in all, each stopped after the timeout: the event loop never waits for them (readers.h).
  * A thread takes the oldest query of a user who has none running first. */
@@ -49,6 +52,7 @@ struct profd_config {
 	unsigned max_threads;		/* per session */
 	unsigned max_stacks;		/* distinct call stacks per session */
 	uint64_t ring_buffer_bytes; /* BPF ring buffer for samples, a power of 2; off-CPU: half */
+	uint64_t cfi_cache_bytes;   /* compiled CFI tables kept beside the database; 0: none */
 	unsigned query_threads;	    /* reader threads for reports and SQL, 1..64 */
 	unsigned queries_per_user;  /* reports or SQL queued or running for one uid */
 	unsigned max_queries;	    /* ... for everyone, >= query_threads */

@@ -197,6 +197,26 @@ static json_t *submit_report(struct profd *p, uint64_t client, const struct ucre
 }
 
 /*
+ * tables_object() - the ping's "unwind_tables": what the BPF walk's CFI
+ * tables hold now, in all sessions, and what the table cache on disk did
+ * since profd started (docs/protocol.md).
+ */
+static json_t *tables_object(struct profd *p)
+{
+	struct cfi_maps_stats t;
+
+	sampler__tables_stats(p->env.sampler, &t);
+	return json_pack("{s:I, s:I, s:I, s:f, s:b, s:I, s:I, s:I, s:I, s:I, s:I}", "processes",
+			 (json_int_t)t.procs, "modules", (json_int_t)t.modules, "rows",
+			 (json_int_t)t.rows_used, "compile_s", (double)t.compile_ns / 1e9, "cache",
+			 sampler__has_table_cache(p->env.sampler), "cache_hits",
+			 (json_int_t)t.cache_hits, "cache_stored", (json_int_t)t.cache_stored,
+			 "cache_rejected", (json_int_t)t.cache_rejected, "cache_failed",
+			 (json_int_t)t.cache_failed, "cache_evicted", (json_int_t)t.cache_evicted,
+			 "cache_bytes", (json_int_t)t.cache_bytes);
+}
+
+/*
  * One request: answered here, on the loop, when it reads little or changes
  * a session (ping, attach, detach, session, sessions, resymbolize), or
  * handed to a reader thread (NULL) when it is a report or SQL.
@@ -227,9 +247,10 @@ static json_t *run_request(struct profd *p, uint64_t client, const struct ucred 
 
 	switch (req.cmd) {
 	case CMD_PING:
-		return dispatch__ok(json_pack("{s:s, s:i, s:i}", "version", PROFD_VERSION,
+		return dispatch__ok(json_pack("{s:s, s:i, s:i, s:o}", "version", PROFD_VERSION,
 					      "protocol", PROFD_PROTOCOL_VERSION, "queries_running",
-					      (json_int_t)readers__busy(p->readers)));
+					      (json_int_t)readers__busy(p->readers), "unwind_tables",
+					      tables_object(p)));
 	case CMD_ATTACH:
 		return attach__run(p, peer, admin, &req);
 	case CMD_DETACH:

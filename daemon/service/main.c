@@ -4,6 +4,7 @@
  * ring buffers, ends sessions, flushes every second and answers requests.
  */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,6 +228,30 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 	return vfprintf(stderr, fmt, ap);
 }
 
+/*
+ * table_cache_open() - keep compiled CFI tables in cfi-cache/ beside the
+ * database (cfi_cache_bytes > 0). A cache that cannot be made is logged
+ * and done without: every session then compiles the modules it walks.
+ */
+static void table_cache_open(struct sampler *s, const struct profd_config *cfg)
+{
+	char dir[PATH_MAX];
+	const char *slash = strrchr(cfg->db_path, '/');
+	int r;
+
+	if (cfg->cfi_cache_bytes == 0)
+		return;
+	if (!slash)
+		snprintf(dir, sizeof(dir), "cfi-cache");
+	else
+		snprintf(dir, sizeof(dir), "%.*s/cfi-cache", (int)(slash - cfg->db_path),
+			 cfg->db_path);
+	r = sampler__set_table_cache(s, dir, cfg->cfi_cache_bytes);
+	if (r < 0)
+		log_warning_errno(r, "No CFI table cache in %s (every session compiles its tables): %m",
+				  dir);
+}
+
 static int run(void)
 {
 	struct profd p = {.cfg = &cfg, .epfd = -1, .timer_fd = -1, .signal_fd = -1};
@@ -309,6 +334,8 @@ static int run(void)
 		log_error_errno(r, "Failed to load the BPF sampling program: %m");
 		goto out;
 	}
+
+	table_cache_open(p.env.sampler, &cfg);
 
 	r = counters__probe(&p.counters);
 	if (r < 0)

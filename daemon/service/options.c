@@ -51,6 +51,9 @@ static void help(void)
 	       "  --ring-buffer-bytes SIZE  BPF ring buffer for samples (default 8M, a power of\n"
 	       "                         2; off-CPU intervals get half): kernel memory, mapped\n"
 	       "                         twice into profd, so counted twice in its RSS\n"
+	       "  --cfi-cache-bytes SIZE  keep compiled CFI tables (one file per build ID) in\n"
+	       "                         cfi-cache/ beside the database, at most SIZE (default\n"
+	       "                         256M; 0: none, every session compiles its modules)\n"
 	       "  --foreground           stay in the foreground (profd never forks; accepted for\n"
 	       "                         compatibility with init scripts)\n"
 	       "  -h, --help             show this help\n"
@@ -91,6 +94,7 @@ static const struct key_option {
     {"max-threads", "max_threads_per_session"},
     {"max-stacks", "max_stacks_per_session"},
     {"ring-buffer-bytes", "ring_buffer_bytes"},
+    {"cfi-cache-bytes", "cfi_cache_bytes"},
 };
 
 enum {

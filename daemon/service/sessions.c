@@ -370,14 +370,15 @@ int profd__end_session(struct profd *p, unsigned slot, const char *reason)
 		sampler__tables_stats(p->env.sampler, &t);
 		log_info("unwind tables: %llu processes, %llu modules with rows (%llu without, "
 			 "%llu not needed so far, %llu refused), %.1f MiB of rows in an array of "
-			 "%.1f MiB (at most %.1f), %.1f s compiling so far",
+			 "%.1f MiB (at most %.1f), %.1f s compiling so far, %llu modules read from "
+			 "the table cache",
 			 (unsigned long long)t.procs, (unsigned long long)t.modules,
 			 (unsigned long long)t.modules_empty, (unsigned long long)t.modules_pending,
 			 (unsigned long long)(t.modules_no_room + t.modules_wide),
 			 (double)t.rows_used * sizeof(struct cfi_walk_row) / (1 << 20),
 			 (double)t.rows_len * sizeof(struct cfi_walk_row) / (1 << 20),
 			 (double)t.rows_cap * sizeof(struct cfi_walk_row) / (1 << 20),
-			 (double)t.compile_ns / 1e9);
+			 (double)t.compile_ns / 1e9, (unsigned long long)t.cache_hits);
 	}
 	p->slots[slot] = NULL;
 	while ((proc = session__next_proc(s, &iter))) {

@@ -224,6 +224,15 @@ class Profd:
         return mine / max(100.0 - kernel_pct, 1e-9)
 
 
+def build_id(path):
+    """The GNU build ID of ELF file @path, in hex (readelf -n)."""
+    import re
+    out = subprocess.run(['readelf', '-n', path], capture_output=True, text=True).stdout
+    m = re.search(r'Build ID: ([0-9a-f]+)', out)
+    check(m, 'no build ID in %s' % path)
+    return m.group(1)
+
+
 def wait_for_threads(pid, count, timeout=10):
     """Wait until process @pid has at least @count threads (the workload started them)."""
     deadline = time.time() + timeout

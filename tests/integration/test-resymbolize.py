@@ -4,19 +4,10 @@ stored as module+offset with their build ID; once its debug file appears
 where profd looks (a .build-id tree under PROFD_DEBUG_PATH), resymbolize
 names them and top shows the hot function with its source line."""
 import os
-import re
 import shutil
-import subprocess
 import tempfile
 
-from profdtest import Profd, binary, check, require_root_bpf, run, wait_for_threads
-
-
-def build_id(path):
-    out = subprocess.run(['readelf', '-n', path], capture_output=True, text=True).stdout
-    m = re.search(r'Build ID: ([0-9a-f]+)', out)
-    check(m, 'no build ID in %s' % path)
-    return m.group(1)
+from profdtest import Profd, binary, build_id, check, require_root_bpf, run, wait_for_threads
 
 
 def test():

@@ -12,10 +12,15 @@ path, Python frames merged into walked stacks; a JIT leaf (no mapping
 file) falls back visibly, counted under no_mapping, and with the default its
 hottest function is still found (the frame-pointer walk). Off the CPU,
 a Python program's waits are walked in BPF too, with the stacks dwarf
-gives, counted apart (unwind_tables.offcpu). A short auto
-session (duration x frequency under 20,000 samples) does not walk: its
-tables would cost more to compile than the walk saves. Module tables load on
+gives, counted apart (unwind_tables.offcpu). Module tables load on
 demand, so each run starts with a few fallbacks (no_process, no_table).
+Compiled tables are kept on disk by build ID (cfi-cache/ beside the
+database): a restarted profd reads them instead of compiling, so a short
+auto session walks too, with the same whole stacks; a damaged file is
+refused, counted and compiled again to the same rows; a smaller bound
+evicts at the start. Without the cache (--cfi-cache-bytes 0), a short auto
+session (duration x frequency under 20,000 samples) does not walk: its
+tables would cost more to compile than the walk saves.
 The row array (kernel memory, grown from 512 KiB as modules load) exists
 only while a walking session runs: not in an idle profd, not after the
 session ends; on deep-nofp it stays at 512 KiB."""
@@ -23,7 +28,7 @@ import glob
 import os
 import time
 
-from profdtest import Profd, binary, check, require_root_bpf, run, wait_for_threads
+from profdtest import Profd, binary, build_id, check, require_root_bpf, run, wait_for_threads
 
 ROOTS = {'_start', '__libc_start_main', '__libc_start_call_main', 'main', 'start_thread',
          'clone', 'clone3', '__clone3'}
@@ -245,7 +250,8 @@ def check_offcpu(d):
     check(len(agree) == len(rooted), 'walked off-CPU stacks that dwarf does not begin')
 
 
-def check_short_auto(d):
+def short_auto(d):
+    """A 2 s auto session at 99 Hz on deep-nofp: (session, top)."""
     w = d.spawn(binary('DEEP_NOFP'), '4')
     wait_for_threads(w.pid, 2)
     sid = d.json('attach', w.pid, '--duration', '2', '--freq', '99')['session']
@@ -254,11 +260,77 @@ def check_short_auto(d):
     top = d.json('top', sid, '--limit', '10')
     print('deep-nofp, auto for 2 s at 99 Hz: %d samples, root %.1f%%, unwind_tables %r' % (
         s['samples'], top['root_pct'], s['unwind_tables']))
-    check(s['unwind'] == 'auto' and s['unwind_tables'] is None,
-          'a 2 s auto session walked tables: %r' % s['unwind_tables'])
     check(s['samples'] > 0 and top['root_pct'] >= 99, 'short auto: root %.1f%% of %d samples' % (
         top['root_pct'], s['samples']))
     wait_row_arrays(d, False, 'after a short auto session')
+    return s, top
+
+
+def cache_files(d):
+    """{name: bytes} of the table cache's files."""
+    cache = os.path.join(d.dir, 'cfi-cache')
+    return {n: os.path.getsize(os.path.join(cache, n)) for n in os.listdir(cache)}
+
+
+def restart(d, extra=()):
+    d.stop()
+    d.extra_args = list(extra)
+    d.start()
+
+
+def check_table_cache():
+    nofp = binary('DEEP_NOFP')
+    mine = build_id(nofp) + '.cfi'
+    with Profd() as d:
+        t = d.json('ping')['unwind_tables']
+        check(t['cache'] and t['cache_stored'] == 0, 'a new profd: %r' % t)
+        # The first session compiles deep-nofp's and libc's tables and keeps them.
+        session_run(d, [nofp, '4'], 'tables')
+        t, files = d.json('ping')['unwind_tables'], cache_files(d)
+        print('after a first session: %r, files %r' % (t, files))
+        check(mine in files and t['cache_stored'] >= 2 and t['compile_s'] > 0 and
+              t['cache_hits'] == 0, 'first session: %r, files %r' % (t, files))
+        check(sum(files.values()) == t['cache_bytes'], 'cache_bytes %d, files %r' % (
+            t['cache_bytes'], files))
+        # Restarted, profd reads them: a short auto session walks, nothing compiled again.
+        restart(d)
+        s, _ = short_auto(d)
+        t = d.json('ping')['unwind_tables']
+        print('restarted, a short auto session: %r' % t)
+        u = s['unwind_tables']
+        check(u is not None and u['walked'] >= 0.9 * s['samples'],
+              'short auto with the cache: %r of %d samples' % (u, s['samples']))
+        check(t['cache_hits'] >= 2 and t['cache_rejected'] == 0 and t['cache_stored'] == 0,
+              'restarted: %r' % t)
+        # A damaged file: refused, counted, compiled again to the same rows.
+        path = os.path.join(d.dir, 'cfi-cache', mine)
+        with open(path, 'rb') as f:
+            good = f.read()
+        with open(path, 'r+b') as f:
+            f.seek(168 + 8 * ((len(good) - 168) // 16) + 6)  # a row's fp_off, mid-file
+            f.write(b'\x55')
+        restart(d)
+        s, top, _ = session_run(d, [nofp, '4'], 'tables')
+        t = d.json('ping')['unwind_tables']
+        with open(path, 'rb') as f:
+            again = f.read()
+        print('after damage: %r, root %.1f%%' % (t, top['root_pct']))
+        check(t['cache_rejected'] == 1 and t['cache_stored'] >= 1 and again == good,
+              'damaged file: %r, rewritten the same: %r' % (t, again == good))
+        check(top['root_pct'] == 100.0, 'after damage: root %.1f%%' % top['root_pct'])
+        # A smaller bound: the least recently used files go at the start.
+        files = cache_files(d)
+        bound = sum(files.values()) - 1
+        restart(d, ('--cfi-cache-bytes', str(bound)))
+        left = cache_files(d)
+        print('bound %d bytes: %r left of %r' % (bound, left, files))
+        check(sum(left.values()) <= bound and left, 'bound %d: %r' % (bound, left))
+        # Without the cache a short auto session does not walk.
+        restart(d, ('--cfi-cache-bytes', '0'))
+        check(not d.json('ping')['unwind_tables']['cache'], 'cache off')
+        s, _ = short_auto(d)
+        check(s['unwind'] == 'auto' and s['unwind_tables'] is None,
+              'a 2 s auto session without the cache walked tables: %r' % s['unwind_tables'])
 
 
 def check_jit(d):
@@ -278,11 +350,11 @@ def test():
     with Profd() as d:
         wait_row_arrays(d, False, 'idle profd')
         check_deep(d)
-        check_short_auto(d)
         check_spin(d)
         check_python(d)
         check_offcpu(d)
         check_jit(d)
+    check_table_cache()
 
 
 run(test)
