@@ -321,6 +321,7 @@ uint64_t cfi_cache__bytes(const struct cfi_cache *c)
 	return c->bytes;
 }
 
+/* cfi_cache__free() - free @c; its files stay for the next profd. Accepts NULL. */
 void cfi_cache__free(struct cfi_cache *c)
 {
 	if (!c)

@@ -593,6 +593,36 @@ int cfi_maps__load_module(struct cfi_maps *m, const struct addrspace *as, const 
 	return r < 0 ? r : 1;
 }
 
+/*
+ * rows_reserve() - grow the row array once so that the modules of @as the
+ * table cache holds and no process has loaded yet fit after the last
+ * module's rows: loading them one by one would grow it by half each time
+ * (an array a third larger than its rows, and a copy per step). Errors are
+ * left to rows_alloc(), module by module.
+ */
+static void rows_reserve(struct cfi_maps *m, const struct mapping *maps, size_t n_maps)
+{
+	char buf[PATH_MAX + 8];
+	uint64_t need = 0, end = 0;
+	struct cfi_cache_entry e;
+
+	if (!m->cache || !m->lazy)
+		return;
+	for (size_t i = 0; i < n_maps && i < CFI_WALK_MAX_MAPPINGS; i++) {
+		const char *key = cfi_table__key(&maps[i], buf, sizeof(buf));
+
+		if (module_find(m, key) >= 0 || cfi_cache__find(m->cache, key, &e) < 0)
+			continue;
+		need += e.rows;
+		close(e.fd);
+	}
+	for (size_t i = 0; i < CFI_WALK_MAX_MODULES; i++)
+		if (m->modules[i].key && m->modules[i].n)
+			end = MAX(end, (uint64_t)m->modules[i].first + m->modules[i].n);
+	if (need && end + need > m->stats.rows_len)
+		rows_grow(m, MIN(end + need, m->stats.rows_cap));
+}
+
 static struct proc *proc_find(struct cfi_maps *m, uint32_t tgid)
 {
 	for (size_t i = 0; i < m->n_procs; i++)
@@ -640,6 +670,7 @@ int cfi_maps__add_process(struct cfi_maps *m, uint32_t tgid, const struct addrsp
 		if (r < 0)
 			return r;
 	}
+	rows_reserve(m, maps, n_maps);
 	for (size_t i = 0; i < n_maps; i++) {
 		const struct mapping *mp = &maps[i];
 
