@@ -119,7 +119,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->duration_ns = p->duration_ns;
 	s->unwind = p->unwind;
 	s->walks_tables = unwind_walks_tables(p->unwind, p->duration_ns, p->freq_hz,
-						p->tables_cached);
+						env->sampler && sampler__has_table_cache(env->sampler));
 	s->follow_children = p->follow_children;
 	s->events = p->event_bits;
 	s->max_threads = p->max_threads ? p->max_threads : UINT_MAX;

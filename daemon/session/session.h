@@ -41,7 +41,6 @@ struct session_params {
 	const char *events;   /* comma-separated, validated by the caller */
 	unsigned event_bits;  /* EVENT_* of request.h */
 	enum unwind_mode unwind;
-	bool tables_cached;   /* compiled CFI tables are kept on disk (sampler__set_table_cache()) */
 	unsigned stack_bytes; /* user stack copied per sample (dwarf, auto), 512..PROFILE_MAX_STACK_BYTES */
 	bool follow_children; /* processes the target forks after the attach join the session */
 	bool python;          /* merge CPython frames into stacks where the target runs CPython */
