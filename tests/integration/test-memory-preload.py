@@ -10,7 +10,9 @@ call, as a user sees them in profctl memory:
   memory verdict is a leak;
 - a real PyTorch CPU training loop (Debian's python3-torch) with the library
   preloaded keeps training, and its allocation samples reach into libtorch
-  and libc10 through the library, with no libc uprobe.
+  and libc10 through the library, with no libc uprobe; with --children its
+  DataLoader workers (forked, so they carry the library too) are sampled
+  through the same probes.
 """
 import os
 import subprocess
@@ -86,7 +88,8 @@ def test_pytorch(d, lib):
                     os.path.join(os.environ['PY_WORKLOADS'], 'py-train.py'), '14')
     line = w.stdout.readline()
     check(line.strip() == 'ready', 'py-train.py printed %r, not ready' % line)
-    att = d.json('attach', w.pid, '--events', 'cpu,malloc', '--duration', '6', '--wait')
+    att = d.json('attach', w.pid, '--events', 'cpu,malloc', '--children', '--duration', '6',
+                 '--wait')
     out, _ = w.communicate(timeout=60)
     check(w.returncode == 0 and out.split()[:1] == ['steps'],
           'py-train.py under the library: exit %r, %r' % (w.returncode, out[-500:]))
@@ -96,6 +99,12 @@ def test_pytorch(d, lib):
     modules = {f['module'] or '' for s in a['top_live'] + a['top_growth'] for f in s['frames']}
     check(any('libtorch' in m or 'libc10' in m for m in modules),
           'no allocation stack reaches libtorch or libc10: %r' % sorted(modules))
+    r = d.json('sql', "SELECT count(DISTINCT pid), sum(pid != %d) FROM allocations"
+               " WHERE session_id = %d" % (w.pid, att['session']))
+    pids, in_children = r['rows'][0]
+    print('pytorch: samples from %d processes, %d of them in DataLoader workers' % (pids, in_children))
+    check(pids >= 2 and in_children > 0,
+          'allocations sampled in %d processes, %r in the workers' % (pids, in_children))
 
 
 def test():
