@@ -37,7 +37,10 @@
  * (ptr) for the frees of those. */
 #define MALLOC_FUNC_USDT_ALLOC 9
 #define MALLOC_FUNC_USDT_FREE 10
-#define MALLOC_NR_FUNCS 11
+/* Objects jemalloc's own profiler sampled, read from its heap profiles by
+ * user space (collect/jeprof.c): no probe. */
+#define MALLOC_FUNC_JEMALLOC_PROF 11
+#define MALLOC_NR_FUNCS 12
 
 /* malloc_event.kind */
 #define MALLOC_EV_ALLOC 0  /* a sampled call, at its entry: size, stack */
@@ -119,4 +122,6 @@ struct malloc_stats {
 	__u64 ringbuf_full;           /* records lost: the ring buffer had no room */
 	__u64 live_full;              /* sampled blocks not tracked: 'live' was full */
 	__u64 thread_map_full;        /* calls not counted toward sampling: 'threads' was full */
+	__u64 profile_frees;          /* user space only: sampled objects gone from jemalloc's heap
+				       * profiles (their allocations: calls[MALLOC_FUNC_JEMALLOC_PROF]) */
 };

@@ -13,6 +13,7 @@
 
 #include "procfs.h"
 #include "symbols/elfsym.h"
+#include "collect/jeprof.h"
 #include "collect/link_closer.h"
 #include "collect/malloc_probes.h"
 #include "malloc.skel.h"
@@ -30,14 +31,18 @@ struct malloc_probes {
 	malloc_probes_fn fn;
 	void *ctx;
 	struct heap_proc *procs[MALLOC_MAX_SLOTS]; /* the processes each slot probes */
+	/* Objects that appeared in and went from heap profiles (jeprof), per slot. */
+	uint64_t profile_allocs[MALLOC_MAX_SLOTS], profile_frees[MALLOC_MAX_SLOTS];
 };
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct malloc_probes *, malloc_probes__free)
 
-/* One probed process: its uprobes (the returns first, then the entries). */
+/* One probed process: its uprobes (the returns first, then the entries), or the reader of
+ * the heap profiles its jemalloc writes (no probe). */
 struct heap_proc {
 	struct heap_proc *next;
 	pid_t pid;
+	struct jeprof_reader *jeprof;
 	size_t nlinks;
 	struct bpf_link *links[];
 };
@@ -51,6 +56,8 @@ struct heap_proc {
 static void heap_proc_free(struct link_closer *closer, struct heap_proc *p)
 {
 	struct bpf_link **links = malloc(p->nlinks * sizeof(*links) + 1);
+
+	jeprof_reader__free(p->jeprof);
 
 	if (!links)
 		closer = NULL;
@@ -76,6 +83,7 @@ static const char *const func_names[MALLOC_NR_FUNCS] = {
     [MALLOC_FUNC_MUNMAP] = "munmap",
     [MALLOC_FUNC_USDT_ALLOC] = "otel_memory:alloc",
     [MALLOC_FUNC_USDT_FREE] = "otel_memory:free",
+    [MALLOC_FUNC_JEMALLOC_PROF] = "jemalloc:prof",
 };
 
 const char *malloc_probes__func_name(unsigned func)
@@ -332,6 +340,7 @@ static int reset_stats(struct malloc_probes *h, unsigned slot, uint64_t sample_b
 	__u64 mean = sample_bytes;
 	int r = percpu_zero(h->skel->maps.stats, slot, sizeof(struct malloc_stats));
 
+	h->profile_allocs[slot] = h->profile_frees[slot] = 0;
 	if (r == 0 &&
 	    bpf_map_update_elem(bpf_map__fd(h->skel->maps.sample_bytes), &key, &mean, BPF_ANY) < 0)
 		r = -errno;
@@ -477,6 +486,66 @@ static int attach_uprobes(struct malloc_probes *h, pid_t pid, char paths[][PATH_
 }
 
 /*
+ * The MALLOC_CONF of @pid's environment (jemalloc reads it at start) in @buf
+ * (@size bytes); "" if it has none. Returns 0 or -errno of reading
+ * /proc/PID/environ (-ESRCH: gone).
+ */
+static int malloc_conf_of(pid_t pid, char *buf, size_t size)
+{
+	const size_t max = 1u << 20; /* ARG_MAX-sized environments are read whole */
+	_cleanup_free_ char *env = malloc(max);
+	_cleanup_close_ int fd = -1;
+	char path[64];
+	size_t len = 0;
+	ssize_t n;
+
+	if (!env)
+		return -ENOMEM;
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -ESRCH : -errno;
+	while (len < max && ((n = read(fd, env + len, max - len)) > 0 || (n < 0 && errno == EINTR)))
+		len += n > 0 ? (size_t)n : 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < len; i += strnlen(env + i, len - i) + 1)
+		if (strncmp(env + i, "MALLOC_CONF=", 12) == 0)
+			snprintf(buf, size, "%.*s", (int)strnlen(env + i + 12, len - i - 12),
+				 env + i + 12);
+	return 0;
+}
+
+/*
+ * Whether @pid runs jemalloc (one of @paths, @n) with its profiler on and
+ * dumping heap profiles on its own (MALLOC_CONF prof:true,
+ * lg_prof_interval:N): then a reader of those in *@ret, and what is read in
+ * @ret_probes. Returns 1, 0 (not so), -ENOMEM.
+ */
+static int jemalloc_profiles(pid_t pid, char paths[][PATH_MAX], int n, struct jeprof_reader **ret,
+			     char *ret_probes, size_t probes_len)
+{
+	char conf_text[1024];
+	struct jeprof_conf conf;
+	bool jemalloc = false;
+	int r;
+
+	for (int i = 0; i < n && !jemalloc; i++) {
+		const char *base = strrchr(paths[i], '/');
+
+		jemalloc = strncmp(base ? base + 1 : paths[i], "libjemalloc.so", 14) == 0;
+	}
+	if (!jemalloc || malloc_conf_of(pid, conf_text, sizeof(conf_text)) < 0 ||
+	    jeprof__parse_conf(conf_text, &conf) < 0 || !jeprof__dumps_periodically(&conf))
+		return 0;
+	r = jeprof_reader__new(pid, &conf, ret);
+	if (r < 0)
+		return r == -ENOMEM ? r : 0;
+	if (probes_len)
+		snprintf(ret_probes, probes_len, "jemalloc heap profiles: %s", conf.prefix);
+	return 1;
+}
+
+/*
  * malloc_probes__attach() - sample the allocations of process @pid for session
  * @slot (0..MALLOC_MAX_SLOTS-1; @pid must already be in the targets map
  * under it; a slot may probe several processes: a target and the children
@@ -487,18 +556,25 @@ static int attach_uprobes(struct malloc_probes *h, pid_t pid, char paths[][PATH_
  * OpenTelemetry's contract: opentelemetry-ebpf-profiler design-docs/00003),
  * those two are attached and nothing else: only sampled allocations trap,
  * weighed as the process says, and @sample_bytes is not used. Otherwise,
+ * where @pid runs jemalloc with its profiler on and writing heap profiles
+ * every 2^N bytes (MALLOC_CONF prof:true,lg_prof_interval:N in its
+ * environment: jemalloc(3)), nothing is attached: malloc_probes__poll()
+ * reads those profiles (collect/jeprof.h) and sends what changed as
+ * records, at jemalloc's own sampling rate. Otherwise,
  * uprobes on malloc, calloc, realloc, posix_memalign, aligned_alloc,
  * memalign, mmap (anonymous mappings), free and munmap in each allocator
  * library @pid has mapped (libc, jemalloc, tcmalloc, mimalloc) and in its
  * executable if that defines them, sampled here by bytes: every call traps.
  * Only @pid's calls trap (the probes are per process).
  * @sample_bytes: mean bytes between samples, 1..2^40.
- * @ret_probes: receives what was probed ("libc.so.6: 9 functions, ..." or
- *   "otel_memory USDT: libtrain.so"), @probes_len bytes.
+ * @ret_probes: receives what was probed ("libc.so.6: 9 functions, ...",
+ *   "otel_memory USDT: libtrain.so" or "jemalloc heap profiles: PREFIX"),
+ *   @probes_len bytes.
  *
  * @sample_bytes is the slot's for its first process, and ignored after.
  *
- * Returns the number of probes attached (> 0), -EINVAL for a bad argument,
+ * Returns the number of probes attached (> 0; 0 reading heap profiles), -EINVAL for a bad
+ * argument,
  * -EBUSY if @slot already probes @pid, -ESRCH if @pid is gone, -ENOENT if no
  * allocator function was found, -ENOMEM, or the first -errno of a failed
  * attach (those already attached are detached). Blocks on file I/O (reading
@@ -548,15 +624,20 @@ int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uin
 	if (r == 0) {
 		nfiles = allocator_files(pid, paths, HEAP_MAX_LIBS + 1);
 		r = nfiles < 0 ? nfiles
-			       : attach_uprobes(h, pid, paths, nfiles, proc->links, &nlinks,
-						ret_probes, probes_len, &off);
+			       : jemalloc_profiles(pid, paths, nfiles, &proc->jeprof, ret_probes,
+						   probes_len);
+		if (r == 0)
+			r = attach_uprobes(h, pid, paths, nfiles, proc->links, &nlinks, ret_probes,
+					   probes_len, &off);
 	}
 	if (r < 0)
 		goto fail;
-	if (nlinks == 0) {
+	if (nlinks == 0 && !proc->jeprof) {
 		r = -ENOENT;
 		goto fail;
 	}
+	if (proc->jeprof)
+		jeprof_reader__poll(proc->jeprof, slot, h->fn, h->ctx); /* the baseline */
 	proc->pid = pid;
 	proc->nlinks = nlinks;
 	proc->next = h->procs[slot];
@@ -611,7 +692,54 @@ void malloc_probes__detach(struct malloc_probes *h, unsigned slot)
  */
 int malloc_probes__stats(struct malloc_probes *h, unsigned slot, struct malloc_stats *ret)
 {
+	struct malloc_stats st;
+	int r;
+
 	if (slot >= MALLOC_MAX_SLOTS)
 		return -EINVAL;
-	return percpu_sum(h->skel->maps.stats, slot, (uint64_t *)ret, U64S(*ret));
+	r = percpu_sum(h->skel->maps.stats, slot, (uint64_t *)&st, U64S(st));
+	if (r < 0)
+		return r;
+	/* Objects read from heap profiles: each an allocation sampled by jemalloc, and the frees
+	 * of those, as the USDT probes count theirs. */
+	st.calls[MALLOC_FUNC_JEMALLOC_PROF] += h->profile_allocs[slot];
+	st.profile_frees += h->profile_frees[slot];
+	st.sampled += h->profile_allocs[slot];
+	*ret = st;
+	return 0;
+}
+
+/*
+ * malloc_probes__poll() - read the heap profiles written since the last poll
+ * by @slot's processes that have them (malloc_probes__attach()), and send
+ * what changed to the callback as records. Returns the records sent, -ENOMEM,
+ * or the error of a profile that could not be read (jeprof_reader__poll(),
+ * after the other processes' profiles are read). Blocks on reading the files
+ * (a few milliseconds for a profile of thousands of stacks); does not log.
+ */
+int malloc_probes__poll(struct malloc_probes *h, unsigned slot)
+{
+	int sent = 0, bad = 0;
+
+	if (slot >= MALLOC_MAX_SLOTS)
+		return 0;
+	for (struct heap_proc *p = h->procs[slot]; p; p = p->next) {
+		struct jeprof_counts before, after;
+		int r;
+
+		if (!p->jeprof)
+			continue;
+		jeprof_reader__counts(p->jeprof, &before);
+		r = jeprof_reader__poll(p->jeprof, slot, h->fn, h->ctx);
+		jeprof_reader__counts(p->jeprof, &after);
+		h->profile_allocs[slot] += after.allocs - before.allocs;
+		h->profile_frees[slot] += after.frees - before.frees;
+		if (r == -ENOMEM)
+			return r;
+		if (r < 0)
+			bad = r;
+		else
+			sent += r;
+	}
+	return bad < 0 ? bad : sent;
 }

@@ -53,3 +53,4 @@ bool malloc_probes__attached(struct malloc_probes *h, unsigned slot, pid_t pid);
 bool malloc_probes__probing(struct malloc_probes *h, unsigned slot);
 void malloc_probes__detach(struct malloc_probes *h, unsigned slot);
 int malloc_probes__stats(struct malloc_probes *h, unsigned slot, struct malloc_stats *ret);
+int malloc_probes__poll(struct malloc_probes *h, unsigned slot);

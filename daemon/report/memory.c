@@ -308,7 +308,8 @@ struct alloc_stack {
 	double live[MEMORY_MAX_WINDOWS + 1]; /* live bytes at each window boundary */
 	double slope;			     /* bytes per second */
 	bool suspect;
-	bool usdt; /* sampled by the process (otel_memory:alloc): the leaf frame is its sampler */
+	bool usdt; /* sampled by the process (otel_memory:alloc, jemalloc:prof): the leaf frame is
+		    * its sampler */
 };
 
 static int cmp_live(const void *a, const void *b)
@@ -389,7 +390,8 @@ static int allocations_json(sqlite3 *db, int64_t session_id, int64_t start_ns, i
 		windows = MEMORY_MAX_WINDOWS;
 	if (report__prepare_id(db,
 			       "SELECT a.stack_id, a.weight_bytes, a.alloc_ns, a.free_ns, a.untracked, "
-			       "a.func = 'otel_memory:alloc', coalesce(s.truncated, 0) "
+			       "a.func IN ('otel_memory:alloc', 'jemalloc:prof'), "
+			       "coalesce(s.truncated, 0) "
 			       "FROM allocations a LEFT JOIN stacks s ON s.id = a.stack_id "
 			       "WHERE a.session_id = ?1 ORDER BY a.stack_id",
 			       session_id, &st) < 0)
@@ -871,8 +873,10 @@ int query__memory(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 		    stopped ? (double)(sqlite3_column_int64(st, 12) - start_ns) / 1e9 : dur_s;
 
 		const char *probes = (const char *)sqlite3_column_text(st, 9);
-		/* malloc_probes__attach() names the USDT probes so when it used them. */
-		bool by_process = probes && strncmp(probes, "otel_memory USDT", 16) == 0;
+		/* malloc_probes__attach() names the USDT probes or jemalloc's heap profiles so
+		 * when it used them: the process sampled its allocations itself. */
+		bool by_process = probes && (strncmp(probes, "otel_memory USDT", 16) == 0 ||
+					     strncmp(probes, "jemalloc heap profiles", 22) == 0);
 
 		if (traced_s <= 0)
 			traced_s = dur_s;

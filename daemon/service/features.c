@@ -87,7 +87,8 @@ static int malloc_attach_child(struct profd *p, unsigned slot, struct proc *proc
 }
 
 /* Probe hits: an allocation traps at its entry and its return, a free at its entry; a USDT
- * probe (a sampled allocation or its free) traps once. */
+ * probe (a sampled allocation or its free) traps once; objects read from jemalloc's heap
+ * profiles trap never. */
 static uint64_t malloc_calls(struct profd *p, unsigned slot)
 {
 	struct malloc_stats st;
@@ -96,12 +97,13 @@ static uint64_t malloc_calls(struct profd *p, unsigned slot)
 	if (!malloc_probes__probing(p->malloc_probes, slot) ||
 	    malloc_probes__stats(p->malloc_probes, slot, &st) < 0)
 		return p->probes[slot][PROBE_MALLOC].calls_seen;
-	for (unsigned f = 0; f < MALLOC_NR_FUNCS; f++)
-		calls += (f == MALLOC_FUNC_FREE || f == MALLOC_FUNC_MUNMAP ||
-				  f == MALLOC_FUNC_USDT_ALLOC || f == MALLOC_FUNC_USDT_FREE
-			      ? 1
-			      : 2) *
-			 st.calls[f];
+	for (unsigned f = 0; f < MALLOC_NR_FUNCS; f++) {
+		bool once = f == MALLOC_FUNC_FREE || f == MALLOC_FUNC_MUNMAP ||
+			    f == MALLOC_FUNC_USDT_ALLOC || f == MALLOC_FUNC_USDT_FREE;
+
+		if (f != MALLOC_FUNC_JEMALLOC_PROF)
+			calls += (once ? 1 : 2) * st.calls[f];
+	}
 	return calls;
 }
 
@@ -115,9 +117,16 @@ static void malloc_stopped(struct profd *p, unsigned slot, const char *status)
 static void malloc_before_flush(struct profd *p, unsigned slot)
 {
 	struct malloc_stats st;
+	int r;
 
-	if (p->malloc_probes && session__malloc_sample_bytes(p->slots[slot]) &&
-	    malloc_probes__stats(p->malloc_probes, slot, &st) == 0)
+	if (!p->malloc_probes || !session__malloc_sample_bytes(p->slots[slot]))
+		return;
+	/* Heap profiles jemalloc wrote since the last flush become records now. */
+	r = malloc_probes__poll(p->malloc_probes, slot);
+	if (r < 0)
+		log_warning_errno(r, "session %lld: a jemalloc heap profile could not be read, "
+				  "skipped: %m", (long long)session__id(p->slots[slot]));
+	if (malloc_probes__stats(p->malloc_probes, slot, &st) == 0)
 		session__set_malloc_stats(p->slots[slot], &st);
 }
 

@@ -762,7 +762,7 @@ void session__set_malloc_stats(struct session *s, const struct malloc_stats *st)
 	s->malloc_totals = (struct store_malloc){
 		.stopped_ns = stopped_ns,
 		.free_calls = st->calls[MALLOC_FUNC_FREE] + st->calls[MALLOC_FUNC_MUNMAP] +
-			      st->calls[MALLOC_FUNC_USDT_FREE],
+			      st->calls[MALLOC_FUNC_USDT_FREE] + st->profile_frees,
 		.malloc_bytes = st->alloc_bytes,
 		.sampled = st->sampled,
 		.lost = st->ringbuf_full,

@@ -17,9 +17,8 @@ call, as a user sees them in profctl memory:
 import os
 import subprocess
 
-from profdtest import Profd, check, require_root_bpf, run, binary
+from profdtest import Profd, check, check_leak_estimate, require_root_bpf, run, binary
 
-MIB = 1024 * 1024
 MEAN = 128 * 1024  # ~16 samples a second of a 2 MiB/s leak
 
 
@@ -63,16 +62,7 @@ def test_leak(d, lib):
     leaf = frames[0]
     check(leaf['module'] and 'libprofd-alloc.so' in leaf['module'],
           'the probe fired in %s in %s, not in the library' % (leaf['function'], leaf['module']))
-    live = suspects[0]['live_bytes']
-    rss = m['rss']
-    leaked = rss['end_bytes'] - rss['start_bytes']
-    print('leak_chunk: live bytes estimated at %d (%d samples); RSS grew %d bytes'
-          % (live, suspects[0]['samples'], leaked))
-    check(leaked > 10 * MIB, 'RSS grew only %d bytes in 8 s of a 2 MiB/s leak' % leaked)
-    # ~128 samples: the noise is ~9%; allow 35% against the RSS growth (pages, timing).
-    check(0.65 * leaked <= live <= 1.35 * leaked,
-          'leak_chunk live bytes estimated at %d, RSS grew %d' % (live, leaked))
-    check(m['diagnosis']['verdict'] == 'leak', 'diagnosis: %r' % m['diagnosis'])
+    check_leak_estimate(m, suspects[0])
     _, text, _ = d.ctl('memory', sid)
     check('sampled by the process itself' in text and 'leak_chunk' in text,
           'profctl memory text:\n' + text)
@@ -102,7 +92,8 @@ def test_pytorch(d, lib):
     r = d.json('sql', "SELECT count(DISTINCT pid), sum(pid != %d) FROM allocations"
                " WHERE session_id = %d" % (w.pid, att['session']))
     pids, in_children = r['rows'][0]
-    print('pytorch: samples from %d processes, %d of them in DataLoader workers' % (pids, in_children))
+    print('pytorch: samples from %d processes, %d of them in DataLoader workers'
+          % (pids, in_children))
     check(pids >= 2 and in_children > 0,
           'allocations sampled in %d processes, %r in the workers' % (pids, in_children))
 
