@@ -11,7 +11,8 @@
  *   ALLOC + RETURN records weighed as jeprof unbiases them, objects and
  *   stacks that go become FREE records of the oldest, a profile still being
  *   written waits, a profile that does not parse is said once (-EBADMSG),
- *   counted and skipped;
+ *   counted and skipped; stacks that differ only in the profiler's frames
+ *   count as one;
  * - where libjemalloc is installed, a real profile of alloc-pattern's leak
  *   (ALLOC_PATTERN) names leak_chunk's caller frames after one jemalloc frame.
  * Needs nothing else.
@@ -154,7 +155,10 @@ static void on_record(void *ctx, const struct malloc_event *e, size_t size)
 	}
 }
 
-/* Write PREFIX.PID.SEQ.iSEQ.heap in @dir: one stack of @objects objects of 64 KiB. */
+/*
+ * Write PREFIX.PID.SEQ.iSEQ.heap in @dir: @objects objects of 64 KiB from one caller, split
+ * between two stacks that differ only in the profiler's frames (one stack to the reader).
+ */
 static void write_profile(const char *dir, int seq, unsigned objects, bool whole)
 {
 	char path[PATH_MAX];
@@ -165,9 +169,12 @@ static void write_profile(const char *dir, int seq, unsigned objects, bool whole
 	if (!f)
 		SETUP_FAIL("%s: %m", path);
 	fprintf(f, "heap_v2/524288\n  t*: %u: %u [0: 0]\n", objects, objects * 65536);
-	if (objects)
-		fprintf(f, "@ 0x7f0000001000 0x555500001100\n  t*: %u: %u [0: 0]\n", objects,
-			objects * 65536);
+	if (objects / 2)
+		fprintf(f, "@ 0x7f0000001000 0x7f0000005000 0x555500001100\n  t*: %u: %u [0: 0]\n",
+			objects / 2, objects / 2 * 65536);
+	if (objects - objects / 2)
+		fprintf(f, "@ 0x7f0000002000 0x7f0000005000 0x555500001100\n  t*: %u: %u [0: 0]\n",
+			objects - objects / 2, (objects - objects / 2) * 65536);
 	if (whole)
 		fprintf(f,
 			"\nMAPPED_LIBRARIES:\n"

@@ -275,7 +275,9 @@ fail:
 /* The sampled objects of one call stack still live at the last profile, oldest first. */
 struct live_stack {
 	uint64_t hash;
-	unsigned gen; /* the profile that last had this stack */
+	unsigned gen;		 /* the profile that last had this stack */
+	uint64_t objects, bytes; /* in that profile */
+	bool truncated;
 	unsigned n;
 	uint64_t *ips;
 	uint64_t *addrs; /* their numbers (bit 63 set), a FIFO: [head, len) */
@@ -434,8 +436,8 @@ static int read_profile(int dfd, const char *name, char **ret, size_t *ret_len)
 
 /* Records of one profile's stack: ALLOC + RETURN per object that appeared, FREE per one gone. */
 static int sync_stack(struct jeprof_reader *r, struct live_stack *ls, uint64_t objects,
-		      uint64_t bytes, uint64_t period, bool truncated, unsigned slot,
-		      malloc_probes_fn fn, void *ctx)
+		      uint64_t bytes, uint64_t period, unsigned slot, malloc_probes_fn fn,
+		      void *ctx)
 {
 	struct malloc_alloc_event a = {};
 	struct malloc_event *e = &a.h;
@@ -455,7 +457,7 @@ static int sync_stack(struct jeprof_reader *r, struct live_stack *ls, uint64_t o
 		e->kind = MALLOC_EV_ALLOC;
 		e->size = size;
 		e->weight = w >= 1 ? (uint64_t)(w + 0.5) : 1;
-		e->flags = truncated ? MALLOC_USER_TRUNCATED : 0;
+		e->flags = ls->truncated ? MALLOC_USER_TRUNCATED : 0;
 		e->ustack_len = (__u16)ls->n;
 		memcpy(a.ips, ls->ips, ls->n * sizeof(*ls->ips));
 		fn(ctx, e, sizeof(a));
@@ -550,6 +552,8 @@ int jeprof_reader__poll(struct jeprof_reader *r, unsigned slot, malloc_probes_fn
 	r->last_seq = seq;
 	r->counts.profiles++;
 	r->gen++;
+	/* The profile's objects per stack: stacks that differ only in the profiler's own frames
+	 * are one stack here. */
 	for (size_t i = 0; i < p.n; i++) {
 		const struct jeprof_stack *s = &p.stacks[i];
 
@@ -558,31 +562,33 @@ int jeprof_reader__poll(struct jeprof_reader *r, unsigned slot, malloc_probes_fn
 			jeprof_profile__done(&p);
 			return -ENOMEM;
 		}
-		ls->gen = r->gen;
+		if (ls->gen != r->gen) {
+			ls->gen = r->gen;
+			ls->objects = ls->bytes = 0;
+			ls->truncated = false;
+		}
+		ls->objects += s->objects;
+		ls->bytes += s->bytes;
+		ls->truncated |= s->truncated;
+	}
+	/* Each stack's objects brought to the profile's (0 for a stack it no longer has). */
+	hashmap__for_each(&r->stacks, i, ls)
+	{
+		uint64_t want = ls->gen == r->gen ? ls->objects : 0;
+
 		if (r->baseline) { /* objects live before the session: its starting point */
-			for (uint64_t o = ls->len - ls->head; o < s->objects; o++) {
-				if (ls->len == ls->cap &&
-				    grow_array((void **)&ls->addrs, &ls->cap, ls->len,
-					       sizeof(*ls->addrs)) < 0)
-					break;
+			while (ls->len - ls->head < want &&
+			       (ls->len < ls->cap || grow_array((void **)&ls->addrs, &ls->cap,
+								ls->len, sizeof(*ls->addrs)) == 0))
 				ls->addrs[ls->len++] = 0; /* never sent: freeing it sends nothing */
-			}
 			continue;
 		}
-		k = sync_stack(r, ls, s->objects, s->bytes, p.period, s->truncated, slot, fn, ctx);
+		k = sync_stack(r, ls, want, ls->bytes, p.period, slot, fn, ctx);
 		if (k < 0) {
 			jeprof_profile__done(&p);
 			return k;
 		}
 		sent += k;
-	}
-	/* Stacks the profile no longer has: their objects are all gone. */
-	hashmap__for_each(&r->stacks, i, ls)
-	{
-		if (ls->gen != r->gen && !r->baseline) {
-			k = sync_stack(r, ls, 0, 0, p.period, false, slot, fn, ctx);
-			sent += k > 0 ? k : 0;
-		}
 	}
 	hashmap__remove_if(&r->stacks, stale, &r->gen, live_stack_free);
 	r->baseline = false;
