@@ -34,8 +34,8 @@
  *
  * Limits: at most SAMPLED_MAX * 3/4 sampled blocks are live at once (with
  * the default mean, ~48 GiB of live allocations); beyond that an allocation
- * due for a sample is not sampled. valloc, pvalloc and reallocarray are not
- * wrapped: their blocks are glibc's and are never sampled.
+ * due for a sample is not sampled. valloc and pvalloc are not wrapped: their
+ * blocks are glibc's and are never sampled.
  */
 #include <errno.h>
 #include <math.h>
