@@ -286,6 +286,7 @@ struct live_stack {
 
 struct jeprof_reader {
 	pid_t pid;
+	uid_t uid;	    /* the process's (/proc/PID's owner) */
 	char dir[PATH_MAX]; /* relative to /proc/PID/cwd or, starting with '/', to /proc/PID/root */
 	char base[NAME_MAX]; /* "PREFIXBASE.PID." */
 	long long last_seq;  /* the newest profile read; -1: none */
@@ -328,12 +329,19 @@ int jeprof_reader__new(pid_t pid, const struct jeprof_conf *conf, struct jeprof_
 	const char *slash = strrchr(conf->prefix, '/');
 	const char *base = slash ? slash + 1 : conf->prefix;
 
+	struct stat st;
+	char proc[32];
+
 	if (pid <= 0 || !*base)
 		return -EINVAL;
+	snprintf(proc, sizeof(proc), "/proc/%d", (int)pid);
+	if (stat(proc, &st) < 0)
+		return errno == ENOENT ? -ESRCH : -errno;
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	r->pid = pid;
+	r->uid = st.st_uid;
 	r->last_seq = -1;
 	r->baseline = true;
 	if (!slash)
@@ -402,8 +410,12 @@ static long long newest_profile(const struct jeprof_reader *r, DIR *d, char *nam
 	return best;
 }
 
-/* The whole of file @name in directory @dfd, NUL-terminated, in *@ret (*@ret_len bytes). */
-static int read_profile(int dfd, const char *name, char **ret, size_t *ret_len)
+/*
+ * The whole of file @name in directory @dfd, NUL-terminated, in *@ret (*@ret_len bytes).
+ * Only a regular file of @uid (the process writes its profiles as itself): profd, as root,
+ * reads nothing else a target's prefix may point it at (-EPERM).
+ */
+static int read_profile(int dfd, const char *name, uid_t uid, char **ret, size_t *ret_len)
 {
 	_cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	struct stat st;
@@ -414,7 +426,9 @@ static int read_profile(int dfd, const char *name, char **ret, size_t *ret_len)
 		return -errno;
 	if (fstat(fd, &st) < 0)
 		return -errno;
-	if (!S_ISREG(st.st_mode) || st.st_size > JEPROF_MAX_BYTES)
+	if (!S_ISREG(st.st_mode) || st.st_uid != uid)
+		return -EPERM;
+	if (st.st_size > JEPROF_MAX_BYTES)
 		return -EFBIG;
 	buf = malloc((size_t)st.st_size + 1);
 	if (!buf)
@@ -479,8 +493,13 @@ static int sync_stack(struct jeprof_reader *r, struct live_stack *ls, uint64_t o
 		r->counts.frees++;
 		sent++;
 	}
-	if (ls->head == ls->len)
-		ls->head = ls->len = 0;
+	/* The objects gone leave the front: a stack that keeps a few live while others come
+	 * and go would otherwise grow its array by every object it ever had. */
+	if (ls->head > ls->len / 2) {
+		memmove(ls->addrs, ls->addrs + ls->head, (ls->len - ls->head) * sizeof(*ls->addrs));
+		ls->len -= ls->head;
+		ls->head = 0;
+	}
 	return sent;
 }
 
@@ -530,7 +549,7 @@ int jeprof_reader__poll(struct jeprof_reader *r, unsigned slot, malloc_probes_fn
 		return 0; /* the process is gone, or has not written a profile yet */
 	seq = newest_profile(r, d, name, sizeof(name));
 	dfd = dirfd(d);
-	k = seq < 0 ? 0 : read_profile(dfd, name, &text, &len);
+	k = seq < 0 ? 0 : read_profile(dfd, name, r->uid, &text, &len);
 	closedir(d);
 	if (seq < 0)
 		return 0;

@@ -91,9 +91,12 @@ struct jeprof_reader;
 /*
  * jeprof_reader__new() - read the heap profiles @pid writes with settings
  * @conf (jeprof__dumps_periodically()): PREFIX.PID.SEQ.*.heap under
- * /proc/PID/cwd (a relative prefix) or /proc/PID/root. Only profiles
- * written after now count (those of an earlier run of the same PID are
- * older). Returns 0 and *@ret, -EINVAL, -ENOMEM.
+ * /proc/PID/cwd (a relative prefix) or /proc/PID/root, only files owned by
+ * @pid's user. The first profile read (the newest at the first poll) is
+ * the baseline: its objects were live before, and send nothing. Profiles an
+ * earlier process of the same PID left with higher numbers would hide the
+ * new ones (not handled). Returns 0 and *@ret,
+ * -EINVAL, -ESRCH (@pid is gone), -ENOMEM.
  */
 int jeprof_reader__new(pid_t pid, const struct jeprof_conf *conf, struct jeprof_reader **ret);
 void jeprof_reader__free(struct jeprof_reader *r); /* accepts NULL */
@@ -112,8 +115,9 @@ struct jeprof_counts {
  * before it to @fn(@ctx) as records of session slot @slot. A profile still
  * being written is left for the next poll. Returns the number of records
  * sent, 0 if there was no new profile, -ENOMEM, or -EBADMSG (not a heap_v2
- * profile, a malformed line), -EFBIG (over 64 MiB) or open(2)'s -errno for a
- * profile that could not be read: it is counted (jeprof_reader__counts()'s
+ * profile, a malformed line), -EFBIG (over 64 MiB), -EPERM (not a regular
+ * file of the process's user) or open(2)'s -errno for a profile that could
+ * not be read: it is counted (jeprof_reader__counts()'s
  * bad) and skipped, the next poll reads the next one. The process having
  * gone is not an error.
  * Blocks on reading the file; does not log.
