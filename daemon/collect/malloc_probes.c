@@ -58,7 +58,6 @@ static void heap_proc_free(struct link_closer *closer, struct heap_proc *p)
 	struct bpf_link **links = malloc(p->nlinks * sizeof(*links) + 1);
 
 	jeprof_reader__free(p->jeprof);
-
 	if (!links)
 		closer = NULL;
 	for (size_t i = 0; links && i < p->nlinks; i++)
@@ -573,12 +572,12 @@ static int jemalloc_profiles(pid_t pid, char paths[][PATH_MAX], int n, struct je
  *
  * @sample_bytes is the slot's for its first process, and ignored after.
  *
- * Returns the number of probes attached (> 0; 0 reading heap profiles), -EINVAL for a bad
- * argument,
- * -EBUSY if @slot already probes @pid, -ESRCH if @pid is gone, -ENOENT if no
- * allocator function was found, -ENOMEM, or the first -errno of a failed
- * attach (those already attached are detached). Blocks on file I/O (reading
- * the ELF files), and until the probes of earlier detaches are removed
+ * Returns the number of probes attached (> 0; 0 when it reads heap profiles),
+ * -EINVAL for a bad argument, -EBUSY if @slot already probes @pid, -ESRCH if
+ * @pid is gone, -ENOENT if no allocator function was found, -ENOMEM, or the
+ * first -errno of a failed attach (those already attached are detached).
+ * Blocks on file I/O (reading the ELF files, the environment, a heap
+ * profile), and until the probes of earlier detaches are removed
  * (malloc_probes__detach()); does not log.
  */
 int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uint64_t sample_bytes,
