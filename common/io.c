@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "io.h"
 #include "util.h"
@@ -59,5 +60,42 @@ int read_first_line(const char *path, char **ret)
 	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
 		line[--n] = '\0';
 	*ret = TAKE_PTR(line);
+	return 0;
+}
+
+int read_all(int fd, size_t max, char **ret, size_t *ret_len)
+{
+	_cleanup_free_ char *buf = NULL;
+	size_t len = 0, cap = 0;
+
+	for (;;) {
+		ssize_t n;
+
+		if (len + 1 >= cap && cap < max + 1) {
+			size_t c = cap ? cap * 2 : 4096;
+			char *b;
+
+			if (c > max + 1)
+				c = max + 1;
+			b = realloc(buf, c);
+			if (!b)
+				return -ENOMEM;
+			buf = b;
+			cap = c;
+		}
+		if (len == max)
+			break;
+		n = read(fd, buf + len, cap - 1 - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	*ret = TAKE_PTR(buf);
+	*ret_len = len;
 	return 0;
 }

@@ -18,3 +18,11 @@ int send_all(int fd, const void *buf, size_t len, int timeout_ms);
  * reading failed, or -ENOMEM. Does not log.
  */
 int read_first_line(const char *path, char **ret);
+
+/*
+ * read_all() - read @fd to its end, at most @max bytes, into a malloc'd
+ * buffer *@ret with a NUL after the *@ret_len bytes read (the text of a
+ * /proc file or a whole small file). What is past @max is not read.
+ * Returns 0, read(2)'s -errno, or -ENOMEM. Retries on EINTR; does not log.
+ */
+int read_all(int fd, size_t max, char **ret, size_t *ret_len);

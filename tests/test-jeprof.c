@@ -13,6 +13,7 @@
  *   written waits, a profile that does not parse is said once (-EBADMSG),
  *   counted and skipped, as is (as root) a file of another user; stacks that
  *   differ only in the profiler's frames count as one;
+ * - read_all() reads to the end of a pipe, or to its bound, NUL-terminated;
  * - where libjemalloc is installed, a real profile of alloc-pattern's leak
  *   (ALLOC_PATTERN) names leak_chunk's caller frames after one jemalloc frame.
  * Needs nothing else.
@@ -26,6 +27,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "io.h"
 #include "collect/jeprof.h"
 
 #define JE "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -295,8 +297,30 @@ static void test_real(void)
 		fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* read_all(), which profiles (and the environment) are read with: to the end, or to its bound. */
+static void test_read_all(void)
+{
+	char text[10000], *buf;
+	size_t len;
+	int fds[2];
+
+	memset(text, 'x', sizeof(text));
+	for (size_t max = 5000; max <= 20000; max += 15000) {
+		if (pipe(fds) < 0 || write(fds[1], text, sizeof(text)) != (ssize_t)sizeof(text))
+			SETUP_FAIL("pipe: %m");
+		close(fds[1]);
+		CHECK_INT_EQ(read_all(fds[0], max, &buf, &len), 0);
+		CHECK_INT_EQ(len, max < sizeof(text) ? max : sizeof(text));
+		CHECK(buf[len] == '\0' && memchr(buf, '\0', len) == NULL);
+		free(buf);
+		close(fds[0]);
+	}
+	CHECK_INT_EQ(read_all(-1, 10, &buf, &len), -EBADF);
+}
+
 int main(void)
 {
+	test_read_all();
 	test_conf();
 	test_parse();
 	test_reader();

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "hashmap.h"
+#include "io.h"
 #include "util.h"
 
 static int parse_bool(const char *v, size_t len, bool *ret)
@@ -419,8 +420,6 @@ static int read_profile(int dfd, const char *name, uid_t uid, char **ret, size_t
 {
 	_cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	struct stat st;
-	size_t len = 0;
-	char *buf;
 
 	if (fd < 0)
 		return -errno;
@@ -430,22 +429,8 @@ static int read_profile(int dfd, const char *name, uid_t uid, char **ret, size_t
 		return -EPERM;
 	if (st.st_size > JEPROF_MAX_BYTES)
 		return -EFBIG;
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf)
-		return -ENOMEM;
-	while (len < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break; /* shorter than fstat said: parsed as far as it goes */
-		len += (size_t)n;
-	}
-	buf[len] = '\0';
-	*ret = buf;
-	*ret_len = len;
-	return 0;
+	/* A profile still growing is read as far as it got: it parses as not complete. */
+	return read_all(fd, JEPROF_MAX_BYTES, ret, ret_len);
 }
 
 /* Records of one profile's stack: ALLOC + RETURN per object that appeared, FREE per one gone. */

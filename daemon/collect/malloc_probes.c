@@ -11,6 +11,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "io.h"
 #include "procfs.h"
 #include "symbols/elfsym.h"
 #include "collect/jeprof.h"
@@ -491,21 +492,19 @@ static int attach_uprobes(struct malloc_probes *h, pid_t pid, char paths[][PATH_
  */
 static int malloc_conf_of(pid_t pid, char *buf, size_t size)
 {
-	const size_t max = 1u << 20; /* ARG_MAX-sized environments are read whole */
-	_cleanup_free_ char *env = malloc(max);
+	_cleanup_free_ char *env = NULL;
 	_cleanup_close_ int fd = -1;
 	char path[64];
-	size_t len = 0;
-	ssize_t n;
+	size_t len;
+	int r;
 
-	if (!env)
-		return -ENOMEM;
 	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT ? -ESRCH : -errno;
-	while (len < max && ((n = read(fd, env + len, max - len)) > 0 || (n < 0 && errno == EINTR)))
-		len += n > 0 ? (size_t)n : 0;
+	r = read_all(fd, 1u << 20, &env, &len); /* ARG_MAX-sized environments whole */
+	if (r < 0)
+		return r;
 	buf[0] = '\0';
 	for (size_t i = 0; i < len; i += strnlen(env + i, len - i) + 1)
 		if (strncmp(env + i, "MALLOC_CONF=", 12) == 0)
