@@ -255,6 +255,7 @@ PUBLIC void *calloc(size_t n, size_t size)
 PUBLIC void *realloc(void *p, size_t size)
 {
 	bool was_sampled;
+	size_t old;
 	void *q;
 
 	if (!p)
@@ -269,7 +270,8 @@ PUBLIC void *realloc(void *p, size_t size)
 	q = was_sampled ? malloc(size) : sample_alloc(size, SAMPLED_ALIGN, false);
 	if (!q) /* p stays valid; if it was sampled, its free fired: it is no longer tracked */
 		return NULL;
-	memcpy(q, p, malloc_usable_size(p) < size ? malloc_usable_size(p) : size);
+	old = malloc_usable_size(p);
+	memcpy(q, p, old < size ? old : size);
 	__libc_free(p);
 	return q;
 }
