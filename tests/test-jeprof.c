@@ -11,7 +11,8 @@
  *   ALLOC + RETURN records weighed as jeprof unbiases them, objects and
  *   stacks that go become FREE records of the oldest, a profile still being
  *   written waits, a profile that does not parse is said once (-EBADMSG),
- *   counted and skipped, as is (as root) a file of another user; stacks that
+ *   counted and skipped, as are an oversized one and (as root) a file of
+ *   another user; stacks that
  *   differ only in the profiler's frames count as one;
  * - read_all() reads to the end of a pipe, or to its bound, NUL-terminated;
  * - where libjemalloc is installed, a real profile of alloc-pattern's leak
@@ -238,14 +239,21 @@ static void test_reader(void)
 		CHECK_INT_EQ(jeprof_reader__poll(r, 3, on_record, NULL), -EPERM);
 		CHECK_INT_EQ(got.allocs, 3);
 	}
+	/* Oversized (a sparse file over the 64 MiB bound): not read. */
+	snprintf(name, sizeof(name), "%s/je.%d.8.i8.heap", dir, (int)getpid());
+	f = fopen(name, "w");
+	if (!f || ftruncate(fileno(f), (off_t)65 << 20) < 0)
+		SETUP_FAIL("%s: %m", name);
+	fclose(f);
+	CHECK_INT_EQ(jeprof_reader__poll(r, 3, on_record, NULL), -EFBIG);
 	jeprof_reader__counts(r, &c);
 	CHECK_INT_EQ(c.profiles, 6);
-	CHECK_INT_EQ(c.bad, geteuid() == 0 ? 2 : 1);
+	CHECK_INT_EQ(c.bad, geteuid() == 0 ? 3 : 2);
 	CHECK_INT_EQ(c.allocs, 3);
 	CHECK_INT_EQ(c.frees, 3);
 	CHECK_INT_EQ(got.invalid, 0);
 	jeprof_reader__free(r);
-	for (int i = 0; i <= 7; i++) {
+	for (int i = 0; i <= 8; i++) {
 		snprintf(name, sizeof(name), "%s/je.%d.%d.i%d.heap", dir, (int)getpid(), i, i);
 		unlink(name);
 	}
