@@ -167,6 +167,11 @@ int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn
 	for (unsigned i = 0; i < MALLOC_INTERVALS; i++)
 		h->skel->rodata->intervals_q16[i] =
 		    (__u32)lround(-log((i + 0.5) / MALLOC_INTERVALS) * 65536.0);
+	/* Woken by the ring buffer only once it is 1/16 full, else by the
+	 * loop's tick: a wakeup per record made each sampled allocation and
+	 * free pay for a switch to profd inside the probe (a uprobe's program
+	 * runs preemptible), ~25 us of the thread's time per record. */
+	h->skel->rodata->wakeup_bytes = ringbuf_bytes / 16;
 	r = collector__load(h->skel->skeleton, h->skel->maps.events, ringbuf_bytes,
 			    h->skel->maps.targets, targets_fd, handle_record, h, &h->reader);
 	if (r < 0)
