@@ -128,6 +128,21 @@ static json_t *start_malloc(struct profd *p, unsigned slot, const struct request
 	if (r >= 0)
 		return NULL;
 	profd__end_session(p, slot, "error");
+	/* A process that exited meanwhile has no mappings left: no allocator either. */
+	if (r == -ENOENT || r == -ESRCH) {
+		json_t *zombie = not_profilable(pid);
+		unsigned flags;
+		pid_t ppid;
+		char state;
+
+		if (zombie)
+			return zombie;
+		if (proc_state(pid, &state, &ppid, &flags) == -ESRCH)
+			return json_error_response(-ESRCH,
+						   "PID %d exited before its allocator was probed "
+						   "(session %lld ended)",
+						   pid, (long long)id);
+	}
 	if (r == -ENOENT)
 		return json_error_response(-ENOENT,
 					   "no allocator found in PID %d (malloc in libc, "

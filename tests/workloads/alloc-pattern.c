@@ -12,6 +12,8 @@
  *       the benchmark loop: malloc + free of 16..256 bytes, as fast as it can,
  *       N iterations per thread (then it prints the time taken), or S seconds.
  *   --delay S: sleep S seconds after printing "ready", before the work.
+ *   --wait 1: after printing "ready", wait for a line on stdin before the
+ *       work (the caller has attached its profiler; EOF: exit 1).
  *   --fork 1: then fork, and do the work in the child (the parent waits).
  *
  * Prints "ready" on stdout once started; at the end, per thread, the bytes
@@ -26,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "handshake.h"
 #include "timing.h"
 
 #define LEAK_BLOCK (64 * 1024)
@@ -36,6 +39,7 @@ static long rate_kib = 1024;
 static long iterations;
 static int nthreads = 2;
 static double delay_s; /* --delay: sleep after "ready", before the work (a profiler attaches) */
+static bool wait_stdin; /* --wait 1: "ready", then a line on stdin before the work */
 static bool fork_first; /* --fork 1: a child process does the work, the parent waits for it */
 
 /* A cheap PRNG per thread (xorshift). */
@@ -161,6 +165,8 @@ int main(int argc, char **argv)
 			iterations = atol(argv[i + 1]);
 		else if (strcmp(argv[i], "--delay") == 0)
 			delay_s = atof(argv[i + 1]);
+		else if (strcmp(argv[i], "--wait") == 0)
+			wait_stdin = atoi(argv[i + 1]) != 0;
 		else if (strcmp(argv[i], "--fork") == 0)
 			fork_first = atoi(argv[i + 1]) != 0;
 		else {
@@ -172,8 +178,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "alloc-pattern: bad option value\n");
 		return 2;
 	}
-	printf("ready\n");
-	fflush(stdout);
+	if (wait_stdin) {
+		if (!say_and_wait("ready"))
+			return 1;
+	} else {
+		printf("ready\n");
+		fflush(stdout);
+	}
 	if (delay_s > 0)
 		sleep_s(delay_s);
 	if (fork_first) {
@@ -195,7 +206,7 @@ int main(int argc, char **argv)
 		run_threads(tight_thread);
 	else {
 		fprintf(stderr, "usage: alloc-pattern leak|churn|tight [--seconds S] [--rate-kib N] "
-				"[--threads T] [--iterations N] [--delay S] [--fork 1]\n");
+				"[--threads T] [--iterations N] [--delay S] [--wait 1] [--fork 1]\n");
 		return 2;
 	}
 	return 0;

@@ -11,6 +11,8 @@
  *       N malloc + free of 16..256 bytes per thread through the sampler, then
  *       prints the time taken in seconds (bench/malloc --workload usdt).
  *   --delay S: sleep S seconds after printing "ready", before the work.
+ *   --wait 1: after printing "ready", wait for a line on stdin before the
+ *       work (the caller has attached its profiler; EOF: exit 1).
  *
  * Prints "ready" on stdout once started. With PROFD_ALLOC_STATS=1 the
  * library prints its counts on stderr at exit (libprofd-alloc(3)).
@@ -23,13 +25,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "handshake.h"
 #include "timing.h"
 
 #define LEAK_BLOCK 4096
 
 static double seconds = 10, delay_s;
 static long rate_kib = 1024, iterations = 1000000;
-static int nthreads = 2;
+static int nthreads = 2, wait_stdin;
 
 static __attribute__((noinline)) void leak_objects(void **keep, size_t n)
 {
@@ -100,7 +103,8 @@ int main(int argc, char **argv)
 	static const struct option options[] = {
 	    {"seconds", required_argument, NULL, 's'}, {"rate-kib", required_argument, NULL, 'r'},
 	    {"threads", required_argument, NULL, 't'}, {"iterations", required_argument, NULL, 'n'},
-	    {"delay", required_argument, NULL, 'd'},   {0},
+	    {"delay", required_argument, NULL, 'd'},   {"wait", required_argument, NULL, 'w'},
+	    {0},
 	};
 	int c;
 
@@ -122,17 +126,25 @@ int main(int argc, char **argv)
 		case 'd':
 			delay_s = atof(optarg);
 			break;
+		case 'w':
+			wait_stdin = atoi(optarg) != 0;
+			break;
 		default:
 			nthreads = 0; /* the usage below */
 		}
 	}
 	if (nthreads < 1 || nthreads > 64 || (strcmp(mode, "leak") && strcmp(mode, "tight"))) {
 		fprintf(stderr, "usage: usdt-alloc leak|tight [--seconds S] [--rate-kib N] "
-				"[--threads T] [--iterations N] [--delay S]\n");
+				"[--threads T] [--iterations N] [--delay S] [--wait 1]\n");
 		return 2;
 	}
-	printf("ready\n");
-	fflush(stdout);
+	if (wait_stdin) {
+		if (!say_and_wait("ready"))
+			return 1;
+	} else {
+		printf("ready\n");
+		fflush(stdout);
+	}
 	if (delay_s > 0)
 		sleep_s(delay_s);
 	if (strcmp(mode, "leak") == 0)
