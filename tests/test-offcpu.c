@@ -290,6 +290,57 @@ static double pct(uint64_t part, uint64_t whole)
 	return whole ? 100.0 * (double)part / (double)whole : 0;
 }
 
+/* offcpu_fn for check_untraced_slot(): counts the records of process *(pid_t *)@ctx. */
+static void count_event(void *ctx, const struct offcpu_event *e, size_t size)
+{
+	pid_t *pid_and_count = ctx;
+
+	if ((pid_t)e->pid == pid_and_count[0])
+		pid_and_count[1]++;
+}
+
+/* Poll @o's ring buffer for @ms milliseconds. */
+static void poll_for(struct offcpu *o, int ms)
+{
+	for (int i = 0; i < ms / 50; i++) {
+		usleep(50000);
+		CHECK(record_reader__poll(offcpu__reader(o)) >= 0);
+	}
+}
+
+/*
+ * A targets map shared with the CPU sampler holds processes of sessions
+ * that did not ask for off-CPU intervals: their switches are not traced
+ * (no stacks taken for profd to drop), until their slot is added.
+ */
+static void check_untraced_slot(pid_t pid)
+{
+	struct offcpu_shared_maps maps = { .cfi_fds = { -1, -1, -1, -1 } };
+	__u32 key = (__u32)pid, val = SLOT + 1;
+	pid_t seen[2] = { pid, 0 };
+	struct offcpu *o = NULL;
+
+	/* as targets.bpf.h defines it, for bpf_map__reuse_fd() */
+	maps.targets_fd = bpf_map_create(BPF_MAP_TYPE_HASH, "targets", 4, 4, 4096, NULL);
+	if (maps.targets_fd < 0)
+		SETUP_FAIL("bpf_map_create: %m");
+	CHECK_INT_EQ(offcpu__new_shared(RINGBUF_BYTES, 0, &maps, count_event, seen, &o), 0);
+	if (!o)
+		return;
+	/* what the sampler does for a session of --events cpu */
+	CHECK_INT_EQ(bpf_map_update_elem(maps.targets_fd, &key, &val, BPF_NOEXIST), 0);
+	poll_for(o, 500);
+	printf("slot in the shared targets map, not added: %d intervals\n", seen[1]);
+	CHECK_INT_EQ(seen[1], 0);
+	CHECK_INT_EQ(offcpu__add_target(o, SLOT, pid), 0);
+	poll_for(o, 500);
+	printf("the same slot added: %d intervals\n", seen[1]);
+	CHECK(seen[1] > 0);
+	CHECK_INT_EQ(offcpu__remove_target(o, SLOT, pid), 0);
+	offcpu__free(o);
+	close(maps.targets_fd);
+}
+
 /* Start offcpu-mix for @seconds; returns after it printed "ready". */
 static pid_t start_workload(const char *path, int seconds)
 {
@@ -364,7 +415,8 @@ int main(int argc, char **argv)
 	/* Run-time statistics of BPF programs, while this fd is open. */
 	stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
 
-	c.pid = start_workload(path, (int)(RUN_NS / NSEC_PER_SEC) + 2);
+	c.pid = start_workload(path, (int)(RUN_NS / NSEC_PER_SEC) + 4);
+	check_untraced_slot(c.pid);
 	find_threads(c.pid, tids);
 	r = addrspace__new(c.pid, &as);
 	if (r < 0)

@@ -186,7 +186,12 @@ struct record_reader *offcpu__reader(struct offcpu *o)
  * -EBUSY if @pid is already a target (of any slot), -E2BIG if the targets
  * map is full (4096 processes), -errno of bpf(). Leaves everything unchanged
  * on failure. Does not block or log.
+ * With a shared targets map, only the slots given here are traced: the
+ * owner's other targets (sessions without off-CPU) cost one lookup per
+ * switch, and its followed children of a traced slot are traced.
  */
+_Static_assert(OFFCPU_MAX_SLOTS <= 64, "a bit per slot in traced_slots");
+
 int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid)
 {
 	__u32 key = (__u32)pid, val = slot + 1;
@@ -211,10 +216,10 @@ int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid)
 		    bpf_map_lookup_elem(bpf_map__fd(o->skel->maps.targets), &key, &cur) < 0 ||
 		    cur != val)
 			return -EBUSY;
-		o->nr_targets[slot]++;
-		return 0;
 	}
 	o->nr_targets[slot]++;
+	/* offcpu.bpf.c's traced_slots: the slot's switches are traced from now on */
+	__atomic_fetch_or(&o->skel->bss->traced_slots, 1ull << slot, __ATOMIC_RELAXED);
 	return 0;
 }
 
@@ -240,6 +245,8 @@ int offcpu__remove_target(struct offcpu *o, unsigned slot, pid_t pid)
 		return errno == ENOENT ? -ENOENT : -errno;
 	if (o->nr_targets[slot] > 0)
 		o->nr_targets[slot]--;
+	if (o->nr_targets[slot] == 0)
+		__atomic_fetch_and(&o->skel->bss->traced_slots, ~(1ull << slot), __ATOMIC_RELAXED);
 	return 0;
 }
 
