@@ -20,11 +20,13 @@
  * Needs nothing else.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -199,6 +201,17 @@ static void test_reader(void)
 	CHECK_INT_EQ(jeprof__parse_conf(conf_text, &conf), 0);
 	CHECK_INT_EQ(jeprof_reader__new(getpid(), &conf, &r), 0);
 	CHECK_INT_EQ(jeprof_reader__poll(r, 3, on_record, NULL), 0); /* no profile yet */
+	/* An earlier process of this PID left a higher number, an hour before this one
+	 * started: read first, it would be the baseline and hide seq 0..50. */
+	write_profile(dir, 50, 7, true);
+	snprintf(name, sizeof(name), "%s/je.%d.50.i50.heap", dir, (int)getpid());
+	{
+		time_t then = time(NULL) - 3600;
+		struct timespec old[2] = { { .tv_sec = then }, { .tv_sec = then } };
+
+		CHECK(utimensat(AT_FDCWD, name, old, 0) == 0);
+	}
+	CHECK_INT_EQ(jeprof_reader__poll(r, 3, on_record, NULL), 0);
 	write_profile(dir, 0, 2, true);
 	CHECK_INT_EQ(jeprof_reader__poll(r, 3, on_record, NULL), 0); /* the baseline */
 	CHECK_INT_EQ(got.allocs, 0);
@@ -253,7 +266,7 @@ static void test_reader(void)
 	CHECK_INT_EQ(c.frees, 3);
 	CHECK_INT_EQ(got.invalid, 0);
 	jeprof_reader__free(r);
-	for (int i = 0; i <= 8; i++) {
+	for (int i = 0; i <= 50; i++) {
 		snprintf(name, sizeof(name), "%s/je.%d.%d.i%d.heap", dir, (int)getpid(), i, i);
 		unlink(name);
 	}

@@ -13,6 +13,7 @@
 
 #include "hashmap.h"
 #include "io.h"
+#include "procfs.h"
 #include "util.h"
 
 static int parse_bool(const char *v, size_t len, bool *ret)
@@ -291,6 +292,7 @@ struct jeprof_reader {
 	char dir[PATH_MAX]; /* relative to /proc/PID/cwd or, starting with '/', to /proc/PID/root */
 	char base[NAME_MAX]; /* "PREFIXBASE.PID." */
 	long long last_seq;  /* the newest profile read; -1: none */
+	uint64_t start_ns;   /* when the process started (CLOCK_REALTIME ns) */
 	bool baseline;	     /* the first profile read: the state, no records */
 	unsigned gen;
 	uint64_t next_addr;
@@ -344,6 +346,10 @@ int jeprof_reader__new(pid_t pid, const struct jeprof_conf *conf, struct jeprof_
 	r->pid = pid;
 	r->uid = st.st_uid;
 	r->last_seq = -1;
+	if (proc_start_realtime_ns(pid, &r->start_ns) < 0) {
+		free(r);
+		return -ESRCH;
+	}
 	r->baseline = true;
 	if (!slash)
 		snprintf(r->dir, sizeof(r->dir), ".");
@@ -385,12 +391,25 @@ static void dir_path(const struct jeprof_reader *r, char *buf, size_t size)
 		snprintf(buf, size, "/proc/%d/cwd/%s", (int)r->pid, r->dir);
 }
 
-/* The newest profile's SEQ (> r->last_seq) and name in @name; -1 if none. */
+/*
+ * Profiles last written this long before the process started are an
+ * earlier process's of the same PID: its start time is known to a clock
+ * tick (10 ms), a file's mtime to the kernel's coarse clock (a few ms).
+ */
+#define JEPROF_START_SLACK_NS (50 * NSEC_PER_MSEC)
+
+/*
+ * The newest profile's SEQ (> r->last_seq) and name in @name; -1 if none.
+ * Files written before the process started are left out: left by an
+ * earlier process of the same PID with higher numbers, they would be read
+ * first and hide the process's own until its numbers passed theirs.
+ */
 static long long newest_profile(const struct jeprof_reader *r, DIR *d, char *name, size_t size)
 {
 	size_t blen = strlen(r->base);
 	long long best = -1;
 	struct dirent *de;
+	struct stat st;
 
 	while ((de = readdir(d))) {
 		size_t len = strlen(de->d_name);
@@ -404,6 +423,11 @@ static long long newest_profile(const struct jeprof_reader *r, DIR *d, char *nam
 		errno = 0;
 		seq = strtoll(de->d_name + blen, &end, 10);
 		if (errno || *end != '.' || seq <= r->last_seq || seq <= best)
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    (uint64_t)st.st_mtim.tv_sec * NSEC_PER_SEC + (uint64_t)st.st_mtim.tv_nsec +
+			    JEPROF_START_SLACK_NS <
+			r->start_ns)
 			continue;
 		best = seq;
 		snprintf(name, size, "%s", de->d_name);

@@ -93,9 +93,9 @@ struct jeprof_reader;
  * @conf (jeprof__dumps_periodically()): PREFIX.PID.SEQ.*.heap under
  * /proc/PID/cwd (a relative prefix) or /proc/PID/root, only files owned by
  * @pid's user. The first profile read (the newest at the first poll) is
- * the baseline: its objects were live before, and send nothing. Profiles an
- * earlier process of the same PID left with higher numbers would hide the
- * new ones (not handled). Returns 0 and *@ret,
+ * the baseline: its objects were live before, and send nothing. Profiles
+ * last written before @pid started (an earlier process of the same PID
+ * left them) are not read. Returns 0 and *@ret,
  * -EINVAL, -ESRCH (@pid is gone), -ENOMEM.
  */
 int jeprof_reader__new(pid_t pid, const struct jeprof_conf *conf, struct jeprof_reader **ret);
