@@ -19,3 +19,16 @@ static inline bool say_and_wait(const char *word)
 	fflush(stdout);
 	return fgets(line, sizeof(line), stdin) != NULL;
 }
+
+/*
+ * say_ready() - print "ready" (flushed); with @wait, then wait for a line on
+ * stdin, as say_and_wait(). Returns false at EOF: the caller exits.
+ */
+static inline bool say_ready(bool wait)
+{
+	if (wait)
+		return say_and_wait("ready");
+	printf("ready\n");
+	fflush(stdout);
+	return true;
+}

@@ -138,13 +138,8 @@ int main(int argc, char **argv)
 				"[--threads T] [--iterations N] [--delay S] [--wait 1]\n");
 		return 2;
 	}
-	if (wait_stdin) {
-		if (!say_and_wait("ready"))
-			return 1;
-	} else {
-		printf("ready\n");
-		fflush(stdout);
-	}
+	if (!say_ready(wait_stdin))
+		return 1;
 	if (delay_s > 0)
 		sleep_s(delay_s);
 	if (strcmp(mode, "leak") == 0)
