@@ -266,15 +266,19 @@ static void probe_progs(struct malloc_bpf *skel, unsigned func, struct bpf_progr
 	*ret_return = progs[func][1];
 }
 
-/* Whether @path (a mapping of the target) is an allocator library. */
-static bool is_allocator_lib(const char *path)
+/* Whether the file name of @path starts with @prefix ("libjemalloc.so"). */
+static bool lib_is(const char *path, const char *prefix)
 {
 	const char *base = strrchr(path, '/');
 
-	base = base ? base + 1 : path;
-	return strncmp(base, "libc.so", 7) == 0 || strncmp(base, "libc-", 5) == 0 ||
-	       strncmp(base, "libjemalloc.so", 14) == 0 || strncmp(base, "libtcmalloc", 11) == 0 ||
-	       strncmp(base, "libmimalloc.so", 14) == 0;
+	return strncmp(base ? base + 1 : path, prefix, strlen(prefix)) == 0;
+}
+
+/* Whether @path (a mapping of the target) is an allocator library. */
+static bool is_allocator_lib(const char *path)
+{
+	return lib_is(path, "libc.so") || lib_is(path, "libc-") || lib_is(path, "libjemalloc.so") ||
+	       lib_is(path, "libtcmalloc") || lib_is(path, "libmimalloc.so");
 }
 
 /* Files found in /proc/PID/maps: up to @max paths, through /proc/PID/root. */
@@ -532,11 +536,8 @@ static int jemalloc_profiles(pid_t pid, char paths[][PATH_MAX], int n, struct je
 	bool jemalloc = false;
 	int r;
 
-	for (int i = 0; i < n && !jemalloc; i++) {
-		const char *base = strrchr(paths[i], '/');
-
-		jemalloc = strncmp(base ? base + 1 : paths[i], "libjemalloc.so", 14) == 0;
-	}
+	for (int i = 0; i < n && !jemalloc; i++)
+		jemalloc = lib_is(paths[i], "libjemalloc.so");
 	if (!jemalloc || malloc_conf_of(pid, conf_text, sizeof(conf_text)) < 0 ||
 	    jeprof__parse_conf(conf_text, &conf) < 0 || !jeprof__dumps_periodically(&conf))
 		return 0;
