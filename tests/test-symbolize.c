@@ -452,6 +452,41 @@ static void test_self_libc(void)
 }
 
 /*
+ * addrspace__is_code() on this process: libc's code and the [vdso] are code,
+ * the heap, the stack and an address past the user half are not; an
+ * anonymous executable mapping (as a JIT makes) is code once the maps are
+ * read again, and stays code after it is unmapped (samples taken before
+ * may still arrive).
+ */
+static void test_is_code(void)
+{
+	struct addrspace *as = NULL;
+	_cleanup_free_ char *heap = malloc(64);
+	int on_stack = 0;
+	void *jit;
+
+	CHECK_INT_EQ(addrspace__new(getpid(), &as), 0);
+	if (!as || !heap)
+		SETUP_FAIL("addrspace__new/malloc");
+	CHECK(addrspace__is_code(as, (uintptr_t)&clock_nanosleep));
+	CHECK(addrspace__is_code(as, getauxval(AT_SYSINFO_EHDR) + 0x100));
+	CHECK(!addrspace__is_code(as, (uintptr_t)heap));
+	CHECK(!addrspace__is_code(as, (uintptr_t)&on_stack));
+	CHECK(!addrspace__is_code(as, 0x800c6262f5e003fbULL));
+	jit = mmap(NULL, 8192, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (jit == MAP_FAILED)
+		SETUP_FAIL("mmap");
+	CHECK(!addrspace__is_code(as, (uintptr_t)jit + 100));
+	CHECK(addrspace__refresh(as) >= 0);
+	CHECK(addrspace__is_code(as, (uintptr_t)jit + 100));
+	munmap(jit, 8192);
+	CHECK(addrspace__refresh(as) >= 0);
+	CHECK(addrspace__is_code(as, (uintptr_t)jit + 100));
+	printf("ok is_code: libc, vdso, anonymous code; not heap, stack, garbage\n");
+	addrspace__free(as);
+}
+
+/*
  * symbolizer__trim(): this process's libc and libelf as two modules, on a
  * clock of the test's. A module not looked up for the idle time is closed
  * (the other stays), and the next lookup opens it again with the same
@@ -2126,6 +2161,7 @@ int main(void)
 
 	test_maps_parser();
 	test_self_libc();
+	test_is_code();
 	test_trim();
 	test_pie("PROFD_FIXTURE_PIE", true);
 	test_pie("PROFD_FIXTURE_NOPIE", false);

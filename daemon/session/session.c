@@ -44,6 +44,9 @@ struct thread_acc {
 struct window_acc {
 	uint64_t window;
 	struct store_counts counts;
+	/* CPU samples of the flush under way whose stacks the flush cut
+	 * (session__resolve_stack()): truncated, counted at each attempt. */
+	uint64_t cut_flushing;
 };
 
 static int read_small_file(const char *path, char *buf, size_t size)
@@ -574,11 +577,22 @@ int session__flush(struct session *s, const struct session_env *env)
 		}
 	}
 
+	hashmap__for_each(&s->windows, i, w)
+	{
+		w->cut_flushing = 0;
+	}
 	hashmap__for_each(&s->pending, i, ps)
 	{
 		r = session__resolve_stack(s, env, ps->stack, &refreshed);
 		if (r < 0)
 			return r;
+		if (ps->stack->cut_not_code && !ps->event &&
+		    !(ps->stack->flags & (SAMPLE_USER_TRUNCATED | SAMPLE_KERNEL_TRUNCATED))) {
+			w = window_get(s, ps->window);
+			if (!w)
+				return -ENOMEM;
+			w->cut_flushing += ps->count;
+		}
 		r = store__sample_add(env->store, s->id,
 				      s->started_real_ns + ps->window * PROFD_WINDOW_NS, ps->tid,
 				      ps->stack->stack_id, ps->count, ps->event);
@@ -647,6 +661,7 @@ int session__flush(struct session *s, const struct session_env *env)
 	{
 		struct store_counts c = w->counts;
 
+		c.truncated_stacks += w->cut_flushing;
 		if (w == last && lost > s->lost_seen)
 			c.lost_samples += lost - s->lost_seen;
 		r = store__window_add(env->store, s->id,

@@ -142,6 +142,7 @@ struct raw_stack {
 	int64_t stack_id; /* row in the store, 0 until the first flush that needs it */
 	uint16_t klen, ulen;
 	uint32_t flags; /* SAMPLE_* bits that matter for the stack's identity */
+	bool cut_not_code; /* stored cut before a user return address outside all code */
 	uint64_t ips[];
 };
 

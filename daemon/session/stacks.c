@@ -25,6 +25,7 @@ struct frame_cache {
 	bool kernel;
 	bool return_addr;	 /* looked up as a return address (at addr - 1) */
 	bool root;		 /* the address's function is a thread root (is_thread_root()) */
+	bool not_code;		 /* a user address in no executable mapping of the process */
 	unsigned n;		 /* frames at this address: 1, or more with inlined calls */
 	int64_t ids[MAX_INLINE]; /* frame rows, innermost first */
 };
@@ -198,6 +199,7 @@ struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint
 	key->ulen = (uint16_t)ulen;
 	key->flags = flags;
 	key->stack_id = 0;
+	key->cut_not_code = false;
 	memcpy(key->ips, ips, n * sizeof(uint64_t));
 	h = hash64(HASH64_INIT, key->ips, n * sizeof(uint64_t));
 	h = hash64(h, &key->klen, sizeof(key->klen));
@@ -359,12 +361,18 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 		if (r == -ENOENT) {
 			python = false;
 			r = user_frame(s, env, proc, addr, return_addr, refreshed, fi);
+			/* No perf map named it either (user_frame() refreshed the maps). */
+			key.not_code =
+			    r == -ENOENT && !fi[0].function && !addrspace__is_code(proc->as, addr);
 		}
 		if (r > 0)
 			n = MIN(r, MAX_INLINE);
 	}
 	if (r < 0 && r != -ENOENT)
 		return r;
+	/* A return address outside all code is no frame: no row (the stack ends before it). */
+	if (key.not_code && return_addr)
+		n = 0;
 	/*
 	 * A user return address is stored minus one, at the address it was
 	 * looked up at (the last byte of the call): the row then symbolizes as
@@ -390,7 +398,7 @@ static int frame_ids(struct session *s, const struct session_env *env, struct pr
 	}
 	key.n = (unsigned)n;
 	/* The function the symbol table names is last; it decides rootness. */
-	key.root = !kernel && is_thread_root(fi[n - 1].function);
+	key.root = n > 0 && !kernel && is_thread_root(fi[n - 1].function);
 	/* No entry is held across calls: the callers use *@ret at once. */
 	if (s->frames.len >= MIN(SESSION_FRAME_CACHE, 4 * (size_t)s->max_stacks))
 		hashmap_clear_free(&s->frames);
@@ -419,7 +427,7 @@ int session__resolve_stack(struct session *s, const struct session_env *env, str
 {
 	int64_t ids[MAX_STACK_FRAMES];
 	size_t n = (size_t)st->klen + st->ulen, depth = 0;
-	bool root = false, cut = false;
+	bool root = false, cut = false, not_code = false;
 	struct proc *proc;
 	int r;
 
@@ -438,6 +446,14 @@ int session__resolve_stack(struct session *s, const struct session_env *env, str
 		r = frame_ids(s, env, proc, st->ips[i], kernel, return_addr, refreshed, &fc);
 		if (r < 0)
 			return r;
+		/* A caller outside all code is garbage (a frame-pointer walk through
+		 * code built without them): the stack ends before it, truncated.
+		 * The sampled instruction (a leaf without kernel frames) is where
+		 * the thread was: kept, as "[unknown]". */
+		if (fc->n == 0) {
+			not_code = cut = true;
+			break;
+		}
 		for (unsigned k = 0; k < fc->n; k++) {
 			if (depth == MAX_STACK_FRAMES) {
 				cut = true;
@@ -456,6 +472,7 @@ int session__resolve_stack(struct session *s, const struct session_env *env, str
 			return r;
 		depth = 1;
 	}
+	st->cut_not_code = not_code;
 	return store__stack_id(env->store, ids, depth, st->flags != 0 || cut, root, &st->stack_id);
 }
 

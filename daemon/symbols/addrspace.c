@@ -533,6 +533,44 @@ static int as_merge(struct addrspace *as, struct pending *p, size_t n)
 	return (int)MIN(n_new, (size_t)INT_MAX);
 }
 
+static int range_cmp(const void *a, const void *b)
+{
+	const struct addr_range *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/*
+ * as_add_other_code() - add the @n executable ranges in @r (sorted) to
+ * as->other_code, merging those that overlap or touch. Returns 0 or -ENOMEM
+ * (@as unchanged).
+ */
+static int as_add_other_code(struct addrspace *as, const struct addr_range *r, size_t n)
+{
+	struct addr_range *all;
+	size_t n_all = as->n_other_code + n, out = 0;
+
+	if (n == 0)
+		return 0;
+	all = malloc(n_all * sizeof(*all));
+	if (!all)
+		return -ENOMEM;
+	if (as->n_other_code)
+		memcpy(all, as->other_code, as->n_other_code * sizeof(*all));
+	memcpy(all + as->n_other_code, r, n * sizeof(*all));
+	qsort(all, n_all, sizeof(*all), range_cmp);
+	for (size_t i = 0; i < n_all; i++) {
+		if (out > 0 && all[i].start <= all[out - 1].end)
+			all[out - 1].end = MAX(all[out - 1].end, all[i].end);
+		else
+			all[out++] = all[i];
+	}
+	free(as->other_code);
+	as->other_code = all;
+	as->n_other_code = out;
+	return 0;
+}
+
 /*
  * as_read_maps() - parse a maps stream @f into @as. Malformed lines are
  * skipped; input beyond MAPS_MAX_BYTES is ignored. Returns the number of
@@ -543,9 +581,11 @@ static int as_read_maps(struct addrspace *as, FILE *f)
 {
 	_cleanup_free_ char *line = NULL;
 	_cleanup_free_ struct pending *p = NULL;
-	size_t line_cap = 0, n = 0, cap = 0;
+	_cleanup_free_ struct addr_range *code = NULL;
+	size_t line_cap = 0, n = 0, cap = 0, n_code = 0, code_cap = 0;
 	uint64_t total = 0;
 	ssize_t len;
+	int r;
 
 	errno = 0;
 	while ((len = getline(&line, &line_cap, f)) > 0) {
@@ -555,9 +595,17 @@ static int as_read_maps(struct addrspace *as, FILE *f)
 		total += (uint64_t)len;
 		if (total > MAPS_MAX_BYTES)
 			break;
-		if ((size_t)len > LINE_MAX_BYTES || maps_parse_line(line, (size_t)len, &ml) < 0 ||
-		    !maps_line_wanted(&ml))
+		if ((size_t)len > LINE_MAX_BYTES || maps_parse_line(line, (size_t)len, &ml) < 0)
 			continue;
+		if (!maps_line_wanted(&ml)) {
+			if (ml.perms[2] != 'x' || ml.start >= ml.end ||
+			    (n_code > 0 && ml.start < code[n_code - 1].end))
+				continue;
+			if (grow_array((void **)&code, &code_cap, n_code, sizeof(*code)) < 0)
+				return -ENOMEM;
+			code[n_code++] = (struct addr_range){.start = ml.start, .end = ml.end};
+			continue;
+		}
 		/* the kernel prints maps sorted; anything else is not /proc, drop it */
 		if (n > 0 && ml.start < p[n - 1].m.end)
 			continue;
@@ -579,7 +627,9 @@ static int as_read_maps(struct addrspace *as, FILE *f)
 	}
 	if (ferror(f))
 		return -(errno ?: EIO);
-	return as_merge(as, p, n);
+	/* First: if the merge then fails, the ranges added are still code. */
+	r = as_add_other_code(as, code, n_code);
+	return r < 0 ? r : as_merge(as, p, n);
 }
 
 static int as_open_maps(pid_t pid, FILE **ret)
@@ -671,6 +721,25 @@ const struct mapping *addrspace__find(const struct addrspace *as, uint64_t addr)
 }
 
 /*
+ * addrspace__is_code() - whether @addr lies in an executable mapping of the
+ * process as last read from /proc/PID/maps, or in one read before and gone
+ * since: a file's, the vDSO, or anonymous code (JIT, the kernel's
+ * [uprobes] page). A return address outside all of them is not a frame but
+ * garbage (a frame-pointer walk through code without frame pointers).
+ * O(log n), no allocation.
+ */
+bool addrspace__is_code(const struct addrspace *as, uint64_t addr)
+{
+	size_t lo;
+
+	if (as_index(as, addr) >= 0)
+		return true;
+	lo = addr_upper_bound(as->other_code, as->n_other_code, sizeof(*as->other_code),
+			      offsetof(struct addr_range, start), addr);
+	return lo > 0 && addr < as->other_code[lo - 1].end;
+}
+
+/*
  * addrspace__mappings() - all mappings, sorted by start and disjoint;
  * count in *@ret_n. Same lifetime as addrspace__find()'s result.
  */
@@ -692,6 +761,7 @@ void addrspace__free(struct addrspace *as)
 	free(as->files);
 	free(as->maps);
 	free(as->owners);
+	free(as->other_code);
 	free(as);
 }
 

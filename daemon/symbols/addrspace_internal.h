@@ -51,6 +51,11 @@ struct as_file {
 	char path[];
 };
 
+/* An address range [start, end). */
+struct addr_range {
+	uint64_t start, end;
+};
+
 struct addrspace {
 	pid_t pid;		 /* <= 0: no /proc/PID to open files through */
 	struct mapping *maps;	 /* sorted by start, not overlapping */
@@ -58,6 +63,10 @@ struct addrspace {
 	size_t n_maps;
 	struct as_file **files;
 	size_t n_files;
+	/* Executable mappings that are not in maps[] (anonymous: JIT code;
+	 * [uprobes], [vsyscall]): every one ever seen, merged, sorted. */
+	struct addr_range *other_code;
+	size_t n_other_code;
 };
 
 /*

@@ -44,6 +44,12 @@ int addrspace__refresh(struct addrspace *as);
 /* addrspace__find() - the mapping holding @addr, or NULL. */
 const struct mapping *addrspace__find(const struct addrspace *as, uint64_t addr);
 
+/*
+ * addrspace__is_code() - whether @addr lies in an executable mapping seen in
+ * /proc/PID/maps (file, vDSO or anonymous: JIT, [uprobes]); see addrspace.c.
+ */
+bool addrspace__is_code(const struct addrspace *as, uint64_t addr);
+
 /* addrspace__mappings() - all mappings, sorted by start; count in *@ret_n. */
 const struct mapping *addrspace__mappings(const struct addrspace *as, size_t *ret_n);
 

@@ -3,7 +3,9 @@
 pointers (deep-nofp: a hot path several calls deep through libc's qsort and
 libstdc++'s std::sort) has >= 95% of its samples reach the thread's root
 with --unwind dwarf, and the whole hot path in hotpaths; frame pointers
-alone do visibly worse on the same program. The top functions agree with
+alone do visibly worse on the same program, and where their walk reads
+garbage (an rbp that is no frame pointer) the stack ends there, counted as
+truncated, with no caller outside the process's code. The top functions agree with
 perf record --call-graph dwarf run on the same process at the same time.
 The system's python3 (no frame pointers) unwinds to main through
 _PyEval_EvalFrameDefault."""
@@ -131,6 +133,20 @@ def test():
         check(fp['root_pct'] <= top['root_pct'] - 30,
               'frame pointers did as well as DWARF (%.1f%% vs %.1f%%): the workload has frame pointers?' % (
                   fp['root_pct'], top['root_pct']))
+        # Where the walk reads a saved rbp that is not one, it finds "return
+        # addresses" outside all code (0x800c6262f5e003fb, ...): the stack must
+        # end there, counted as truncated, not carry them as callers.
+        r = d.json('sql', "SELECT count(DISTINCT t.stack_id), coalesce(sum(t.count), 0)"
+                   " FROM sample_totals t WHERE t.session_id = %d AND t.stack_id IN"
+                   " (SELECT sf.stack_id FROM stack_frames sf JOIN frames f ON f.id = sf.frame_id"
+                   "  WHERE f.module = '[unknown]')" % sid_fp)
+        junk_stacks, junk_samples = r['rows'][0]
+        s = d.json('session', sid_fp)['session']
+        print('fp: %d samples, %d truncated stacks, %d samples with [unknown] frames' % (
+            s['samples'], s['truncated_stacks'], junk_samples))
+        check(junk_samples == 0, 'fp: %d samples (%d stacks) carry frames outside all code' % (
+            junk_samples, junk_stacks))
+        check(s['truncated_stacks'] > 0, 'fp: stacks cut at garbage are not counted as truncated')
 
         # The system's python3, built without frame pointers: interpreter frames under main.
         py = shutil.which('python3', path='/usr/bin')
