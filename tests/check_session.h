@@ -77,7 +77,7 @@ static inline void test_session_close(struct session_env *env, struct session *s
  */
 static inline int test_session_flush(struct session *s, struct session_env *env)
 {
-	int r = store__begin(env->store);
+	int r = store__begin_flush(env->store);
 
 	if (r == 0)
 		r = session__flush(s, env);

@@ -4,7 +4,9 @@
  * into a real database: what `profctl top` shows after each step is what
  * was fed, each sample once. A flush that fails part-way (the store
  * refuses a row, or the COMMIT) is rolled back and written whole by the
- * next one. A thread that exits makes room under max_threads_per_session.
+ * next one, and leaves no row pointing at one that does not exist (a
+ * flush does not have SQLite check its foreign keys). A thread that exits
+ * makes room under max_threads_per_session.
  * In a session of a CPython child, an address shaped like a Python frame
  * token is stored as [unknown], and the flush works.
  * Needs neither root nor BPF: the session runs without a sampler and the
@@ -205,6 +207,9 @@ int main(void)
 	CHECK(flush() < 0);
 	CHECK_INT_EQ(self_samples("session_test_hot"), 30);
 	CHECK_INT_EQ(self_samples("session_test_cold"), 10);
+	/* A flush does not enforce foreign keys (store__begin_flush()); after its
+	 * rollback they are enforced again, for the deletes that cascade. */
+	CHECK_INT_EQ(scalar("PRAGMA foreign_keys"), 1);
 
 	/* The store works again: the next flush writes every waiting sample, once. */
 	test_session_exec(env.store, "DROP TRIGGER refuse_threads");
@@ -219,6 +224,9 @@ int main(void)
 	CHECK_INT_EQ(flush(), 0);
 	CHECK_INT_EQ(self_samples("session_test_hot"), 51);
 	CHECK_INT_EQ(scalar("SELECT samples FROM sessions WHERE id = ?1"), 66);
+	/* Every row those flushes wrote, after two rollbacks, points at a row that exists. */
+	CHECK_INT_EQ(scalar("PRAGMA foreign_keys"), 1);
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM pragma_foreign_key_check"), 0);
 
 	/* max_threads_per_session (3 here) bounds the threads alive at once: a fourth
 	 * thread's samples are refused, and taken once one of the three has exited. */

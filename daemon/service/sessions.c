@@ -292,7 +292,7 @@ int profd__flush(struct profd *p)
 
 	/* Every flush, the timer's and the one before each report alike. */
 	features__before_flush(p);
-	r = store__begin(p->env.store);
+	r = store__begin_flush(p->env.store);
 	if (r < 0)
 		goto fail;
 	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++) {

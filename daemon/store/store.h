@@ -76,6 +76,8 @@ int store__schema_version(struct store *st);
 int store__latest_version(void);
 
 int store__begin(struct store *st);
+/* Documented in store.c: a flush's transaction, foreign keys not enforced until it ends. */
+int store__begin_flush(struct store *st);
 int store__commit(struct store *st);
 void store__rollback(struct store *st);
 

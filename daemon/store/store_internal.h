@@ -60,6 +60,7 @@ struct store {
 	sqlite3_stmt *stmt[_STMT_MAX];	    /* stmt_sql of store.c, prepared at open */
 	sqlite3_stmt *lazy[STORE_LAZY_MAX]; /* prepared by store__lazy() */
 	unsigned fleet_sinks;		    /* STORE_SINK_* set: store__set_fleet_sinks() */
+	bool fk_off; /* in a store__begin_flush() transaction: foreign keys not enforced */
 };
 
 /* Documented where they are defined, in store.c. */
