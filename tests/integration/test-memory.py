@@ -106,6 +106,24 @@ def test_churn(d, alloc):
           '%r of %r sampled allocations on a stack through churn_step' % (churn, n))
     check(all('churn_step' in functions(s) for s in a['top_live']),
           'a live stack that does not churn: %s' % [functions(s) for s in a['top_live']])
+    # Most CPU samples land while the kernel single-steps a probed instruction out of
+    # line (the [uprobes] page, under asm_exc_debug): their stacks must still go
+    # through the probed function and churn_step, not start at an [unknown] page
+    # and skip callers.
+    r = d.json('sql', "SELECT coalesce(sum(t.count), 0), coalesce(sum(t.count * EXISTS (SELECT 1"
+               " FROM stack_frames sf JOIN frames f ON f.id = sf.frame_id WHERE sf.stack_id ="
+               " t.stack_id AND f.function = 'churn_step')), 0), coalesce(sum(t.count * EXISTS"
+               " (SELECT 1 FROM stack_frames sf JOIN frames f ON f.id = sf.frame_id WHERE"
+               " sf.stack_id = t.stack_id AND f.module = '[unknown]')), 0)"
+               " FROM sample_totals t WHERE t.session_id = %d AND t.stack_id IN"
+               " (SELECT sf.stack_id FROM stack_frames sf JOIN frames f ON f.id = sf.frame_id"
+               "  WHERE f.function = 'asm_exc_debug')" % sid)
+    step, through, unknown = r['rows'][0]
+    print('churn: %d CPU samples in a single-step, %d through churn_step, %d with [unknown] frames'
+          % (step, through, unknown))
+    check(step > 0 and through >= 0.9 * step and unknown == 0,
+          'single-stepped samples: %d of %d through churn_step, %d with [unknown] frames'
+          % (through, step, unknown))
     w.kill()
     w.wait()
 
