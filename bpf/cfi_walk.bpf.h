@@ -17,6 +17,7 @@
 #pragma once
 
 #include "cfi_walk.h"
+#include "user_regs.bpf.h"
 
 /* tgid -> its mappings. Not preallocated: an entry (16 KiB) takes kernel
  * memory only while a process is loaded, not 4 MiB in every profd. */
@@ -96,6 +97,7 @@ struct cfi_walk_state {
 	__u32 bp_state;
 	__u32 stop;
 	__u32 cache_hits, cache_misses; /* rows found in cfi_row_cache, and by a search */
+	struct uretprobe_fix uret;	/* return addresses a uretprobe's trampoline took */
 };
 
 /* cfi_find_mapping() - the mapping of @p holding @addr, or NULL. */
@@ -346,7 +348,7 @@ static long cfi_walk_step(__u64 i, void *ctx)
 		w->stop = CFI_STOP_BAD_FRAME;
 		return 1;
 	}
-	w->pc = ra;
+	w->pc = w->uret.tramp ? uretprobe_fix_pc(&w->uret, ra) : ra;
 	w->sp = cfa;
 	return 0;
 }
@@ -385,7 +387,8 @@ static __noinline __u32 cfi_walk_user(const __u64 *regs, __u64 *pcs, __u32 max,
 	win->len = 0;
 	win->last.start = win->last.end = 0;
 	w.max = max;
-	w.pc = regs[16];
+	uretprobe_fix_init(&w.uret);
+	w.pc = uretprobe_fix_pc(&w.uret, regs[16]);
 	w.sp = regs[7];
 	w.bp = regs[6];
 	w.stop = CFI_STOP_MAX_FRAMES;

@@ -52,3 +52,58 @@ static __always_inline void read_user_regs(__u64 regs[17])
 	if (xol && regs[16] >= xol && regs[16] - xol < UPROBE_XOL_INSN_BYTES)
 		regs[16] = BPF_CORE_READ(ut, vaddr) + (regs[16] - xol);
 }
+
+/* A slot of the [uprobes] page; the first holds the uretprobe trampoline
+ * (UPROBE_XOL_SLOT_BYTES, asm/uprobes.h). */
+#define UPROBE_XOL_SLOT_BYTES 128
+
+/*
+ * struct uretprobe_fix - the return addresses that pending uretprobes of the
+ * current task replaced on its stack with their trampoline, the first slot
+ * of its [uprobes] page (kernel/events/uprobes.c): @tramp, that address (0:
+ * nothing pending); @ri, the next pending return, innermost first, in
+ * task->utask->return_instances. Without this a walk meets the trampoline,
+ * where no CFI leads on, in place of the caller of every probed function
+ * still running.
+ */
+struct uretprobe_fix {
+	__u64 tramp;
+	__u64 ri; /* struct return_instance *: a global function's argument holds no pointer */
+};
+
+static __always_inline void uretprobe_fix_init(struct uretprobe_fix *f)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct uprobe_task *ut;
+
+	f->tramp = 0;
+	f->ri = 0;
+	if (!bpf_core_field_exists(t->utask))
+		return;
+	ut = BPF_CORE_READ(t, utask);
+	if (!ut)
+		return;
+	f->ri = (__u64)BPF_CORE_READ(ut, return_instances);
+	if (f->ri)
+		f->tramp = BPF_CORE_READ(t, mm, uprobes_state.xol_area, vaddr);
+}
+
+/*
+ * uretprobe_fix_pc() - @pc, unless it is in the trampoline (a return
+ * address it replaced, or the trampoline running): then the return address
+ * of the innermost pending return not yet used, which it stands for.
+ */
+__noinline __u64 uretprobe_fix_pc(struct uretprobe_fix *f, __u64 pc)
+{
+	struct return_instance *ri;
+
+	/* A global function, checked once on its own: in the walk's step, inline,
+	 * its branches multiplied the verifier's states past its limit. */
+	if (!f || !f->tramp || !f->ri || pc < f->tramp || pc - f->tramp >= UPROBE_XOL_SLOT_BYTES)
+		return pc;
+	/* From a local: inside BPF_CORE_READ(), f->ri would be relocated too. */
+	ri = (struct return_instance *)f->ri;
+	pc = BPF_CORE_READ(ri, orig_ret_vaddr);
+	f->ri = (__u64)BPF_CORE_READ(ri, next);
+	return pc;
+}
