@@ -131,7 +131,7 @@ def test_probe_stacks(d, alloc):
     w = d.spawn(alloc, 'churn', '--seconds', '60', '--threads', '2')
     wait_ready(w)
     sid = d.json('attach', w.pid, '--events', 'cpu,malloc', '--malloc-max-rate', '0',
-                 '--freq', '999', '--duration', '4', '--wait')['session']
+                 '--freq', '999', '--duration', '8', '--wait')['session']
     # Most samples land while the kernel single-steps a probed instruction's copy in
     # the [uprobes] page (under asm_exc_debug), which no CFI covers.
     n, churn, unknown = samples_through(d, sid, 'asm_exc_debug')
@@ -143,12 +143,12 @@ def test_probe_stacks(d, alloc):
     # A probed function's return address is the uretprobe trampoline's until it returns,
     # and the trampoline returns through a system call: samples there (nearly all of
     # churn's system calls) must name the caller waiting for that return. Not all: in
-    # the system call the kernel has already taken the return off its list (80-88% of
-    # them did here; 46% without the fix).
+    # the system call the kernel has already taken the return off its list (70-88% of
+    # them did here, ~70-90 samples in 4 s; 46% without the fix).
     n, churn, unknown = samples_through(d, sid, 'entry_SYSCALL_64_after_hwframe')
     print('probe stacks: %d samples in system calls, %d through churn_step, %d with [unknown]'
           % (n, churn, unknown))
-    check(n > 20 and churn >= 0.65 * n,
+    check(n > 40 and churn >= 0.6 * n,
           'samples in system calls: %d of %d through churn_step, %d with [unknown] frames'
           % (churn, n, unknown))
     w.kill()
