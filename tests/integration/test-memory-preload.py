@@ -86,9 +86,15 @@ def test_pytorch(d, lib):
     a = d.json('memory', att['session'])['allocations']
     check_probes(a, 'pytorch')
     check(a['sampled'] >= 20, 'only %d sampled allocations in 6 s of training' % a['sampled'])
-    modules = {f['module'] or '' for s in a['top_live'] + a['top_growth'] for f in s['frames']}
-    check(any('libtorch' in m or 'libc10' in m for m in modules),
-          'no allocation stack reaches libtorch or libc10: %r' % sorted(modules))
+    # Every sampled allocation's stack, not only those live at the end: the loop may
+    # have freed all of them by then (4252 of 4252 in one CI run).
+    r = d.json('sql', "SELECT count(*), sum(EXISTS (SELECT 1 FROM stack_frames sf JOIN frames f"
+               " ON f.id = sf.frame_id WHERE sf.stack_id = a.stack_id AND (f.module LIKE"
+               " '%%libtorch%%' OR f.module LIKE '%%libc10%%'))) FROM allocations a"
+               " WHERE a.session_id = %d" % att['session'])
+    n, torch = r['rows'][0]
+    print('pytorch: %d sampled allocations stored, %d through libtorch or libc10' % (n, torch or 0))
+    check((torch or 0) > 0, 'no allocation stack reaches libtorch or libc10 (of %d)' % n)
     r = d.json('sql', "SELECT count(DISTINCT pid), sum(pid != %d) FROM allocations"
                " WHERE session_id = %d" % (w.pid, att['session']))
     pids, in_children = r['rows'][0]
