@@ -46,7 +46,8 @@
  * One off-CPU interval of a thread of a target process, written to the ring
  * buffer by offcpu.bpf.c when the thread runs again. Only the first
  * kstack_len + ustack_len addresses of ips[] are addresses (kernel frames
- * first, each part leaf first): the stacks at the moment it left the CPU.
+ * first, each part leaf first): the stacks at the moment it left the CPU,
+ * the kernel one without the scheduler's functions (offcpu.bpf.c).
  * The user one is walked from the CFI tables of the sampler's cfi_walk
  * maps (cfi_walk.bpf.h) where the process has them; a walk that reaches
  * the root (or the frame limit) is the whole user stack (OFFCPU_CFI_WALKED),

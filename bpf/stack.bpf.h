@@ -8,6 +8,18 @@
 /* x86-64's page size: user stacks are copied by the page, since a read that faults fails whole. */
 #define PAGE_BYTES 4096
 
+/* What a stack helper returned (bytes, or -errno), as frames in 0..@max. */
+static __always_inline long stack_frames(long n, long max, bool *full)
+{
+	if (n < 0)
+		n = 0;
+	n /= sizeof(__u64);
+	*full = n >= max;
+	if (n >= max)
+		n = max;
+	return n;
+}
+
 /*
  * get_stack() - the stack of @ctx (kernel, or user with BPF_F_USER_STACK in
  * @flags) into @ips, room for @max frames: the number of frames, 0..@max
@@ -16,15 +28,19 @@
  */
 static __always_inline long get_stack(void *ctx, __u64 *ips, long max, __u64 flags, bool *full)
 {
-	long n = bpf_get_stack(ctx, ips, max * sizeof(__u64), flags);
+	return stack_frames(bpf_get_stack(ctx, ips, max * sizeof(__u64), flags), max, full);
+}
 
-	if (n < 0)
-		n = 0;
-	n /= sizeof(__u64);
-	*full = n >= max;
-	if (n >= max)
-		n = max;
-	return n;
+/*
+ * get_task_kernel_stack() - the kernel stack of @task, a task that is off
+ * the CPU, as get_stack() gives the current one's: bpf_get_task_stack()
+ * (Linux 5.9; stack_trace_save_tsk() from the frame the task saved when it
+ * switched out). Same return value and *@full.
+ */
+static __always_inline long get_task_kernel_stack(struct task_struct *task, __u64 *ips, long max,
+						  bool *full)
+{
+	return stack_frames(bpf_get_task_stack(task, ips, max * sizeof(__u64), 0), max, full);
 }
 
 /*

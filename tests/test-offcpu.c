@@ -13,6 +13,8 @@
  *  - the waiter thread, blocked on a mutex the holder keeps 50 ms at a
  *    time, is off the CPU mostly SLEEPING in a futex wait, under
  *    wait_for_lock();
+ *  - the kernel stacks of both (taken when the thread runs again) name the
+ *    wait: hrtimer_nanosleep or do_nanosleep, futex_wait*;
  *  - the off-CPU and run-queue times agree with the kernel's own account
  *    (/proc/PID/task/TID/schedstat), where it exists;
  *  - no record is lost to a full ring buffer or map, or malformed; switch-ins
@@ -621,6 +623,13 @@ int main(int argc, char **argv)
 					   "%s: SLEEPING time under %s + %s %.1f%%, want >= 90%%",
 					   role_names[e->role], e->own[0], e->wait_desc,
 					   pct(e->ok_ns, e->sleeping_ns));
+			/* The kernel stack is taken at the switch-in (offcpu.bpf.c). */
+			if (!(pct(e->kernel_ns, e->sleeping_ns) >= 90))
+				check_fail(__FILE__, __LINE__,
+					   "%s: SLEEPING time with %s in the kernel stack %.1f%%, "
+					   "want >= 90%%",
+					   role_names[e->role], e->kernel_desc,
+					   pct(e->kernel_ns, e->sleeping_ns));
 		}
 	}
 	for (int k = 0; k < NR_ROLES; k++) {

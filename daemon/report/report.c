@@ -584,10 +584,10 @@ json_t *report__stack_frames(sqlite3_stmt *fr, int64_t stack_id)
 	while ((rc = sqlite3_step(fr)) == SQLITE_ROW) {
 		const char *fn = (const char *)sqlite3_column_text(fr, 0);
 
-		/* The stack was taken inside the sched_switch BPF program: its own
-		 * frames and the tracepoint's (bpf_prog_*, bpf_trace_run*,
-		 * __traceiter_*) sit on top of __schedule. They are not where the
-		 * thread blocked. */
+		/* Off-CPU stacks stored by an earlier profd were taken inside the
+		 * sched_switch BPF program: its own frames and the tracepoint's
+		 * (bpf_prog_*, bpf_trace_run*, __traceiter_*) sit on top of
+		 * __schedule. They are not where the thread blocked. */
 		if (json_array_size(arr) == 0 && fn &&
 		    (strncmp(fn, "bpf_prog_", 9) == 0 || strncmp(fn, "bpf_trace_run", 13) == 0 ||
 		     strncmp(fn, "__bpf_trace_", 12) == 0 || strncmp(fn, "__traceiter_", 12) == 0))
