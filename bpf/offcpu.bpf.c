@@ -188,8 +188,8 @@ static __always_inline __u32 task_state(struct task_struct *t)
 	struct task_struct___pre_5_14 *old = (void *)t;
 
 	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
-	return (__u32)BPF_CORE_READ(old, state);
+		return t->__state;
+	return (__u32)old->state;
 }
 
 /* What 'drops' counts (count_drop()). */
@@ -213,7 +213,7 @@ static __always_inline void count_stale(__u32 tid)
 static __always_inline void switch_out(__u64 *ctx, bool preempt, struct task_struct *prev,
 				       __u64 now)
 {
-	__u32 tgid = BPF_CORE_READ(prev, tgid), tid = BPF_CORE_READ(prev, pid), zero = 0;
+	__u32 tgid = prev->tgid, tid = prev->pid, zero = 0;
 	__u32 *target, state, slot;
 	struct offcpu_start *s;
 	struct offcpu_event *e;
@@ -330,7 +330,7 @@ static __always_inline long send_interval(struct offcpu_start *s, struct task_st
 
 static __always_inline void switch_in(struct task_struct *next, __u64 now)
 {
-	__u32 tid = BPF_CORE_READ(next, pid), *target;
+	__u32 tid = next->pid, *target;
 	struct offcpu_start *s;
 	struct offcpu_event *e;
 
@@ -378,7 +378,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(offcpu_wakeup, struct task_struct *p)
 {
-	__u32 tid = BPF_CORE_READ(p, pid);
+	__u32 tid = p->pid;
 	struct offcpu_start *s;
 
 	s = bpf_map_lookup_elem(&starts, &tid);

@@ -25,32 +25,34 @@ static __always_inline void read_user_regs(__u64 regs[17])
 	struct uprobe_task *ut;
 	__u64 xol;
 
-	regs[0] = BPF_CORE_READ(r, ax);
-	regs[1] = BPF_CORE_READ(r, dx);
-	regs[2] = BPF_CORE_READ(r, cx);
-	regs[3] = BPF_CORE_READ(r, bx);
-	regs[4] = BPF_CORE_READ(r, si);
-	regs[5] = BPF_CORE_READ(r, di);
-	regs[6] = BPF_CORE_READ(r, bp);
-	regs[7] = BPF_CORE_READ(r, sp);
-	regs[8] = BPF_CORE_READ(r, r8);
-	regs[9] = BPF_CORE_READ(r, r9);
-	regs[10] = BPF_CORE_READ(r, r10);
-	regs[11] = BPF_CORE_READ(r, r11);
-	regs[12] = BPF_CORE_READ(r, r12);
-	regs[13] = BPF_CORE_READ(r, r13);
-	regs[14] = BPF_CORE_READ(r, r14);
-	regs[15] = BPF_CORE_READ(r, r15);
-	regs[16] = BPF_CORE_READ(r, ip);
+	/* bpf_task_pt_regs() gives a BTF pointer: plain loads, which the
+	 * verifier turns into faulting-safe ones, not a helper call each. */
+	regs[0] = r->ax;
+	regs[1] = r->dx;
+	regs[2] = r->cx;
+	regs[3] = r->bx;
+	regs[4] = r->si;
+	regs[5] = r->di;
+	regs[6] = r->bp;
+	regs[7] = r->sp;
+	regs[8] = r->r8;
+	regs[9] = r->r9;
+	regs[10] = r->r10;
+	regs[11] = r->r11;
+	regs[12] = r->r12;
+	regs[13] = r->r13;
+	regs[14] = r->r14;
+	regs[15] = r->r15;
+	regs[16] = r->ip;
 
 	if (!bpf_core_field_exists(t->utask))
 		return;
-	ut = BPF_CORE_READ(t, utask);
+	ut = t->utask;
 	if (!ut)
 		return;
-	xol = BPF_CORE_READ(ut, xol_vaddr);
+	xol = ut->xol_vaddr;
 	if (xol && regs[16] >= xol && regs[16] - xol < UPROBE_XOL_INSN_BYTES)
-		regs[16] = BPF_CORE_READ(ut, vaddr) + (regs[16] - xol);
+		regs[16] = ut->vaddr + (regs[16] - xol);
 }
 
 /* A slot of the [uprobes] page; the first holds the uretprobe trampoline
