@@ -100,7 +100,12 @@ __noinline __u64 uretprobe_fix_pc(struct uretprobe_fix *f, __u64 pc)
 	struct return_instance *ri;
 
 	/* A global function, checked once on its own: in the walk's step, inline,
-	 * its branches multiplied the verifier's states past its limit. */
+	 * its branches multiplied the verifier's states past its limit. A kernel
+	 * without uprobes (CONFIG_UPROBES) has no struct return_instance: the
+	 * reads below are then dead code, which libbpf's failed relocations in
+	 * them do not stop from loading. */
+	if (!bpf_core_type_exists(struct return_instance))
+		return pc;
 	if (!f || !f->tramp || !f->ri || pc < f->tramp || pc - f->tramp >= UPROBE_XOL_SLOT_BYTES)
 		return pc;
 	/* From a local: inside BPF_CORE_READ(), f->ri would be relocated too. */
