@@ -5,7 +5,8 @@
  *
  * Parts:
  *  - modules: libc, libstdc++, libpython3.11, libtorch_cpu.so compiled;
- *    rows sorted, ending in no CFI, nearly all plain CFA rules; libc's
+ *    rows sorted, ending in no CFI, nearly all plain CFA rules; every
+ *    random .text PC where libdw finds CFI has a row (no FDE lost); libc's
  *    .plt is recognised; prints rows, bytes and compile time per module;
  *  - self: this process's own stack gives libdw's stack, to _start;
  *  - signal: a stack through a signal handler stops at the trampoline
@@ -14,7 +15,8 @@
  *    the caller is found (the entry's push is accounted for), as libdw;
  *  - corrupt: thousands of truncated and byte-flipped .eh_frame and
  *    .debug_frame sections, from libc, libstdc++ and a fixture: an error
- *    or a table, never a crash, and every table well-formed;
+ *    or a table, never a crash, and every table well-formed; the intact
+ *    .eh_frame gives the same rows as the file;
  *  - samples (root): real perf samples (registers + 16 KiB of stack) of
  *    deep-nofp, spin-threads, cxx-throw and a Python program: for each
  *    workload >= 99% of the samples give libdw's PCs and status, every
@@ -29,6 +31,7 @@
  * a part was skipped (the reason is printed), 99 setup error.
  */
 #include <elf.h>
+#include <elfutils/libdw.h>
 #include <fcntl.h>
 #include <gelf.h>
 #include <inttypes.h>
@@ -196,6 +199,52 @@ static const char *torch_cpu_path(void)
 	return NULL;
 }
 
+static uint64_t rng(void);
+
+/*
+ * check_coverage() - wherever libdw (a Dwarf_CFI of its own over @path's
+ * .eh_frame) finds CFI for a PC of .text, @t has a row that is not
+ * CFI_ROW_NONE: 20,000 PCs drawn at random. An FDE whose rows the
+ * compile lost would show here.
+ */
+static void check_coverage(const char *path, const struct cfi_table *t)
+{
+	uint64_t text = 0, size = 0, covered = 0, missed = 0;
+	Dwarf_CFI *cfi;
+	Elf *elf;
+	int fd;
+
+	if (!section_of(path, ".text", &text, &size, NULL) || size == 0)
+		return;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		SETUP_FAIL("open %s: %m", path);
+	elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	cfi = elf ? dwarf_getcfi_elf(elf) : NULL;
+	for (int k = 0; cfi && k < 20000; k++) {
+		uint64_t pc = text + rng() % size;
+		Dwarf_Frame *frame = NULL;
+		const struct cfi_row *row;
+
+		if (dwarf_cfi_addrframe(cfi, pc, &frame) != 0)
+			continue;
+		free(frame);
+		covered++;
+		row = cfi_table__find(t, pc);
+		missed += !row || row->kind == CFI_ROW_NONE;
+	}
+	printf("modules: %s: %" PRIu64 " of 20000 random .text PCs have CFI in libdw, %" PRIu64
+	       " of them no row\n",
+	       path, covered, missed);
+	CHECK(covered > 0);
+	CHECK_INT_EQ(missed, 0);
+	if (cfi)
+		dwarf_cfi_end(cfi);
+	if (elf)
+		elf_end(elf);
+	close(fd);
+}
+
 static void test_modules(void)
 {
 	const char *paths[] = {
@@ -243,6 +292,7 @@ static void test_modules(void)
 		       st->rows_by_kind[CFI_ROW_OUTERMOST], st->rows_by_kind[CFI_ROW_NONE],
 		       st->debug_frame ? ", with .debug_frame" : "");
 		CHECK(table_well_formed(t));
+		check_coverage(paths[i], t);
 		CHECK(n > 1000);
 		CHECK_INT_EQ(st->fdes_skipped, 0);
 		/* what the table cannot express is rare in compiled code */
@@ -477,6 +527,34 @@ static int corrupt_one(const unsigned char *sec, size_t len, bool eh, uint64_t a
 	return 1;
 }
 
+/*
+ * check_same_as_file() - the @n @rows compiled from a copy of @path's
+ * .eh_frame are the rows cfi_table__compile() gives for the file itself
+ * (no debug file).
+ */
+static void check_same_as_file(const char *path, const struct cfi_row *rows, size_t n)
+{
+	struct cfi_table *t = NULL;
+	const struct cfi_row *file_rows;
+	size_t n_file = 0;
+	bool same;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		SETUP_FAIL("open %s: %m", path);
+	CHECK_INT_EQ(cfi_table__compile(fd, path, NULL, &t), 0);
+	close(fd);
+	if (!t)
+		return;
+	file_rows = cfi_table__rows(t, &n_file);
+	same = n_file == n && memcmp(file_rows, rows, n * sizeof(*rows)) == 0;
+	printf("corrupt: %s: its .eh_frame alone gives the file's %zu rows: %s\n", path, n_file,
+	       same ? "same" : "DIFFERENT");
+	CHECK_INT_EQ(n_file, n);
+	CHECK(same);
+	cfi_table__free(t);
+}
+
 static void test_corrupt(void)
 {
 	const char *nocfi_debug = getenv("UNWIND_NOCFI_DEBUG");
@@ -508,13 +586,17 @@ static void test_corrupt(void)
 		buf = malloc(size + 1);
 		if (!buf)
 			SETUP_FAIL("out of memory");
-		/* the intact section: the same table as from the file */
+		/* the intact section: the same table as from the file (both compiles
+		 * renew libdw's CFI as they go, each its own way: cfi_table.c) */
 		CHECK_INT_EQ(eh ? cfi_table__from_sections(sec, size, addr, NULL, 0, &whole)
 				: cfi_table__from_sections(NULL, 0, 0, sec, size, &whole),
 			     0);
 		if (whole) {
-			cfi_table__rows(whole, &n_whole);
+			const struct cfi_row *rows = cfi_table__rows(whole, &n_whole);
+
 			CHECK(n_whole > 2);
+			if (eh)
+				check_same_as_file(srcs[i].path, rows, n_whole);
 			cfi_table__free(whole);
 		}
 		/* the whole section, a few places damaged */
