@@ -709,8 +709,8 @@ static int no_debuginfo_file(Dwfl_Module *mod, void **userdata, const char *modn
 
 /*
  * The .eh_frame CFI of the file open at @fd, renewed for compile_cfi():
- * each time from a Dwfl of its own, which applies the x86-64 ABI's default
- * rules (rbp unspecified reads "same value") as the first one did.
+ * each time from a Dwfl of its own, so that libdw reads it with its x86-64
+ * backend's rules, as it read the first one (dwfl_module_eh_cfi()).
  */
 struct eh_renewal {
 	int fd; /* not owned */
