@@ -82,12 +82,13 @@ static __always_inline void uretprobe_fix_init(struct uretprobe_fix *f)
 	f->ri = 0;
 	if (!bpf_core_field_exists(t->utask))
 		return;
-	ut = BPF_CORE_READ(t, utask);
+	/* Plain loads, as in read_user_regs(): @t is a BTF pointer. */
+	ut = t->utask;
 	if (!ut)
 		return;
-	f->ri = (__u64)BPF_CORE_READ(ut, return_instances);
-	if (f->ri)
-		f->tramp = BPF_CORE_READ(t, mm, uprobes_state.xol_area, vaddr);
+	f->ri = (__u64)ut->return_instances;
+	if (f->ri && t->mm && t->mm->uprobes_state.xol_area)
+		f->tramp = t->mm->uprobes_state.xol_area->vaddr;
 }
 
 /*
