@@ -143,8 +143,8 @@ def test_probe_stacks(d, alloc):
     # A probed function's return address is the uretprobe trampoline's until it returns,
     # and the trampoline returns through a system call: samples there (nearly all of
     # churn's system calls) must name the caller waiting for that return. Not all: in
-    # the system call the kernel has already taken the return off its list (70-88% of
-    # them did here, ~70-90 samples in 4 s; 46% without the fix).
+    # the system call the kernel has already taken the return off its list (78-85% of
+    # them did here, 95-211 samples in 8 s; 44% without the fix).
     n, churn, unknown = samples_through(d, sid, 'entry_SYSCALL_64_after_hwframe')
     print('probe stacks: %d samples in system calls, %d through churn_step, %d with [unknown]'
           % (n, churn, unknown))
