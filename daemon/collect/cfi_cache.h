@@ -14,7 +14,7 @@
 #include "cfi_walk.h"
 
 /*
- * The version of what a file holds: bump it whenever cfi_table.c compiles
+ * The version of what a file holds: bump it whenever cfi_table.c (or cfi_section.c) compiles
  * other rows from the same file or cfi_maps.c narrows them otherwise, so
  * that files of an older profd are rejected (counted) and compiled again.
  */

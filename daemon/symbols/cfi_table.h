@@ -65,9 +65,9 @@ _Static_assert(sizeof(struct cfi_row) == 16, "struct cfi_row is 16 bytes");
  * gets no table: cfi_table__compile() fails with -E2BIG and its frames stop
  * an unwind with UNWIND_NO_CFI (libtorch_cpu.so, the largest library we
  * know, needs 1.4 million rows, a third of it). An FDE with more than
- * CFI_TABLE_MAX_FDE_ROWS rows (libdw re-runs an FDE's instructions from its
- * start for every row, so rows cost quadratic time in one FDE) keeps the
- * rows up to there and is CFI_ROW_EXPR for the rest.
+ * CFI_TABLE_MAX_FDE_ROWS rows (the rows of one FDE are held while its
+ * program runs, cfi_section.c) keeps the rows up to there and is
+ * CFI_ROW_EXPR for the rest.
  */
 #define CFI_TABLE_MAX_ROWS (4u << 20)
 #define CFI_TABLE_MAX_FDE_ROWS 4096u
@@ -77,7 +77,7 @@ struct cfi_table_stats {
 	uint64_t fdes;	       /* FDEs whose start was decoded, both sections */
 	uint64_t fdes_skipped; /* FDEs whose start could not be decoded (left as no CFI) */
 	uint64_t fdes_cut;     /* FDEs cut at CFI_TABLE_MAX_FDE_ROWS (the rest CFI_ROW_EXPR) */
-	uint64_t rows_libdw;   /* rows libdw returned, before merging */
+	uint64_t rows_read;    /* rows the FDEs gave, before merging */
 	uint64_t rows_by_kind[CFI_ROW_OUTERMOST + 1]; /* after merging */
 	bool debug_frame; /* .debug_frame (of the file or its debug file) was used */
 };
