@@ -5,9 +5,11 @@
  *
  * Parts:
  *  - modules: libc, libstdc++, libpython3.11, libtorch_cpu.so compiled;
- *    rows sorted, ending in no CFI, nearly all plain CFA rules; every
- *    random .text PC where libdw finds CFI has a row (no FDE lost); libc's
- *    .plt is recognised; prints rows, bytes and compile time per module;
+ *    rows sorted, ending in no CFI, nearly all plain CFA rules; wherever
+ *    libdw finds CFI (random .text PCs and row starts) the row says what
+ *    libdw's row says (no FDE lost, no instruction run otherwise); libc's
+ *    .plt is recognised; a relocatable object compiles; prints rows, bytes
+ *    and compile time per module;
  *  - self: this process's own stack gives libdw's stack, to _start;
  *  - signal: a stack through a signal handler stops at the trampoline
  *    (__restore_rt, a signal frame) with the frames before it libdw's;
@@ -25,7 +27,8 @@
  *    of both unwinders.
  *
  * Workload paths come from DEEP_NOFP, SPIN_THREADS, CXX_THROW, PY_WORKLOADS
- * (tests/meson.build); the .debug_frame fixture from UNWIND_NOCFI_DEBUG.
+ * (tests/meson.build); the .debug_frame fixture from UNWIND_NOCFI_DEBUG, a
+ * relocatable object from RELOC_OBJECT.
  *
  * Exit status: 0 all parts passed, 1 a check failed, 77 nothing failed but
  * a part was skipped (the reason is printed), 99 setup error.
@@ -499,6 +502,24 @@ static void test_modules(void)
 
 		CHECK_INT_EQ(cfi_table__compile(fd, "cmdline", &d, &t), -EBADF);
 		close(fd);
+	}
+	{
+		/* a relocatable object with debug info, without a debug-file search: a table */
+		const char *obj = getenv("RELOC_OBJECT");
+		struct cfi_table *t = NULL;
+		int fd = obj ? open(obj, O_RDONLY | O_CLOEXEC) : -1;
+
+		if (!obj) {
+			check_skip("modules",
+				   "RELOC_OBJECT not set: a relocatable object not tried");
+		} else if (fd < 0) {
+			SETUP_FAIL("open %s: %m", obj);
+		} else {
+			CHECK_INT_EQ(cfi_table__compile(fd, obj, NULL, &t), 0);
+			CHECK(t && table_well_formed(t));
+			cfi_table__free(t);
+			close(fd);
+		}
 	}
 	debuginfo__done(&d);
 	cfi_table__free(NULL);

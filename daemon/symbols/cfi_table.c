@@ -365,6 +365,7 @@ int cfi_table__compile(int fd, const char *name, const struct debuginfo *d, stru
 	static const Dwfl_Callbacks no_debuginfo = {
 	    .find_elf = no_elf,
 	    .find_debuginfo = no_debuginfo_file,
+	    .section_address = dwfl_offline_section_address, /* ET_REL files: libdwfl calls it */
 	};
 	struct cfi_table_stats stats = {};
 	struct rowvec eh = {}, dbg = {};
