@@ -511,6 +511,24 @@ static bool advance(struct cfi_fde_rows *rows, const struct cfi_cie *cie,
 }
 
 /*
+ * read_offset() - an offset operand at *@p (< @end): a ULEB128, or if
+ * @factored a SLEB128 times @cie's data alignment factor (the *_sf
+ * instructions), in two's complement. False if it runs past @end.
+ */
+static bool read_offset(const uint8_t **p, const uint8_t *end, bool factored,
+			const struct cfi_cie *cie, uint64_t *ret)
+{
+	int64_t sv;
+
+	if (!factored)
+		return read_uleb(p, end, ret);
+	if (!read_sleb(p, end, &sv))
+		return false;
+	*ret = (uint64_t)sv * (uint64_t)cie->data_align;
+	return true;
+}
+
+/*
  * run_cfi() - run the CFI program from @p to @end over the rules in @s,
  * with @cie's alignment factors: an FDE's, whose rows go to @rows, or
  * (@rows NULL) a CIE's initial instructions, where a location may not
@@ -527,7 +545,6 @@ static int run_cfi(const struct cfi_section *sec, const struct cfi_cie *cie, con
 	while (p < end) {
 		uint8_t opcode = *p++;
 		uint64_t reg = opcode & 0x3f, v = 0, loc;
-		int64_t sv;
 
 		switch (opcode & 0xc0) {
 		case DW_CFA_advance_loc:
@@ -571,15 +588,9 @@ static int run_cfi(const struct cfi_section *sec, const struct cfi_cie *cie, con
 		}
 		case DW_CFA_def_cfa:
 		case DW_CFA_def_cfa_sf:
-			if (!read_uleb(&p, end, &reg))
+			if (!read_uleb(&p, end, &reg) ||
+			    !read_offset(&p, end, opcode == DW_CFA_def_cfa_sf, cie, &v))
 				return -1;
-			if (opcode == DW_CFA_def_cfa_sf) {
-				if (!read_sleb(&p, end, &sv))
-					return -1;
-				v = (uint64_t)sv * (uint64_t)cie->data_align;
-			} else if (!read_uleb(&p, end, &v)) {
-				return -1;
-			}
 			s->cfa = CFA_OFFSET;
 			s->cfa_reg = reg;
 			s->cfa_off = v;
@@ -593,13 +604,8 @@ static int run_cfi(const struct cfi_section *sec, const struct cfi_cie *cie, con
 			continue;
 		case DW_CFA_def_cfa_offset:
 		case DW_CFA_def_cfa_offset_sf:
-			if (opcode == DW_CFA_def_cfa_offset_sf) {
-				if (!read_sleb(&p, end, &sv))
-					return -1;
-				v = (uint64_t)sv * (uint64_t)cie->data_align;
-			} else if (!read_uleb(&p, end, &v)) {
+			if (!read_offset(&p, end, opcode == DW_CFA_def_cfa_offset_sf, cie, &v))
 				return -1;
-			}
 			if (s->cfa != CFA_OFFSET)
 				s->cfa = CFA_OTHER;
 			s->cfa_off = v;
@@ -631,12 +637,11 @@ static int run_cfi(const struct cfi_section *sec, const struct cfi_cie *cie, con
 			continue;
 		case DW_CFA_offset_extended_sf:
 		case DW_CFA_val_offset_sf:
-			if (!read_uleb(&p, end, &reg) || !read_sleb(&p, end, &sv) ||
+			if (!read_uleb(&p, end, &reg) || !read_offset(&p, end, true, cie, &v) ||
 			    reg >= CFI_MAX_REGISTER)
 				return -1;
 			set_rule(s, cie->ra, reg,
-				 opcode == DW_CFA_val_offset_sf ? RULE_OTHER : RULE_OFFSET,
-				 (uint64_t)sv * (uint64_t)cie->data_align);
+				 opcode == DW_CFA_val_offset_sf ? RULE_OTHER : RULE_OFFSET, v);
 			continue;
 		case DW_CFA_register:
 			if (!read_uleb(&p, end, &reg) || !read_uleb(&p, end, &v) ||
