@@ -10,7 +10,6 @@
  * gives fewer rows (no CFI there), never a crash. Thread-safe: no state
  * outside the table being built.
  */
-#include <dwarf.h>
 #include <elf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
@@ -18,7 +17,6 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
-#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
