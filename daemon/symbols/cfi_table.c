@@ -141,10 +141,8 @@ static int compile_fdes(struct cfi_section *sec, int64_t shift, struct cfi_table
 				break;
 			stats->rows_read++;
 			walked++;
-			row.kind = x->row.kind;
-			row.flags = x->row.flags;
-			row.cfa_off = x->row.cfa_off;
-			row.fp_off = x->row.fp_off;
+			row = x->row; /* its rule; the row may start before pc */
+			row.pc = pc + (uint64_t)shift;
 			r = rowvec_put(out, &row);
 			if (r < 0)
 				break;
