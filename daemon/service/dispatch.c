@@ -206,14 +206,14 @@ static json_t *tables_object(struct profd *p)
 	struct cfi_maps_stats t;
 
 	sampler__tables_stats(p->env.sampler, &t);
-	return json_pack("{s:I, s:I, s:I, s:f, s:b, s:I, s:I, s:I, s:I, s:I, s:I}", "processes",
-			 (json_int_t)t.procs, "modules", (json_int_t)t.modules, "rows",
-			 (json_int_t)t.rows_used, "compile_s", (double)t.compile_ns / 1e9, "cache",
-			 sampler__has_table_cache(p->env.sampler), "cache_hits",
-			 (json_int_t)t.cache_hits, "cache_stored", (json_int_t)t.cache_stored,
-			 "cache_rejected", (json_int_t)t.cache_rejected, "cache_failed",
-			 (json_int_t)t.cache_failed, "cache_evicted", (json_int_t)t.cache_evicted,
-			 "cache_bytes", (json_int_t)t.cache_bytes);
+	return json_pack(
+	    "{s:I, s:I, s:I, s:I, s:f, s:b, s:I, s:I, s:I, s:I, s:I, s:I}", "processes",
+	    (json_int_t)t.procs, "modules", (json_int_t)t.modules, "rows", (json_int_t)t.rows_used,
+	    "row_array_rows", (json_int_t)t.rows_len, "compile_s", (double)t.compile_ns / 1e9,
+	    "cache", sampler__has_table_cache(p->env.sampler), "cache_hits",
+	    (json_int_t)t.cache_hits, "cache_stored", (json_int_t)t.cache_stored, "cache_rejected",
+	    (json_int_t)t.cache_rejected, "cache_failed", (json_int_t)t.cache_failed,
+	    "cache_evicted", (json_int_t)t.cache_evicted, "cache_bytes", (json_int_t)t.cache_bytes);
 }
 
 /*
