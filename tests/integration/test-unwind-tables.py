@@ -85,13 +85,13 @@ def wait_row_arrays(d, present, what):
     check(bool(arrays) == present, '%s: profd has row arrays %r' % (what, arrays))
 
 
-def session_run(d, argv, mode, threads=1, extra=()):
+def session_run(d, argv, mode, threads=1, extra=(), row_pairs=False):
     """Run @argv to its end in a session with --unwind @mode (None: the
     default, auto); (session object, top, hotpaths). The session object
     gains 'row_array_peak', the largest row array seen while @argv ran
-    (rows, 0 for none), and, when the mode walks, 'row_arrays': the
-    (row_array_rows, rows) pairs the ping gave meanwhile, each read at
-    one instant."""
+    (rows, 0 for none), and, with @row_pairs when the mode walks,
+    'row_arrays': the (row_array_rows, rows) pairs the ping gave meanwhile,
+    each read at one instant (a profctl run every 0.1 s)."""
     w = d.spawn(*argv)
     wait_for_threads(w.pid, threads)
     if argv[0] == PYTHON:
@@ -107,7 +107,7 @@ def session_run(d, argv, mode, threads=1, extra=()):
     peak, pairs, deadline = 0, set(), time.time() + 60
     while w.poll() is None and time.time() < deadline:
         peak = max([peak] + row_arrays(d.proc.pid))
-        t = d.json('ping')['unwind_tables'] if walks else None
+        t = d.json('ping')['unwind_tables'] if walks and row_pairs else None
         if t and t['row_array_rows']:
             pairs.add((t['row_array_rows'], t['rows']))
         time.sleep(0.1)
@@ -144,7 +144,7 @@ def self_top(top, n):
 
 def check_deep(d):
     nofp = binary('DEEP_NOFP')
-    res = {m: session_run(d, [nofp, '4'], m) for m in ('tables', 'dwarf', None)}
+    res = {m: session_run(d, [nofp, '4'], m, row_pairs=True) for m in ('tables', 'dwarf', None)}
     (s, top, paths), (_, dtop, dpaths) = res['tables'], res['dwarf']
     # The default walks in BPF as tables does, with the same whole stacks.
     ds, atop, apaths = res[None]
