@@ -68,6 +68,10 @@ struct offcpu_event {
 	__u64 runq_ns;     /* part of duration_ns spent runnable, waiting for a CPU: all of it
 			    * for OFFCPU_STATE_RUNNABLE, the time after the wakeup with
 			    * OFFCPU_WOKEN, else 0 */
+	__u64 period_ns;   /* the slot's sampling period when the interval ended (0: every
+			    * interval is sent). An interval shorter than it was sent with
+			    * probability duration_ns / period_ns, and stands for period_ns
+			    * of off-CPU time and period_ns / duration_ns intervals */
 	__u32 pid;         /* tgid */
 	__u32 tid;
 	__u32 slot;        /* session slot of the target */

@@ -359,6 +359,7 @@ int output__offcpu(FILE *f, const json_t *reply)
 		     *by = json_object_get(reply, "by_state");
 	const json_t *x, *v;
 	const char *state;
+	json_int_t period_ns;
 	size_t i;
 
 	if (!json_is_array(stacks) || !json_is_number(json_object_get(reply, "total_off_cpu_s")))
@@ -370,6 +371,12 @@ int output__offcpu(FILE *f, const json_t *reply)
 	    fprintf(f, ", %s %.3f s", state, json_number_value(v));
 	fprintf(f, "\nlost off-CPU intervals: %lld\n",
 		(long long)json_integer_value(json_object_get(reply, "offcpu_lost")));
+	period_ns = json_integer_value(json_object_get(reply, "offcpu_period_ns"));
+	if (period_ns > 0)
+		fprintf(f,
+			"sampled: intervals under %.3f ms kept in proportion to their length, "
+			"so times and counts are estimates\n",
+			(double)period_ns / 1e6);
 	json_array_foreach(stacks, i, x)
 	{
 		const json_t *frames = json_object_get(x, "frames");

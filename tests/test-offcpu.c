@@ -326,7 +326,7 @@ static void check_untraced_slot(pid_t pid)
 	maps.targets_fd = bpf_map_create(BPF_MAP_TYPE_HASH, "targets", 4, 4, 4096, NULL);
 	if (maps.targets_fd < 0)
 		SETUP_FAIL("bpf_map_create: %m");
-	CHECK_INT_EQ(offcpu__new_shared(RINGBUF_BYTES, 0, &maps, count_event, seen, &o), 0);
+	CHECK_INT_EQ(offcpu__new_shared(RINGBUF_BYTES, &maps, count_event, seen, &o), 0);
 	if (!o)
 		return;
 	/* what the sampler does for a session of --events cpu */
@@ -334,7 +334,7 @@ static void check_untraced_slot(pid_t pid)
 	poll_for(o, 500);
 	printf("slot in the shared targets map, not added: %d intervals\n", seen[1]);
 	CHECK_INT_EQ(seen[1], 0);
-	CHECK_INT_EQ(offcpu__add_target(o, SLOT, pid), 0);
+	CHECK_INT_EQ(offcpu__add_target(o, SLOT, pid, 0), 0);
 	poll_for(o, 500);
 	printf("the same slot added: %d intervals\n", seen[1]);
 	CHECK(seen[1] > 0);
@@ -403,9 +403,9 @@ int main(int argc, char **argv)
 	if (!c.stacks)
 		SETUP_FAIL("out of memory");
 
-	/* No min_block_ns: every interval is counted, so the sums can be compared
-	 * with the kernel's; the intervals under 10 us are counted apart. */
-	r = offcpu__new(RINGBUF_BYTES, 0, on_event, &c, &o);
+	/* A sampling period of 0 (offcpu__add_target()): every interval is sent, so the
+	 * sums can be compared with the kernel's; the intervals under 10 us are counted apart. */
+	r = offcpu__new(RINGBUF_BYTES, on_event, &c, &o);
 	if (r == -EPERM || r == -EACCES || r == -ENOSYS || r == -EOPNOTSUPP) {
 		printf("SKIP: loading offcpu.bpf.c refused: %s\n", strerror(-r));
 		return 77;
@@ -428,9 +428,10 @@ int main(int argc, char **argv)
 	if (!c.unwinder)
 		SETUP_FAIL("out of memory");
 
-	CHECK_INT_EQ(offcpu__add_target(o, SLOT, c.pid), 0);
-	CHECK_INT_EQ(offcpu__add_target(o, SLOT + 1, c.pid), -EBUSY);
-	CHECK_INT_EQ(offcpu__add_target(o, OFFCPU_MAX_SLOTS, c.pid), -EINVAL);
+	CHECK_INT_EQ(offcpu__add_target(o, SLOT, c.pid, 1ULL << 32), -EINVAL);
+	CHECK_INT_EQ(offcpu__add_target(o, SLOT, c.pid, 0), 0);
+	CHECK_INT_EQ(offcpu__add_target(o, SLOT + 1, c.pid, 0), -EBUSY);
+	CHECK_INT_EQ(offcpu__add_target(o, OFFCPU_MAX_SLOTS, c.pid, 0), -EINVAL);
 	t0 = now_ns(CLOCK_MONOTONIC);
 	for (int i = 0; i < NR_ROLES; i++)
 		have_schedstat &= read_schedstat(c.pid, tids[i], &ss0[i]);

@@ -40,7 +40,8 @@ bool offcpu_event__valid(const void *data, size_t size)
 		 size <
 		     offsetof(struct offcpu_event, ips) + frames * sizeof(__u64) + e->stack_size ||
 		 e->slot >= OFFCPU_MAX_SLOTS || e->state >= OFFCPU_NR_STATES ||
-		 e->runq_ns > e->duration_ns);
+		 e->runq_ns > e->duration_ns || e->period_ns >= (1ULL << 32) ||
+		 (e->period_ns && e->duration_ns == 0));
 }
 
 /* A bad record is refused (the reader counts it and goes on). */
@@ -79,8 +80,6 @@ static bool kernel_allocates_in_tracing(void)
  *   stack (~0.5 KiB typically). The reader is woken only once 1/16 of it is
  *   full (a wakeup per record would preempt the targets and make records
  *   of its own): call offcpu__poll() on a timer too, every 100 ms to 1 s.
- * @min_block_ns: off-CPU intervals shorter than this (nanoseconds) are not
- *   sent; 0 sends all of them. 10000 (10 us) drops most preemption noise.
  * @fn, @ctx: called from offcpu__poll() for each well-formed record.
  * @ret: receives the object, owned by the caller (offcpu__free()).
  *
@@ -90,12 +89,11 @@ static bool kernel_allocates_in_tracing(void)
  * unchanged on failure. Allocates; does not log (libbpf's own messages go
  * through its print callback).
  */
-int offcpu__new(size_t ringbuf_bytes, uint64_t min_block_ns, offcpu_fn fn, void *ctx,
-		struct offcpu **ret)
+int offcpu__new(size_t ringbuf_bytes, offcpu_fn fn, void *ctx, struct offcpu **ret)
 {
 	static const struct offcpu_shared_maps none = { -1, { -1, -1, -1, -1 } };
 
-	return offcpu__new_shared(ringbuf_bytes, min_block_ns, &none, fn, ctx, ret);
+	return offcpu__new_shared(ringbuf_bytes, &none, fn, ctx, ret);
 }
 
 /*
@@ -107,9 +105,8 @@ int offcpu__new(size_t ringbuf_bytes, uint64_t min_block_ns, offcpu_fn fn, void 
  * their CPU samples are. Also returns bpf_map__reuse_fd()'s -errno (a map
  * of another type or size).
  */
-int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns,
-		       const struct offcpu_shared_maps *maps, offcpu_fn fn, void *ctx,
-		       struct offcpu **ret)
+int offcpu__new_shared(size_t ringbuf_bytes, const struct offcpu_shared_maps *maps, offcpu_fn fn,
+		       void *ctx, struct offcpu **ret)
 {
 	_cleanup_(offcpu__freep) struct offcpu *o = NULL;
 	int r;
@@ -136,7 +133,6 @@ int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns,
 				return r;
 		}
 	}
-	o->skel->rodata->min_block_ns = min_block_ns;
 	o->skel->rodata->wakeup_bytes = ringbuf_bytes / 16;
 	r = bpf_map__set_max_entries(o->skel->maps.starts, OFFCPU_MAX_THREADS);
 	if (r < 0)
@@ -176,13 +172,28 @@ struct record_reader *offcpu__reader(struct offcpu *o)
 }
 
 /*
+ * offcpu__period_ns() - the sampling period of off-CPU time for a session
+ * sampling CPU time at @freq_hz (1..PROFD_MAX_FREQ_HZ): 1 / @freq_hz in
+ * nanoseconds, so that off-CPU time gets about as many records per second
+ * of it as CPU time gets samples (offcpu.bpf.c, keep_interval()).
+ */
+uint64_t offcpu__period_ns(unsigned freq_hz)
+{
+	return freq_hz ? NSEC_PER_SEC / freq_hz : 0;
+}
+
+/*
  * offcpu__add_target() - record the off-CPU intervals of every thread of
  * process @pid (threads created later included) for session @slot,
  * 0..OFFCPU_MAX_SLOTS-1. A slot may have several processes; its drop
  * counters restart from zero when it gets its first one. Intervals that
  * began before the call are not reported.
+ * @period_ns: the slot's sampling period (offcpu__period_ns()): intervals at
+ *   least this long are all sent, a shorter one of d ns with probability
+ *   d / @period_ns; 0 sends every interval. Below 2^32 (4.29 s); the last
+ *   value given for a slot holds for all its processes.
  *
- * Returns 0, -EINVAL for a bad @slot or @pid, -ESRCH if @pid does not exist,
+ * Returns 0, -EINVAL for a bad @slot, @pid or @period_ns, -ESRCH if @pid does not exist,
  * -EBUSY if @pid is already a target (of any slot), -E2BIG if the targets
  * map is full (4096 processes), -errno of bpf(). Leaves everything unchanged
  * on failure. Does not block or log.
@@ -192,12 +203,12 @@ struct record_reader *offcpu__reader(struct offcpu *o)
  */
 _Static_assert(OFFCPU_MAX_SLOTS <= 64, "a bit per slot in traced_slots");
 
-int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid)
+int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid, uint64_t period_ns)
 {
 	__u32 key = (__u32)pid, val = slot + 1;
 	int r;
 
-	if (slot >= OFFCPU_MAX_SLOTS || pid <= 0)
+	if (slot >= OFFCPU_MAX_SLOTS || pid <= 0 || period_ns >= (1ULL << 32))
 		return -EINVAL;
 	if (kill(pid, 0) < 0 && errno == ESRCH)
 		return -ESRCH;
@@ -218,6 +229,8 @@ int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid)
 			return -EBUSY;
 	}
 	o->nr_targets[slot]++;
+	/* Before the slot is traced: offcpu.bpf.c reads it at each switch-in. */
+	__atomic_store_n(&o->skel->bss->period_ns[slot], period_ns, __ATOMIC_RELAXED);
 	/* offcpu.bpf.c's traced_slots: the slot's switches are traced from now on */
 	__atomic_fetch_or(&o->skel->bss->traced_slots, 1ull << slot, __ATOMIC_RELAXED);
 	return 0;

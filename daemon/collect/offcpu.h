@@ -58,15 +58,15 @@ struct offcpu_shared_maps {
 };
 
 /* Each function is documented where it is defined, in offcpu.c. */
-int offcpu__new(size_t ringbuf_bytes, uint64_t min_block_ns, offcpu_fn fn, void *ctx,
+int offcpu__new(size_t ringbuf_bytes, offcpu_fn fn, void *ctx,
 		struct offcpu **ret); /* load and attach */
-int offcpu__new_shared(size_t ringbuf_bytes, uint64_t min_block_ns,
-		       const struct offcpu_shared_maps *maps, offcpu_fn fn, void *ctx,
-		       struct offcpu **ret); /* offcpu__new() with the sampler's maps */
+int offcpu__new_shared(size_t ringbuf_bytes, const struct offcpu_shared_maps *maps, offcpu_fn fn,
+		       void *ctx, struct offcpu **ret); /* offcpu__new() with the sampler's maps */
 void offcpu__free(struct offcpu *o);			/* accepts NULL */
 /* The ring buffer's reader (owned by @o); its fd is readable when 1/16 of the ring is full. */
 struct record_reader *offcpu__reader(struct offcpu *o);
-int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid);
+int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid, uint64_t period_ns);
+uint64_t offcpu__period_ns(unsigned freq_hz); /* a session's sampling period */
 int offcpu__remove_target(struct offcpu *o, unsigned slot, pid_t pid);
 uint64_t offcpu__lost(struct offcpu *o, unsigned slot); /* intervals dropped, all causes */
 int offcpu__counters(struct offcpu *o, unsigned slot, struct offcpu_counters *ret);

@@ -14,10 +14,12 @@
 
 /*
  * query__offcpu() - the blocking stacks of @session_id by off-CPU time:
- * {"session","total_off_cpu_s","offcpu_lost","by_state":{state: s},
- *  "stacks":[{"state","total_s","pct","count","threads","frames":[{function,
- *  module,file,line,kind,inlined}]}]} with frames leaf first, @limit stacks
- * (1..10000). pct is of total_off_cpu_s. Returns 0, -ENOENT for an unknown
+ * {"session","total_off_cpu_s","offcpu_lost","offcpu_period_ns",
+ *  "by_state":{state: s}, "stacks":[{"state","total_s","pct","count","threads",
+ *  "frames":[{function,module,file,line,kind,inlined}]}]} with frames leaf
+ * first, @limit stacks (1..10000). pct is of total_off_cpu_s. With an
+ * offcpu_period_ns (schema 21), times and counts are estimates: intervals
+ * shorter than it were sampled (schema/0021). Returns 0, -ENOENT for an unknown
  * session, -EIO, -ENOMEM. Reads only; does not log.
  */
 int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
@@ -27,12 +29,13 @@ int query__offcpu(sqlite3 *db, int64_t session_id, int limit, json_t **ret)
 	int64_t total_ns = 0;
 	int rc, r;
 
-	r = report__row(db, "SELECT offcpu_lost FROM sessions WHERE id = ?1", session_id, &st);
+	r = report__row(db, "SELECT offcpu_lost, offcpu_period_ns FROM sessions WHERE id = ?1",
+			session_id, &st);
 	if (r < 0)
 		return r;
-	o = json_pack("{s:I, s:I, s:f, s:{}, s:[]}", "session", (json_int_t)session_id,
-		      "offcpu_lost", (json_int_t)sqlite3_column_int64(st, 0), "total_off_cpu_s",
-		      0.0, "by_state", "stacks");
+	o = json_pack("{s:I, s:I, s:o, s:f, s:{}, s:[]}", "session", (json_int_t)session_id,
+		      "offcpu_lost", (json_int_t)sqlite3_column_int64(st, 0), "offcpu_period_ns",
+		      report__col_int(st, 1), "total_off_cpu_s", 0.0, "by_state", "stacks");
 	if (!o)
 		return -ENOMEM;
 	by_state = json_object_get(o, "by_state");

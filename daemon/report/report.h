@@ -30,8 +30,8 @@
 	" (SELECT count(*) FROM threads t WHERE t.session_id = s.id),"                             \
 	" s.stack_bytes, s.unwind_dropped, s.frames, s.follow_children,"                           \
 	" s.sampled_event, s.sampled_event_status, s.label, s.pid_start_ticks,"                    \
-	" s.limit_dropped_samples, " PYTHON_COLUMNS ", s.table_walked, s.table_fallbacks,"        \
-	" s.offcpu_table_walked, s.offcpu_table_fallbacks FROM sessions s"
+	" s.limit_dropped_samples, " PYTHON_COLUMNS ", s.table_walked, s.table_fallbacks,"         \
+	" s.offcpu_table_walked, s.offcpu_table_fallbacks, s.offcpu_period_ns FROM sessions s"
 
 enum {
 	SC_ID,
@@ -68,6 +68,7 @@ enum {
 	SC_TABLE_FALLBACKS,
 	SC_OFFCPU_TABLE_WALKED,
 	SC_OFFCPU_TABLE_FALLBACKS,
+	SC_OFFCPU_PERIOD_NS,
 };
 
 struct window_bounds {

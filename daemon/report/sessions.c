@@ -131,6 +131,8 @@ static int session_from_row(sqlite3_stmt *st, int64_t now, json_t **ret)
 	fail |= json_object_set_new(o, "sampled_event_status",
 				    report__col_text(st, SC_SAMPLED_EVENT_STATUS));
 	fail |= json_object_set_new(o, "label", report__col_text(st, SC_LABEL));
+	fail |=
+	    json_object_set_new(o, "offcpu_period_ns", report__col_int(st, SC_OFFCPU_PERIOD_NS));
 	fail |= json_object_set_new(o, "pid_start_ticks", report__col_int(st, SC_PID_START_TICKS));
 	fail |= json_object_set_new(o, "limit_dropped_samples",
 				    report__col_int(st, SC_LIMIT_DROPPED_SAMPLES));

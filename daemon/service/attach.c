@@ -210,7 +210,8 @@ json_t *attach__run(struct profd *p, const struct ucred *peer, bool admin,
 	p->slots[slot] = s;
 	features__start(p, slot, req);
 	if ((req->events & EVENT_OFFCPU) && p->offcpu) {
-		r = offcpu__add_target(p->offcpu, slot, session__pid(s));
+		r = offcpu__add_target(p->offcpu, slot, session__pid(s),
+				       offcpu__period_ns(params.freq_hz));
 		if (r < 0)
 			log_warning_errno(r, "Session %lld: off-CPU tracing not started: %m",
 					  (long long)session__id(s));

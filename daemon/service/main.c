@@ -41,10 +41,6 @@
 
 /* Samples waiting for or in DWARF unwinding, at most (~20 KiB each). */
 #define UNWIND_QUEUE 1024
-/* Off-CPU intervals: the ring buffer is half the samples' (ring_buffer_bytes).
- * The shortest interval recorded: shorter blocks are not counted (a lock
- * handed over in microseconds is noise here). */
-#define OFFCPU_MIN_BLOCK_NS (10 * NSEC_PER_USEC)
 /* How often retention runs (and once at start), when configured. */
 #define RETENTION_INTERVAL_NS (600 * NSEC_PER_SEC)
 /*
@@ -355,8 +351,8 @@ static int run(void)
 		};
 
 		sampler__cfi_fds(p.env.sampler, maps.cfi_fds);
-		r = offcpu__new_shared(cfg.ring_buffer_bytes / 2, OFFCPU_MIN_BLOCK_NS, &maps,
-				       profd__on_offcpu, &p, &p.offcpu);
+		r = offcpu__new_shared(cfg.ring_buffer_bytes / 2, &maps, profd__on_offcpu, &p,
+				       &p.offcpu);
 	}
 	if (r < 0) {
 		/* Off-CPU time is one report among others: run without it, and say so. */

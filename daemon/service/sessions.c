@@ -114,7 +114,11 @@ void profd__on_sample(void *ctx, const struct sample_event *e, size_t size)
 		session__on_sample(s, e);
 }
 
-/* profd__on_offcpu() - an off-CPU interval (offcpu_fn): split into its blocked and runnable part.
+/*
+ * profd__on_offcpu() - an off-CPU interval (offcpu_fn): split into its
+ * blocked and runnable part. An interval shorter than the period it was
+ * sampled with came with probability duration / period (offcpu.bpf.c,
+ * keep_interval()), so it stands for period / duration intervals.
  */
 void profd__on_offcpu(void *ctx, const struct offcpu_event *e, size_t size)
 {
@@ -123,6 +127,7 @@ void profd__on_offcpu(void *ctx, const struct offcpu_event *e, size_t size)
 	uint64_t ips[2 * OFFCPU_MAX_FRAMES];
 	uint32_t flags = 0;
 	struct proc *proc;
+	double weight;
 	int ulen;
 
 	if (!s || !(session__events(s) & EVENT_OFFCPU))
@@ -140,13 +145,16 @@ void profd__on_offcpu(void *ctx, const struct offcpu_event *e, size_t size)
 	pthread_rwlock_unlock(&proc->as_lock);
 	if (ulen < 0)
 		ulen = 0;
+	weight =
+	    e->period_ns > e->duration_ns ? (double)e->period_ns / (double)e->duration_ns : 1.0;
 	if (e->state < OFFCPU_NR_STATES && e->duration_ns > e->runq_ns)
 		session__on_offcpu(s, (pid_t)e->pid, (pid_t)e->tid, e->comm,
 				   e->time_ns + e->duration_ns, offcpu_state_names[e->state],
-				   e->duration_ns - e->runq_ns, ips, e->kstack_len, (unsigned)ulen);
+				   e->duration_ns - e->runq_ns, weight, ips, e->kstack_len,
+				   (unsigned)ulen);
 	if (e->runq_ns && e->state != OFFCPU_STATE_RUNNABLE)
 		session__on_offcpu(s, (pid_t)e->pid, (pid_t)e->tid, e->comm,
-				   e->time_ns + e->duration_ns, "runnable", e->runq_ns, ips,
+				   e->time_ns + e->duration_ns, "runnable", e->runq_ns, weight, ips,
 				   e->kstack_len, (unsigned)ulen);
 }
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +258,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	    .sampled_event_status = extra_status,
 	    .duration_ns = p->duration_ns,
 	    .started_at_ns = s->started_real_ns,
+	    .offcpu_period_ns = (s->events & EVENT_OFFCPU) ? offcpu__period_ns(p->freq_hz) : 0,
 	};
 	r = store__begin(env->store);
 	if (r < 0)
@@ -404,7 +406,8 @@ struct offcpu_acc {
 	int pid, tid;
 	struct raw_stack *stack;
 	const char *state; /* static string */
-	uint64_t count, total_ns;
+	double count;	   /* intervals: an estimate where they were sampled (weights) */
+	uint64_t total_ns;
 };
 
 static bool offcpu_eq(const void *entry, const void *key)
@@ -416,8 +419,8 @@ static bool offcpu_eq(const void *entry, const void *key)
 }
 
 void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *comm, uint64_t time_ns,
-			const char *state, uint64_t total_ns, const uint64_t *ips, unsigned klen,
-			unsigned ulen)
+			const char *state, uint64_t total_ns, double weight, const uint64_t *ips,
+			unsigned klen, unsigned ulen)
 {
 	uint64_t t = time_ns > s->started_mono_ns ? time_ns - s->started_mono_ns : 0;
 	struct offcpu_acc key = {.window = t / PROFD_WINDOW_NS,
@@ -441,8 +444,8 @@ void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *com
 		s->offcpu_lost++;
 		return;
 	}
-	acc->count++;
-	acc->total_ns += total_ns;
+	acc->count += weight;
+	acc->total_ns += (uint64_t)llround((double)total_ns * weight);
 	/* A thread that only waits has no CPU samples: list it all the same. */
 	thread_seen(s, pid, tid, comm, time_ns, 0);
 }
@@ -611,7 +614,7 @@ int session__flush(struct session *s, const struct session_env *env)
 			r = store__offcpu_add(env->store, s->id,
 					      s->started_real_ns + acc->window * PROFD_WINDOW_NS,
 					      acc->pid, acc->tid, acc->stack->stack_id, acc->state,
-					      acc->count, acc->total_ns);
+					      (uint64_t)llround(acc->count), acc->total_ns);
 			if (r < 0)
 				return r;
 		}

@@ -115,13 +115,17 @@ struct proc *session__proc(struct session *s, pid_t pid);
 void session__on_sample(struct session *s, const struct sample_event *e);
 
 /*
- * session__on_offcpu() - account one off-CPU interval of @tid (of process
- * @pid, thread name @comm, 16 bytes): @total_ns long, ending at @time_ns (CLOCK_MONOTONIC), in @state
+ * session__on_offcpu() - account one off-CPU record of @tid (of process
+ * @pid, thread name @comm, 16 bytes): @total_ns long, ending at @time_ns (CLOCK_MONOTONIC), in
+ * @state
  * ("sleeping", "io", "runnable", "other"; static string), blocked in the
  * stack @ips: @klen kernel frames then @ulen user frames, leaf first.
+ * @weight: the intervals the record stands for, >= 1 (a sampled short
+ * interval, offcpu.bpf.c's keep_interval(): period / duration); it counts
+ * @weight intervals and @weight * @total_ns nanoseconds.
  */
-void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *comm,
-			uint64_t time_ns, const char *state, uint64_t total_ns, const uint64_t *ips,
+void session__on_offcpu(struct session *s, pid_t pid, pid_t tid, const char *comm, uint64_t time_ns,
+			const char *state, uint64_t total_ns, double weight, const uint64_t *ips,
 			unsigned klen, unsigned ulen);
 /* session__count_offcpu_lost() - off-CPU intervals lost before they reached the session. */
 void session__count_offcpu_lost(struct session *s, uint64_t n);

@@ -21,8 +21,8 @@ static const char *const stmt_sql[_STMT_MAX] = {
     [STMT_SESSION_INSERT] =
 	"INSERT INTO sessions (pid, pid_start_ticks, comm, exe, uid, event, events, freq_hz, "
 	"unwind, duration_ns, started_at_ns, stack_bytes, follow_children, sampled_event, "
-	"sampled_event_status, label, state) "
-	"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+	"sampled_event_status, label, offcpu_period_ns, state) "
+	"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, "
 	"'running')",
     [STMT_SESSION_COUNTS] = "UPDATE sessions SET samples = samples + ?2, "
 			    "lost_samples = lost_samples + ?3, "
@@ -456,6 +456,8 @@ int store__session_insert(struct store *st, const struct store_session *s, int64
 	bind_text_or_null(stmt, 14, s->sampled_event);
 	bind_text_or_null(stmt, 15, s->sampled_event_status);
 	bind_text_or_null(stmt, 16, s->label && *s->label ? s->label : NULL);
+	if (s->offcpu_period_ns)
+		sqlite3_bind_int64(stmt, 17, (int64_t)s->offcpu_period_ns);
 	r = store__step_done(stmt);
 	if (r < 0)
 		return r;

@@ -33,6 +33,7 @@ struct store_session {
 	uint64_t duration_ns;  /* 0: none */
 	uint64_t started_at_ns;
 	const char *label;     /* free text, NULL or "" for none */
+	uint64_t offcpu_period_ns; /* off-CPU sampling period (offcpu__period_ns()); 0: no offcpu */
 };
 
 /* Counters added to a session (and its window row) at a flush. */

@@ -212,7 +212,9 @@ def normalize(name, value):
     them as docs/protocol.md says of a session stored without them. And
     schema 17's counts of the BPF table walk (the default unwind, auto,
     walks the tables): a session's unwind_tables, null once migrated, as
-    for any session stored before the walk."""
+    for any session stored before the walk. And schema 21's off-CPU sampling
+    period, offcpu_period_ns in the session and offcpu reports, null once
+    migrated (check_old_offcpu())."""
     if not isinstance(value, dict) or value.get('ok') is False:
         return value
     v = copy.deepcopy(value)
@@ -220,6 +222,9 @@ def normalize(name, value):
         for sess in [v.get('session')] + list(v.get('sessions') or []):
             if isinstance(sess, dict):
                 sess.pop('unwind_tables', None)
+                sess.pop('offcpu_period_ns', None)
+    if name.startswith('offcpu '):
+        v.pop('offcpu_period_ns', None)
     if name.startswith('memory ') and isinstance(v.get('rss'), dict):
         v['rss'].pop('by_mapping', None)
         for p in v['rss'].get('processes') or []:
@@ -235,6 +240,17 @@ def normalize(name, value):
                 for k in ('verdict', 'diagnosis'):
                     f.get('evidence', {}).pop(k, None)
     return v
+
+
+def check_old_offcpu(before, after):
+    """The offcpu reports of @before (sampled with the session's period, 1 /
+    199 Hz) and @after (migrated from schema 12): after, offcpu_period_ns is
+    null, as for a session stored before off-CPU time was sampled."""
+    name = 'offcpu offcpu'  # the offcpu-mix session, the one with the offcpu event
+    check(before.get(name, {}).get('ok') is not False, 'no offcpu report of the offcpu session')
+    b, a = before[name].get('offcpu_period_ns'), after[name].get('offcpu_period_ns')
+    print('%s: offcpu_period_ns %r before the downgrade, %r after the migration' % (name, b, a))
+    check(b == 10**9 // 199 and a is None, '%s: offcpu_period_ns %r, then %r' % (name, b, a))
 
 
 def check_old_memory(before, after):
@@ -331,6 +347,7 @@ def test():
         check(not differ, '%d of %d reports changed across the migration: %s' % (len(differ), len(before),
                                                                                ', '.join(differ)))
         check_old_memory(before, after)
+        check_old_offcpu(before, after)
         print('%d reports equal before the downgrade and after the migration' % len(before))
 
 

@@ -1,0 +1,15 @@
+-- 0021-offcpu-sampling.sql: off-CPU time is sampled as CPU time is.
+--
+-- Every off-CPU interval of 10 us or more was a record: a kernel stack taken
+-- in BPF and a stack resolved by profd, ~900 a second on a PyTorch training
+-- loop whose threads hand work over in microseconds, as much again as its
+-- CPU samples at 999 Hz. Now an interval at least one period long (the
+-- session's 1 / freq_hz) is recorded as before, and a shorter one of d ns
+-- with probability d / period, counted as period / d intervals and period
+-- ns of off-CPU time (bpf/offcpu.bpf.c, keep_interval()): offcpu.count and
+-- offcpu.total_ns are unbiased estimates, intervals under 10 us included.
+--
+-- offcpu_period_ns: that period, in nanoseconds; NULL for a session without
+-- the offcpu event, or stored before this change (every interval of 10 us
+-- or more recorded, shorter ones left out).
+ALTER TABLE sessions ADD COLUMN offcpu_period_ns INTEGER;
