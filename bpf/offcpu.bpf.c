@@ -69,7 +69,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
  * session's 1 / freq_hz, so that off-CPU time is sampled as often as CPU
  * time; 0: every interval is sent). Written by user space
  * (offcpu__add_target()) through the mmap-ed .bss before the slot's bit in
- * traced_slots is set; below 2^32 (offcpu.c checks).
+ * traced_slots is set; below OFFCPU_PERIOD_LIMIT_NS (offcpu.c checks).
  */
 volatile __u64 period_ns[OFFCPU_MAX_SLOTS];
 
@@ -352,7 +352,7 @@ static __always_inline bool keep_interval(__u64 d, __u64 period)
 	if (d >= period)
 		return true;
 	/* A uniform 32-bit draw u: u * period < d * 2^32 with probability d / period
-	 * (d < period < 2^32, so neither side overflows). */
+	 * (d < period < OFFCPU_PERIOD_LIMIT_NS = 2^32, so neither side overflows). */
 	return (__u64)bpf_get_prandom_u32() * period < (d << 32);
 }
 

@@ -17,6 +17,9 @@
 #define OFFCPU_NREGS 17
 /* Most user stack bytes copied per record, from rsp (a multiple of 8). */
 #define OFFCPU_STACK_BYTES 1024
+/* Sampling periods (ns) are below this: offcpu.bpf.c's keep_interval() multiplies
+ * a period by a 32-bit draw and shifts a shorter duration left by 32 in 64 bits. */
+#define OFFCPU_PERIOD_LIMIT_NS (1ULL << 32)
 
 /*
  * offcpu_event.state: why the thread left the CPU.

@@ -428,7 +428,7 @@ int main(int argc, char **argv)
 	if (!c.unwinder)
 		SETUP_FAIL("out of memory");
 
-	CHECK_INT_EQ(offcpu__add_target(o, SLOT, c.pid, 1ULL << 32), -EINVAL);
+	CHECK_INT_EQ(offcpu__add_target(o, SLOT, c.pid, OFFCPU_PERIOD_LIMIT_NS), -EINVAL);
 	CHECK_INT_EQ(offcpu__add_target(o, SLOT, c.pid, 0), 0);
 	CHECK_INT_EQ(offcpu__add_target(o, SLOT + 1, c.pid, 0), -EBUSY);
 	CHECK_INT_EQ(offcpu__add_target(o, OFFCPU_MAX_SLOTS, c.pid, 0), -EINVAL);

@@ -96,7 +96,7 @@ int main(void)
 	o->stack_size = 0;
 	o->period_ns = 10000000; /* sampled: 1 in 10,000 of its kind */
 	CHECK(offcpu_event__valid(o, sizeof(*o)));
-	o->period_ns = 1ULL << 32; /* beyond what BPF can sample with */
+	o->period_ns = OFFCPU_PERIOD_LIMIT_NS; /* beyond what BPF can sample with */
 	CHECK(!offcpu_event__valid(o, sizeof(*o)));
 	o->period_ns = 10000000;
 	o->duration_ns = o->runq_ns = 0; /* sampled with probability 0 */

@@ -40,7 +40,7 @@ bool offcpu_event__valid(const void *data, size_t size)
 		 size <
 		     offsetof(struct offcpu_event, ips) + frames * sizeof(__u64) + e->stack_size ||
 		 e->slot >= OFFCPU_MAX_SLOTS || e->state >= OFFCPU_NR_STATES ||
-		 e->runq_ns > e->duration_ns || e->period_ns >= (1ULL << 32) ||
+		 e->runq_ns > e->duration_ns || e->period_ns >= OFFCPU_PERIOD_LIMIT_NS ||
 		 (e->period_ns && e->duration_ns == 0));
 }
 
@@ -190,8 +190,8 @@ uint64_t offcpu__period_ns(unsigned freq_hz)
  * began before the call are not reported.
  * @period_ns: the slot's sampling period (offcpu__period_ns()): intervals at
  *   least this long are all sent, a shorter one of d ns with probability
- *   d / @period_ns; 0 sends every interval. Below 2^32 (4.29 s); the last
- *   value given for a slot holds for all its processes.
+ *   d / @period_ns; 0 sends every interval. Below OFFCPU_PERIOD_LIMIT_NS
+ *   (4.29 s); the last value given for a slot holds for all its processes.
  *
  * Returns 0, -EINVAL for a bad @slot, @pid or @period_ns, -ESRCH if @pid does not exist,
  * -EBUSY if @pid is already a target (of any slot), -E2BIG if the targets
@@ -208,7 +208,7 @@ int offcpu__add_target(struct offcpu *o, unsigned slot, pid_t pid, uint64_t peri
 	__u32 key = (__u32)pid, val = slot + 1;
 	int r;
 
-	if (slot >= OFFCPU_MAX_SLOTS || pid <= 0 || period_ns >= (1ULL << 32))
+	if (slot >= OFFCPU_MAX_SLOTS || pid <= 0 || period_ns >= OFFCPU_PERIOD_LIMIT_NS)
 		return -EINVAL;
 	if (kill(pid, 0) < 0 && errno == ESRCH)
 		return -ESRCH;
