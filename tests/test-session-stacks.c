@@ -5,7 +5,8 @@
  * daemon/session/stacks.c), and loses nothing for it: more distinct stacks
  * than max_stacks_per_session are all stored, no sample is dropped at the
  * limit, a stack forgotten and seen again finds its own row in the store
- * (no duplicate), a stack seen at every flush is never forgotten, and
+ * (no duplicate) without a lookup while the memo of evicted stacks holds
+ * it, a stack seen at every flush is never forgotten, and
  * neither is the stack of a mapping made in the session (its munmap, much
  * later, is counted against it). Its frame cache is bounded too: more
  * distinct code addresses than it holds still give each stack its frames.
@@ -19,6 +20,7 @@
 
 #include "check.h"
 #include "check_session.h"
+#include "session/owned_map.h"
 #include "session/session_internal.h"
 #include "util.h"
 
@@ -193,6 +195,30 @@ int main(void)
 		     PER_ROUND);
 	CHECK_INT_EQ(scalar("SELECT sum(count) FROM sample_totals WHERE session_id = ?1"),
 		     ROUNDS * (PER_ROUND + WARM_SAMPLES) + PER_ROUND);
+
+	/* The second round's stacks come again with the frame cache emptied: the
+	 * memo of evicted stacks gives their rows, no address is looked up. */
+	hashmap_clear_free(&s->frames);
+	for (unsigned k = 0; k < PER_ROUND; k++)
+		feed(PER_ROUND + k, 1);
+	CHECK_INT_EQ(test_session_flush(s, &env), 0);
+	CHECK_INT_EQ(s->frames.len, 0);
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM stacks"), rows);
+	/* Once the process's addresses are forgotten (an exited child's, whose PID
+	 * may come again), the memo answers no more: the third round's stacks are
+	 * symbolized anew, and find their rows in the store. */
+	session__forget_frames(s, (pid_t)getpid());
+	for (unsigned k = 0; k < PER_ROUND; k++)
+		feed(2 * PER_ROUND + k, 1);
+	CHECK_INT_EQ(test_session_flush(s, &env), 0);
+	CHECK(s->frames.len > 0);
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM stacks"), rows);
+	CHECK_INT_EQ(scalar("SELECT count(*) FROM sample_totals WHERE session_id = ?1 AND "
+			    "count = 2"),
+		     3 * PER_ROUND);
+	/* Rows of the store may be gone after retention: the memo goes too. */
+	session__forget_row_ids(s);
+	CHECK(s->stack_memo == NULL);
 
 	/* The mapping's stack, seen once at the start, stayed for its munmap. */
 	CHECK(vm_stack() == mapper);

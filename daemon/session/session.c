@@ -783,6 +783,7 @@ void session__free(struct session *s)
 	hashmap_free_all(&s->mappings_stored);
 	hashmap_free_all(&s->stacks);
 	hashmap_free_all(&s->frames);
+	session__stack_memo_free(s);
 	hashmap_free_all(&s->pending);
 	hashmap_free_all(&s->threads);
 	hashmap_free_all(&s->windows);

@@ -44,6 +44,7 @@ struct session {
 	struct hashmap mappings_stored; /* struct mapping_key, mappings already in the store */
 	struct hashmap stacks;		/* struct raw_stack: stacks seen, by content */
 	struct hashmap frames;		/* struct frame_cache: address -> frame row */
+	struct stack_memo *stack_memo;	/* rows of evicted stacks (stacks.c); NULL until one */
 	struct hashmap pending;		/* struct pending_sample: samples since the last flush */
 	struct hashmap threads;		/* struct thread_acc: threads seen since the last flush */
 	struct hashmap windows;		/* struct window_acc: counters since the last flush */
@@ -134,6 +135,12 @@ struct counter_row {
  */
 #define SESSION_FRAME_CACHE 131072
 
+/*
+ * Slots of a session's memo of evicted stacks (stacks.c), a power of two:
+ * 32 bytes each, 2 MiB, allocated at the first eviction.
+ */
+#define SESSION_STACK_MEMO 65536
+
 /* A call stack as the BPF program saw it: raw addresses, kernel frames first. */
 struct raw_stack {
 	uint64_t hash;
@@ -153,6 +160,7 @@ struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint
 struct raw_stack *session__sample_stack(struct session *s, const struct sample_event *e,
 					bool *ret_limited);
 void session__forget_frames(struct session *s, pid_t pid);
+void session__stack_memo_free(struct session *s);
 bool session__same_stack(const void *entry, const void *key);
 /* session__stack_ptr_hash() - the hash of a raw stack kept by pointer (session__same_stack()). */
 static inline uint64_t session__stack_ptr_hash(const struct raw_stack *st)

@@ -55,13 +55,96 @@ static bool frame_of_pid(const void *entry, const void *ctx)
 }
 
 /*
+ * The memo of evicted stacks: of a stored stack session__stacks_evict()
+ * forgets, its row, kept under two hashes of its content instead of the
+ * content (a raw stack of 60 frames is ~0.5 KiB, a memo slot 32 bytes). A
+ * stack that comes again takes its row from here, not from the store, where
+ * store__stack_id() finds it by reads of the stacks index and table; on a
+ * long session those outgrow SQLite's page cache, and the reads per sample
+ * grew ~4x in 10 minutes of deep-nofp at 999 Hz, whose recursion keeps
+ * bringing back more stacks than the raw cache holds. Direct-mapped: a stack
+ * evicted later takes the slot of its hash. Both 64-bit hashes, of different
+ * seeds, and the PID must match: a false match, a wrong stack, has odds of
+ * ~2^-128 per lookup, those of a 128-bit content hash.
+ */
+struct stack_memo_slot {
+	uint64_t hash;	  /* raw_stack.hash */
+	uint64_t check;	  /* stack_check() */
+	int64_t stack_id; /* 0: empty */
+	pid_t pid;
+	bool cut_not_code;
+};
+
+struct stack_memo {
+	struct stack_memo_slot slot[SESSION_STACK_MEMO];
+};
+
+/* A second hash of a raw stack's identity, independent of raw_stack.hash (another seed). */
+static uint64_t stack_check(const struct raw_stack *st)
+{
+	uint64_t h =
+	    hash64(0x9e3779b97f4a7c15ULL, st->ips, sizeof(uint64_t) * (st->klen + st->ulen));
+
+	h = hash64(h, &st->klen, sizeof(st->klen));
+	h = hash64(h, &st->flags, sizeof(st->flags));
+	return hash64(h, &st->pid, sizeof(st->pid));
+}
+
+/* The memo slot of @st: a stack evicted later with the same low bits of its hash takes it. */
+static size_t stack_memo_slot(const struct raw_stack *st)
+{
+	return st->hash & (SESSION_STACK_MEMO - 1);
+}
+
+/* Remember the row of @st, stored and about to be freed; without memory, nothing. */
+static void stack_memo_add(struct session *s, const struct raw_stack *st)
+{
+	if (!s->stack_memo)
+		s->stack_memo = calloc(1, sizeof(*s->stack_memo));
+	if (s->stack_memo)
+		s->stack_memo->slot[stack_memo_slot(st)] = (struct stack_memo_slot){
+		    .hash = st->hash,
+		    .check = stack_check(st),
+		    .stack_id = st->stack_id,
+		    .pid = st->pid,
+		    .cut_not_code = st->cut_not_code,
+		};
+}
+
+/* Give @st the row the memo holds for it; false if it holds none. */
+static bool stack_memo_find(const struct session *s, struct raw_stack *st)
+{
+	const struct stack_memo_slot *m;
+
+	if (!s->stack_memo)
+		return false;
+	m = &s->stack_memo->slot[stack_memo_slot(st)];
+	if (!m->stack_id || m->hash != st->hash || m->pid != st->pid || m->check != stack_check(st))
+		return false;
+	st->stack_id = m->stack_id;
+	st->cut_not_code = m->cut_not_code;
+	return true;
+}
+
+/* session__stack_memo_free() - forget every evicted stack's row (and the memo's memory). */
+void session__stack_memo_free(struct session *s)
+{
+	free(s->stack_memo);
+	s->stack_memo = NULL;
+}
+
+/*
  * session__forget_frames() - drop the frame cache's entries for the user
- * addresses of process @pid (an exited child: its addresses mean nothing
- * once its PID is reused). The frame rows stay in the store.
+ * addresses of process @pid, and the memo's of its evicted stacks (an
+ * exited child: its addresses mean nothing once its PID is reused). The
+ * frame and stack rows stay in the store.
  */
 void session__forget_frames(struct session *s, pid_t pid)
 {
 	hashmap__remove_if(&s->frames, frame_of_pid, &pid, free);
+	for (size_t i = 0; s->stack_memo && i < SESSION_STACK_MEMO; i++)
+		if (s->stack_memo->slot[i].pid == pid)
+			s->stack_memo->slot[i].stack_id = 0;
 }
 
 /* session__same_stack() - hashmap_eq_fn of raw stacks kept by pointer. */
@@ -131,7 +214,8 @@ static int seen_cmp(const void *a, const void *b)
  * more, those a record had least lately first (raw_stack.seen), down to
  * three quarters of that bound.
  * A forgotten stack that comes again is interned anew, and its first flush
- * symbolizes it from the frame cache and finds its row in the store by
+ * takes its row from the memo of evicted stacks, or, once the memo lost
+ * it, symbolizes it from the frame cache and finds its row in the store by
  * content (store__stack_id()): same stack_id, a few SQL lookups. Without
  * it, a session whose stacks keep varying (recursion, deep-nofp's ~230 new
  * stacks a second after minutes) holds every stack it ever saw, and drops
@@ -161,8 +245,10 @@ size_t session__stacks_evict(struct session *s)
 	}
 	want = MIN(n, s->stacks.len - cache / 4 * 3);
 	qsort(cand, n, sizeof(*cand), seen_cmp);
-	for (size_t i = 0; i < want; i++)
+	for (size_t i = 0; i < want; i++) {
+		stack_memo_add(s, cand[i]);
 		cand[i]->seen = STACK_EVICTED;
+	}
 	freed = hashmap__remove_if(&s->stacks, stack_evicted, NULL, free);
 out:
 	free(cand);
@@ -431,7 +517,7 @@ int session__resolve_stack(struct session *s, const struct session_env *env, str
 	struct proc *proc;
 	int r;
 
-	if (st->stack_id)
+	if (st->stack_id || stack_memo_find(s, st))
 		return 0;
 	/* NULL only for a child retired since (session__proc_retire()) and gone:
 	 * its stack is stored as the missing frame, as one without frames. */
@@ -482,4 +568,5 @@ void session__forget_row_ids(struct session *s)
 
 	hashmap__for_each(&s->stacks, i, st) st->stack_id = 0;
 	hashmap_clear_free(&s->frames);
+	session__stack_memo_free(s);
 }
