@@ -69,7 +69,7 @@ static bool frame_of_pid(const void *entry, const void *ctx)
  */
 struct stack_memo_slot {
 	uint64_t hash;	  /* raw_stack.hash */
-	uint64_t check;	  /* stack_check() */
+	uint64_t check;	  /* raw_stack_hash() with STACK_CHECK_SEED */
 	int64_t stack_id; /* 0: empty */
 	pid_t pid;
 	bool cut_not_code;
@@ -79,16 +79,22 @@ struct stack_memo {
 	struct stack_memo_slot slot[SESSION_STACK_MEMO];
 };
 
-/* A second hash of a raw stack's identity, independent of raw_stack.hash (another seed). */
-static uint64_t stack_check(const struct raw_stack *st)
+/*
+ * raw_stack_hash() - a hash of what makes @st the stack it is (what
+ * raw_stack_eq() compares) from @seed: raw_stack.hash with HASH64_INIT,
+ * the memo's check with STACK_CHECK_SEED.
+ */
+static uint64_t raw_stack_hash(const struct raw_stack *st, uint64_t seed)
 {
-	uint64_t h =
-	    hash64(0x9e3779b97f4a7c15ULL, st->ips, sizeof(uint64_t) * (st->klen + st->ulen));
+	uint64_t h = hash64(seed, st->ips, sizeof(uint64_t) * (st->klen + st->ulen));
 
 	h = hash64(h, &st->klen, sizeof(st->klen));
 	h = hash64(h, &st->flags, sizeof(st->flags));
 	return hash64(h, &st->pid, sizeof(st->pid));
 }
+
+/* The seed of the memo's second hash, independent of raw_stack.hash's. */
+#define STACK_CHECK_SEED 0x9e3779b97f4a7c15ULL
 
 /* The memo slot of @st: a stack evicted later with the same low bits of its hash takes it. */
 static size_t stack_memo_slot(const struct raw_stack *st)
@@ -104,7 +110,7 @@ static void stack_memo_add(struct session *s, const struct raw_stack *st)
 	if (s->stack_memo)
 		s->stack_memo->slot[stack_memo_slot(st)] = (struct stack_memo_slot){
 		    .hash = st->hash,
-		    .check = stack_check(st),
+		    .check = raw_stack_hash(st, STACK_CHECK_SEED),
 		    .stack_id = st->stack_id,
 		    .pid = st->pid,
 		    .cut_not_code = st->cut_not_code,
@@ -119,7 +125,8 @@ static bool stack_memo_find(const struct session *s, struct raw_stack *st)
 	if (!s->stack_memo)
 		return false;
 	m = &s->stack_memo->slot[stack_memo_slot(st)];
-	if (!m->stack_id || m->hash != st->hash || m->pid != st->pid || m->check != stack_check(st))
+	if (!m->stack_id || m->hash != st->hash || m->pid != st->pid ||
+	    m->check != raw_stack_hash(st, STACK_CHECK_SEED))
 		return false;
 	st->stack_id = m->stack_id;
 	st->cut_not_code = m->cut_not_code;
@@ -287,9 +294,7 @@ struct raw_stack *session__stack_intern(struct session *s, pid_t pid, const uint
 	key->stack_id = 0;
 	key->cut_not_code = false;
 	memcpy(key->ips, ips, n * sizeof(uint64_t));
-	h = hash64(HASH64_INIT, key->ips, n * sizeof(uint64_t));
-	h = hash64(h, &key->klen, sizeof(key->klen));
-	h = hash64(h, &key->pid, sizeof(key->pid));
+	h = raw_stack_hash(key, HASH64_INIT);
 	key->hash = h;
 
 	st = hashmap__find(&s->stacks, h, raw_stack_eq, key);
