@@ -42,12 +42,14 @@ static inline struct session_params test_session_params(const char *events, unsi
 
 /*
  * test_session_open() - open the database @path, a symbolizer, and a
- * session of @params in slot 0 into @env and *@ret. A failure to set up is
- * a setup error (exit 99); session__new()'s is a failed check and NULL.
+ * session of @params in slot 0 into @env and *@ret (nothing sampled, no
+ * counters: the test feeds the records). A failure to set up is a setup
+ * error (exit 99); session__new()'s is a failed check and NULL.
  */
 static inline void test_session_open(const char *path, const struct session_params *params,
 				     struct session_env *env, struct session **ret)
 {
+	*env = (struct session_env){0};
 	if (store__open(path, &env->store) < 0)
 		SETUP_FAIL("cannot open the database %s", path);
 	env->sym = symbolizer__new();

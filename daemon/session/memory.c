@@ -43,17 +43,6 @@ struct alloc_block {
  */
 #define MAPS_AGE_PARTS 20
 
-/*
- * A round of smaps reads also waits at least this many times what it cost
- * (the daemon thread's CPU time): it may take 0.1% of a core. A round walks
- * the page tables and formats ~25 lines per mapping in the kernel: on a
- * PyTorch CPU loop (~1,700 mappings, 240 MiB resident) it is ~6.5 ms, one
- * every 6.5 s; at 1%, a round every 0.65 s, it was ~40% of profd's CPU on
- * that job (8 of ~19 us per CPU sample at 999 Hz). A small process (~100
- * mappings, ~0.2 ms) keeps a split at every reading.
- */
-#define MAPS_COST_FACTOR 1000
-
 static void read_maps(struct session *s, struct store_memory *m, size_t n, uint64_t mono_ns)
 {
 	uint64_t cost_ns = 0, wait_ns;
@@ -68,9 +57,9 @@ static void read_maps(struct session *s, struct store_memory *m, size_t n, uint6
 		memory__read_maps(m[i].pid, &m[i], &one_ns);
 		cost_ns += one_ns;
 	}
-	wait_ns = MAX(cost_ns * MAPS_COST_FACTOR,
-		      mono_ns > s->started_mono_ns ? (mono_ns - s->started_mono_ns) / MAPS_AGE_PARTS
-						   : 0);
+	wait_ns =
+	    MAX(cost_ns * s->maps_cost_factor,
+		mono_ns > s->started_mono_ns ? (mono_ns - s->started_mono_ns) / MAPS_AGE_PARTS : 0);
 	/* Half an interval early: the reading on the grid at (or just before) it qualifies. */
 	s->maps_next_ns =
 	    mono_ns + (wait_ns > s->memory_interval_ns ? wait_ns - s->memory_interval_ns / 2 : 0);

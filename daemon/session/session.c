@@ -130,6 +130,7 @@ int session__new(const struct session_env *env, unsigned slot, const struct sess
 	s->max_stacks = p->max_stacks ? p->max_stacks : UINT_MAX;
 	s->pidfd = -1;
 	s->memory_interval_ns = (s->events & EVENT_RSS) ? p->memory_interval_ns : 0;
+	s->maps_cost_factor = p->maps_cost_factor ? p->maps_cost_factor : MAPS_COST_FACTOR;
 	s->malloc_sample_bytes = (s->events & EVENT_MALLOC) ? p->malloc_sample_bytes : 0;
 	s->malloc_max_hits_per_s = p->malloc_max_hits_per_s;
 	s->gpu = gpu_acc__new(&(struct gpu_acc_owner){

@@ -46,6 +46,9 @@ struct session_params {
 	bool python;          /* merge CPython frames into stacks where the target runs CPython */
 	const char *sampled_event; /* a second event sampled with stacks (request.c's name), or NULL */
 	uint64_t memory_interval_ns;  /* RSS series period (events rss) */
+	/* a round of smaps reads waits at least this many times its CPU time (thread CPU clock);
+	 * 0: the default, 1000 (0.1% of a core) */
+	unsigned maps_cost_factor;
 	uint64_t malloc_sample_bytes; /* mean bytes between allocation samples (events malloc) */
 	uint64_t malloc_max_hits_per_s; /* probes detached above this rate; 0: never */
 	uint64_t pid_start_ticks;  /* if not 0: the starttime the requester saw (PID reuse check) */

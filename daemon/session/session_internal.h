@@ -21,6 +21,18 @@
 /* Mappings remembered per session for the munmap that undoes them. */
 #define SESSION_VM_MAX_REGIONS 65536
 
+/*
+ * By default a round of smaps reads (memory.c) also waits at least this
+ * many times what it cost (the daemon thread's CPU time): it may take 0.1%
+ * of a core. A round walks the page tables and formats ~25 lines per
+ * mapping in the kernel: on a PyTorch CPU loop (~1,700 mappings, 240 MiB
+ * resident) it is ~6.5 ms, one every 6.5 s; at 1%, a round every 0.65 s,
+ * it was ~40% of profd's CPU on that job (8 of ~19 us per CPU sample at
+ * 999 Hz). A small process (~100 mappings, ~0.2 ms) keeps a split at every
+ * reading, unless the machine stretches one round past 1.5 ms.
+ */
+#define MAPS_COST_FACTOR 1000
+
 /* One profiling session (session.h says what it is). */
 struct session {
 	int64_t id;
@@ -69,6 +81,7 @@ struct session {
 	uint64_t memory_interval_ns;	  /* RSS series period; 0: no series */
 	uint64_t memory_next_ns;	  /* CLOCK_MONOTONIC of the next reading */
 	uint64_t maps_next_ns;		  /* CLOCK_MONOTONIC of the next smaps round */
+	unsigned maps_cost_factor;	  /* a round waits this many times its CPU time */
 	struct store_memory *memory_rows; /* readings not yet committed */
 	size_t memory_nrows, memory_cap;
 	uint64_t malloc_sample_bytes;  /* mean bytes between allocation samples; 0: not traced */
