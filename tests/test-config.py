@@ -44,6 +44,7 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
                 'socket = /run/p.sock\n'
                 'log_level = debug\n'
                 'default_freq_hz = 397\n'
+                'offcpu = no\n'
                 '\n'
                 '[retention]\n'
                 'retention_days = 14\n'
@@ -67,7 +68,8 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
     s = settings(r.stdout)
     check(r.returncode == 0, '--check-config of a valid file exits 0', r)
     check(s.get('db') == '/srv/profd/p.db' and s.get('socket') == '/run/p.sock' and
-          s.get('log_level') == 'debug' and s.get('default_freq_hz') == '397',
+          s.get('log_level') == 'debug' and s.get('default_freq_hz') == '397' and
+          s.get('offcpu') == 'no',
           '[daemon] settings read', r)
     check(s.get('retention_days') == '14' and s.get('max_db_bytes') == str(2 << 30) and
           s.get('merge_windows_after_s') == '7200' and s.get('merged_window_s') == '300',
@@ -87,6 +89,16 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
           s.get('retention_days') == '0' and s.get('max_db_bytes') == str(64 << 20) and
           s.get('max_threads_per_session') == '128' and s.get('merge_windows_after_s') == '0' and
           s.get('merged_window_s') == '300', 'flags override the file', r)
+
+    # Off-CPU tracing is on unless turned off; the flag takes the usual spellings of a boolean.
+    empty = os.path.join(d, 'empty.conf')
+    open(empty, 'w').close()
+    r = profd('--config', empty, '--check-config')
+    check(r.returncode == 0 and settings(r.stdout).get('offcpu') == 'yes', 'offcpu defaults to yes', r)
+    for value, shown in [('off', 'no'), ('FALSE', 'no'), ('1', 'yes'), ('on', 'yes')]:
+        r = profd('--config', conf, '--check-config', '--offcpu', value)
+        check(r.returncode == 0 and settings(r.stdout).get('offcpu') == shown,
+              '--offcpu %s reads as %s' % (value, shown), r)
 
     # The output of --check-config is itself a valid configuration file.
     again = os.path.join(d, 'again.conf')
@@ -108,6 +120,7 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
             ('[fleet]\nclickhouse_url = clickhouse:8123\n', 'clickhouse_url must be an http:// or https:// URL'),
             ('[fleet]\nfleet_interval_s = 0\n', 'fleet_interval_s must be an integer from 1 to 86400'),
             ('[limits]\nring_buffer_bytes = 3M\n', 'ring_buffer_bytes must be a power of 2'),
+            ('[daemon]\noffcpu = sometimes\n', "offcpu must be yes or no, not 'sometimes'"),
             ('[daemon]\n\njust words\n', 'syntax error')]:
         bad = os.path.join(d, 'bad.conf')
         with open(bad, 'w') as f:
@@ -116,6 +129,23 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
         line = text.rstrip('\n').count('\n') + 1
         check(r.returncode == 2 and needle in r.stderr and '%s:%d:' % (bad, line) in r.stderr,
               'bad file %r: error names %s:%d and says %r' % (text, bad, line, needle), r)
+
+    # The examples of the documentation are files profd reads: profd(8)'s CONFIGURATION
+    # section and docs/operations.md's.
+    docs = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'docs')
+    with open(os.path.join(docs, 'man', 'profd.8')) as f:
+        man = f.read().split('.SH CONFIGURATION', 1)[1]
+    with open(os.path.join(docs, 'operations.md')) as f:
+        ops = f.read()
+    examples = {'profd(8)': man.split('.nf\n', 1)[1].split('.fi\n', 1)[0],
+                'docs/operations.md': ops.split('```ini\n', 1)[1].split('```', 1)[0]}
+    for where, text in examples.items():
+        example = os.path.join(d, 'example.conf')
+        with open(example, 'w') as f:
+            f.write(text.replace('\\-', '-'))
+        r = profd('--config', example, '--check-config')
+        check(r.returncode == 0 and 'offcpu = ' in r.stdout,
+              'the configuration example of %s reads' % where, r)
 
     r = profd('--config', os.path.join(d, 'missing.conf'), '--check-config')
     check(r.returncode == 2 and 'No such file' in r.stderr, 'a missing --config file is an error', r)

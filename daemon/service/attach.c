@@ -153,13 +153,9 @@ static json_t *start_malloc(struct profd *p, unsigned slot, const struct request
 				   pid, strerror(-r), (long long)id);
 }
 
-/*
- * attach__run() - the attach command of @peer (@admin: authz__is_admin()).
- * Returns the response: the session object with "session" its id, or an
- * error object that says why no session runs. Logs the new session.
- */
-json_t *attach__run(struct profd *p, const struct ucred *peer, bool admin,
-		    const struct request *req)
+/* attach() - attach__run() once the events asked for are ones this profd can trace. */
+static json_t *attach(struct profd *p, const struct ucred *peer, bool admin,
+		      const struct request *req)
 {
 	struct session_params params = {
 	    .pid = (pid_t)req->pid,
@@ -240,4 +236,30 @@ json_t *attach__run(struct profd *p, const struct ucred *peer, bool admin,
 	/* The attach response is the session object, with "session" its id (docs/protocol.md). */
 	json_object_set_new(fields, "session", json_integer(session__id(s)));
 	return dispatch__ok(fields);
+}
+
+/*
+ * attach__run() - the attach command of @peer (@admin: authz__is_admin()).
+ * Returns the response: the session object with "session" its id, or an
+ * error object that says why no session runs (EOPNOTSUPP: events offcpu
+ * asked of a profd without off-CPU tracing). Without off-CPU tracing (offcpu
+ * = no in the configuration, or its BPF program did not load) the default
+ * events are cpu and rss: the session's events say what it traces. Logs the
+ * new session.
+ */
+json_t *attach__run(struct profd *p, const struct ucred *peer, bool admin,
+		    const struct request *req)
+{
+	struct request traceable;
+
+	if (!(req->events & EVENT_OFFCPU) || p->offcpu)
+		return attach(p, peer, admin, req);
+	if (req->events_given)
+		return json_error_response(-EOPNOTSUPP, "off-CPU tracing is off in this profd: %s",
+					   p->cfg->offcpu ? "its BPF program did not load (see "
+							    "profd's log)"
+							  : "offcpu = no in its configuration");
+	traceable = *req;
+	request__set_events(&traceable, req->events & ~EVENT_OFFCPU);
+	return attach(p, peer, admin, &traceable);
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "../bpf/profile.h"
 #include "service/config.h"
@@ -25,6 +26,7 @@ enum setting_kind {
 	SET_DAYS,
 	SET_BYTES,
 	SET_POW2_BYTES,
+	SET_BOOL, /* yes/no, true/false, on/off, 1/0 */
 };
 
 /* Every setting: its section in the file, its key, and where it goes. */
@@ -40,6 +42,7 @@ static const struct setting {
     {"daemon", "log_level", SET_LOG_LEVEL, offsetof(struct profd_config, log_level), 0, 0},
     {"daemon", "default_freq_hz", SET_UINT, offsetof(struct profd_config, default_freq_hz), 1,
      PROFD_MAX_FREQ_HZ},
+    {"daemon", "offcpu", SET_BOOL, offsetof(struct profd_config, offcpu), 0, 0},
     {"retention", "retention_days", SET_DAYS, offsetof(struct profd_config, retention_ns), 0,
      100000},
     {"retention", "max_db_bytes", SET_BYTES, offsetof(struct profd_config, max_db_bytes), 0, 0},
@@ -55,8 +58,7 @@ static const struct setting {
      100000000},
     {"limits", "ring_buffer_bytes", SET_POW2_BYTES,
      offsetof(struct profd_config, ring_buffer_bytes), 1ULL << 20, 1ULL << 30},
-    {"limits", "cfi_cache_bytes", SET_BYTES, offsetof(struct profd_config, cfi_cache_bytes), 0,
-     0},
+    {"limits", "cfi_cache_bytes", SET_BYTES, offsetof(struct profd_config, cfi_cache_bytes), 0, 0},
     {"limits", "query_threads", SET_UINT, offsetof(struct profd_config, query_threads), 1, 64},
     {"limits", "queries_per_user", SET_UINT, offsetof(struct profd_config, queries_per_user), 1,
      1024},
@@ -101,6 +103,7 @@ int config__init(struct profd_config *c)
 	    .socket_path = strdup(PROFD_DEFAULT_SOCKET),
 	    .log_level = LOG_LEVEL_INFO,
 	    .default_freq_hz = PROFD_DEFAULT_FREQ_HZ,
+	    .offcpu = true,
 	    .max_sessions = PROFD_DEFAULT_MAX_SESSIONS,
 	    .max_threads = PROFD_DEFAULT_MAX_THREADS,
 	    .max_stacks = PROFD_DEFAULT_MAX_STACKS,
@@ -175,6 +178,21 @@ int parse_size_bytes(const char *s, uint64_t *ret)
 		return -ERANGE;
 	*ret = (uint64_t)v << shift;
 	return 0;
+}
+
+/* yes, true, on, 1: 1; no, false, off, 0: 0; anything else: -EINVAL. */
+static int parse_bool(const char *s)
+{
+	static const char *const yes[] = {"yes", "true", "on", "1"};
+	static const char *const no[] = {"no", "false", "off", "0"};
+
+	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
+		if (strcasecmp(s, yes[i]) == 0)
+			return 1;
+		if (strcasecmp(s, no[i]) == 0)
+			return 0;
+	}
+	return -EINVAL;
 }
 
 static const struct setting *setting_find(const char *section, const char *key)
@@ -259,6 +277,13 @@ static int setting_apply(struct profd_config *c, const struct setting *s, const 
 				    "not '%s'",
 				    s->key, value);
 		*(uint64_t *)field = bytes;
+		return 0;
+	case SET_BOOL:
+		r = parse_bool(value);
+		if (r < 0)
+			return fail(errbuf, errlen, "%s must be yes or no, not '%s'", s->key,
+				    value);
+		*(bool *)field = r;
 		return 0;
 	}
 	return -EINVAL;
@@ -359,6 +384,7 @@ void config__print(const struct profd_config *c, FILE *f)
 	fprintf(f, "socket = %s\n", c->socket_path);
 	fprintf(f, "log_level = %s\n", levels[c->log_level]);
 	fprintf(f, "default_freq_hz = %u\n", c->default_freq_hz);
+	fprintf(f, "offcpu = %s\n", c->offcpu ? "yes" : "no");
 	fprintf(f, "\n[retention]\n");
 	fprintf(f, "retention_days = %llu\n", (unsigned long long)(c->retention_ns / NSEC_PER_DAY));
 	fprintf(f, "max_db_bytes = %" PRIu64 "\n", c->max_db_bytes);

@@ -47,6 +47,7 @@ struct profd_config {
 	char *socket_path;		/* owned */
 	int log_level;			/* enum log_level */
 	unsigned default_freq_hz;	/* attach without freq_hz: 1..PROFD_MAX_FREQ_HZ */
+	bool offcpu; /* load the off-CPU program (a sched_switch hook on every CPU); default true */
 	uint64_t retention_ns;		/* ended sessions older than this are deleted; 0: kept */
 	uint64_t max_db_bytes;		/* oldest ended sessions deleted above this size; 0: none */
 	unsigned merge_windows_after_s; /* 1 s windows older than this are merged; 0: never */

@@ -345,7 +345,7 @@ static int run(void)
 	}
 	/* Sharing the sampler's targets (children it follows are traced off the CPU too)
 	 * and its CFI tables (off-CPU user stacks are walked in BPF from them). */
-	{
+	if (cfg.offcpu) {
 		struct offcpu_shared_maps maps = {
 			.targets_fd = sampler__targets_fd(p.env.sampler),
 		};
@@ -353,11 +353,14 @@ static int run(void)
 		sampler__cfi_fds(p.env.sampler, maps.cfi_fds);
 		r = offcpu__new_shared(cfg.ring_buffer_bytes / 2, &maps, profd__on_offcpu, &p,
 				       &p.offcpu);
-	}
-	if (r < 0) {
 		/* Off-CPU time is one report among others: run without it, and say so. */
-		log_warning_errno(r, "Off-CPU tracing unavailable (sched_switch BPF program): %m");
-		p.offcpu = NULL;
+		if (r < 0) {
+			log_warning_errno(r, "Off-CPU tracing unavailable (sched_switch BPF "
+					     "program): %m");
+			p.offcpu = NULL;
+		}
+	} else {
+		log_info("Off-CPU tracing off (offcpu = no): attach defaults to cpu,rss");
 	}
 
 	r = unwind_worker__new(UNWIND_QUEUE, &p.worker);

@@ -28,6 +28,10 @@ static void help(void)
 	       "  --socket PATH          Unix socket to listen on (default %s)\n"
 	       "  --log-level LEVEL      error, warning, info (default) or debug\n"
 	       "  --default-freq HZ      samples per second when attach gives none (default %d)\n"
+	       "  --offcpu yes|no        trace off-CPU intervals (default yes). no: the\n"
+	       "                         sched_switch program, which runs at every context\n"
+	       "                         switch of the machine, is never loaded; attach then\n"
+	       "                         defaults to cpu,rss and refuses events offcpu\n"
 	       "  --retention-days DAYS  delete ended sessions older than DAYS (0: keep; default)\n"
 	       "  --max-db-bytes SIZE    delete the oldest ended sessions while the database is\n"
 	       "                         larger than SIZE (K, M, G suffixes; 0: no limit)\n"
@@ -68,9 +72,8 @@ static void help(void)
 	       "  profd --config /etc/profd/profd.conf --retention-days 30 --check-config\n",
 	       PROFD_DEFAULT_CONFIG, PROFD_DEFAULT_DB, PROFD_DEFAULT_SOCKET, PROFD_DEFAULT_FREQ_HZ,
 	       PROFD_DEFAULT_MERGE_WINDOWS_AFTER_S, PROFD_DEFAULT_MERGED_WINDOW_S,
-	       PROFD_DEFAULT_FLEET_INTERVAL_S,
-	       PROFD_DEFAULT_MAX_SESSIONS, PROFILE_MAX_SLOTS, PROFD_DEFAULT_MAX_THREADS,
-	       PROFD_DEFAULT_MAX_STACKS);
+	       PROFD_DEFAULT_FLEET_INTERVAL_S, PROFD_DEFAULT_MAX_SESSIONS, PROFILE_MAX_SLOTS,
+	       PROFD_DEFAULT_MAX_THREADS, PROFD_DEFAULT_MAX_STACKS);
 }
 
 /* The options that set a configuration key, one row each: --name VALUE sets key. */
@@ -82,6 +85,7 @@ static const struct key_option {
     {"socket", "socket"},
     {"log-level", "log_level"},
     {"default-freq", "default_freq_hz"},
+    {"offcpu", "offcpu"},
     {"retention-days", "retention_days"},
     {"max-db-bytes", "max_db_bytes"},
     {"merge-windows-after", "merge_windows_after_s"},

@@ -230,10 +230,11 @@ static int parse_python_frames(json_t *root, bool allowed, struct request *req, 
 	return 0;
 }
 
-static void format_events(struct request *req)
+void request__set_events(struct request *req, unsigned events)
 {
 	size_t off = 0;
 
+	req->events = events;
 	req->events_str[0] = '\0';
 	for (size_t e = 0; e < ARRAY_SIZE(event_names); e++)
 		if ((req->events & (1u << e)) && event_names[e])
@@ -378,8 +379,9 @@ int request__parse(const char *line, size_t len, struct request *ret, char *errb
 			r = parse_events(v, &req, errbuf, errlen);
 			if (r < 0)
 				return r;
+			req.events_given = true;
 		}
-		format_events(&req);
+		request__set_events(&req, req.events);
 		r = get_u64(root, "pid_start_ticks", 0, INT64_MAX, &req.pid_start_ticks, errbuf,
 			    errlen);
 		if (r < 0)

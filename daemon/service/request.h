@@ -64,6 +64,7 @@ struct request {
 	unsigned freq_hz;     /* attach: 1..PROFD_MAX_FREQ_HZ; 0 if not given (profd's default) */
 	unsigned events;      /* attach: EVENT_* bits, EVENT_CPU at least */
 	char events_str[64];  /* attach: the events as a comma-separated list */
+	bool events_given;    /* attach: "events" was in the request (else EVENT_DEFAULT) */
 	int limit;            /* top, hotpaths, offcpu, memory: 1..10000 */
 	uint64_t memory_interval_ns;  /* attach: RSS series period, 0.1 s..1 h, default 1 s */
 	uint64_t malloc_sample_bytes; /* attach: mean bytes between allocation samples, 1..2^40 */
@@ -93,6 +94,13 @@ struct request {
 				   * the requester saw; another value means the PID was reused */
 	char label[257];      /* attach: free text stored with the session, "" if none */
 };
+
+/*
+ * request__set_events() - set the events of the attach request @req to
+ * @events (EVENT_* bits), and its events_str to match (the sampled event,
+ * if any, last).
+ */
+void request__set_events(struct request *req, unsigned events);
 
 /*
  * request__parse() - parse @len bytes at @line (no newline needed, need not
