@@ -159,7 +159,8 @@ static json_t *attach_request(const struct args *a)
 	if (a->malloc_sample_bytes > 0)
 		request = request_set(request, "malloc_sample_bytes",
 				      json_integer((json_int_t)a->malloc_sample_bytes));
-	/* Without --events, profd's default set (cpu,offcpu,rss). */
+	/* Without --events, profd's default set: cpu,offcpu,rss, or cpu,rss where it traces no
+	 * off-CPU time (profd --offcpu no). */
 	if (!a->events)
 		return TAKE_PTR(request);
 	events = json_array();

@@ -5,8 +5,8 @@ context switch of the machine, and says so wherever a user looks:
 
 - bpftool shows none of the off-CPU programs held by profd (a profd with
   the defaults, checked first, holds offcpu_switch);
-- an attach with the default events gets a session of cpu and rss, so the
-  session's events say what it traces, and it samples;
+- profctl attach without --events (the default events) gets a session of
+  cpu and rss, so the session's events say what it traces, and it samples;
 - an attach that asks for offcpu is refused (EOPNOTSUPP) with the reason,
   through the protocol and through profctl, and no session starts;
 - profd's log says that off-CPU tracing is off."""
@@ -60,10 +60,8 @@ def test():
         sessions = d.json('sessions')['sessions']
         check(not sessions, 'refused attaches left sessions: %r' % sessions)
 
-        r = d.request({'cmd': 'attach', 'pid': w.pid, 'duration_s': 2})
-        check(r.get('ok'), 'default attach refused: %r' % r)
-        sid = r['session']
-        d.wait_ended(sid)
+        # What a user types: profctl attach without --events.
+        sid = d.json('attach', w.pid, '--duration', '2', '--wait')['session']
         s = d.json('session', sid)['session']
         check(s['events'] == ['cpu', 'rss'], 'default events without off-CPU: %r' % s['events'])
         check(s['samples'] > 0, 'the session sampled nothing: %r' % s)
