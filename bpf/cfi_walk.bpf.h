@@ -221,14 +221,23 @@ static __always_inline int cfi_read_stack(struct cfi_walk_state *w, __u64 addr, 
 	struct cfi_stack_window *win = w->win;
 	__u64 off = addr - win->start, len;
 
-	if (addr & 7)
+	if (addr & 7) {
+		win->n_reads++;
+		win->n_bytes += sizeof(*ret);
 		return bpf_probe_read_user(ret, sizeof(*ret), (const void *)addr) ? -1 : 0;
+	}
 	/* written so that no sum wraps: a garbage CFA can be near 2^64 */
 	if (addr < win->start || off >= win->len || win->len - off < 8) {
 		len = CFI_WALK_WINDOW;
+		win->n_reads++;
+		win->n_bytes += CFI_WALK_WINDOW;
 		if (bpf_probe_read_user(win->bytes, CFI_WALK_WINDOW, (const void *)addr)) {
 			/* 8..PAGE_BYTES; a whole page is the read that just failed */
 			len = PAGE_BYTES - (addr & (PAGE_BYTES - 1));
+			if (len < CFI_WALK_WINDOW) {
+				win->n_reads++;
+				win->n_bytes += len;
+			}
 			if (len >= CFI_WALK_WINDOW ||
 			    bpf_probe_read_user(win->bytes, len & (CFI_WALK_WINDOW - 1),
 						(const void *)addr))
@@ -329,10 +338,14 @@ static long cfi_walk_step(__u64 i, void *ctx)
 		w->stop = CFI_STOP_NO_CFI;
 		return 1;
 	}
-	if (cfi_read_stack(w, cfa - 8, &ra)) {
-		w->stop = CFI_STOP_READ_FAULT;
-		return 1;
-	}
+	/*
+	 * The saved rbp first: compilers save it below the return address
+	 * (CFA - 16 or lower), so a window read for it, from its address up,
+	 * holds the return address too; a window read for the return address,
+	 * from CFA - 8 up, would not hold the rbp, which then cost a second
+	 * read (measured: 3.4 window reads a walk on a PyTorch loop, 1.9 in
+	 * this order; bench/cost prints them).
+	 */
 	if (flags & CFI_WALK_FP_SAVED) {
 		/* a saved rbp that cannot be read is lost: only a later CFA in rbp stops */
 		if (cfi_read_stack(w, cfa + (__s64)row.fp_off, &saved_bp) == 0) {
@@ -343,6 +356,10 @@ static long cfi_walk_step(__u64 i, void *ctx)
 		}
 	} else if (flags & CFI_WALK_FP_UNDEF) {
 		w->bp_state = CFI_BP_UNDEF;
+	}
+	if (cfi_read_stack(w, cfa - 8, &ra)) {
+		w->stop = CFI_STOP_READ_FAULT;
+		return 1;
 	}
 	if (ra == 0 || cfa <= w->sp) {
 		w->stop = CFI_STOP_BAD_FRAME;
@@ -385,6 +402,7 @@ static __noinline __u32 cfi_walk_user(const __u64 *regs, __u64 *pcs, __u32 max,
 	w.pcs = pcs;
 	w.win = win;
 	win->len = 0;
+	win->n_reads = win->n_bytes = 0;
 	win->last.start = win->last.end = 0;
 	w.max = max;
 	uretprobe_fix_init(&w.uret);
@@ -415,6 +433,16 @@ static __noinline __u32 cfi_walk_user(const __u64 *regs, __u64 *pcs, __u32 max,
 		cnt = bpf_map_lookup_elem(&cfi_walk_stops, &key);
 		if (cnt)
 			*cnt += w.cache_misses;
+	}
+	if (win->n_reads) {
+		key = CFI_WALK_STACK_READS;
+		cnt = bpf_map_lookup_elem(&cfi_walk_stops, &key);
+		if (cnt)
+			*cnt += win->n_reads;
+		key = CFI_WALK_STACK_BYTES;
+		cnt = bpf_map_lookup_elem(&cfi_walk_stops, &key);
+		if (cnt)
+			*cnt += win->n_bytes;
 	}
 	*ret_stop = stop;
 	return w.n;

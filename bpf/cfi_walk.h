@@ -99,6 +99,7 @@ struct cfi_walk_mapping {
  */
 struct cfi_stack_window {
 	__u64 start, len; /* user address of bytes[0]; bytes read, 0..CFI_WALK_WINDOW */
+	__u32 n_reads, n_bytes;	      /* this walk's stack reads, and the bytes they asked for */
 	struct cfi_walk_mapping last; /* a copy; end 0 until the first frame */
 	__u8 bytes[CFI_WALK_WINDOW];
 };
@@ -153,7 +154,14 @@ enum cfi_walk_stop {
 	CFI_STOP_NR,
 };
 
-/* cfi_walk_stops: after the CFI_STOP_NR walk counters, the row cache's. */
+/*
+ * cfi_walk_stops: after the CFI_STOP_NR walk counters, the row cache's, then
+ * the reads of the user stack (bpf_probe_read_user() calls, window or single
+ * word; a window read that faulted and its shorter retry count two) and the
+ * bytes they asked for.
+ */
 #define CFI_WALK_ROW_CACHE_HITS CFI_STOP_NR
 #define CFI_WALK_ROW_CACHE_MISSES (CFI_STOP_NR + 1)
-#define CFI_WALK_COUNTERS (CFI_STOP_NR + 2)
+#define CFI_WALK_STACK_READS (CFI_STOP_NR + 2)
+#define CFI_WALK_STACK_BYTES (CFI_STOP_NR + 3)
+#define CFI_WALK_COUNTERS (CFI_STOP_NR + 4)

@@ -616,8 +616,11 @@ static void compare_workload(const char *name, char *const argv[], const char *e
 		if (stops[k])
 			printf(" %s %lu", stop_name((unsigned)k), stops[k]);
 	printf("; counted in cfi_walk_stops: %" PRIu64 " walks\n", counted_all);
-	printf("samples %s: rows from the row cache %" PRIu64 ", from a search %" PRIu64 "\n", name,
-	       counted[CFI_WALK_ROW_CACHE_HITS], counted[CFI_WALK_ROW_CACHE_MISSES]);
+	printf("samples %s: rows from the row cache %" PRIu64 ", from a search %" PRIu64
+	       "; stack reads %.2f a walk, %.0f bytes a walk\n",
+	       name, counted[CFI_WALK_ROW_CACHE_HITS], counted[CFI_WALK_ROW_CACHE_MISSES],
+	       (double)counted[CFI_WALK_STACK_READS] / (double)(counted_all ? counted_all : 1),
+	       (double)counted[CFI_WALK_STACK_BYTES] / (double)(counted_all ? counted_all : 1));
 	st = cfi_maps__stats(run.maps);
 	printf("samples %s: row array of %" PRIu64 " rows (%" PRIu64 " used), grown %" PRIu64
 	       " times\n",
