@@ -379,6 +379,15 @@ static __always_inline bool cfi_walk_whole(__u32 n, __u32 max, __u32 stop)
 	return n > 0 && n <= max && (stop == CFI_STOP_END || stop == CFI_STOP_MAX_FRAMES);
 }
 
+/* cfi_walk_count() - add @n to this CPU's counter @key of cfi_walk_stops. */
+static __always_inline void cfi_walk_count(__u32 key, __u64 n)
+{
+	__u64 *cnt = bpf_map_lookup_elem(&cfi_walk_stops, &key);
+
+	if (cnt)
+		*cnt += n;
+}
+
 /*
  * cfi_walk_user() - unwind the user stack of the current task, with its
  * process's entry in cfi_procs, from user registers @regs (x86-64 DWARF
@@ -394,9 +403,8 @@ static __always_inline bool cfi_walk_whole(__u32 n, __u32 max, __u32 stop)
 static __noinline __u32 cfi_walk_user(const __u64 *regs, __u64 *pcs, __u32 max,
 				      struct cfi_stack_window *win, __u32 *ret_stop)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32, stop, key;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32, stop;
 	struct cfi_walk_state w = {};
-	__u64 *cnt;
 
 	w.proc = bpf_map_lookup_elem(&cfi_procs, &tgid);
 	w.pcs = pcs;
@@ -419,30 +427,16 @@ static __noinline __u32 cfi_walk_user(const __u64 *regs, __u64 *pcs, __u32 max,
 		bpf_loop(CFI_WALK_MAX_FRAMES + 1, cfi_walk_step, &w, 0);
 	}
 	stop = w.stop < CFI_STOP_NR ? w.stop : CFI_STOP_BAD_FRAME;
-	cnt = bpf_map_lookup_elem(&cfi_walk_stops, &stop);
-	if (cnt)
-		*cnt += 1;
+	cfi_walk_count(stop, 1);
 	/* a walk that looked up no row (no process: an off-CPU switch of a target
-	 * without tables) adds nothing more */
+	 * without tables) and read no stack adds nothing more */
 	if (w.cache_hits + w.cache_misses) {
-		key = CFI_WALK_ROW_CACHE_HITS;
-		cnt = bpf_map_lookup_elem(&cfi_walk_stops, &key);
-		if (cnt)
-			*cnt += w.cache_hits;
-		key = CFI_WALK_ROW_CACHE_MISSES;
-		cnt = bpf_map_lookup_elem(&cfi_walk_stops, &key);
-		if (cnt)
-			*cnt += w.cache_misses;
+		cfi_walk_count(CFI_WALK_ROW_CACHE_HITS, w.cache_hits);
+		cfi_walk_count(CFI_WALK_ROW_CACHE_MISSES, w.cache_misses);
 	}
 	if (win->n_reads) {
-		key = CFI_WALK_STACK_READS;
-		cnt = bpf_map_lookup_elem(&cfi_walk_stops, &key);
-		if (cnt)
-			*cnt += win->n_reads;
-		key = CFI_WALK_STACK_BYTES;
-		cnt = bpf_map_lookup_elem(&cfi_walk_stops, &key);
-		if (cnt)
-			*cnt += win->n_bytes;
+		cfi_walk_count(CFI_WALK_STACK_READS, win->n_reads);
+		cfi_walk_count(CFI_WALK_STACK_BYTES, win->n_bytes);
 	}
 	*ret_stop = stop;
 	return w.n;
