@@ -45,6 +45,7 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
                 'log_level = debug\n'
                 'default_freq_hz = 397\n'
                 'offcpu = no\n'
+                'flush_interval_s = 20\n'
                 '\n'
                 '[retention]\n'
                 'retention_days = 14\n'
@@ -69,7 +70,7 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
     check(r.returncode == 0, '--check-config of a valid file exits 0', r)
     check(s.get('db') == '/srv/profd/p.db' and s.get('socket') == '/run/p.sock' and
           s.get('log_level') == 'debug' and s.get('default_freq_hz') == '397' and
-          s.get('offcpu') == 'no',
+          s.get('offcpu') == 'no' and s.get('flush_interval_s') == '20',
           '[daemon] settings read', r)
     check(s.get('retention_days') == '14' and s.get('max_db_bytes') == str(2 << 30) and
           s.get('merge_windows_after_s') == '7200' and s.get('merged_window_s') == '300',
@@ -95,6 +96,10 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
     open(empty, 'w').close()
     r = profd('--config', empty, '--check-config')
     check(r.returncode == 0 and settings(r.stdout).get('offcpu') == 'yes', 'offcpu defaults to yes', r)
+    check(settings(r.stdout).get('flush_interval_s') == '5', 'flush_interval_s defaults to 5', r)
+    r = profd('--config', conf, '--check-config', '--flush-interval', '1')
+    check(r.returncode == 0 and settings(r.stdout).get('flush_interval_s') == '1',
+          '--flush-interval overrides the file', r)
     for value, shown in [('off', 'no'), ('FALSE', 'no'), ('1', 'yes'), ('on', 'yes')]:
         r = profd('--config', conf, '--check-config', '--offcpu', value)
         check(r.returncode == 0 and settings(r.stdout).get('offcpu') == shown,
@@ -121,6 +126,7 @@ with tempfile.TemporaryDirectory(prefix='issue7-config-') as d:
             ('[fleet]\nfleet_interval_s = 0\n', 'fleet_interval_s must be an integer from 1 to 86400'),
             ('[limits]\nring_buffer_bytes = 3M\n', 'ring_buffer_bytes must be a power of 2'),
             ('[daemon]\noffcpu = sometimes\n', "offcpu must be yes or no, not 'sometimes'"),
+            ('[daemon]\nflush_interval_s = 0\n', 'flush_interval_s must be an integer from 1 to 3600'),
             ('[daemon]\n\njust words\n', 'syntax error')]:
         bad = os.path.join(d, 'bad.conf')
         with open(bad, 'w') as f:

@@ -43,6 +43,8 @@ static const struct setting {
     {"daemon", "default_freq_hz", SET_UINT, offsetof(struct profd_config, default_freq_hz), 1,
      PROFD_MAX_FREQ_HZ},
     {"daemon", "offcpu", SET_BOOL, offsetof(struct profd_config, offcpu), 0, 0},
+    {"daemon", "flush_interval_s", SET_UINT, offsetof(struct profd_config, flush_interval_s), 1,
+     3600},
     {"retention", "retention_days", SET_DAYS, offsetof(struct profd_config, retention_ns), 0,
      100000},
     {"retention", "max_db_bytes", SET_BYTES, offsetof(struct profd_config, max_db_bytes), 0, 0},
@@ -104,6 +106,7 @@ int config__init(struct profd_config *c)
 	    .log_level = LOG_LEVEL_INFO,
 	    .default_freq_hz = PROFD_DEFAULT_FREQ_HZ,
 	    .offcpu = true,
+	    .flush_interval_s = PROFD_DEFAULT_FLUSH_INTERVAL_S,
 	    .max_sessions = PROFD_DEFAULT_MAX_SESSIONS,
 	    .max_threads = PROFD_DEFAULT_MAX_THREADS,
 	    .max_stacks = PROFD_DEFAULT_MAX_STACKS,
@@ -385,6 +388,7 @@ void config__print(const struct profd_config *c, FILE *f)
 	fprintf(f, "log_level = %s\n", levels[c->log_level]);
 	fprintf(f, "default_freq_hz = %u\n", c->default_freq_hz);
 	fprintf(f, "offcpu = %s\n", c->offcpu ? "yes" : "no");
+	fprintf(f, "flush_interval_s = %u\n", c->flush_interval_s);
 	fprintf(f, "\n[retention]\n");
 	fprintf(f, "retention_days = %llu\n", (unsigned long long)(c->retention_ns / NSEC_PER_DAY));
 	fprintf(f, "max_db_bytes = %" PRIu64 "\n", c->max_db_bytes);

@@ -68,6 +68,7 @@ struct profd {
 	    malloc_watch, uprobes_watch, readers_watch;
 	int timer_fd, signal_fd;
 	uint64_t last_flush_ns;	    /* CLOCK_MONOTONIC */
+	uint64_t last_counters_ns;  /* CLOCK_MONOTONIC: hardware counters read per window */
 	uint64_t last_retire_ns;    /* CLOCK_MONOTONIC: exited children looked for */
 	uint64_t last_refresh_ns;   /* CLOCK_MONOTONIC of the last features__refresh() round */
 	uint64_t last_retention_ns; /* CLOCK_MONOTONIC */

@@ -162,12 +162,15 @@ static void on_timer(struct watch *w, uint32_t events)
 	 * attach (libcuda.so at cuInit()). Its own clock: queries flush too,
 	 * and may keep the flush below from running for a while. */
 	features__tick(p, now);
-	if (now - p->last_flush_ns >= PROFD_WINDOW_NS) {
+	/* Counters are read per window; the flush writes every window since the last. */
+	if (now - p->last_counters_ns >= PROFD_WINDOW_NS) {
 		for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
 			if (p->slots[i])
 				session__read_counters(p->slots[i], &p->env);
-		profd__flush(p);
+		p->last_counters_ns = now;
 	}
+	if (now - p->last_flush_ns >= (uint64_t)p->cfg->flush_interval_s * NSEC_PER_SEC)
+		profd__flush(p);
 	profd__retire_exited(p);
 	if (now - p->last_symbols_trim_ns >= SYMBOLS_TRIM_NS) {
 		size_t closed = symbolizer__trim(p->env.sym, now, SYMBOLS_IDLE_NS);
@@ -481,7 +484,7 @@ static int run(void)
 		goto out;
 	}
 	server__on_gone(p.server, dispatch__gone);
-	p.last_flush_ns = now_ns(CLOCK_MONOTONIC);
+	p.last_flush_ns = p.last_counters_ns = now_ns(CLOCK_MONOTONIC);
 	log_info("profd %s: listening on %s, database %s", PROFD_VERSION, cfg.socket_path,
 		 cfg.db_path);
 	p.watchdog_ns = notify__watchdog_ns();

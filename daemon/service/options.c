@@ -32,6 +32,9 @@ static void help(void)
 	       "                         sched_switch program, which runs at every context\n"
 	       "                         switch of the machine, is never loaded; attach then\n"
 	       "                         defaults to cpu,rss and refuses events offcpu\n"
+	       "  --flush-interval SECONDS  write running sessions to the database this often\n"
+	       "                         (default %d, 1 to 3600): a killed profd loses at most\n"
+	       "                         that much; every query writes them first\n"
 	       "  --retention-days DAYS  delete ended sessions older than DAYS (0: keep; default)\n"
 	       "  --max-db-bytes SIZE    delete the oldest ended sessions while the database is\n"
 	       "                         larger than SIZE (K, M, G suffixes; 0: no limit)\n"
@@ -71,9 +74,10 @@ static void help(void)
 	       "  PROFD_SOCKET=/tmp/p.sock profctl attach $(pidof myjob) --duration 10 --wait\n"
 	       "  profd --config /etc/profd/profd.conf --retention-days 30 --check-config\n",
 	       PROFD_DEFAULT_CONFIG, PROFD_DEFAULT_DB, PROFD_DEFAULT_SOCKET, PROFD_DEFAULT_FREQ_HZ,
-	       PROFD_DEFAULT_MERGE_WINDOWS_AFTER_S, PROFD_DEFAULT_MERGED_WINDOW_S,
-	       PROFD_DEFAULT_FLEET_INTERVAL_S, PROFD_DEFAULT_MAX_SESSIONS, PROFILE_MAX_SLOTS,
-	       PROFD_DEFAULT_MAX_THREADS, PROFD_DEFAULT_MAX_STACKS);
+	       PROFD_DEFAULT_FLUSH_INTERVAL_S, PROFD_DEFAULT_MERGE_WINDOWS_AFTER_S,
+	       PROFD_DEFAULT_MERGED_WINDOW_S, PROFD_DEFAULT_FLEET_INTERVAL_S,
+	       PROFD_DEFAULT_MAX_SESSIONS, PROFILE_MAX_SLOTS, PROFD_DEFAULT_MAX_THREADS,
+	       PROFD_DEFAULT_MAX_STACKS);
 }
 
 /* The options that set a configuration key, one row each: --name VALUE sets key. */
@@ -86,6 +90,7 @@ static const struct key_option {
     {"log-level", "log_level"},
     {"default-freq", "default_freq_hz"},
     {"offcpu", "offcpu"},
+    {"flush-interval", "flush_interval_s"},
     {"retention-days", "retention_days"},
     {"max-db-bytes", "max_db_bytes"},
     {"merge-windows-after", "merge_windows_after_s"},
