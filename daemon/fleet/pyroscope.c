@@ -33,10 +33,11 @@
 #include "xprofile.h"
 
 /*
- * Windows this close to now are not pushed yet: the loop still adds to the
- * current one, and flushes it up to a second later (a late flush: one more).
+ * Windows closer to now than profd's flush interval and this are not pushed
+ * yet: the loop still adds to the current one, and flushes it up to a flush
+ * interval later (a late flush: one second more).
  */
-#define SETTLE_NS (3 * NSEC_PER_SEC)
+#define SETTLE_AFTER_FLUSH_NS (2 * NSEC_PER_SEC)
 /* A piece spans at most this much window time (catching up after an outage). */
 #define PIECE_MAX_NS (600 * NSEC_PER_SEC)
 /* Pieces end on this grid from the session's start when capped: the merged windows' minute. */
@@ -58,6 +59,7 @@ struct pyroscope {
 	char *url, *app, *tenant, *user, *password, *host;
 	char *ca_file; /* https: CURLOPT_CAINFO, or NULL: the system's CA certificates */
 	uint64_t interval_ns;
+	int64_t settle_ns; /* a running session's windows this recent wait */
 	sqlite3 *db; /* the thread's own; it writes only its fleet_cursors rows */
 	CURL *curl;
 	struct curl_slist *headers;
@@ -346,7 +348,7 @@ static int cursor_result(struct pyroscope *ps, int r)
 /*
  * push_session() - push session @s's pieces due now: from its cursor
  * (fleet_cursors, sink 'pyroscope'; made at its start if it has none) to
- * SETTLE_NS before @real_ns (CLOCK_REALTIME ns; window time, whole seconds),
+ * ps->settle_ns before @real_ns (CLOCK_REALTIME ns; window time, whole seconds),
  * or to its end once ended, each piece at most PIECE_MAX_NS. After each
  * answered push the cursor moves (or counts the failure) in the database,
  * so a restart goes on from there. *@ret_done: the session is pushed whole.
@@ -373,7 +375,7 @@ static int push_session(struct pyroscope *ps, const struct push_session *s, int6
 		return 0;
 	}
 	/* Whole seconds from the start: 1 s windows are pushed whole. */
-	due = s->running ? s->started_at_ns + (real_ns - (int64_t)SETTLE_NS - s->started_at_ns) /
+	due = s->running ? s->started_at_ns + (real_ns - ps->settle_ns - s->started_at_ns) /
 						  (int64_t)NSEC_PER_SEC * (int64_t)NSEC_PER_SEC
 			 : INT64_MAX;
 	/* An ended session: pieces up to its end, the last one to INT64_MAX (every window left). */
@@ -561,6 +563,8 @@ int pyroscope__new(const char *db_path, const struct pyroscope_settings *s, stru
 		return -ENOMEM;
 	worker_thread__init(&ps->worker);
 	ps->interval_ns = (uint64_t)s->interval_s * NSEC_PER_SEC;
+	ps->settle_ns =
+	    (int64_t)MAX(s->flush_interval_s, 1u) * NSEC_PER_SEC + (int64_t)SETTLE_AFTER_FLUSH_NS;
 	if (!s->host_name || !*s->host_name) {
 		if (gethostname(host, sizeof(host)) < 0)
 			snprintf(host, sizeof(host), "localhost");

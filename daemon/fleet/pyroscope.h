@@ -18,6 +18,7 @@ struct pyroscope_settings {
 	const char *password_file; /* basic auth password: the file's first line; NULL: "" */
 	const char *host_name;	   /* the "host" label; NULL or "": gethostname() */
 	unsigned interval_s;	   /* a push round this often, >= 1; retries back off up to it */
+	unsigned flush_interval_s; /* profd's: a window reaches the database this late; 0: 1 */
 	const char *ca_file;	   /* https: CA certificates (PEM); NULL or "": the system's */
 };
 

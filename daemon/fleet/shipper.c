@@ -27,9 +27,10 @@
 #include "util.h"
 #include "worker_thread.h"
 
-/* Windows younger than this are not shipped from a running session: samples
- * reach their window up to the unwinder's queue and a flush later. */
-#define SETTLE_NS (5 * NSEC_PER_SEC)
+/* Windows younger than profd's flush interval and this are not shipped from a
+ * running session: samples reach their window up to the unwinder's queue and
+ * a flush later. */
+#define SETTLE_AFTER_FLUSH_NS (4 * NSEC_PER_SEC)
 /* A chunk spans at most this much window time (a backlog goes in several). */
 #define CHUNK_MAX_NS (10 * 60 * NSEC_PER_SEC)
 /* The samples table's minute column: the session's start + k * 60 s. */
@@ -73,6 +74,7 @@ struct shipper {
 	sqlite3 *db;
 	char *host, *q_host; /* host name, and quoted for SQL */
 	unsigned interval_s;
+	int64_t settle_ns; /* a running session's windows this recent wait */
 	bool tables_ready;
 	bool failing;	       /* the last attempt failed */
 	int logged_err;	       /* ... with this -errno, logged once */
@@ -751,10 +753,11 @@ static int send_span_table(struct shipper *sh, const struct ship_table *t,
 /*
  * The end of the next chunk of @s from @from: whole windows (merged ones
  * where the session's windows were merged), at most CHUNK_MAX_NS, not past
- * now - SETTLE_NS while it runs. *@ret_last: the chunk ends the session.
+ * now - @settle_ns while it runs. *@ret_last: the chunk ends the session.
  * Returns @from when there is nothing to ship yet.
  */
-static int64_t chunk_end(const struct ship_session *s, int64_t from, bool *ret_last)
+static int64_t chunk_end(const struct ship_session *s, int64_t from, int64_t settle_ns,
+			 bool *ret_last)
 {
 	int64_t grid = (int64_t)PROFD_WINDOW_NS, limit, to;
 
@@ -768,7 +771,7 @@ static int64_t chunk_end(const struct ship_session *s, int64_t from, bool *ret_l
 	}
 	limit = from + (int64_t)CHUNK_MAX_NS;
 	if (!s->ended_ns)
-		limit = MIN(limit, (int64_t)now_ns(CLOCK_REALTIME) - (int64_t)SETTLE_NS);
+		limit = MIN(limit, (int64_t)now_ns(CLOCK_REALTIME) - settle_ns);
 	if (grid != (int64_t)PROFD_WINDOW_NS)
 		limit = MIN(limit, s->merged_until_ns);
 	if (limit <= s->started_ns)
@@ -804,7 +807,7 @@ static int ship_session(struct shipper *sh, int64_t id)
 		uint64_t t0 = now_ns(CLOCK_MONOTONIC), sent0 = clickhouse__bytes_sent(sh->ch);
 		bool last;
 
-		to = chunk_end(&s, from, &last);
+		to = chunk_end(&s, from, sh->settle_ns, &last);
 		if (s.pending_until_ns > from) {
 			/* The same chunk as the attempt that failed: ClickHouse may
 			 * have some of its tables, and must see the same rows. */
@@ -938,6 +941,8 @@ int shipper__new(const struct shipper_settings *set, struct shipper **ret)
 		return -ENOMEM;
 	worker_thread__init(&sh->worker);
 	sh->interval_s = MAX(set->interval_s, 1u);
+	sh->settle_ns =
+	    (int64_t)MAX(set->flush_interval_s, 1u) * NSEC_PER_SEC + (int64_t)SETTLE_AFTER_FLUSH_NS;
 	if (set->host_name && *set->host_name) {
 		snprintf(host, sizeof(host), "%s", set->host_name);
 	} else if (gethostname(host, sizeof(host)) < 0) {

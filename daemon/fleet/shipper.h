@@ -21,6 +21,7 @@ struct shipper_settings {
 	const char *password_file; /* the password's first line, if password is not set */
 	const char *host_name;	   /* NULL or "": gethostname() */
 	unsigned interval_s;	   /* running sessions are shipped this often, >= 1 */
+	unsigned flush_interval_s; /* profd's: a window reaches the database this late; 0: 1 */
 	const char *ca_file;	   /* https: CA certificates (PEM); NULL or "": the system's */
 };
 

@@ -41,10 +41,12 @@
 #define PROFD_DEFAULT_MERGED_WINDOW_S 60
 /*
  * Running sessions write what they aggregated to the database every 5 s, in
- * one transaction (a query, a session's end and a stop write it at once).
- * Every 1 s, as the windows are, cost 25-35% more of the daemon's CPU on a
+ * one transaction (a query, a session's end and a stop write it at once; a
+ * session's first seconds are written every second: YOUNG_SESSION_NS, main.c).
+ * Every 1 s, as the windows are, cost 28-61% more of the daemon's CPU on a
  * PyTorch loop at 999 Hz (16.5-20.4 against 12.7-13.3 us a sample, minutes
- * 2-4 of a run each): each commit rewrites the B-tree pages it touched
+ * 2-4 of a run each; bench/cost: 24.3 against 16.9): each commit rewrites
+ * the B-tree pages it touched
  * (~0.5 pwrite a sample into the WAL at 1 s) and prepares its statements
  * again (store__begin_flush()).
  */

@@ -52,8 +52,17 @@
  */
 #define SYMBOLS_TRIM_NS (60 * NSEC_PER_SEC)
 #define SYMBOLS_IDLE_NS (600 * NSEC_PER_SEC)
-/* How often the loop wakes up to end expired sessions; flushes are every PROFD_WINDOW_NS. */
+/* How often the loop wakes up to end expired sessions; flushes: flush_interval_ns(). */
 #define TICK_NS (200 * NSEC_PER_MSEC)
+/*
+ * A session this young is flushed every window, not every flush_interval_s:
+ * a flush symbolizes the new stacks, and what it reads may go with a
+ * short-lived target (a JIT's /tmp/perf-PID.map that it removes at exit,
+ * /proc/PID/root for a process in a container). A target of a few seconds
+ * flushed only every 5 s would first be symbolized after its exit;
+ * test-jit's 4 s JIT then showed '[unknown]' for its only function.
+ */
+#define YOUNG_SESSION_NS (10 * NSEC_PER_SEC)
 
 /* The effective settings: defaults, then profd.conf, then the command line. */
 static struct profd_config cfg;
@@ -131,6 +140,15 @@ static void on_readers(struct watch *w, uint32_t events)
 		malloc_trim(0);
 }
 
+/* flush_interval_ns() - how long the loop lets samples wait at @now before a flush. */
+static uint64_t flush_interval_ns(const struct profd *p, uint64_t now)
+{
+	for (unsigned i = 0; i < PROFILE_MAX_SLOTS; i++)
+		if (p->slots[i] && now - session__started_mono_ns(p->slots[i]) < YOUNG_SESSION_NS)
+			return PROFD_WINDOW_NS;
+	return (uint64_t)p->cfg->flush_interval_s * NSEC_PER_SEC;
+}
+
 static void on_timer(struct watch *w, uint32_t events)
 {
 	struct profd *p = (struct profd *)((char *)w - offsetof(struct profd, timer_watch));
@@ -169,7 +187,7 @@ static void on_timer(struct watch *w, uint32_t events)
 				session__read_counters(p->slots[i], &p->env);
 		p->last_counters_ns = now;
 	}
-	if (now - p->last_flush_ns >= (uint64_t)p->cfg->flush_interval_s * NSEC_PER_SEC)
+	if (now - p->last_flush_ns >= flush_interval_ns(p, now))
 		profd__flush(p);
 	profd__retire_exited(p);
 	if (now - p->last_symbols_trim_ns >= SYMBOLS_TRIM_NS) {
@@ -422,6 +440,7 @@ static int run(void)
 		    .password_file = cfg.clickhouse_password_file,
 		    .host_name = cfg.host_name,
 		    .interval_s = cfg.fleet_interval_s,
+		    .flush_interval_s = cfg.flush_interval_s,
 		    .ca_file = cfg.fleet_ca_file,
 		};
 
@@ -443,6 +462,7 @@ static int run(void)
 		    .password_file = cfg.pyroscope_password_file,
 		    .host_name = cfg.host_name,
 		    .interval_s = cfg.fleet_interval_s,
+		    .flush_interval_s = cfg.flush_interval_s,
 		    .ca_file = cfg.fleet_ca_file,
 		};
 

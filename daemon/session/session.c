@@ -859,6 +859,11 @@ uint64_t session__samples(const struct session *s)
 	return s->samples;
 }
 
+uint64_t session__started_mono_ns(const struct session *s)
+{
+	return s->started_mono_ns;
+}
+
 uint64_t session__malloc_sample_bytes(const struct session *s)
 {
 	return s->malloc_sample_bytes;

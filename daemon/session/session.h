@@ -213,6 +213,7 @@ bool session__walks_tables(const struct session *s);
 unsigned session__events(const struct session *s);     /* EVENT_* bits of request.h */
 bool session__follows_children(const struct session *s);
 uint64_t session__samples(const struct session *s);    /* CPU samples so far, flushed or not */
+uint64_t session__started_mono_ns(const struct session *s);	/* its attach, CLOCK_MONOTONIC */
 uint64_t session__malloc_sample_bytes(const struct session *s); /* 0: allocations not traced */
 struct gpu_acc *session__gpu(struct session *s);        /* its CUDA/NVTX/uprobe accounting */
 struct proc *session__main_proc(struct session *s);     /* the target's entry */

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """profd writes what running sessions aggregated to the database every
-flush_interval_s (--flush-interval), and before every request, so that a
-report is never older than the request that asked for it. Read as a user
-who opens the database file itself (sqlite3, no request to profd):
+flush_interval_s (--flush-interval), a session's first 10 s every second
+(so that a short-lived target is symbolized while it runs), and before
+every request, so that a report is never older than the request that asked
+for it. Read as a user who opens the database file itself (sqlite3, no
+request to profd):
 
-- with --flush-interval 30, a running session's samples are not in the file
-  5 s after the attach; one request (profctl session) puts them there at
-  once, and the session's own count agrees with the rows;
-- with --flush-interval 1, they reach the file within 5 s of the attach with
-  no request at all;
-- stopping profd (SIGTERM) writes what waited: the rows then hold every
-  sample the session counted."""
+- with --flush-interval 30, a new session's samples reach the file within
+  3 s; past its first 10 s they stop arriving for 5 s while the job keeps
+  running; one request (profctl session) writes them at once; stopping
+  profd (SIGTERM) writes the rest: the rows then hold every sample the
+  session counted;
+- with --flush-interval 2, past the first 10 s they keep arriving with no
+  request at all."""
 import sqlite3
 import time
 
@@ -41,47 +43,60 @@ def attach(d):
     return r['session']
 
 
+def wait_stored(db, sid, seconds):
+    """Samples of @sid in the file, polled until some are there or @seconds pass."""
+    start, n = time.monotonic(), 0
+    while n == 0 and time.monotonic() - start < seconds:
+        time.sleep(0.2)
+        n = stored_samples(db, sid)
+    return n
+
+
+def sleep_until(t0, seconds):
+    time.sleep(max(0.0, t0 + seconds - time.monotonic()))
+
+
 def test():
     require_root_bpf()
 
     with Profd(['--flush-interval', '30']) as d:
+        t0 = time.monotonic()
         sid = attach(d)
-        time.sleep(5)
-        early = stored_samples(d.db, sid)
-        check(early == 0, '--flush-interval 30: %d samples in the file 5 s after the attach' % early)
+        young = wait_stored(d.db, sid, 3)
+        check(young > 0, '--flush-interval 30: no samples in the file 3 s after the attach')
+        sleep_until(t0, 12)
+        a = stored_samples(d.db, sid)
+        sleep_until(t0, 17)
+        b = stored_samples(d.db, sid)
+        check(b == a, '--flush-interval 30: the file went from %d to %d samples between 12 s and '
+              '17 s after the attach, with no request' % (a, b))
         s = d.json('session', sid)['session']
-        after = stored_samples(d.db, sid)
-        check(s['samples'] > 0 and after >= s['samples'],
-              'a request did not write the samples: session says %d, the file has %d'
-              % (s['samples'], after))
-        print('--flush-interval 30: 0 samples in the file after 5 s; %d after one request' % after)
-
-    with Profd(['--flush-interval', '1']) as d:
-        sid = attach(d)
-        start, n = time.monotonic(), 0
-        while n == 0 and time.monotonic() - start < 5:
-            time.sleep(0.2)
-            n = stored_samples(d.db, sid)
-        check(n > 0, '--flush-interval 1: no samples in the file 5 s after the attach')
-        print('--flush-interval 1: %d samples in the file %.1f s after the attach, no request'
-              % (n, time.monotonic() - start))
-
-    # SIGTERM: the running session ends, and what it counted is written.
-    d = Profd(['--flush-interval', '3600'])
-    with d:
-        sid = attach(d)
+        c = stored_samples(d.db, sid)
+        check(c > b and c >= s['samples'],
+              'a request did not write the samples: the session says %d, the file has %d (%d before)'
+              % (s['samples'], c, b))
         time.sleep(2)
-        check(stored_samples(d.db, sid) == 0, 'samples written before the interval or a request')
         d.stop()
         n = stored_samples(d.db, sid)
         con = sqlite3.connect(d.db)
         counted, reason = con.execute('SELECT samples, end_reason FROM sessions WHERE id = ?',
                                       (sid,)).fetchone()
         con.close()
-        check(n > 0 and n == counted and reason == 'daemon_stopped',
-              'after SIGTERM: %d samples in rows, the session counted %r, ended %r'
-              % (n, counted, reason))
-        print('stopped with --flush-interval 3600: %d samples written at the stop' % n)
+        check(n > c and n == counted and reason == 'daemon_stopped',
+              'after SIGTERM: %d samples in rows (%d before), the session counted %r, ended %r'
+              % (n, c, counted, reason))
+        print('--flush-interval 30: %d samples in the file within 3 s, %d at 12 s and at 17 s, '
+              '%d after one request, %d after the stop' % (young, a, c, n))
+
+    with Profd(['--flush-interval', '2']) as d:
+        t0 = time.monotonic()
+        sid = attach(d)
+        sleep_until(t0, 12)
+        a = stored_samples(d.db, sid)
+        sleep_until(t0, 16)
+        b = stored_samples(d.db, sid)
+        check(b > a, '--flush-interval 2: the file stayed at %d samples from 12 s to 16 s' % a)
+        print('--flush-interval 2: %d samples in the file at 12 s, %d at 16 s, no request' % (a, b))
 
 
 if __name__ == '__main__':
