@@ -46,9 +46,8 @@
  * Every 1 s, as the windows are, cost 28-61% more of the daemon's CPU on a
  * PyTorch loop at 999 Hz (16.5-20.4 against 12.7-13.3 us a sample, minutes
  * 2-4 of a run each; bench/cost: 24.3 against 16.9): each commit rewrites
- * the B-tree pages it touched
- * (~0.5 pwrite a sample into the WAL at 1 s) and prepares its statements
- * again (store__begin_flush()).
+ * the B-tree pages it touched (~0.5 pwrite a sample into the WAL at 1 s)
+ * and prepares its statements again (store__begin_flush()).
  */
 #define PROFD_DEFAULT_FLUSH_INTERVAL_S 5
 /* Running sessions are shipped to ClickHouse and pushed to Pyroscope every minute. */
