@@ -4,7 +4,11 @@
  * (daemon/store/gpu.c) and back out of the gpu and ranges reports
  * (daemon/report/gpu.c): the numbers a user reads are those of the calls
  * fed in, across two flushes and a flush that failed and was retried.
- * Needs neither root nor a GPU.
+ * Also what the accounting lets the session evict (gpu_acc__held_stacks():
+ * the stacks of live allocations and unflushed rows, no others), and that
+ * a kernel named from its launching stack is remembered by the stack's
+ * content, not by the address the session interned it at (freed and reused
+ * once the stack is evicted). Needs neither root nor a GPU.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -29,6 +33,23 @@ struct raw_stack {
 static struct raw_stack stacks[16];
 static unsigned nstacks;
 static struct store *st;
+/* >= 0: the next intern() puts its stack in this slot, as a session reuses freed memory */
+static int reuse_slot = -1;
+/* The symbolizer and address space call() hands the accounting: NULL, none, else the test's. */
+static struct symbolizer *call_sym;
+static struct addrspace *call_as;
+static volatile int sink;
+
+/* Kernel launch stubs as nvcc names them for extern "C" kernels (gpu_acc.c: stub_kernel_name()). */
+__attribute__((noinline, used)) void __device_stub__gpuacc_first(void)
+{
+	sink++;
+}
+
+__attribute__((noinline, used)) void __device_stub__gpuacc_second(void)
+{
+	sink--;
+}
 
 static const char *frame_name(uint64_t ip)
 {
@@ -49,14 +70,42 @@ static const char *frame_name(uint64_t ip)
 static struct raw_stack *intern(void *ctx, pid_t pid, const uint64_t *ips, unsigned n,
 				uint32_t flags)
 {
+	struct raw_stack *s;
+
 	for (unsigned i = 0; i < nstacks; i++)
 		if (stacks[i].n == n && memcmp(stacks[i].ips, ips, n * sizeof(*ips)) == 0)
 			return &stacks[i];
 	if (nstacks == 16 || n > 4)
 		return NULL;
-	memcpy(stacks[nstacks].ips, ips, n * sizeof(*ips));
-	stacks[nstacks].n = n;
-	return &stacks[nstacks++];
+	s = reuse_slot >= 0 ? &stacks[reuse_slot] : &stacks[nstacks++];
+	memcpy(s->ips, ips, n * sizeof(*ips));
+	s->n = n;
+	s->id = 0;
+	return s;
+}
+
+/* The stacks gpu_acc__held_stacks() names, as bits over stacks[]. */
+static int held_bit(void *ctx, struct raw_stack *s)
+{
+	*(unsigned *)ctx |= 1u << (s - stacks);
+	return 0;
+}
+
+static unsigned held(const struct gpu_acc *a)
+{
+	unsigned bits = 0;
+
+	CHECK_INT_EQ(gpu_acc__held_stacks(a, held_bit, &bits), 0);
+	return bits;
+}
+
+/* The bit of the stack interned for calls from @leaf (call()), 0 if none. */
+static unsigned stack_bit(uint64_t leaf)
+{
+	for (unsigned i = 0; i < nstacks; i++)
+		if (stacks[i].n > 1 && stacks[i].ips[1] == leaf)
+			return 1u << i;
+	return 0;
 }
 
 /* Frames and the stack row written the way a session's flush writes them. */
@@ -145,7 +194,7 @@ static void call(struct gpu_acc *a, const struct gpu_api *api, uint64_t t_ms, ui
 	e.ips[2] = 0x4000;
 	e.ustack_len = 3;
 	next_flags = 0;
-	gpu_acc__on_event(a, NULL, NULL, &p, &e);
+	gpu_acc__on_event(a, call_sym, call_as, &p, &e);
 }
 
 /* One flush in its own transaction, as the session's flush runs it. */
@@ -174,6 +223,61 @@ static const json_t *find(const json_t *list, const char *key, const char *value
 
 	json_array_foreach(list, i, x) if (gs(x, key) && strcmp(gs(x, key), value) == 0) return x;
 	return NULL;
+}
+
+/*
+ * Two launches named from the __device_stub__ frame of their stacks, the
+ * second from a stack interned where the first was (its memory reused).
+ * Each keeps its own name: with names remembered by stack address, the
+ * second took the first's.
+ */
+static void check_names_by_content(void)
+{
+	struct store_session row = test_session_row(77, "train", "cpu,cuda", real0);
+	struct gpu_acc_owner owner = {.intern = intern, .resolve = resolve};
+	const uint64_t dims[8] = {0, 4, 1, 1, 128, 1, 1};
+	const json_t *k;
+	struct gpu_acc *a;
+	json_t *g = NULL;
+	int64_t sid;
+	size_t i;
+
+	call_sym = symbolizer__new();
+	CHECK_INT_EQ(addrspace__new(getpid(), &call_as), 0);
+	CHECK_INT_EQ(store__begin(st), 0);
+	CHECK_INT_EQ(store__session_insert(st, &row, &sid), 0);
+	CHECK_INT_EQ(store__commit(st), 0);
+	a = gpu_acc__new(&owner);
+	if (!a || !call_sym || !call_as)
+		exit(99);
+	gpu_acc__set_session(a, sid, real0, mono0);
+	nstacks = 0;
+	/* return addresses into the stubs: looked up at the address - 1 */
+	call(a, &api_launch, 100, 5, (uint64_t)(uintptr_t)__device_stub__gpuacc_first + 1, dims, 0,
+	     0, NULL);
+	reuse_slot = 0;
+	call(a, &api_launch, 200, 5, (uint64_t)(uintptr_t)__device_stub__gpuacc_second + 1, dims, 0,
+	     0, NULL);
+	reuse_slot = -1;
+	CHECK_INT_EQ(nstacks, 1);
+	CHECK_INT_EQ(flush(a, false), 0);
+	CHECK_INT_EQ(query__gpu(store__db(st), sid, 10, &g), 0);
+	if (!g)
+		exit(1);
+	CHECK_INT_EQ(gi(g, "unnamed_launches"), 0);
+	CHECK_INT_EQ(json_array_size(json_object_get(g, "kernels")), 2);
+	json_array_foreach(json_object_get(g, "kernels"), i, k)
+	{
+		CHECK(gs(k, "name") && (strcmp(gs(k, "name"), "gpuacc_first") == 0 ||
+					strcmp(gs(k, "name"), "gpuacc_second") == 0));
+		CHECK_INT_EQ(gi(k, "launches"), 1);
+	}
+	json_decref(g);
+	gpu_acc__free(a);
+	addrspace__free(call_as);
+	symbolizer__free(call_sym);
+	call_as = NULL;
+	call_sym = NULL;
 }
 
 int main(void)
@@ -216,7 +320,11 @@ int main(void)
 	call(a, &api_uprobe, 900, 250, 0x1000, NULL, 0, 0, NULL);
 	gpu_acc__note_probe(a, 77, "cudaMalloc", "/usr/lib/libcudart.so.13", "attached");
 	gpu_acc__count_lost(a, 3);
+	/* Unflushed rows hold their stacks; once stored, only the live blocks' stack is held. */
+	CHECK(stack_bit(0x2000) && stack_bit(0x1000));
+	CHECK_INT_EQ(held(a), stack_bit(0x2000) | stack_bit(0x1000));
 	CHECK_INT_EQ(flush(a, false), 0);
+	CHECK_INT_EQ(held(a), stack_bit(0x2000));
 
 	/* Second window, written by a flush that fails (its COMMIT is refused) and
 	 * is retried: nothing twice. The 4 MiB block is freed; a copy back; one launch. */
@@ -229,6 +337,7 @@ int main(void)
 	CHECK(flush(a, true) < 0);
 	CHECK_INT_EQ(flush(a, false), 0);
 	CHECK_INT_EQ(store__session_end(st, sid, "detached", real0 + 2000000000ULL), 0);
+	CHECK_INT_EQ(held(a), stack_bit(0x2000)); /* the 1 MiB block is still live */
 
 	CHECK_INT_EQ(query__gpu(store__db(st), sid, 10, &g), 0);
 	if (!g)
@@ -287,6 +396,7 @@ int main(void)
 	json_decref(g);
 	json_decref(r);
 	gpu_acc__free(a);
+	check_names_by_content();
 	store__close(st);
 	test_db_remove(dir, path);
 	return check_exit("gpu-acc");

@@ -10,6 +10,9 @@
  * neither is the stack of a mapping made in the session (its munmap, much
  * later, is counted against it). Its frame cache is bounded too: more
  * distinct code addresses than it holds still give each stack its frames.
+ * Neither the CUDA nor the address-space accounting stops the eviction:
+ * the stacks of faults stored at a flush may go, and of the stacks CUDA
+ * calls took, only a live allocation's stays.
  * Needs neither root nor BPF: the session runs without a sampler and the
  * test feeds it the records the BPF program would.
  */
@@ -20,6 +23,7 @@
 
 #include "check.h"
 #include "check_session.h"
+#include "session/gpu_acc.h"
 #include "session/owned_map.h"
 #include "session/session_internal.h"
 #include "util.h"
@@ -146,6 +150,89 @@ static void test_frame_cache(void)
 	CHECK_INT_EQ(scalar("SELECT limit_dropped_samples FROM sessions WHERE id = ?1"), 0);
 }
 
+/* The stack of feed_cuda_malloc()'s calls: the probed function, called from stacks_test_caller. */
+static uint64_t cuda_ips[2];
+
+/* The session's copy of that stack. */
+static struct raw_stack *cuda_stack(void)
+{
+	return session__stack_intern(s, (pid_t)getpid(), cuda_ips, 0, 2, 0, NULL);
+}
+
+/* A cudaMalloc() of @bytes at @ptr, from cuda_ips, as the uprobe sends it. */
+static void feed_cuda_malloc(uint64_t ptr, uint64_t bytes)
+{
+	static const struct gpu_api api = {.symbol = "cudaMalloc",
+					   .kind = GPU_KIND_ALLOC,
+					   .flags = UPROBE_F_OUT0,
+					   .fn_arg = -1,
+					   .size_arg = 1,
+					   .ptr_arg = -1,
+					   .copy_kind_arg = -1,
+					   .space = "device",
+					   .error_if_nonzero = true};
+	struct gpu_probe p = {.api = &api, .label = "cudaMalloc"};
+	struct uprobe_event e = {.pid = (uint32_t)getpid(), .tid = (uint32_t)getpid()};
+
+	e.entry_ns = now_ns(CLOCK_MONOTONIC);
+	e.exit_ns = e.entry_ns + 1000;
+	e.args[1] = bytes;
+	e.out = ptr;
+	e.flags = UPROBE_EV_OUT_OK;
+	memcpy(e.ips, cuda_ips, sizeof(cuda_ips));
+	e.ustack_len = 2;
+	gpu_acc__on_event(session__gpu(s), NULL, NULL, &p, &e);
+}
+
+/*
+ * A session with CUDA calls and address-space changes: a live GPU
+ * allocation's stack stays across every flush (the same copy), while
+ * FAULT_STACKS fault stacks, more than the cache, seen in the first flush
+ * only, and the varying stacks of samples are evicted: the raw stacks stay
+ * under the bound and no sample is dropped. Before, the first CUDA stack
+ * turned the eviction off for the session's life, and a fault's stack was
+ * held by its zeroed accumulator.
+ */
+static void test_accountings_evict(void)
+{
+	char dir[] = "/tmp/test-session-stacks-XXXXXX", path[64];
+	struct session_params params =
+	    test_session_params("cpu,rss,cuda", EVENT_CPU | EVENT_RSS | EVENT_CUDA);
+	enum { FAULT_STACKS = MAX_STACKS / 2 + 8 };
+	int main(void);
+	struct raw_stack *alloc;
+
+	params.max_stacks = MAX_STACKS;
+	params.memory_interval_ns = 3600 * NSEC_PER_SEC;
+	test_db_path(dir, path, sizeof(path));
+	test_session_open(path, &params, &env, &s);
+	if (!s)
+		return;
+	sid = session__id(s);
+	cuda_ips[0] = 0x1000; /* the probed function: a frame of no module */
+	cuda_ips[1] = (uint64_t)(uintptr_t)stacks_test_caller + 1;
+	feed_cuda_malloc(0xd000000, 1 << 20);
+	alloc = cuda_stack();
+	for (unsigned k = 0; k < FAULT_STACKS; k++)
+		test_session_vm(s, (uint64_t)(uintptr_t)main + 1 + k,
+				&(struct vm_change){.addr = 0x7f0000000000 + 4096 * k,
+						    .len = 4096,
+						    .kind = VM_FAULT});
+	CHECK_INT_EQ(test_session_flush(s, &env), 0);
+	CHECK(scalar("SELECT count(*) FROM vm_changes WHERE session_id = ?1") > 0);
+	for (unsigned r = 0; r < ROUNDS; r++) {
+		for (unsigned k = 0; k < PER_ROUND; k++)
+			feed(r * PER_ROUND + k, 1);
+		CHECK_INT_EQ(test_session_flush(s, &env), 0);
+		CHECK(s->stacks.len <= MAX_STACKS / 2);
+	}
+	CHECK_INT_EQ(scalar("SELECT limit_dropped_samples FROM sessions WHERE id = ?1"), 0);
+	/* the copy stored at the first flush: a new one would have no row yet */
+	CHECK(cuda_stack() == alloc && alloc->stack_id != 0);
+	test_session_close(&env, s, dir, path);
+	s = NULL;
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/test-session-stacks-XXXXXX", path[64];
@@ -232,5 +319,6 @@ int main(void)
 
 	test_frame_cache();
 	test_session_close(&env, s, dir, path);
+	test_accountings_evict();
 	return check_exit("session-stacks");
 }

@@ -72,11 +72,19 @@ struct nvtx_open {
 	char name[UPROBE_STR_BYTES];
 };
 
-/* Kernel names already found, by host function address or by launching stack. */
+/*
+ * Kernel names already found, by host function address or by the content of
+ * the launching stack (its process and addresses: not the raw stack's
+ * pointer, which the session frees and reuses once the stack is evicted).
+ * At most NAMES_MAX, then emptied whole: each is found again by
+ * symbolizing a few frames.
+ */
 struct name_cache {
 	uint64_t key;
+	bool by_stack;
 	char name[NAME_BYTES];
 };
+#define NAMES_MAX 4096
 
 struct note {
 	pid_t pid;
@@ -84,7 +92,6 @@ struct note {
 };
 
 struct gpu_acc {
-	bool stacks_taken; /* a record's stack was interned: live ranges may hold it */
 	struct agg **aggs; /* pending since the last flush */
 	size_t nr_aggs, cap_aggs;
 	struct hashmap agg_index; /* the same rows, by key */
@@ -104,14 +111,43 @@ struct gpu_acc {
 	struct gpu_acc_owner owner;
 };
 
-/*
- * gpu_acc__holds_stacks() - whether @a ever took a record's stack: it may
- * hold raw stacks (live allocations, open NVTX ranges) for the session's
- * life, so none may be freed under it.
- */
-bool gpu_acc__holds_stacks(const struct gpu_acc *a)
+struct held_walk {
+	int (*fn)(void *ctx, struct raw_stack *stack);
+	void *ctx;
+	int r;
+};
+
+static void live_visit(const void *node, VISIT v, void *closure)
 {
-	return a->stacks_taken;
+	struct held_walk *w = closure;
+
+	if ((v == postorder || v == leaf) && w->r >= 0)
+		w->r = w->fn(w->ctx, (*(struct live_alloc *const *)node)->stack);
+}
+
+/*
+ * gpu_acc__held_stacks() - call @fn(@ctx, stack) for every raw stack @a
+ * refers to: the launching stacks of the rows not flushed yet and of the
+ * live allocations (a free, maybe hours later, is counted against its
+ * allocation's stack). Every other stack the session may free. Returns 0,
+ * or @fn's first negative return (the walk stops there). Accepts NULL.
+ */
+int gpu_acc__held_stacks(const struct gpu_acc *a, int (*fn)(void *ctx, struct raw_stack *stack),
+			 void *ctx)
+{
+	struct held_walk w = {.fn = fn, .ctx = ctx};
+
+	if (!a)
+		return 0;
+	for (size_t i = 0; i < a->nr_aggs && w.r >= 0; i++)
+		if (a->aggs[i]->stack)
+			w.r = fn(ctx, a->aggs[i]->stack);
+	for (size_t i = 0; i < a->nr_mem && w.r >= 0; i++)
+		if (a->mem[i].stack)
+			w.r = fn(ctx, a->mem[i].stack);
+	if (w.r >= 0)
+		twalk_r(a->live, live_visit, &w);
+	return w.r;
 }
 
 /*
@@ -152,8 +188,6 @@ static void free_pending(struct gpu_acc *a)
 /* gpu_acc__free() - free everything, unflushed rows included. Accepts NULL. */
 void gpu_acc__free(struct gpu_acc *a)
 {
-	void *v;
-
 	if (!a)
 		return;
 	free_pending(a);
@@ -163,16 +197,8 @@ void gpu_acc__free(struct gpu_acc *a)
 	free(a->notes);
 	tdestroy(a->live, free);
 	tdestroy(a->nvtx_open, free);
-	hashmap__for_each(&a->nvtx_threads, i, v)
-	{
-		free(v);
-	}
-	hashmap__free(&a->nvtx_threads);
-	hashmap__for_each(&a->names, i, v)
-	{
-		free(v);
-	}
-	hashmap__free(&a->names);
+	hashmap_free_all(&a->nvtx_threads);
+	hashmap_free_all(&a->names);
 	free(a);
 }
 
@@ -274,26 +300,37 @@ static bool stub_kernel_name(const char *function, char *buf, size_t size)
 
 static bool name_eq(const void *entry, const void *key)
 {
-	return ((const struct name_cache *)entry)->key == *(const uint64_t *)key;
+	const struct name_cache *a = entry, *b = key;
+
+	return a->key == b->key && a->by_stack == b->by_stack;
 }
 
-static const char *name_cached(struct gpu_acc *a, uint64_t key)
+static uint64_t name_hash(const struct name_cache *k)
 {
-	struct name_cache *nc =
-	    hashmap__find(&a->names, hash64(HASH64_INIT, &key, sizeof(key)), name_eq, &key);
+	return hash64(HASH64_INIT, &k->key, sizeof(k->key)) ^ k->by_stack;
+}
 
+static const char *name_cached(struct gpu_acc *a, uint64_t key, bool by_stack)
+{
+	struct name_cache k = {.key = key, .by_stack = by_stack}, *nc;
+
+	nc = hashmap__find(&a->names, name_hash(&k), name_eq, &k);
 	return nc ? nc->name : NULL;
 }
 
-static void name_remember(struct gpu_acc *a, uint64_t key, const char *name)
+static void name_remember(struct gpu_acc *a, uint64_t key, bool by_stack, const char *name)
 {
-	struct name_cache *nc = malloc(sizeof(*nc));
+	struct name_cache *nc;
 
+	if (a->names.len >= NAMES_MAX)
+		hashmap_clear_free(&a->names);
+	nc = malloc(sizeof(*nc));
 	if (!nc)
 		return;
 	nc->key = key;
+	nc->by_stack = by_stack;
 	snprintf(nc->name, sizeof(nc->name), "%s", name);
-	if (hashmap__insert(&a->names, hash64(HASH64_INIT, &key, sizeof(key)), nc) < 0)
+	if (hashmap__insert(&a->names, name_hash(nc), nc) < 0)
 		free(nc);
 }
 
@@ -306,27 +343,28 @@ static void name_remember(struct gpu_acc *a, uint64_t key, const char *name)
  */
 static bool kernel_name(struct gpu_acc *a, struct symbolizer *sym, const struct addrspace *as,
 			const struct gpu_probe *p, const struct uprobe_event *e,
-			const uint64_t *ips, unsigned n, struct raw_stack *st, char *buf,
-			size_t size)
+			const uint64_t *ips, unsigned n, char *buf, size_t size)
 {
+	uint64_t by_stack =
+	    hash64(hash64(HASH64_INIT, &e->pid, sizeof(e->pid)), ips, n * sizeof(*ips));
 	struct frame_info fi;
 	const char *c;
 
 	if (p->api->fn_arg >= 0) {
 		uint64_t fn = e->args[p->api->fn_arg];
 
-		if ((c = name_cached(a, fn))) {
+		if ((c = name_cached(a, fn, false))) {
 			snprintf(buf, size, "%s", c);
 			return true;
 		}
 		if (as && symbolizer__user(sym, as, fn, false, &fi) == 0 && fi.function) {
 			if (!stub_kernel_name(fi.function, buf, size))
 				snprintf(buf, size, "%s", fi.function);
-			name_remember(a, fn, buf);
+			name_remember(a, fn, false, buf);
 			return true;
 		}
 	}
-	if ((c = name_cached(a, (uint64_t)(uintptr_t)st))) {
+	if (n && (c = name_cached(a, by_stack, true))) {
 		snprintf(buf, size, "%s", c);
 		return true;
 	}
@@ -334,8 +372,7 @@ static bool kernel_name(struct gpu_acc *a, struct symbolizer *sym, const struct 
 		if (symbolizer__user(sym, as, ips[i], true, &fi) < 0 || !fi.function)
 			continue;
 		if (stub_kernel_name(fi.function, buf, size)) {
-			if (st)
-				name_remember(a, (uint64_t)(uintptr_t)st, buf);
+			name_remember(a, by_stack, true, buf);
 			return true;
 		}
 	}
@@ -613,7 +650,6 @@ void gpu_acc__on_event(struct gpu_acc *a, struct symbolizer *sym,
 	}
 	a->c.truncated += !!(e->flags & UPROBE_EV_TRUNCATED);
 	a->c.no_stack += !!(e->flags & UPROBE_EV_NO_STACK);
-	a->stacks_taken = true;
 	st = a->owner.intern(a->owner.ctx, (pid_t)e->pid, ips, n,
 			     (e->flags & UPROBE_EV_TRUNCATED) ? SAMPLE_USER_TRUNCATED : 0);
 	if (!st) {
@@ -627,7 +663,7 @@ void gpu_acc__on_event(struct gpu_acc *a, struct symbolizer *sym,
 
 		if (api->kind == GPU_KIND_GRAPH) {
 			snprintf(name, sizeof(name), "[CUDA graph]");
-		} else if (!kernel_name(a, sym, as, p, e, ips, n, st, name, sizeof(name))) {
+		} else if (!kernel_name(a, sym, as, p, e, ips, n, name, sizeof(name))) {
 			snprintf(name, sizeof(name), "[unknown kernel]");
 			a->c.unnamed++;
 		}

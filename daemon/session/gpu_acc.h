@@ -39,7 +39,8 @@ struct gpu_acc_owner {
 /* Each function is documented where it is defined, in gpu_acc.c. */
 struct gpu_acc *gpu_acc__new(const struct gpu_acc_owner *owner); /* NULL only on out-of-memory */
 void gpu_acc__free(struct gpu_acc *a);                           /* accepts NULL */
-bool gpu_acc__holds_stacks(const struct gpu_acc *a);
+int gpu_acc__held_stacks(const struct gpu_acc *a, int (*fn)(void *ctx, struct raw_stack *stack),
+			 void *ctx);
 void gpu_acc__set_session(struct gpu_acc *a, int64_t id, uint64_t real_ns, uint64_t mono_ns);
 void gpu_acc__on_event(struct gpu_acc *a, struct symbolizer *sym,
 		       const struct addrspace *as, const struct gpu_probe *p,

@@ -490,18 +490,18 @@ static int flush_vm(struct session *s, const struct session_env *env, bool *refr
 	}
 }
 
-/* The flush committed: empty the accumulators, and forget unmapped regions now and then. */
+/*
+ * The flush committed: free the accumulators, whose stacks
+ * session__stacks_evict() would otherwise keep (kept zeroed, they held
+ * every distinct mmap, brk and fault stack for the session's life), and
+ * forget unmapped regions now and then.
+ */
 static void flush_vm_done(struct session *s)
 {
-	struct hashmap keep = { 0 };
-	struct vm_acc *a;
+	struct hashmap keep = {0};
 	struct vm_region *r;
 
-	hashmap__for_each(&s->vm_acc, i, a)
-	{
-		a->events = 0;
-		a->bytes = 0;
-	}
+	hashmap_clear_free(&s->vm_acc);
 	if (s->vm_regions_gone < s->vm_regions.len / 2)
 		return;
 	hashmap__for_each(&s->vm_regions, i, r)
@@ -638,15 +638,6 @@ static bool region_of_pid(const void *entry, const void *ctx)
 	return true;
 }
 
-static int keep_stack(struct hashmap *keep, struct raw_stack *st)
-{
-	uint64_t h = session__stack_ptr_hash(st);
-
-	if (!st || hashmap__find(keep, h, session__same_stack, st))
-		return 0;
-	return hashmap__insert(keep, h, st);
-}
-
 /*
  * keep_alloc_stacks() - put in @keep the stacks of the sampled allocations
  * of @pid (every process's for 0), live, in flight or freed and waiting.
@@ -658,17 +649,17 @@ static int keep_alloc_stacks(struct session *s, pid_t pid, struct hashmap *keep)
 
 	hashmap__for_each(&s->alloc_blocks, i, b)
 	{
-		if ((!pid || b->pid == pid) && keep_stack(keep, b->stack) < 0)
+		if ((!pid || b->pid == pid) && session__keep_stack(keep, b->stack) < 0)
 			return -ENOMEM;
 	}
 	hashmap__for_each(&s->alloc_inflight, i, b)
 	{
-		if ((!pid || b->pid == pid) && keep_stack(keep, b->stack) < 0)
+		if ((!pid || b->pid == pid) && session__keep_stack(keep, b->stack) < 0)
 			return -ENOMEM;
 	}
 	for (size_t i = 0; i < s->alloc_nfreed; i++)
 		if ((!pid || s->alloc_freed[i]->pid == pid) &&
-		    keep_stack(keep, s->alloc_freed[i]->stack) < 0)
+		    session__keep_stack(keep, s->alloc_freed[i]->stack) < 0)
 			return -ENOMEM;
 	return 0;
 }
@@ -705,12 +696,12 @@ int session__memory_keep_stacks(struct session *s, struct hashmap *keep)
 
 	hashmap__for_each(&s->vm_acc, i, a)
 	{
-		if (keep_stack(keep, a->stack) < 0)
+		if (session__keep_stack(keep, a->stack) < 0)
 			return -ENOMEM;
 	}
 	hashmap__for_each(&s->vm_regions, i, r)
 	{
-		if (keep_stack(keep, r->stack) < 0)
+		if (session__keep_stack(keep, r->stack) < 0)
 			return -ENOMEM;
 	}
 	return keep_alloc_stacks(s, 0, keep);

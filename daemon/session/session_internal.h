@@ -180,6 +180,7 @@ static inline uint64_t session__stack_ptr_hash(const struct raw_stack *st)
 {
 	return (uint64_t)(uintptr_t)st * 0x9e3779b97f4a7c15ULL;
 }
+int session__keep_stack(void *keep, struct raw_stack *st);
 size_t session__forget_stacks(struct session *s, pid_t pid);
 int session__memory_forget_pid(struct session *s, pid_t pid, struct hashmap *keep);
 size_t session__stacks_evict(struct session *s);

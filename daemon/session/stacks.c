@@ -160,6 +160,20 @@ bool session__same_stack(const void *entry, const void *key)
 	return entry == key;
 }
 
+/*
+ * session__keep_stack() - put @st (NULL: nothing) in @keep, a struct hashmap
+ * of raw stacks by pointer, once. Returns 0 or -ENOMEM. (void *: it is also
+ * gpu_acc__held_stacks()'s callback.)
+ */
+int session__keep_stack(void *keep, struct raw_stack *st)
+{
+	uint64_t h = session__stack_ptr_hash(st);
+
+	if (!st || hashmap__find(keep, h, session__same_stack, st))
+		return 0;
+	return hashmap__insert(keep, h, st);
+}
+
 struct stacks_of {
 	pid_t pid;
 	const struct hashmap *keep;
@@ -178,21 +192,21 @@ static bool stack_unused_of_pid(const void *entry, const void *ctx)
  * session__forget_stacks() - after the last flush of the exited child
  * @pid: free its raw stacks that nothing refers to any more (samples,
  * off-CPU intervals and address-space changes are stored and their
- * accumulators emptied; sampled allocations keep theirs), so that a job
- * forking workers all along does not fill max_stacks with the stacks of
- * the dead. Its address-space accumulators and regions go in any case
- * (session__memory_forget_pid()); its stacks are kept whole once the GPU
- * accounting took a stack (it may hold one for the session's life).
- * Returns how many were freed.
+ * accumulators emptied; sampled allocations and live GPU allocations keep
+ * theirs), so that a job forking workers all along does not fill
+ * max_stacks with the stacks of the dead. Its address-space accumulators
+ * and regions go in any case (session__memory_forget_pid()). Returns how
+ * many were freed.
  */
 size_t session__forget_stacks(struct session *s, pid_t pid)
 {
 	struct hashmap keep = {0};
 	struct stacks_of c = {.pid = pid, .keep = &keep};
-	bool complete = session__memory_forget_pid(s, pid, &keep) == 0;
+	bool complete = session__memory_forget_pid(s, pid, &keep) == 0 &&
+			gpu_acc__held_stacks(s->gpu, session__keep_stack, &keep) == 0;
 	size_t n = 0;
 
-	if (complete && !gpu_acc__holds_stacks(s->gpu))
+	if (complete)
 		n = hashmap__remove_if(&s->stacks, stack_unused_of_pid, &c, free);
 	hashmap__free(&keep);
 	return n;
@@ -226,9 +240,9 @@ static int seen_cmp(const void *a, const void *b)
  * content (store__stack_id()): same stack_id, a few SQL lookups. Without
  * it, a session whose stacks keep varying (recursion, deep-nofp's ~230 new
  * stacks a second after minutes) holds every stack it ever saw, and drops
- * samples once at max_stacks. Nothing is forgotten while the GPU
- * accounting holds stacks, or when the set of stacks in use cannot be
- * built (no memory). Returns how many were freed.
+ * samples once at max_stacks. Nothing is forgotten when the set of
+ * stacks in use (the memory and GPU accountings') cannot be built (no
+ * memory). Returns how many were freed.
  */
 size_t session__stacks_evict(struct session *s)
 {
@@ -236,10 +250,11 @@ size_t session__stacks_evict(struct session *s)
 	struct raw_stack **cand = NULL, *st;
 	size_t cache = MIN(SESSION_STACK_CACHE, s->max_stacks / 2), n = 0, want, freed = 0;
 
-	if (s->stacks.len <= cache || gpu_acc__holds_stacks(s->gpu))
+	if (s->stacks.len <= cache)
 		return 0;
 	/* the accumulators of samples and off-CPU intervals are empty after a flush */
-	if (session__memory_keep_stacks(s, &keep) < 0)
+	if (session__memory_keep_stacks(s, &keep) < 0 ||
+	    gpu_acc__held_stacks(s->gpu, session__keep_stack, &keep) < 0)
 		goto out;
 	cand = malloc(s->stacks.len * sizeof(*cand));
 	if (!cand)

@@ -6,11 +6,15 @@ are counted as limit_dropped_samples and shown; stored stacks are
 forgotten after each flush and make room, so a long session whose stacks
 keep varying stores more distinct stacks than the limit and drops none),
 max_threads_per_session (a process with more threads is refused; threads
-started later past the limit are counted, not sampled)."""
+started later past the limit are counted, not sampled). The stacks are
+forgotten with CUDA probes on too: only a live GPU allocation's stack has
+to stay."""
 import sqlite3
 import time
 
 from profdtest import Profd, binary, check, require_root_bpf, run, wait_for_threads
+
+MIB = 1 << 20
 
 
 def distinct_stacks(d, sid):
@@ -60,6 +64,33 @@ def test():
               % (s['samples'], n, s['limit_dropped_samples']))
         check(n > 4000, 'only %d distinct stacks in 10 s: the test needs more than the limit' % n)
         check(s['limit_dropped_samples'] == 0, 'samples dropped with room to forget stacks: %r' % s)
+
+    # The same with CUDA probes on: fake-cudart --varied calls its own
+    # cudaDeviceSynchronize() from call chains of 25 lengths a second, 125 in
+    # all, and keeps a 1 MiB cudaMalloc() live throughout: ~250 distinct
+    # stacks a 1 s flush, ~1,300 in 8 s. Before, the first stack a CUDA call
+    # took turned the forgetting off for the session: once 600 stacks were
+    # held, samples were dropped (2,886 of 7,976) and CUDA calls lost (17,850).
+    with Profd(['--max-stacks', '600']) as d:
+        w = d.spawn_waiting(binary('FAKE_CUDART'), '--varied', '8')
+        sid = d.json('attach', w.pid, '--freq', 999, '--events', 'cpu,cuda')['session']
+        d.go(w)
+        s = d.wait_ended(sid, timeout=40)
+        n = distinct_stacks(d, sid)
+        g = d.json('gpu', sid)
+        syncs = sum(x['calls'] for x in g['syncs'] if x['api'] == 'cudaDeviceSynchronize')
+        m = g['memory']
+        print('max_stacks_per_session 600, CUDA probes: %d samples, %d distinct stacks stored, '
+              '%d dropped; %d syncs from %d stacks; live %d bytes'
+              % (s['samples'], n, s['limit_dropped_samples'], syncs, len(g['syncs']),
+                 m['live_bytes']))
+        check(n > 600, 'only %d distinct stacks: the test needs more than the limit' % n)
+        check(syncs > 1000 and g['lost_calls'] == 0, 'syncs %d, lost %d' % (syncs, g['lost_calls']))
+        check(s['limit_dropped_samples'] == 0, 'samples dropped with CUDA probes on: %r' % s)
+        top = m['by_stack'][0] if m['by_stack'] else {}
+        check(m['live_bytes'] == MIB and top.get('live_bytes') == MIB and
+              'alloc_cache' in top.get('stack', []),
+              'the live block keeps its stack, alloc_cache: %r' % top)
 
     with Profd(['--max-threads', '2']) as d:
         many = d.spawn(spin, '--seconds', '60', '--weights', '1,1,1')

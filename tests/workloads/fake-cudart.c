@@ -18,6 +18,14 @@
  * inside a probed call while a session detaches and the next one attaches.
  * With --calls N (bench/uprobe-cost), it calls cudaDeviceSynchronize() N
  * times instead, prints the nanoseconds that took, and exits.
+ * With --varied SECONDS, it allocates 1 MiB from alloc_cache() (kept
+ * live), then for SECONDS goes down call chains of descend(), spinning
+ * (~0.5 ms) at the bottom and calling cudaDeviceSynchronize() there: in its
+ * second t, chains of 25 (t % 5) to 25 (t % 5) + 24 frames, in turn. CPU
+ * samples and CUDA calls from a band of 25 chain lengths a second, 125 in
+ * all (under the 128 frames of a walk), each band coming back 4 s after it
+ * went (test-limits: a session with CUDA probes on forgets stacks too);
+ * prints "done" and exits.
  * With --fork, it forks a child instead, which prints "child PID", spins on
  * the CPU for 0.3 s (so that a profiler following children sees it), waits
  * for a line on stdin, allocates 2 x 1 MiB from alloc_cache() (kept) and
@@ -83,6 +91,32 @@ __attribute__((noinline)) static void alloc_cache(int i)
 	cudaMalloc(&cache[i], 1 << 20);
 }
 
+#define VARIED_BAND 25 /* chain lengths a second */
+#define VARIED_BANDS 5
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* --varied: @depth more frames of itself, then 250,000 additions (~0.5 ms) and a sync. */
+__attribute__((noinline)) static void descend(int depth)
+{
+	static volatile unsigned long spin;
+
+	if (depth > 0) {
+		descend(depth - 1);
+		__asm__ volatile("" ::: "memory"); /* not a tail call: each frame stays */
+		return;
+	}
+	for (int i = 0; i < 250000; i++)
+		spin += (unsigned long)i;
+	cudaDeviceSynchronize();
+}
+
 __attribute__((noinline, used)) void work_unit(void)
 {
 	struct timespec ts = { 0, 20 * 1000 * 1000 };
@@ -123,6 +157,23 @@ int main(int argc, char **argv)
 		printf("done\n");
 		fflush(stdout);
 		_exit(0);
+	}
+	if (argc > 2 && strcmp(argv[1], "--varied") == 0) {
+		double start, end;
+
+		if (!say_and_wait("ready"))
+			return 1;
+		alloc_cache(0);
+		start = now_s();
+		end = start + atof(argv[2]);
+		for (int i = 0; now_s() < end; i++) {
+			int band = (int)(now_s() - start) % VARIED_BANDS;
+
+			descend(band * VARIED_BAND + i % VARIED_BAND);
+		}
+		printf("done\n");
+		fflush(stdout);
+		return 0;
 	}
 	if (argc > 2 && strcmp(argv[1], "--calls") == 0) {
 		long n = atol(argv[2]);
