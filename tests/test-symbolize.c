@@ -27,6 +27,7 @@
  * a part was skipped (the reason is printed), 99 setup error.
  */
 #define RESULT_CACHE_MAX 64 /* so that the cache fills and empties */
+#define POOL_MAX_BYTES (256u << 10) /* so that the test can fill the string pool */
 #include <stdint.h>
 static uint64_t test_self_vdso(uint64_t *ret_start);
 #include "../daemon/symbols/addrspace.c" /* the static parsers are tested too */
@@ -490,49 +491,99 @@ static void test_is_code(void)
  * symbolizer__trim(): this process's libc and libelf as two modules, on a
  * clock of the test's. A module not looked up for the idle time is closed
  * (the other stays), and the next lookup opens it again with the same
- * name; the names handed out before stay readable.
+ * name (names are copied: those handed out are valid until a trim).
  */
 static void test_trim(void)
 {
 	uint64_t libc_addr = (uintptr_t)&clock_nanosleep, elf_addr = (uintptr_t)&elf_version;
 	uint64_t t0 = now_ns(CLOCK_MONOTONIC) + 1000 * NSEC_PER_SEC, idle = 10 * NSEC_PER_SEC;
-	struct frame_info libc_fi, elf_fi, fi;
+	struct frame_info fi;
 	struct addrspace *as = NULL;
 	struct symbolizer *s;
+	char libc_name[256], elf_name[256];
 
 	CHECK_INT_EQ(addrspace__new(getpid(), &as), 0);
 	s = symbolizer__new();
 	if (!s || !as)
 		SETUP_FAIL("symbolizer__new/addrspace__new");
-	CHECK_INT_EQ(symbolizer__user(s, as, libc_addr, false, &libc_fi), 0);
-	CHECK_INT_EQ(symbolizer__user(s, as, elf_addr, false, &elf_fi), 0);
-	if (!libc_fi.function || !elf_fi.function || libc_fi.module == elf_fi.module) {
+	CHECK_INT_EQ(symbolizer__user(s, as, elf_addr, false, &fi), 0);
+	snprintf(elf_name, sizeof(elf_name), "%s", fi.function ? fi.function : "");
+	CHECK_INT_EQ(symbolizer__user(s, as, libc_addr, false, &fi), 0);
+	snprintf(libc_name, sizeof(libc_name), "%s", fi.function ? fi.function : "");
+	if (!libc_name[0] || !elf_name[0] || s->modules.len != 2) {
 		check_skip("trim", "libc or libelf of this process has no symbols");
 		goto out;
 	}
-	CHECK_INT_EQ(s->modules.len, 2);
 	/* both looked up when the symbolizer was made (now, t0 - 1000 s): kept at
 	 * t0 - 999 s, closed at t0 */
 	CHECK_INT_EQ(symbolizer__trim(s, t0 - 999 * NSEC_PER_SEC, idle), 0);
 	CHECK_INT_EQ(symbolizer__trim(s, t0, idle), 2);
 	CHECK_INT_EQ(s->modules.len, 0);
 	CHECK_INT_EQ(s->results.len, 0);
-	/* opened again by the next lookup: same names; the old strings still readable */
+	/* opened again by the next lookup: same names */
 	CHECK_INT_EQ(symbolizer__user(s, as, libc_addr, false, &fi), 0);
-	CHECK_STR_EQ(fi.function, libc_fi.function);
+	CHECK_STR_EQ(fi.function, libc_name);
 	CHECK_INT_EQ(symbolizer__user(s, as, elf_addr, false, &fi), 0);
-	CHECK_STR_EQ(fi.function, elf_fi.function);
-	CHECK(strstr(libc_fi.function, "clock_nanosleep") && strstr(elf_fi.function, "elf_version"));
+	CHECK_STR_EQ(fi.function, elf_name);
+	CHECK(strstr(libc_name, "clock_nanosleep") && strstr(elf_name, "elf_version"));
 	/* at t0 + 5 s only libc is used: at t0 + 12 s libelf has been idle 12 s, libc 7 */
 	CHECK_INT_EQ(symbolizer__trim(s, t0 + 5 * NSEC_PER_SEC, idle), 0);
 	CHECK_INT_EQ(symbolizer__user(s, as, libc_addr, false, &fi), 0);
 	CHECK_INT_EQ(symbolizer__trim(s, t0 + 12 * NSEC_PER_SEC, idle), 1);
 	CHECK_INT_EQ(s->modules.len, 1);
 	CHECK_INT_EQ(symbolizer__user(s, as, elf_addr, false, &fi), 0);
-	CHECK_STR_EQ(fi.function, elf_fi.function);
+	CHECK_STR_EQ(fi.function, elf_name);
 	CHECK_INT_EQ(s->modules.len, 2);
-	printf("ok trim: idle modules closed and opened again (%s, %s)\n", libc_fi.function,
-	       elf_fi.function);
+	printf("ok trim: idle modules closed and opened again (%s, %s)\n", libc_name, elf_name);
+out:
+	symbolizer__free(s);
+	addrspace__free(as);
+}
+
+/*
+ * The string pool is started over by symbolizer__trim() once it holds
+ * POOL_MAX_BYTES (filled here with strings of the test's): the cached
+ * lookups and kernel symbols go, the open module stays open and is found
+ * again under its key moved to the new pool (not opened a second time),
+ * and names come out as before.
+ */
+static void test_pool_renew(void)
+{
+	uint64_t libc_addr = (uintptr_t)&clock_nanosleep, t = now_ns(CLOCK_MONOTONIC);
+	uint64_t idle = 3600 * NSEC_PER_SEC; /* no module is closed */
+	struct addrspace *as = NULL;
+	struct symbolizer *s;
+	struct frame_info fi;
+	char name[256], junk[32];
+
+	CHECK_INT_EQ(addrspace__new(getpid(), &as), 0);
+	s = symbolizer__new();
+	if (!s || !as)
+		SETUP_FAIL("symbolizer__new/addrspace__new");
+	CHECK_INT_EQ(symbolizer__user(s, as, libc_addr, false, &fi), 0);
+	if (!fi.function) {
+		check_skip("pool", "libc of this process has no symbols");
+		goto out;
+	}
+	snprintf(name, sizeof(name), "%s", fi.function);
+	symbolizer__kernel(s, 0xffffffff81000000ull, false, &fi); /* reads kallsyms */
+	CHECK(s->kallsyms.loaded);
+	/* under the bound, nothing goes */
+	CHECK_INT_EQ(symbolizer__trim(s, t, idle), 0);
+	CHECK(s->results.len > 0 && s->kallsyms.loaded);
+	for (unsigned k = 0; strpool_bytes(&s->pool) < POOL_MAX_BYTES; k++) {
+		snprintf(junk, sizeof(junk), "junk %u", k);
+		CHECK(strpool_intern(&s->pool, junk) != NULL);
+	}
+	CHECK_INT_EQ(symbolizer__trim(s, t, idle), 0);
+	CHECK(strpool_bytes(&s->pool) < POOL_MAX_BYTES);
+	CHECK_INT_EQ(s->results.len, 0);
+	CHECK(!s->kallsyms.loaded);
+	CHECK_INT_EQ(s->modules.len, 1);
+	CHECK_INT_EQ(symbolizer__user(s, as, libc_addr, false, &fi), 0);
+	CHECK_STR_EQ(fi.function, name);
+	CHECK_INT_EQ(s->modules.len, 1);
+	printf("ok pool: started over at %u KiB, %s found again\n", POOL_MAX_BYTES >> 10, name);
 out:
 	symbolizer__free(s);
 	addrspace__free(as);
@@ -2163,6 +2214,7 @@ int main(void)
 	test_self_libc();
 	test_is_code();
 	test_trim();
+	test_pool_renew();
 	test_pie("PROFD_FIXTURE_PIE", true);
 	test_pie("PROFD_FIXTURE_NOPIE", false);
 	test_stripped();

@@ -66,6 +66,16 @@ const char *strpool_intern(struct strpool *p, const char *s)
 	return copy;
 }
 
+/* strpool_bytes() - the bytes @p's arena holds (its chunks, used or not). */
+size_t strpool_bytes(const struct strpool *p)
+{
+	size_t n = 0;
+
+	for (const struct arena_chunk *c = p->arena.head; c; c = c->next)
+		n += sizeof(*c) + c->size;
+	return n;
+}
+
 void strpool_done(struct strpool *p)
 {
 	hashmap__free(&p->set);

@@ -30,4 +30,5 @@ struct strpool {
 char *arena_strndup(struct arena *a, const char *s, size_t len);
 void arena_done(struct arena *a);
 const char *strpool_intern(struct strpool *p, const char *s);
+size_t strpool_bytes(const struct strpool *p);
 void strpool_done(struct strpool *p);

@@ -62,6 +62,15 @@ extern char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *st
 #define RESULT_CACHE_MAX 200000 /* cached lookups, ~20 MiB (more with inlining) */
 #endif
 /*
+ * The string pool (the names handed out, the modules' paths and build IDs)
+ * is started over by symbolizer__trim() past this many bytes: an always-on
+ * profd otherwise keeps the names of every job it ever profiled (a PyTorch
+ * training loop's: 931 strings, in one 64 KiB chunk, after 2 minutes).
+ */
+#ifndef POOL_MAX_BYTES
+#define POOL_MAX_BYTES (16u << 20)
+#endif
+/*
  * Inlining at one address: DIE nesting followed from the CU down, and
  * inlined calls kept (innermost first). Real code nests a few levels; the
  * caps bound what a crafted DWARF file costs.
@@ -223,6 +232,59 @@ struct module *symbolizer__module_intern(struct symbolizer *s, const struct modu
 	return mod;
 }
 
+/*
+ * module_key_of() - in @key, the key @m is filed under in s->modules
+ * (symbolizer__module_intern()). Not returned by value: a copy need not
+ * keep the padding, and the key is hashed as bytes.
+ */
+static void module_key_of(const struct module *m, struct module_key *key)
+{
+	memset(key, 0, sizeof(*key));
+	key->path = m->path;
+	key->build_id = m->build_id;
+	key->dev_major = m->dev_major;
+	key->dev_minor = m->dev_minor;
+	key->ino = m->ino;
+	key->vdso_bytes = m->vdso_bytes;
+	key->vdso_self = m->vdso_self;
+	key->file = m->file;
+}
+
+/*
+ * pool_renew() - start the string pool over. What held the old pool's
+ * strings goes or moves: the cached lookups go, the kernel's symbols go
+ * (their module names; read again on first use, with the kernel modules
+ * and BPF programs loaded since), and the open modules' paths and build
+ * IDs move to the new pool (their key in s->modules is those pointers). A
+ * module that cannot move for lack of memory is closed, as
+ * symbolizer__trim() closes one.
+ */
+static void pool_renew(struct symbolizer *s)
+{
+	struct strpool fresh = {0};
+	struct hashmap modules = {0};
+
+	results_clear(s);
+	kallsyms__done(&s->kallsyms);
+	for (size_t i = 0; i < s->modules.cap; i++) {
+		struct module *m = s->modules.vals[i];
+		struct module_key key;
+
+		if (!m)
+			continue;
+		m->path = strpool_intern(&fresh, m->path);
+		m->build_id = strpool_intern(&fresh, m->build_id);
+		module_key_of(m, &key);
+		if (!m->path || !m->build_id ||
+		    hashmap__insert(&modules, hash64(HASH64_INIT, &key, sizeof(key)), m) < 0)
+			module_free(m);
+	}
+	hashmap__free(&s->modules);
+	s->modules = modules;
+	strpool_done(&s->pool);
+	s->pool = fresh; /* s->kallsyms.pool points at s->pool: still right */
+}
+
 static bool module_idle(const void *entry, const void *ctx)
 {
 	return ((const struct module *)entry)->used_ns < *(const uint64_t *)ctx;
@@ -242,8 +304,10 @@ static void module_drop(void *entry)
  * for a large library). Without it the modules of every file any process
  * ever mapped stay open (their symbol index, libdw's DWARF, the mapped ELF
  * file), for as long as the daemon runs. The cached lookups go too when a
- * module closes: they are keyed by module. Strings handed out stay valid
- * (they are interned). Returns the number of modules closed. Does not log.
+ * module closes: they are keyed by module. Then, if the string pool holds
+ * POOL_MAX_BYTES or more, it is started over (pool_renew()): the strings
+ * handed out before are valid until this call, no longer. Returns the
+ * number of modules closed. Does not log.
  */
 size_t symbolizer__trim(struct symbolizer *s, uint64_t now_ns, uint64_t idle_ns)
 {
@@ -253,6 +317,8 @@ size_t symbolizer__trim(struct symbolizer *s, uint64_t now_ns, uint64_t idle_ns)
 	closed = hashmap__remove_if(&s->modules, module_idle, &before, module_drop);
 	if (closed)
 		results_clear(s);
+	if (strpool_bytes(&s->pool) >= POOL_MAX_BYTES)
+		pool_renew(s);
 	s->clock_ns = now_ns;
 	return closed;
 }
@@ -785,7 +851,7 @@ int symbolizer__module_frames(struct symbolizer *s, const struct module *mod, ui
  *   inline_depth is 0; the kept ones are numbered @max - 1 .. 1 (the levels
  *   cut away are not counted). At most INLINE_MAX levels are kept per
  *   address. All frames share module, build_id and rel_addr; strings are
- *   owned by @s and valid until symbolizer__free().
+ *   owned by @s and valid until the next symbolizer__trim().
  *
  * Files are opened, searched for separate debug info and cached as for
  * symbolizer__user(); lookups are cached per module and address.
@@ -831,8 +897,8 @@ int symbolizer__user_inline(struct symbolizer *s, const struct addrspace *as, ui
  *   but the leaf): the lookup uses the ELF address - 1, so that a call at the
  *   very end of a function is attributed to that function and its line;
  *   ret->rel_addr is still that of @addr.
- * @ret: filled in; its strings are owned by @s and valid until
- *   symbolizer__free().
+ * @ret: filled in; its strings are owned by @s and valid until the next
+ *   symbolizer__trim().
  *
  * The file of each mapping is opened once per (path, build ID) and kept
  * open; its symbol table (.symtab, else .dynsym), separate debug info found

@@ -68,7 +68,8 @@ int addrspace__open_image(const struct addrspace *as, const struct mapping *m, c
 			  size_t size);
 
 /* Result of symbolizing one address. Strings are owned by the symbolizer and
- * stay valid until symbolizer__free(). */
+ * stay valid until the next symbolizer__trim() (which may start its string
+ * pool over) or symbolizer__free(). */
 struct frame_info {
 	bool kernel;
 	const char *module;   /* mapping path, "[kernel.kallsyms]" or "[modname]"; never NULL */
@@ -89,7 +90,7 @@ struct symbolizer;
 
 struct symbolizer *symbolizer__new(void); /* NULL only on out-of-memory */
 void symbolizer__free(struct symbolizer *s); /* accepts NULL */
-/* Documented in symbolize.c: close the modules not used for @idle_ns. */
+/* Documented in symbolize.c: close the modules not used for @idle_ns, bound the string pool. */
 size_t symbolizer__trim(struct symbolizer *s, uint64_t now_ns, uint64_t idle_ns);
 
 /*
