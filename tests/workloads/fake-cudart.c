@@ -21,9 +21,9 @@
  * With --varied SECONDS, it allocates 1 MiB from alloc_cache() (kept
  * live), then for SECONDS goes down call chains of descend(), spinning
  * (~0.5 ms) at the bottom and calling cudaDeviceSynchronize() there: in its
- * second t, chains of 25 (t % 5) to 25 (t % 5) + 24 frames, in turn. CPU
- * samples and CUDA calls from a band of 25 chain lengths a second, 125 in
- * all (under the 128 frames of a walk), each band coming back 4 s after it
+ * second t, chains of 12 (t % 10) to 12 (t % 10) + 11 frames, in turn. CPU
+ * samples and CUDA calls from a band of 12 chain lengths a second, 120 in
+ * all (under the 128 frames of a walk), a band coming back 10 s after it
  * went (test-limits: a session with CUDA probes on forgets stacks too);
  * prints "done" and exits.
  * With --fork, it forks a child instead, which prints "child PID", spins on
@@ -91,8 +91,8 @@ __attribute__((noinline)) static void alloc_cache(int i)
 	cudaMalloc(&cache[i], 1 << 20);
 }
 
-#define VARIED_BAND 25 /* chain lengths a second */
-#define VARIED_BANDS 5
+#define VARIED_BAND 12 /* chain lengths a second */
+#define VARIED_BANDS 10
 
 static double now_s(void)
 {
