@@ -427,6 +427,18 @@ static void test_maps_parser(void)
  * separate debug info if libc6-dbg is installed, which spells symbols with
  * their version: "clock_nanosleep@GLIBC_2.2.5").
  */
+/* A symbolizer and this process's address space, in *@ret_as; a setup error if either fails. */
+static struct symbolizer *self_symbolizer(struct addrspace **ret_as)
+{
+	struct symbolizer *s;
+
+	CHECK_INT_EQ(addrspace__new(getpid(), ret_as), 0);
+	s = symbolizer__new();
+	if (!s || !*ret_as)
+		SETUP_FAIL("symbolizer__new/addrspace__new");
+	return s;
+}
+
 static void test_self_libc(void)
 {
 	struct addrspace *as = NULL;
@@ -434,10 +446,7 @@ static void test_self_libc(void)
 	struct frame_info fi;
 	uint64_t addr = (uintptr_t)&clock_nanosleep;
 
-	CHECK_INT_EQ(addrspace__new(getpid(), &as), 0);
-	s = symbolizer__new();
-	if (!s || !as)
-		SETUP_FAIL("symbolizer__new/addrspace__new");
+	s = self_symbolizer(&as);
 	CHECK_INT_EQ(symbolizer__user(s, as, addr, false, &fi), 0);
 	if (!strstr(fi.module, "/libc.so")) {
 		check_skip("self libc", "clock_nanosleep() is not in a libc.so (not glibc?)");
@@ -502,10 +511,7 @@ static void test_trim(void)
 	struct symbolizer *s;
 	char libc_name[256], elf_name[256];
 
-	CHECK_INT_EQ(addrspace__new(getpid(), &as), 0);
-	s = symbolizer__new();
-	if (!s || !as)
-		SETUP_FAIL("symbolizer__new/addrspace__new");
+	s = self_symbolizer(&as);
 	CHECK_INT_EQ(symbolizer__user(s, as, elf_addr, false, &fi), 0);
 	snprintf(elf_name, sizeof(elf_name), "%s", fi.function ? fi.function : "");
 	CHECK_INT_EQ(symbolizer__user(s, as, libc_addr, false, &fi), 0);
@@ -556,10 +562,7 @@ static void test_pool_renew(void)
 	struct frame_info fi;
 	char name[256], junk[32];
 
-	CHECK_INT_EQ(addrspace__new(getpid(), &as), 0);
-	s = symbolizer__new();
-	if (!s || !as)
-		SETUP_FAIL("symbolizer__new/addrspace__new");
+	s = self_symbolizer(&as);
 	CHECK_INT_EQ(symbolizer__user(s, as, libc_addr, false, &fi), 0);
 	if (!fi.function) {
 		check_skip("pool", "libc of this process has no symbols");
