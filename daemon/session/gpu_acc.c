@@ -345,9 +345,8 @@ static bool kernel_name(struct gpu_acc *a, struct symbolizer *sym, const struct 
 			const struct gpu_probe *p, const struct uprobe_event *e,
 			const uint64_t *ips, unsigned n, char *buf, size_t size)
 {
-	uint64_t by_stack =
-	    hash64(hash64(HASH64_INIT, &e->pid, sizeof(e->pid)), ips, n * sizeof(*ips));
 	struct frame_info fi;
+	uint64_t by_stack;
 	const char *c;
 
 	if (p->api->fn_arg >= 0) {
@@ -364,6 +363,8 @@ static bool kernel_name(struct gpu_acc *a, struct symbolizer *sym, const struct 
 			return true;
 		}
 	}
+	/* by the stack's content: its address is freed and reused once it is evicted */
+	by_stack = hash64(hash64(HASH64_INIT, &e->pid, sizeof(e->pid)), ips, n * sizeof(*ips));
 	if (n && (c = name_cached(a, by_stack, true))) {
 		snprintf(buf, size, "%s", c);
 		return true;
