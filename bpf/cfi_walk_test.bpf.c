@@ -36,25 +36,13 @@ struct {
 
 /*
  * Page by page from rsp's page, as profile.bpf.c's copy_user_stack(), but
- * past a page that cannot be read (so that libdw can check the frames the
- * walk finds above a large untouched frame).
+ * past a page that cannot be read, its bit set in e->missing_pages (so that
+ * libdw can check the frames the walk finds above a large untouched frame).
  */
 static __always_inline void copy_stack(struct cfi_walk_test_event *e, __u32 max)
 {
-	__u64 sp = e->regs[7], start = sp & ~((__u64)PAGE_BYTES - 1), want;
-
-	e->stack_offset = sp - start;
-	want = (sp - start) + max;
-#pragma unroll
-	for (int i = 0; i < CFI_WALK_TEST_STACK_BYTES / PAGE_BYTES; i++) {
-		if ((__u64)i * PAGE_BYTES >= want)
-			break;
-		if (bpf_probe_read_user(&e->stack[i * PAGE_BYTES], PAGE_BYTES,
-					(void *)(start + (__u64)i * PAGE_BYTES)))
-			e->missing_pages |= 1u << i;
-		else
-			e->stack_size = (i + 1) * PAGE_BYTES;
-	}
+	read_user_pages(e->stack, CFI_WALK_TEST_STACK_BYTES, e->regs[7], max, &e->stack_offset,
+			&e->stack_size, &e->missing_pages);
 }
 
 /* e->stack serves as the walk's window first */

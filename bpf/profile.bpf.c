@@ -53,34 +53,15 @@ struct {
 
 /*
  * Copy the user registers (DWARF order) and the user stack from the page
- * holding rsp, enough pages for @max bytes above rsp. bpf_probe_read_user()
- * fails whole if any byte faults, and pages cannot be faulted in here, so
- * copy page by page and stop at the first page that is not readable (above
- * the top of the stack, or swapped out): what perf's PERF_SAMPLE_STACK_USER
- * does with copy_from_user_nmi(). Whole pages at constant offsets keep every
- * access provably inside the record for the verifier.
+ * holding rsp, enough pages for @max bytes above rsp, stopping at the first
+ * page that is not readable (read_user_pages()).
  */
 static __always_inline void copy_user_stack(struct sample_event *e, __u32 max)
 {
-	__u64 sp, start, want;
-
 	read_user_regs(e->regs);
 	e->flags |= SAMPLE_HAS_REGS;
-
-	sp = e->regs[7];
-	start = sp & ~((__u64)PAGE_BYTES - 1);
-	e->stack_offset = sp - start;
-	e->stack_size = 0;
-	want = (sp - start) + max;
-#pragma unroll
-	for (int i = 0; i < PROFILE_MAX_STACK_BYTES / PAGE_BYTES; i++) {
-		if ((__u64)i * PAGE_BYTES >= want)
-			break;
-		if (bpf_probe_read_user(&e->stack[i * PAGE_BYTES], PAGE_BYTES,
-					(void *)(start + (__u64)i * PAGE_BYTES)))
-			break;
-		e->stack_size = (i + 1) * PAGE_BYTES;
-	}
+	read_user_pages(e->stack, PROFILE_MAX_STACK_BYTES, e->regs[7], max, &e->stack_offset,
+			&e->stack_size, NULL);
 }
 
 static __always_inline __u64 read_user_u64(__u64 addr)

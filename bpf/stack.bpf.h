@@ -64,3 +64,38 @@ static __always_inline __u32 read_user_stack(void *dst, __u64 sp, __u64 want, __
 		return want;
 	return 0;
 }
+
+/*
+ * read_user_pages() - copy the current task's user stack in whole pages,
+ * from the page holding @sp, enough of them for @above bytes above @sp, to
+ * @dst. @room: the bytes at @dst, a constant multiple of PAGE_BYTES: whole
+ * pages at constant offsets keep every access provably inside @dst for the
+ * verifier. bpf_probe_read_user() fails whole if any byte faults, and pages
+ * cannot be faulted in here: a page that cannot be read (above the top of
+ * the stack, or swapped out) ends the copy, as perf's PERF_SAMPLE_STACK_USER
+ * does with copy_from_user_nmi(); with @missing, it sets the page's bit in
+ * *@missing instead and the copy goes on past it. Sets *@offset to where @sp
+ * is in @dst and *@size to the bytes copied, up to the end of the last page
+ * read (0 if none was).
+ */
+static __always_inline void read_user_pages(__u8 *dst, __u32 room, __u64 sp, __u64 above,
+					    __u32 *offset, __u32 *size, __u32 *missing)
+{
+	__u64 start = sp & ~((__u64)PAGE_BYTES - 1), want = (sp - start) + above;
+
+	*offset = sp - start;
+	*size = 0;
+#pragma unroll
+	for (int i = 0; i < room / PAGE_BYTES; i++) {
+		if ((__u64)i * PAGE_BYTES >= want)
+			break;
+		if (bpf_probe_read_user(&dst[i * PAGE_BYTES], PAGE_BYTES,
+					(void *)(start + (__u64)i * PAGE_BYTES))) {
+			if (!missing)
+				break;
+			*missing |= 1u << i;
+		} else {
+			*size = (i + 1) * PAGE_BYTES;
+		}
+	}
+}
