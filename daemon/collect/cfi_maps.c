@@ -113,11 +113,13 @@ int cfi_maps__new(int procs_fd, int modules_fd, int rows_outer_fd, uint32_t rows
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
-	m->procs_fd = procs_fd;
-	m->modules_fd = modules_fd;
-	m->rows_outer_fd = rows_outer_fd;
-	m->rows_fd = -1;
-	m->stats.rows_cap = rows_cap;
+	*m = (struct cfi_maps){
+	    .procs_fd = procs_fd,
+	    .modules_fd = modules_fd,
+	    .rows_outer_fd = rows_outer_fd,
+	    .rows_fd = -1,
+	    .stats.rows_cap = rows_cap,
+	};
 	if (debuginfo__init(&m->debuginfo, getenv("PROFD_DEBUG_PATH"), true) < 0) {
 		free(m);
 		return -ENOMEM;

@@ -338,9 +338,7 @@ int thread_counters__open(pid_t pid, pid_t tid, const struct counters_support *s
 	tc = calloc(1, sizeof(*tc));
 	if (!tc)
 		return -ENOMEM;
-	tc->pid = pid;
-	tc->tid = tid;
-	tc->status_fd = -1;
+	*tc = (struct thread_counters){.pid = pid, .tid = tid, .status_fd = -1};
 	for (int k = 0; k < COUNTER_PERF_KIND_MAX; k++)
 		tc->fds[k] = -1;
 

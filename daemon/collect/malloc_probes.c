@@ -159,8 +159,7 @@ int malloc_probes__new(size_t ringbuf_bytes, int targets_fd, malloc_probes_fn fn
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
-	h->fn = fn;
-	h->ctx = ctx;
+	*h = (struct malloc_probes){.fn = fn, .ctx = ctx};
 	h->skel = malloc_bpf__open();
 	if (!h->skel)
 		return -errno;

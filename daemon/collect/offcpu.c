@@ -116,9 +116,7 @@ int offcpu__new_shared(size_t ringbuf_bytes, const struct offcpu_shared_maps *ma
 	o = calloc(1, sizeof(*o));
 	if (!o)
 		return -ENOMEM;
-	o->fn = fn;
-	o->ctx = ctx;
-	o->shared_targets = maps->targets_fd >= 0;
+	*o = (struct offcpu){.fn = fn, .ctx = ctx, .shared_targets = maps->targets_fd >= 0};
 	o->skel = offcpu_bpf__open();
 	if (!o->skel)
 		return -errno;

@@ -197,8 +197,7 @@ int uprobes__new(size_t ringbuf_bytes, uprobes_event_fn fn, void *ctx, struct up
 	g = calloc(1, sizeof(*g));
 	if (!g)
 		return -ENOMEM;
-	g->fn = fn;
-	g->ctx = ctx;
+	*g = (struct uprobes){.fn = fn, .ctx = ctx};
 	g->skel = uprobes_bpf__open();
 	if (!g->skel)
 		return -errno;
