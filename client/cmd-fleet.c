@@ -375,17 +375,13 @@ static int top_sql(const struct args *a, char **ret)
 	    a->limit ? a->limit : DEFAULT_TOP_LIMIT, "", ret);
 }
 
-/* fleet_top() - the "functions" of the @rows top_sql() gave, into @reply (with its total). */
-static int fleet_top(const json_t *rows, json_t *reply)
+/* fleet_top() - the @rows top_sql() gave, appended to @functions; @total: all samples. */
+static int fleet_top(const json_t *rows, long long total, json_t *functions)
 {
-	long long total = json_integer_value(json_object_get(reply, "total_samples"));
-	json_t *functions, *row;
+	json_t *row;
 	size_t i;
 	int r;
 
-	functions = json_array();
-	if (!functions || json_object_set_new(reply, "functions", functions) < 0)
-		return log_oom();
 	json_array_foreach(rows, i, row)
 	{
 		const char *function = json_string_value(json_array_get(row, 0));
@@ -431,17 +427,13 @@ static int hotpaths_sql(const struct args *a, char **ret)
 	    ret);
 }
 
-/* fleet_hotpaths() - the "paths" of the @rows hotpaths_sql() gave, into @reply (with its total). */
-static int fleet_hotpaths(const json_t *rows, json_t *reply)
+/* fleet_hotpaths() - the @rows hotpaths_sql() gave, appended to @paths; @total: all samples. */
+static int fleet_hotpaths(const json_t *rows, long long total, json_t *paths)
 {
-	long long total = json_integer_value(json_object_get(reply, "total_samples"));
-	json_t *paths, *row;
+	json_t *row;
 	size_t i;
 	int r;
 
-	paths = json_array();
-	if (!paths || json_object_set_new(reply, "paths", paths) < 0)
-		return log_oom();
 	json_array_foreach(rows, i, row)
 	{
 		const json_t *functions = json_array_get(row, 1), *modules = json_array_get(row, 2);
@@ -579,8 +571,8 @@ static int fleet_sql(struct clickhouse *ch, const struct args *a)
 
 /*
  * fleet_report() - fleet top (@hotpaths false) or hotpaths: its head and
- * its body queried side by side, into *@ret. Returns 0 or a negative
- * errno (logged).
+ * its body ("functions" or "paths") queried side by side, into *@ret.
+ * Returns 0 or a negative errno (logged).
  */
 static int fleet_report(const struct clickhouse *ch, const struct args *a, bool hotpaths,
 			json_t **ret)
@@ -595,8 +587,16 @@ static int fleet_report(const struct clickhouse *ch, const struct args *a, bool 
 	r = fleet_run(ch, 2, (const char *const[]){head, body}, rows);
 	if (r >= 0)
 		r = fleet_summary(a, rows[0], ret);
-	if (r >= 0)
-		r = hotpaths ? fleet_hotpaths(rows[1], *ret) : fleet_top(rows[1], *ret);
+	if (r >= 0) {
+		long long total = json_integer_value(json_object_get(*ret, "total_samples"));
+		json_t *list = json_array();
+
+		if (!list || json_object_set_new(*ret, hotpaths ? "paths" : "functions", list) < 0)
+			r = log_oom();
+		else
+			r = hotpaths ? fleet_hotpaths(rows[1], total, list)
+				     : fleet_top(rows[1], total, list);
+	}
 	json_decref(rows[0]);
 	json_decref(rows[1]);
 	return r;
