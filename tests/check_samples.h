@@ -10,7 +10,6 @@
 #pragma once
 
 #include <asm/perf_regs.h>
-#include <dirent.h>
 #include <errno.h>
 #include <linux/perf_event.h>
 #include <poll.h>
@@ -287,26 +286,16 @@ static inline int collect(char *const argv[], const char *env, enum collect_mode
 				n_rings++;
 		}
 	} else {
-		char path[64];
-		DIR *d;
-		struct dirent *de;
+		pid_t tids[SAMPLES_MAX_RINGS];
+		size_t n_tids = workload_tids(pid, tids, SAMPLES_MAX_RINGS);
 
-		snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-		d = opendir(path);
-		if (!d)
-			SETUP_FAIL("%s exited early (%s: %m)", argv[0], path);
-		while ((de = readdir(d)) && n_rings < SAMPLES_MAX_RINGS) {
-			int tid = atoi(de->d_name);
-
-			if (tid <= 0)
-				continue;
-			r = ring_open(&attr, tid, -1, &rings[n_rings]);
+		for (size_t i = 0; i < n_tids; i++) {
+			r = ring_open(&attr, tids[i], -1, &rings[n_rings]);
 			if (r < 0)
 				first_err = first_err ? first_err : r;
 			else
 				n_rings++;
 		}
-		closedir(d);
 	}
 	if (n_rings == 0) {
 		close(go);

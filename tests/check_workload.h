@@ -5,6 +5,7 @@
  */
 #pragma once
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -59,6 +60,32 @@ static inline int workload_start(char *const argv[], const char *env, int child_
 		atexit(workload_kill);
 	kill_at_exit = true;
 	return fds[ours];
+}
+
+/*
+ * workload_tids() - the threads of @pid now, from /proc/PID/task in the
+ * order it lists them: at most @cap of them into @tids. Returns how many.
+ * A process gone already (no /proc/PID/task) is a setup error (exit 99).
+ */
+static inline size_t workload_tids(pid_t pid, pid_t *tids, size_t cap)
+{
+	char path[64];
+	struct dirent *de;
+	size_t n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (!d)
+		SETUP_FAIL("%s: %m (the workload exited early?)", path);
+	while (n < cap && (de = readdir(d))) {
+		int tid = atoi(de->d_name);
+
+		if (tid > 0)
+			tids[n++] = tid;
+	}
+	closedir(d);
+	return n;
 }
 
 /*

@@ -32,7 +32,6 @@
  * Exit status: 0 all parts passed, 1 a check failed, 77 skipped (the
  * reason is printed), 99 setup error.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <linux/perf_event.h>
@@ -204,20 +203,12 @@ static size_t run_attach(struct run *run, pid_t pid)
 	    .disabled = 1,
 	    .inherit = 1,
 	};
-	char path[64];
-	struct dirent *de;
-	DIR *d;
+	pid_t tids[MAX_EVENTS];
+	size_t n_tids = workload_tids(pid, tids, MAX_EVENTS);
 
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-	d = opendir(path);
-	if (!d)
-		SETUP_FAIL("%s: %m (the workload exited early?)", path);
-	while ((de = readdir(d)) && run->n_events < MAX_EVENTS) {
-		int tid = atoi(de->d_name), fd;
+	for (size_t i = 0; i < n_tids; i++) {
+		int fd = (int)perf_event_open(&attr, tids[i], -1, -1, PERF_FLAG_FD_CLOEXEC);
 
-		if (tid <= 0)
-			continue;
-		fd = (int)perf_event_open(&attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
 		if (fd < 0)
 			continue; /* the thread is gone */
 		run->links[run->n_events] =
@@ -226,7 +217,6 @@ static size_t run_attach(struct run *run, pid_t pid)
 			SETUP_FAIL("bpf_program__attach_perf_event: %m");
 		run->fds[run->n_events++] = fd;
 	}
-	closedir(d);
 	run->rb = ring_buffer__new(bpf_map__fd(run->skel->maps.events), on_record, run, NULL);
 	if (!run->rb)
 		SETUP_FAIL("ring_buffer__new: %m");

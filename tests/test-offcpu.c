@@ -26,7 +26,6 @@
  * Exit status: 0 passed, 1 a check failed, 77 skipped (not root, or BPF
  * refused; the reason is printed), 99 setup error.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -152,21 +151,15 @@ static void on_event(void *ctx, const struct offcpu_event *e, size_t size)
 /* The tids of the workload's named threads, from /proc/PID/task/TID/comm. */
 static void find_threads(pid_t pid, pid_t tids[NR_ROLES])
 {
-	char path[64];
-	struct dirent *d;
-	DIR *dir;
+	pid_t all[64]; /* offcpu-mix runs 4 threads */
+	size_t n = workload_tids(pid, all, ARRAY_SIZE(all));
 
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-	dir = opendir(path);
-	if (!dir)
-		SETUP_FAIL("opendir %s: %m", path);
-	while ((d = readdir(dir))) {
-		char comm_path[512], comm[32] = "";
+	for (size_t i = 0; i < n; i++) {
+		char comm_path[96], comm[32] = "";
 		FILE *f;
 
-		if (d->d_name[0] == '.')
-			continue;
-		snprintf(comm_path, sizeof(comm_path), "%s/%s/comm", path, d->d_name);
+		snprintf(comm_path, sizeof(comm_path), "/proc/%d/task/%d/comm", (int)pid,
+			 (int)all[i]);
 		f = fopen(comm_path, "re");
 		if (!f)
 			continue;
@@ -175,9 +168,8 @@ static void find_threads(pid_t pid, pid_t tids[NR_ROLES])
 		fclose(f);
 		for (int r = 0; r < NR_ROLES; r++)
 			if (strcmp(comm, role_names[r]) == 0)
-				tids[r] = atoi(d->d_name);
+				tids[r] = all[i];
 	}
-	closedir(dir);
 	for (int r = 0; r < NR_ROLES; r++)
 		if (tids[r] <= 0)
 			SETUP_FAIL("no thread named %s in %d", role_names[r], (int)pid);
