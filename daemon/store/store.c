@@ -559,18 +559,17 @@ sqlite3_stmt *store__lazy(struct store *st, unsigned i, const char *sql)
 int store__session_uid(struct store *st, int64_t id, uid_t *ret_uid)
 {
 	_cleanup_stmt_ sqlite3_stmt *stmt = NULL;
-	int rc;
+	int64_t uid;
+	int r;
 
 	if (sqlite3_prepare_v2(st->db, "SELECT uid FROM sessions WHERE id = ?1", -1, &stmt, NULL) !=
 	    SQLITE_OK)
 		return -EIO;
 	sqlite3_bind_int64(stmt, 1, id);
-	rc = sqlite3_step(stmt);
-	if (rc == SQLITE_DONE)
-		return -ENOENT;
-	if (rc != SQLITE_ROW)
-		return -EIO;
-	*ret_uid = (uid_t)sqlite3_column_int64(stmt, 0);
+	r = step_id(stmt, &uid);
+	if (r < 0)
+		return r;
+	*ret_uid = (uid_t)uid;
 	return 0;
 }
 
