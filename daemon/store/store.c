@@ -417,6 +417,19 @@ static int step_id(sqlite3_stmt *stmt, int64_t *ret_id)
 	return r;
 }
 
+/*
+ * Bind the counts a window keeps (samples, lost, truncated, missing user
+ * stacks: the first four of @c) to parameters @first.. of @stmt, in that
+ * order: a window's row and the session's totals add them the same way.
+ */
+static void bind_window_counts(sqlite3_stmt *stmt, int first, const struct store_counts *c)
+{
+	sqlite3_bind_int64(stmt, first, (int64_t)c->samples);
+	sqlite3_bind_int64(stmt, first + 1, (int64_t)c->lost_samples);
+	sqlite3_bind_int64(stmt, first + 2, (int64_t)c->truncated_stacks);
+	sqlite3_bind_int64(stmt, first + 3, (int64_t)c->missing_user_stacks);
+}
+
 static void bind_text_or_null(sqlite3_stmt *stmt, int i, const char *s)
 {
 	if (s)
@@ -478,10 +491,7 @@ int store__session_add_counts(struct store *st, int64_t id, const struct store_c
 	sqlite3_stmt *stmt = st->stmt[STMT_SESSION_COUNTS];
 
 	sqlite3_bind_int64(stmt, 1, id);
-	sqlite3_bind_int64(stmt, 2, (int64_t)c->samples);
-	sqlite3_bind_int64(stmt, 3, (int64_t)c->lost_samples);
-	sqlite3_bind_int64(stmt, 4, (int64_t)c->truncated_stacks);
-	sqlite3_bind_int64(stmt, 5, (int64_t)c->missing_user_stacks);
+	bind_window_counts(stmt, 2, c);
 	sqlite3_bind_int64(stmt, 6, (int64_t)c->unsymbolized_frames);
 	sqlite3_bind_int64(stmt, 7, (int64_t)c->unwind_dropped);
 	sqlite3_bind_int64(stmt, 8, (int64_t)c->frames);
@@ -621,10 +631,7 @@ int store__window_add(struct store *st, int64_t session_id, uint64_t window_ns,
 
 	sqlite3_bind_int64(stmt, 1, session_id);
 	sqlite3_bind_int64(stmt, 2, (int64_t)window_ns);
-	sqlite3_bind_int64(stmt, 3, (int64_t)c->samples);
-	sqlite3_bind_int64(stmt, 4, (int64_t)c->lost_samples);
-	sqlite3_bind_int64(stmt, 5, (int64_t)c->truncated_stacks);
-	sqlite3_bind_int64(stmt, 6, (int64_t)c->missing_user_stacks);
+	bind_window_counts(stmt, 3, c);
 	return store__step_done(stmt);
 }
 
