@@ -232,6 +232,19 @@ static int prepare(struct shipper *sh, const char *sql, const char *table, sqlit
 									   : sql_failed(sh, table);
 }
 
+/*
+ * @sql, a statement about one session, prepared into *@ret with ?1 its id
+ * @id. Returns 0, or -EIO logged as reading @table.
+ */
+static int prepare_session(struct shipper *sh, const char *sql, const char *table, int64_t id,
+			   sqlite3_stmt **ret)
+{
+	if (prepare(sh, sql, table, ret) < 0)
+		return -EIO;
+	sqlite3_bind_int64(*ret, 1, id);
+	return 0;
+}
+
 /* The windows of a chunk's span, as prepare_span() binds them. */
 #define IN_SPAN "session_id = ?1 AND window_ns >= ?2 AND window_ns < ?3"
 
@@ -243,9 +256,8 @@ static int prepare(struct shipper *sh, const char *sql, const char *table, sqlit
 static int prepare_span(struct shipper *sh, const char *sql, const char *table,
 			const struct ship_session *s, int64_t lo, int64_t hi, sqlite3_stmt **ret)
 {
-	if (prepare(sh, sql, table, ret) < 0)
+	if (prepare_session(sh, sql, table, s->id, ret) < 0)
 		return -EIO;
-	sqlite3_bind_int64(*ret, 1, s->id);
 	sqlite3_bind_int64(*ret, 2, lo);
 	sqlite3_bind_int64(*ret, 3, hi);
 	return 0;
@@ -286,16 +298,16 @@ static int session_load(struct shipper *sh, int64_t id, struct ship_session *s)
 	char pwbuf[1024];
 	int rc;
 
-	if (prepare(sh,
-		    "SELECT s.pid, s.comm, coalesce(s.label, ''), s.uid, s.started_at_ns, "
-		    "coalesce(s.ended_at_ns, 0), coalesce(s.merged_until_ns, 0), "
-		    "coalesce(s.merged_window_ns, 0), coalesce(s.sampled_event, ''), "
-		    "c.shipped_until_ns, coalesce(c.pending_until_ns, 0) FROM sessions s LEFT JOIN "
-		    "fleet_cursors c ON c.session_id = "
-		    "s.id AND c.sink = 'clickhouse' WHERE s.id = ?1",
-		    "sessions", &st) < 0)
+	if (prepare_session(sh,
+			    "SELECT s.pid, s.comm, coalesce(s.label, ''), s.uid, "
+			    "s.started_at_ns, coalesce(s.ended_at_ns, 0), "
+			    "coalesce(s.merged_until_ns, 0), coalesce(s.merged_window_ns, 0), "
+			    "coalesce(s.sampled_event, ''), c.shipped_until_ns, "
+			    "coalesce(c.pending_until_ns, 0) FROM sessions s LEFT JOIN "
+			    "fleet_cursors c ON c.session_id = "
+			    "s.id AND c.sink = 'clickhouse' WHERE s.id = ?1",
+			    "sessions", id, &st) < 0)
 		return -EIO;
-	sqlite3_bind_int64(st, 1, id);
 	rc = sqlite3_step(st);
 	if (rc == SQLITE_DONE)
 		return -ENOENT;
@@ -328,16 +340,15 @@ static int send_session_row(struct shipper *sh, const struct ship_session *s)
 	struct fleet_buf *b = &sh->body;
 	int r;
 
-	if (prepare(sh,
-		    "SELECT pid, comm, coalesce(exe, ''), coalesce(label, ''), uid, event, events, "
-		    "freq_hz, started_at_ns, coalesce(ended_at_ns, 0), state, coalesce(end_reason, "
-		    "''), "
-		    "samples, lost_samples, truncated_stacks, missing_user_stacks, "
-		    "unsymbolized_frames, "
-		    "limit_dropped_samples FROM sessions WHERE id = ?1",
-		    "sessions", &st) < 0)
+	if (prepare_session(sh,
+			    "SELECT pid, comm, coalesce(exe, ''), coalesce(label, ''), uid, event, "
+			    "events, freq_hz, started_at_ns, coalesce(ended_at_ns, 0), state, "
+			    "coalesce(end_reason, ''), "
+			    "samples, lost_samples, truncated_stacks, missing_user_stacks, "
+			    "unsymbolized_frames, "
+			    "limit_dropped_samples FROM sessions WHERE id = ?1",
+			    "sessions", s->id, &st) < 0)
 		return -EIO;
-	sqlite3_bind_int64(st, 1, s->id);
 	if (sqlite3_step(st) != SQLITE_ROW)
 		return sql_failed(sh, "sessions");
 	fleet_buf__reset(b);
@@ -374,12 +385,11 @@ static int send_session_row(struct shipper *sh, const struct ship_session *s)
 		return r;
 
 	/* Its threads, idempotent too (ReplacingMergeTree(version)). */
-	if (prepare(sh,
-		    "SELECT tid, coalesce(pid, 0), name, samples FROM threads "
-		    "WHERE session_id = ?1",
-		    "threads", &st) < 0)
+	if (prepare_session(sh,
+			    "SELECT tid, coalesce(pid, 0), name, samples FROM threads "
+			    "WHERE session_id = ?1",
+			    "threads", s->id, &st) < 0)
 		return -EIO;
-	sqlite3_bind_int64(st, 1, s->id);
 	fleet_buf__reset(b);
 	while ((r = sqlite3_step(st)) == SQLITE_ROW) {
 		int q = row_head(sh, s->id);
