@@ -422,11 +422,6 @@ static void test_maps_parser(void)
 	printf("ok maps parser\n");
 }
 
-/*
- * This process's libc: a system library with a .dynsym (and a .symtab in
- * separate debug info if libc6-dbg is installed, which spells symbols with
- * their version: "clock_nanosleep@GLIBC_2.2.5").
- */
 /* A symbolizer and this process's address space, in *@ret_as; a setup error if either fails. */
 static struct symbolizer *self_symbolizer(struct addrspace **ret_as)
 {
@@ -439,6 +434,11 @@ static struct symbolizer *self_symbolizer(struct addrspace **ret_as)
 	return s;
 }
 
+/*
+ * This process's libc: a system library with a .dynsym (and a .symtab in
+ * separate debug info if libc6-dbg is installed, which spells symbols with
+ * their version: "clock_nanosleep@GLIBC_2.2.5").
+ */
 static void test_self_libc(void)
 {
 	struct addrspace *as = NULL;
