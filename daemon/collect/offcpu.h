@@ -59,7 +59,7 @@ struct offcpu_shared_maps {
 
 /* Each function is documented where it is defined, in offcpu.c. */
 int offcpu__new(size_t ringbuf_bytes, offcpu_fn fn, void *ctx,
-		struct offcpu **ret); /* load and attach */
+		struct offcpu **ret); /* load; attached while traced */
 int offcpu__new_shared(size_t ringbuf_bytes, const struct offcpu_shared_maps *maps, offcpu_fn fn,
 		       void *ctx, struct offcpu **ret); /* offcpu__new() with the sampler's maps */
 void offcpu__free(struct offcpu *o);			/* accepts NULL */

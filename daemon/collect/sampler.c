@@ -26,12 +26,15 @@ struct slot {
 	struct bpf_link **links; /* BPF program attached to each event */
 	int *extra_fds;		 /* the second sampled event per CPU (sampler__start_extra) */
 	struct bpf_link **extra_links;
+	bool vm; /* follows address-space changes: holds the vm programs attached */
 };
 
 struct sampler {
 	struct profile_bpf *skel;
 	struct bpf_link *fork_link, *exit_link; /* process lifetime tracepoints */
-	struct bpf_link *vm_links[6];           /* address-space changes; all NULL: unsupported */
+	struct bpf_link *vm_links[6];		/* address-space changes, while vm_slots > 0 */
+	bool vm_supported;			/* they attached at sampler__new() */
+	unsigned vm_slots;			/* started slots that follow them */
 	struct record_reader reader;
 	struct cfi_loader *tables; /* made by the first sampler__tables_add() */
 	struct cfi_cache *table_cache; /* sampler__set_table_cache(); NULL: none */
@@ -125,27 +128,39 @@ static void vm_programs_load(struct sampler *s)
 		bpf_program__set_autoload(vm_program(s->skel, i), false);
 }
 
-/* Attach them: all or none. */
-static void vm_programs_attach(struct sampler *s)
+static void vm_programs_detach(struct sampler *s)
 {
-	for (size_t i = 0; vm_program(s->skel, i); i++) {
-		if (!bpf_program__autoload(vm_program(s->skel, i)))
-			break;
-		s->vm_links[i] = bpf_program__attach(vm_program(s->skel, i));
-		if (!s->vm_links[i])
-			break;
-	}
-	if (sampler__vm_supported(s))
-		return;
 	for (size_t i = 0; i < ARRAY_SIZE(s->vm_links); i++) {
 		bpf_link__destroy(s->vm_links[i]);
 		s->vm_links[i] = NULL;
 	}
 }
 
+/*
+ * Attach them: all or none. They stay attached only while a started slot
+ * follows address-space changes (sampler__start()): page_fault_user and
+ * the system calls' tracepoints run for every process of the machine.
+ * Returns 0, -EOPNOTSUPP if they were not loaded, or the -errno of the
+ * attach that failed.
+ */
+static int vm_programs_attach(struct sampler *s)
+{
+	int r = 0;
+
+	for (size_t i = 0; r == 0 && vm_program(s->skel, i); i++) {
+		if (!bpf_program__autoload(vm_program(s->skel, i)))
+			r = -EOPNOTSUPP;
+		else if (!(s->vm_links[i] = bpf_program__attach(vm_program(s->skel, i))))
+			r = -errno;
+	}
+	if (r < 0)
+		vm_programs_detach(s);
+	return r;
+}
+
 bool sampler__vm_supported(const struct sampler *s)
 {
-	return s->vm_links[ARRAY_SIZE(s->vm_links) - 1] != NULL;
+	return s->vm_supported;
 }
 
 int sampler__vm_stats(struct sampler *s, unsigned slot, struct vm_stats *ret)
@@ -203,7 +218,9 @@ int sampler__new(size_t ringbuf_bytes, sampler_fn fn, void *ctx, struct sampler 
 	s->exit_link = bpf_program__attach(s->skel->progs.profile_exit);
 	if (!s->exit_link)
 		return -errno;
-	vm_programs_attach(s);
+	/* Attached once here to learn whether they can be (sampler__vm_supported()). */
+	s->vm_supported = vm_programs_attach(s) == 0;
+	vm_programs_detach(s);
 	*ret = TAKE_PTR(s);
 	return 0;
 }
@@ -219,8 +236,7 @@ void sampler__free(struct sampler *s)
 	record_reader__close(&s->reader);
 	bpf_link__destroy(s->fork_link);
 	bpf_link__destroy(s->exit_link);
-	for (size_t i = 0; i < ARRAY_SIZE(s->vm_links); i++)
-		bpf_link__destroy(s->vm_links[i]);
+	vm_programs_detach(s);
 	profile_bpf__destroy(s->skel);
 	free(s);
 }
@@ -333,6 +349,15 @@ int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz
 			goto fail;
 		}
 	}
+	if (cfg->vm_fault_period && s->vm_supported) {
+		if (s->vm_slots == 0) {
+			r = vm_programs_attach(s);
+			if (r < 0)
+				goto fail;
+		}
+		s->vm_slots++;
+		sl->vm = true;
+	}
 	r = bpf_map_update_elem(bpf_map__fd(s->skel->maps.targets), &key, &val, BPF_NOEXIST);
 	if (r < 0) {
 		r = errno == EEXIST ? -EBUSY : -errno;
@@ -440,6 +465,8 @@ void sampler__stop(struct sampler *s, unsigned slot)
 	free(sl->extra_links);
 	free(sl->fds);
 	free(sl->links);
+	if (sl->vm && --s->vm_slots == 0)
+		vm_programs_detach(s);
 	*sl = (struct slot){0};
 }
 

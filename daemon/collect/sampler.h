@@ -59,10 +59,13 @@ struct record_reader *sampler__reader(struct sampler *s);
  * sampler__start() - open a sampling event on every online CPU at @freq_hz
  * samples per second, attach the BPF program with @slot as its cookie, and
  * add @pid as a target of @slot. @cfg says what each sample carries: a
- * frame-pointer stack, and/or registers and a copy of the user stack. The event is 'cycles' where
- * the CPU has a PMU, 'cpu-clock' otherwise; *@ret_event names the one used (static string). Returns
- * 0, -EBUSY if @slot is in use or @pid is already a target, -EOPNOTSUPP if neither event can be
- * opened, -errno of perf_event_open().
+ * frame-pointer stack, and/or registers and a copy of the user stack; a
+ * nonzero vm_fault_period attaches the address-space programs, if no
+ * started slot had them yet. The event is 'cycles' where the CPU has a PMU,
+ * 'cpu-clock' otherwise; *@ret_event names the one used (static string).
+ * Returns 0, -EBUSY if @slot is in use or @pid is already a target,
+ * -EOPNOTSUPP if neither event can be opened, -errno of perf_event_open()
+ * or of attaching the address-space programs.
  */
 int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz,
 		   const struct slot_config *cfg, const char **ret_event);
@@ -79,13 +82,16 @@ int sampler__start(struct sampler *s, unsigned slot, pid_t pid, unsigned freq_hz
 int sampler__start_extra(struct sampler *s, unsigned slot, uint32_t type, uint64_t config,
 			 uint64_t period);
 
-/* sampler__stop() - close @slot's events and drop its targets. Idempotent. */
+/* sampler__stop() - close @slot's events and drop its targets (the last slot that follows
+ * address-space changes detaches their programs). Idempotent. */
 void sampler__stop(struct sampler *s, unsigned slot);
 
 /*
- * sampler__vm_supported() - whether the address-space programs are attached
- * (slot_config.vm_fault_period has an effect): the kernel's BTF names the
- * x86-64 brk/mmap/munmap/mremap wrappers and exceptions:page_fault_user.
+ * sampler__vm_supported() - whether the address-space programs attach
+ * (slot_config.vm_fault_period has an effect): the kernel has the
+ * syscalls:sys_{enter,exit}_brk, sys_exit_{mmap,munmap,mremap} and
+ * exceptions:page_fault_user tracepoints. They are attached while a started
+ * slot has a nonzero vm_fault_period, and only then.
  */
 bool sampler__vm_supported(const struct sampler *s);
 

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""An idle profd costs its machine nothing: the BPF programs that hook every
+process of the machine (offcpu_switch on sched_switch, offcpu_wakeup on
+sched_wakeup, the vm_* programs on page_fault_user and the brk, mmap,
+munmap and mremap system calls) are attached only while a session uses
+them. What a user of a shared box can check with bpftool:
+
+- a profd with no session holds no link to any of them;
+- a session with the offcpu and rss events attaches them all, and a second
+  such session keeps them attached when the first ends: its off-CPU
+  intervals keep coming;
+- when the last session ends they are all detached again;
+- a session after that attaches them anew and records off-CPU intervals
+  and address-space changes as the first did."""
+import json
+import os
+import subprocess
+import time
+
+from profdtest import Profd, check, require_root_bpf, require_tool, run
+
+HOOKS = {'offcpu_switch', 'offcpu_wakeup', 'vm_brk_entry', 'vm_brk_exit', 'vm_mmap_exit',
+         'vm_munmap_exit', 'vm_mremap_exit', 'vm_fault'}
+# Naps (off-CPU intervals), and a 1 MiB mapping made, touched and unmapped each time.
+WORKLOAD = ('import mmap, time\nwhile True:\n    m = mmap.mmap(-1, 1 << 20)\n    m[0] = 1\n'
+            '    m.close()\n    time.sleep(0.002)\n')
+
+
+def linked_programs(pid):
+    """Names of the BPF programs that process @pid holds a link to: the
+    prog_id of each of its link file descriptors (/proc/PID/fdinfo shows
+    link_type for a link), named by bpftool."""
+    ids = set()
+    for fd in os.listdir('/proc/%d/fdinfo' % pid):
+        try:
+            with open('/proc/%d/fdinfo/%s' % (pid, fd)) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        if any(l.startswith('link_type:') for l in lines):
+            ids.update(int(l.split()[1]) for l in lines if l.startswith('prog_id:'))
+    out = subprocess.run(['bpftool', '--json', 'prog', 'show'], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    return {p.get('name', '') for p in json.loads(out) if p.get('id') in ids}
+
+
+def attach(d, pid):
+    r = d.request({'cmd': 'attach', 'pid': pid, 'events': ['cpu', 'offcpu', 'rss']})
+    check(r.get('ok'), 'attach to %d: %r' % (pid, r))
+    return r['id']
+
+
+def detach(d, sid):
+    check(d.request({'cmd': 'detach', 'session': sid}).get('ok'), 'detach %d failed' % sid)
+
+
+def offcpu_intervals(d, sid):
+    """Off-CPU intervals stored for @sid (the request makes profd flush first)."""
+    rows = d.json('sql', 'SELECT coalesce(sum(count), 0) FROM offcpu WHERE session_id = %d' % sid)
+    return rows['rows'][0][0]
+
+
+def hooks_left(d, when):
+    left = linked_programs(d.proc.pid) & HOOKS
+    check(not left, '%s, profd still has %s attached' % (when, sorted(left)))
+
+
+def test():
+    require_root_bpf()
+    require_tool('bpftool', 'bpftool')
+    with Profd() as d:
+        hooks_left(d, 'with no session')
+        w1 = d.spawn('/usr/bin/python3', '-c', WORKLOAD)
+        w2 = d.spawn('/usr/bin/python3', '-c', WORKLOAD)
+        time.sleep(0.5)
+
+        a = attach(d, w1.pid)
+        names = linked_programs(d.proc.pid)
+        check(HOOKS <= names, 'a session with offcpu and rss: attached %s, missing %s'
+              % (sorted(names), sorted(HOOKS - names)))
+        b = attach(d, w2.pid)
+        time.sleep(1)
+        detach(d, a)
+        names = linked_programs(d.proc.pid)
+        check(HOOKS <= names, 'session %d still runs, yet %s were detached'
+              % (b, sorted(HOOKS - names)))
+        before = offcpu_intervals(d, b)
+        time.sleep(1.5)
+        after = offcpu_intervals(d, b)
+        check(after > before, 'session %d: no off-CPU interval after the other session ended'
+              ' (%d, then %d)' % (b, before, after))
+        detach(d, b)
+        hooks_left(d, 'after the last session ended')
+
+        c = attach(d, w1.pid)
+        time.sleep(1.5)
+        detach(d, c)
+        hooks_left(d, 'after a second round')
+        n = offcpu_intervals(d, c)
+        vm = d.json('sql', 'SELECT vm_events FROM sessions WHERE id = %d' % c)['rows'][0][0]
+        check(n > 0, 'a session after the hooks were detached records no off-CPU interval')
+        check(vm and vm > 0, 'a session after the hooks were detached records no'
+              ' address-space change: vm_events %r' % vm)
+        print('idle: no hook attached; session %d: %d off-CPU intervals after session %d ended;'
+              ' session %d after a full detach: %d intervals, %d address-space changes'
+              % (b, after - before, a, c, n, vm))
+        for w in (w1, w2):
+            w.kill()
+            w.wait()
+
+
+if __name__ == '__main__':
+    run(test)
