@@ -247,6 +247,25 @@ def build_id(path):
     return m.group(1)
 
 
+def bpf_programs_of(pid, links_only=False):
+    """Names of the BPF programs process @pid holds: the prog_id of its file
+    descriptors (/proc/PID/fdinfo), named by bpftool. With @links_only, only
+    the programs it holds a link to, that is attached (a link's fdinfo also
+    shows link_type)."""
+    ids = set()
+    for fd in os.listdir('/proc/%d/fdinfo' % pid):
+        try:
+            with open('/proc/%d/fdinfo/%s' % (pid, fd)) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        if not links_only or any(l.startswith('link_type:') for l in lines):
+            ids.update(int(l.split()[1]) for l in lines if l.startswith('prog_id:'))
+    out = subprocess.run(['bpftool', '--json', 'prog', 'show'], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    return {p.get('name', '') for p in json.loads(out) if p.get('id') in ids}
+
+
 def wait_for_threads(pid, count, timeout=10):
     """Wait until process @pid has at least @count threads (the workload started them)."""
     deadline = time.time() + timeout

@@ -12,36 +12,15 @@ them. What a user of a shared box can check with bpftool:
 - when the last session ends they are all detached again;
 - a session after that attaches them anew and records off-CPU intervals
   and address-space changes as the first did."""
-import json
-import os
-import subprocess
 import time
 
-from profdtest import Profd, check, require_root_bpf, require_tool, run
+from profdtest import Profd, bpf_programs_of, check, require_root_bpf, require_tool, run
 
 HOOKS = {'offcpu_switch', 'offcpu_wakeup', 'vm_brk_entry', 'vm_brk_exit', 'vm_mmap_exit',
          'vm_munmap_exit', 'vm_mremap_exit', 'vm_fault'}
 # Naps (off-CPU intervals), and a 1 MiB mapping made, touched and unmapped each time.
 WORKLOAD = ('import mmap, time\nwhile True:\n    m = mmap.mmap(-1, 1 << 20)\n    m[0] = 1\n'
             '    m.close()\n    time.sleep(0.002)\n')
-
-
-def linked_programs(pid):
-    """Names of the BPF programs that process @pid holds a link to: the
-    prog_id of each of its link file descriptors (/proc/PID/fdinfo shows
-    link_type for a link), named by bpftool."""
-    ids = set()
-    for fd in os.listdir('/proc/%d/fdinfo' % pid):
-        try:
-            with open('/proc/%d/fdinfo/%s' % (pid, fd)) as f:
-                lines = f.read().splitlines()
-        except OSError:
-            continue
-        if any(l.startswith('link_type:') for l in lines):
-            ids.update(int(l.split()[1]) for l in lines if l.startswith('prog_id:'))
-    out = subprocess.run(['bpftool', '--json', 'prog', 'show'], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
-    return {p.get('name', '') for p in json.loads(out) if p.get('id') in ids}
 
 
 def attach(d, pid):
@@ -61,7 +40,7 @@ def offcpu_intervals(d, sid):
 
 
 def hooks_left(d, when):
-    left = linked_programs(d.proc.pid) & HOOKS
+    left = bpf_programs_of(d.proc.pid, links_only=True) & HOOKS
     check(not left, '%s, profd still has %s attached' % (when, sorted(left)))
 
 
@@ -75,13 +54,13 @@ def test():
         time.sleep(0.5)
 
         a = attach(d, w1.pid)
-        names = linked_programs(d.proc.pid)
+        names = bpf_programs_of(d.proc.pid, links_only=True)
         check(HOOKS <= names, 'a session with offcpu and rss: attached %s, missing %s'
               % (sorted(names), sorted(HOOKS - names)))
         b = attach(d, w2.pid)
         time.sleep(1)
         detach(d, a)
-        names = linked_programs(d.proc.pid)
+        names = bpf_programs_of(d.proc.pid, links_only=True)
         check(HOOKS <= names, 'session %d still runs, yet %s were detached'
               % (b, sorted(HOOKS - names)))
         before = offcpu_intervals(d, b)

@@ -10,42 +10,24 @@ context switch of the machine, and says so wherever a user looks:
 - an attach that asks for offcpu is refused (EOPNOTSUPP) with the reason,
   through the protocol and through profctl, and no session starts;
 - profd's log says that off-CPU tracing is off."""
-import json
-import os
-import subprocess
 import time
 
-from profdtest import Profd, check, require_root_bpf, require_tool, run
+from profdtest import Profd, bpf_programs_of, check, require_root_bpf, require_tool, run
 
 WORKLOAD = 'import time\nwhile True:\n    sum(range(20000))\n    time.sleep(0.001)\n'
 REASON = 'off-CPU tracing is off in this profd: offcpu = no in its configuration'
-
-
-def programs_of(pid):
-    """Names of the BPF programs process @pid holds: the prog_id of its file
-    descriptors (/proc/PID/fdinfo), named by bpftool."""
-    ids = set()
-    for fd in os.listdir('/proc/%d/fdinfo' % pid):
-        try:
-            with open('/proc/%d/fdinfo/%s' % (pid, fd)) as f:
-                ids.update(int(l.split()[1]) for l in f if l.startswith('prog_id:'))
-        except OSError:
-            pass
-    out = subprocess.run(['bpftool', '--json', 'prog', 'show'], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
-    return {p.get('name', '') for p in json.loads(out) if p.get('id') in ids}
 
 
 def test():
     require_root_bpf()
     require_tool('bpftool', 'bpftool')
     with Profd() as d:
-        names = programs_of(d.proc.pid)
+        names = bpf_programs_of(d.proc.pid)
         check('offcpu_switch' in names, 'a default profd holds no offcpu_switch program: %s'
               % sorted(names))
 
     with Profd(['--offcpu', 'no']) as d:
-        names = programs_of(d.proc.pid)
+        names = bpf_programs_of(d.proc.pid)
         check(names and not any(n.startswith('offcpu') for n in names),
               'profd --offcpu no holds %s' % sorted(names))
         w = d.spawn('/usr/bin/python3', '-c', WORKLOAD)
