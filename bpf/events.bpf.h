@@ -27,17 +27,25 @@ struct {
 const volatile __u64 wakeup_bytes = 0;
 
 /*
- * events_output() - send the @size bytes at @data to 'events', waking the
- * reader as wakeup_bytes says. The caller bounds @size for the verifier.
- * Returns 0, or a negative error if the ring buffer had no room.
+ * events_wakeup() - the flags for a record of @size bytes sent to 'events'
+ * (bpf_ringbuf_output() or bpf_ringbuf_submit_dynptr()), waking the reader
+ * as wakeup_bytes says.
+ */
+static __always_inline long events_wakeup(__u64 size)
+{
+	if (!wakeup_bytes)
+		return 0; /* the default: wake the reader if it has caught up */
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size < wakeup_bytes
+		   ? BPF_RB_NO_WAKEUP
+		   : BPF_RB_FORCE_WAKEUP;
+}
+
+/*
+ * events_output() - send the @size bytes at @data to 'events'. The caller
+ * bounds @size for the verifier. Returns 0, or a negative error if the ring
+ * buffer had no room.
  */
 static __always_inline long events_output(void *data, __u64 size)
 {
-	long flags = 0; /* the default: wake the reader if it has caught up */
-
-	if (wakeup_bytes)
-		flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size < wakeup_bytes
-			    ? BPF_RB_NO_WAKEUP
-			    : BPF_RB_FORCE_WAKEUP;
-	return bpf_ringbuf_output(&events, data, size, flags);
+	return bpf_ringbuf_output(&events, data, size, events_wakeup(size));
 }

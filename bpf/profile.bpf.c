@@ -311,20 +311,67 @@ static __always_inline void start_record(struct sample_event *e, __u64 id, __u32
 	bpf_get_current_comm(&e->comm, sizeof(e->comm));
 }
 
-/* Send @e with its @klen kernel and @ulen user frames; a full ring buffer is counted. */
+/*
+ * send_compact() - send @e as a compact record (struct sample_event): its
+ * header, its @n addresses, then its @py (e->py_len) Python frames, written
+ * into the ring buffer in place (bpf_ringbuf_reserve_dynptr(), Linux
+ * 5.19), so that the unused part of ips[] and of py[] is neither copied nor
+ * sent. A global function, verified once on its own: inlined, its branches
+ * took profile_sample past the verifier's 1,000,000 instructions.
+ * Returns 0, 1 if @n or @py is out of bounds (nothing sent), or a negative
+ * error if the ring buffer had no room.
+ */
+__noinline int send_compact(struct sample_event *e, __u32 n, __u32 py)
+{
+	__u32 ips_bytes, py_bytes, size;
+	struct bpf_dynptr rec;
+	long r;
+
+	if (!e || n > sizeof(e->ips) / sizeof(e->ips[0]) || py > PROFILE_MAX_PY_FRAMES)
+		return 1;
+	/* Bounds in the registers the verifier follows: the masks change no value. */
+	_Static_assert(sizeof(e->ips) / sizeof(e->ips[0]) <= 0xff && PROFILE_MAX_PY_FRAMES <= 0x7f,
+		       "the masks below must keep every bounded value");
+	barrier_var(n);
+	barrier_var(py);
+	ips_bytes = (n & 0xff) * sizeof(__u64);
+	py_bytes = (py & 0x7f) * sizeof(struct py_frame);
+	size = SAMPLE_COMPACT_BYTES(n, py);
+	r = bpf_ringbuf_reserve_dynptr(&events, size, 0, &rec);
+	if (!r)
+		r = bpf_dynptr_write(&rec, 0, e, SAMPLE_HEAD_BYTES, 0);
+	if (!r && ips_bytes)
+		r = bpf_dynptr_write(&rec, SAMPLE_HEAD_BYTES, e->ips, ips_bytes, 0);
+	if (!r && py_bytes)
+		r = bpf_dynptr_write(&rec, SAMPLE_HEAD_BYTES + ips_bytes, e->py, py_bytes, 0);
+	/* Discarded even when the reservation failed: the helper's contract. */
+	if (r) {
+		bpf_ringbuf_discard_dynptr(&rec, 0);
+		return -1;
+	}
+	bpf_ringbuf_submit_dynptr(&rec, events_wakeup(size));
+	return 0;
+}
+
+/*
+ * Send @e with its @klen kernel and @ulen user frames, in the layout its
+ * flags call for (struct sample_event); a full ring buffer is counted.
+ */
 static __always_inline void send_record(struct sample_event *e, long klen, long ulen, __u32 slot)
 {
-	long size;
+	long size, r;
 
 	e->kstack_len = klen;
 	e->ustack_len = ulen;
-	if (e->flags & SAMPLE_HAS_REGS)
+	if (e->flags & SAMPLE_HAS_REGS) {
 		size = offsetof(struct sample_event, stack) + e->stack_size;
-	else
-		size = offsetof(struct sample_event, ips) + (klen + ulen) * sizeof(__u64);
-	if (size < offsetof(struct sample_event, ips) || size > sizeof(*e))
-		return;
-	if (events_output(e, size))
+		if (size < offsetof(struct sample_event, stack) || size > sizeof(*e))
+			return;
+		r = events_output(e, size);
+	} else {
+		r = send_compact(e, klen + ulen, e->py_len);
+	}
+	if (r < 0)
 		count_drop(slot, COUNTER_INDEX(struct slot_counters, ringbuf_full));
 }
 
@@ -744,7 +791,7 @@ int BPF_PROG(profile_exit, struct task_struct *task)
 	if (!target)
 		return 0;
 	/* Tell user space the thread ended: a record with no stack, event 2. */
-	e = bpf_ringbuf_reserve(&events, offsetof(struct sample_event, ips), 0);
+	e = bpf_ringbuf_reserve(&events, SAMPLE_HEAD_BYTES, 0);
 	if (e) {
 		/* @task is current: do_exit() traces its own task (kernel/exit.c). */
 		start_record(e, bpf_get_current_pid_tgid(), *target - 1, bpf_get_smp_processor_id(),

@@ -222,14 +222,24 @@ struct vm_stats {
 #define SAMPLE_UNWIND_INCOMPLETE (1u << 9)/* the unwinder stopped before the outermost frame */
 
 /*
- * One CPU sample, written to the ring buffer by profile.bpf.c. Only the first
- * kstack_len + ustack_len addresses of ips[] are meaningful (kernel frames
- * first, each part leaf first). The record is variable-length: without
- * SAMPLE_HAS_REGS its size is offsetof(ips) + 8 * (kstack_len + ustack_len);
- * with it, offsetof(stack) + stack_size, and stack[] holds stack_size bytes
- * of user stack in whole pages from the page holding regs[7] (rsp), stopping
- * at the first page that could not be read; the value at rsp is at
- * stack[stack_offset] (stack_offset < 4096; stack_size 0 if no page was read).
+ * One CPU sample, as profile.bpf.c builds it. Only the first kstack_len +
+ * ustack_len addresses of ips[] are meaningful (kernel frames first, each
+ * part leaf first), and the first py_len Python frames of py[].
+ *
+ * The ring buffer record comes in one of two layouts:
+ *  - with SAMPLE_HAS_REGS (a stack copy for profd's CFI unwinding), this
+ *    struct's own, offsetof(stack) + stack_size bytes: stack[] holds
+ *    stack_size bytes of user stack in whole pages from the page holding
+ *    regs[7] (rsp), stopping at the first page that could not be read; the
+ *    value at rsp is at stack[stack_offset] (stack_offset < 4096;
+ *    stack_size 0 if no page was read);
+ *  - without it, compact, SAMPLE_COMPACT_BYTES(kstack_len + ustack_len,
+ *    py_len) bytes: the first SAMPLE_HEAD_BYTES of this struct (up to
+ *    regs[], which are not valid then), the kstack_len + ustack_len
+ *    addresses of ips[], then the py_len frames of py[]. Most records take
+ *    this one: a PyTorch sample of 35 addresses and 7 Python frames is 528
+ *    bytes, where this struct's layout up to its last address is 1,576.
+ * User space reads both as this struct (sample_event__read(), sampler.c).
  */
 struct sample_event {
 	__u64 time_ns;    /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
@@ -264,6 +274,12 @@ struct sample_event {
 	__u64 ips[2 * PROFILE_MAX_FRAMES + 1];
 	__u8 stack[PROFILE_MAX_STACK_BYTES];
 };
+
+/* The header of a compact record (struct sample_event): the fields before regs[]. */
+#define SAMPLE_HEAD_BYTES offsetof(struct sample_event, regs)
+/* The size of a compact record of @frames addresses and @py_frames Python frames. */
+#define SAMPLE_COMPACT_BYTES(frames, py_frames)                                                    \
+	(SAMPLE_HEAD_BYTES + (frames) * sizeof(__u64) + (py_frames) * sizeof(struct py_frame))
 
 /* Per-slot counters in the 'drops' per-CPU array, summed by user space. */
 struct slot_counters {

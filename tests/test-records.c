@@ -1,5 +1,6 @@
 /* test-records.c - the checks of the kernel's ring-buffer records, on well-formed, truncated and inconsistent records. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "collect/uprobes.h"
@@ -11,7 +12,8 @@ int main(void)
 	size_t big = sizeof(struct sample_event) + 64;
 	struct sample_event *e = calloc(1, big);
 	struct offcpu_event *o = calloc(1, sizeof(*o) + 64);
-	size_t head = offsetof(struct sample_event, ips), ohead = offsetof(struct offcpu_event, ips);
+	/* A sample record without SAMPLE_HAS_REGS is compact: header, addresses, Python frames. */
+	size_t head = SAMPLE_HEAD_BYTES, ohead = offsetof(struct offcpu_event, ips);
 
 	if (!e || !o)
 		return 99;
@@ -31,8 +33,10 @@ int main(void)
 	e->slot = 0;
 	e->py_len = PROFILE_MAX_PY_FRAMES + 1;			/* more Python frames than the array */
 	CHECK(!sample_event__valid(e, big));
-	e->py_len = PROFILE_MAX_PY_FRAMES;
-	CHECK(sample_event__valid(e, head + 8 * 8));
+	e->py_len = PROFILE_MAX_PY_FRAMES; /* Python frames follow the addresses */
+	CHECK(sample_event__valid(e, head + 8 * 8 + PROFILE_MAX_PY_FRAMES * 16));
+	CHECK(!sample_event__valid(e, head + 8 * 8 + PROFILE_MAX_PY_FRAMES * 16 - 1));
+	CHECK(!sample_event__valid(e, head + 8 * 8));
 	e->py_len = 0;
 
 	/* With registers and a stack copy. */
@@ -70,6 +74,45 @@ int main(void)
 	CHECK(sample_event__valid(e, head + 8 * 8));
 	e->flags = 0;
 	e->cfi_stop = e->cfi_frames = 0;
+
+	/* A compact record read back whole: addresses and Python frames in place. */
+	{
+		const uint64_t ips[3] = {0xffffffff81000010, 0x401000, 0x402000};
+		const struct py_frame py[2] = {{.code = 0x7f0010, .tag = 7},
+					       {.code = 0x7f0020, .tag = 9}};
+		struct sample_event *out = calloc(1, sizeof(*out));
+		unsigned char *rec = calloc(1, big);
+		size_t size = 0;
+		const struct sample_event *r;
+
+		if (!out || !rec)
+			return 99;
+		e->kstack_len = 1;
+		e->ustack_len = 2;
+		e->py_len = 2;
+		e->tid = 4242;
+		memcpy(rec, e, SAMPLE_HEAD_BYTES);
+		memcpy(rec + SAMPLE_HEAD_BYTES, ips, sizeof(ips));
+		memcpy(rec + SAMPLE_HEAD_BYTES + sizeof(ips), py, sizeof(py));
+		r = sample_event__read(rec, SAMPLE_COMPACT_BYTES(3, 2), out, &size);
+		CHECK(r == out);
+		CHECK(r && r->tid == 4242 && r->ips[0] == 0xffffffff81000010 &&
+		      r->ips[2] == 0x402000);
+		CHECK(r && r->py[0].code == 0x7f0010 && r->py[1].code == 0x7f0020 &&
+		      r->py[1].tag == 9);
+		CHECK(size == offsetof(struct sample_event, ips) + 3 * 8);
+		CHECK(!sample_event__read(rec, SAMPLE_COMPACT_BYTES(3, 2) - 1, out, &size));
+		/* With registers and a stack copy: the record itself, as it came. */
+		e->flags = SAMPLE_HAS_REGS;
+		CHECK(sample_event__read(e, offsetof(struct sample_event, stack), out, &size) == e);
+		CHECK(size == offsetof(struct sample_event, stack));
+		e->flags = 0;
+		e->kstack_len = 3;
+		e->ustack_len = 5;
+		e->py_len = 0;
+		free(rec);
+		free(out);
+	}
 
 	/* Off-CPU records. */
 	o->kstack_len = 2;

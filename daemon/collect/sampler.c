@@ -42,6 +42,7 @@ struct sampler {
 	void *ctx;
 	int nr_cpus;
 	struct slot slots[PROFILE_MAX_SLOTS];
+	struct sample_event unpacked; /* the compact record being handled, laid out whole */
 };
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct sampler *, sampler__free)
@@ -52,17 +53,19 @@ bool sample_event__valid(const void *data, size_t size)
 	size_t frames;
 
 	/* The record is variable-length: check every length against its size. */
-	if (size < offsetof(struct sample_event, ips))
+	if (size < SAMPLE_HEAD_BYTES)
 		return false;
 	frames = (size_t)e->kstack_len + e->ustack_len;
 	if (e->kstack_len > PROFILE_MAX_FRAMES || e->ustack_len > PROFILE_MAX_FRAMES ||
-	    size < offsetof(struct sample_event, ips) + frames * sizeof(__u64) ||
 	    e->slot >= PROFILE_MAX_SLOTS || e->py_len > PROFILE_MAX_PY_FRAMES)
 		return false;
+	/* Its own layout: ips[] whole, then stack_size bytes of stack[] (it covers ips[]). */
 	if ((e->flags & SAMPLE_HAS_REGS) &&
 	    (e->stack_size > PROFILE_MAX_STACK_BYTES ||
 	     (e->stack_size && e->stack_offset >= e->stack_size) ||
 	     size < offsetof(struct sample_event, stack) + e->stack_size))
+		return false;
+	if (!(e->flags & SAMPLE_HAS_REGS) && size < SAMPLE_COMPACT_BYTES(frames, e->py_len))
 		return false;
 	/* The table walk's (unwind "auto" or "tables"): a known stop, frames within ips[]. */
 	if ((e->flags & SAMPLE_CFI_TRIED) &&
@@ -75,14 +78,36 @@ bool sample_event__valid(const void *data, size_t size)
 	return true;
 }
 
+const struct sample_event *sample_event__read(const void *data, size_t size,
+					      struct sample_event *buf, size_t *ret_size)
+{
+	const struct sample_event *e = data;
+	const char *p = (const char *)data + SAMPLE_HEAD_BYTES;
+	size_t frames;
+
+	if (!sample_event__valid(data, size))
+		return NULL;
+	if (e->flags & SAMPLE_HAS_REGS) {
+		*ret_size = size;
+		return e;
+	}
+	frames = (size_t)e->kstack_len + e->ustack_len;
+	memcpy(buf, data, SAMPLE_HEAD_BYTES);
+	memcpy(buf->ips, p, frames * sizeof(buf->ips[0]));
+	memcpy(buf->py, p + frames * sizeof(buf->ips[0]), e->py_len * sizeof(buf->py[0]));
+	*ret_size = offsetof(struct sample_event, ips) + frames * sizeof(buf->ips[0]);
+	return buf;
+}
+
 /* A bad record is counted and skipped: it must not stop the ring buffer's consumption. */
 static bool handle_record(void *ctx, const void *data, size_t size)
 {
 	struct sampler *s = ctx;
+	const struct sample_event *e = sample_event__read(data, size, &s->unpacked, &size);
 
-	if (!sample_event__valid(data, size))
+	if (!e)
 		return false;
-	s->fn(s->ctx, data, size);
+	s->fn(s->ctx, e, size);
 	return true;
 }
 

@@ -17,17 +17,32 @@ struct sampler;
 
 /*
  * sample_event__valid() - whether the @size bytes at @data are a well-formed
- * struct sample_event: every length (kstack_len, ustack_len, stack_size,
- * stack_offset) within its bound and within @size, slot in range. Records
- * that fail are counted (record_reader__bad_records()) and dropped.
+ * sample record, in either of the ring buffer's layouts (struct
+ * sample_event in bpf/profile.h): every length (kstack_len, ustack_len,
+ * py_len, stack_size, stack_offset) within its bound and within @size,
+ * slot in range. Records that fail are counted
+ * (record_reader__bad_records()) and dropped.
  */
 bool sample_event__valid(const void *data, size_t size);
 
 /*
- * Called for each well-formed sample read from the ring buffer. @e (@size
- * bytes) is valid only during the call; its ips[] hold e->kstack_len +
- * e->ustack_len addresses, and with SAMPLE_HAS_REGS stack[] holds
- * e->stack_size bytes (both already checked against @size).
+ * sample_event__read() - the sample record at @data (@size bytes, as the
+ * ring buffer holds it) as a struct sample_event: @data itself for one with
+ * SAMPLE_HAS_REGS, else @buf, filled from the compact record (its header,
+ * addresses and Python frames; the rest of @buf is left as it was). Sets
+ * *@ret_size to the size it has as a struct sample_event: @size, or
+ * offsetof(ips) + 8 * (kstack_len + ustack_len) for a compact one. Returns
+ * NULL for a malformed record (sample_event__valid()).
+ */
+const struct sample_event *sample_event__read(const void *data, size_t size,
+					      struct sample_event *buf, size_t *ret_size);
+
+/*
+ * Called for each well-formed sample read from the ring buffer, as
+ * sample_event__read() lays it out. @e (@size bytes) is valid only during
+ * the call; its ips[] hold e->kstack_len + e->ustack_len addresses, py[]
+ * e->py_len Python frames, and with SAMPLE_HAS_REGS stack[] holds
+ * e->stack_size bytes (all already checked against the record's size).
  */
 typedef void (*sampler_fn)(void *ctx, const struct sample_event *e, size_t size);
 
