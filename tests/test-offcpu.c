@@ -19,7 +19,10 @@
  *    (/proc/PID/task/TID/schedstat), where it exists;
  *  - no record is lost to a full ring buffer or map, or malformed; switch-ins
  *    the program never saw (switch_in_missed, see offcpu.bpf.c) stay under
- *    1% of the records.
+ *    1% of the records;
+ *  - a reader whose own records keep coming as fast as it reads them (the
+ *    test process as target, sleeping per record) returns from a poll after
+ *    about a ring's worth.
  * It prints the figures per thread, the heaviest stacks, records per second
  * and what the BPF programs cost (BPF run-time statistics).
  *
@@ -335,6 +338,57 @@ static void check_untraced_slot(pid_t pid)
 	close(maps.targets_fd);
 }
 
+/* What check_bounded_poll()'s reader saw. */
+struct feeding {
+	int records; /* of this process, read so far */
+	int more;    /* records still to cause, one per record read */
+};
+
+/* offcpu_fn for check_bounded_poll(): each record of this process sleeps 200 us, which makes
+ * another (an off-CPU interval of the reading thread itself). */
+static void feed_event(void *ctx, const struct offcpu_event *e, size_t size)
+{
+	struct feeding *f = ctx;
+
+	if ((pid_t)e->pid != getpid())
+		return;
+	f->records++;
+	if (f->more > 0) {
+		f->more--;
+		usleep(200);
+	}
+}
+
+/*
+ * A producer as fast as the reader: one poll reads about a ring's worth
+ * and returns, not every record the stream goes on to make (the loop's
+ * timer would wait for the stream to stop); the next polls read the rest.
+ */
+static void check_bounded_poll(void)
+{
+	enum { RING = 64u << 10, STREAM = 2000 };
+	struct feeding f = {.more = STREAM};
+	struct offcpu *o = NULL;
+	int first, later = 0, r;
+
+	CHECK_INT_EQ(offcpu__new(RING, feed_event, &f, &o), 0);
+	if (!o)
+		return;
+	CHECK_INT_EQ(offcpu__add_target(o, SLOT, getpid(), 0), 0);
+	usleep(1000); /* the first record */
+	first = record_reader__poll(offcpu__reader(o));
+	CHECK_INT_EQ(offcpu__remove_target(o, SLOT, getpid()), 0);
+	while ((r = record_reader__poll(offcpu__reader(o))) > 0)
+		later += r;
+	printf("a self-feeding stream, %u KiB ring: first poll %d records (%d of this process), "
+	       "%d more after, %d still to cause\n",
+	       RING >> 10, first, f.records, later, f.more);
+	/* a record holds at least its header (offsetof ips) */
+	CHECK(first > 0 && first <= (int)(RING / offsetof(struct offcpu_event, ips)) + 1);
+	CHECK(later > 0);
+	offcpu__free(o);
+}
+
 /* Start offcpu-mix for @seconds; returns after it printed "ready". */
 static pid_t start_workload(const char *path, int seconds)
 {
@@ -409,6 +463,7 @@ int main(int argc, char **argv)
 	/* Run-time statistics of BPF programs, while this fd is open. */
 	stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
 
+	check_bounded_poll();
 	c.pid = start_workload(path, (int)(RUN_NS / NSEC_PER_SEC) + 4);
 	check_untraced_slot(c.pid);
 	find_threads(c.pid, tids);

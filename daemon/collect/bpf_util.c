@@ -10,14 +10,26 @@
 #include "collect/bpf_util.h"
 #include "util.h"
 
-/* libbpf's ring_buffer_sample_fn: a malformed record is counted, and consumption goes on. */
+/* A record's bytes in the ring: its header, 8-aligned (kernel/bpf/ringbuf.c). */
+#define RING_RECORD_BYTES(size) (((size) + BPF_RINGBUF_HDR_SZ + 7) & ~(size_t)7)
+
+/* A stop asked by reader_record(), not an error: libbpf passes a callback's
+ * negative return up as it is, after taking the record. */
+#define READ_ENOUGH (-EALREADY)
+
+/*
+ * libbpf's ring_buffer_sample_fn: a malformed record is counted, and
+ * consumption goes on until a ring's worth of bytes is read.
+ */
 static int reader_record(void *ctx, void *data, size_t size)
 {
 	struct record_reader *r = ctx;
 
 	if (!r->fn(r->ctx, data, size))
 		r->bad_records++;
-	return 0;
+	r->read_records++;
+	r->read_bytes += RING_RECORD_BYTES(size);
+	return r->read_bytes >= r->ring_bytes ? READ_ENOUGH : 0;
 }
 
 int collector__load(struct bpf_object_skeleton *s, struct bpf_map *events, size_t ringbuf_bytes,
@@ -38,7 +50,7 @@ int collector__load(struct bpf_object_skeleton *s, struct bpf_map *events, size_
 		r = bpf_object__load_skeleton(s);
 	if (r < 0)
 		return r;
-	*reader = (struct record_reader){.fn = fn, .ctx = ctx};
+	*reader = (struct record_reader){.fn = fn, .ctx = ctx, .ring_bytes = ringbuf_bytes};
 	reader->rb = ring_buffer__new(bpf_map__fd(events), reader_record, reader, NULL);
 	return reader->rb ? 0 : -errno;
 }
@@ -56,7 +68,12 @@ int record_reader__fd(struct record_reader *r)
 
 int record_reader__poll(struct record_reader *r)
 {
-	return ring_buffer__consume(r->rb);
+	int ret;
+
+	r->read_bytes = 0;
+	r->read_records = 0;
+	ret = ring_buffer__consume(r->rb);
+	return ret == READ_ENOUGH ? r->read_records : ret;
 }
 
 uint64_t record_reader__bad_records(const struct record_reader *r)

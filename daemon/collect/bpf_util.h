@@ -44,6 +44,9 @@ struct record_reader {
 	record_fn fn;
 	void *ctx;
 	uint64_t bad_records; /* records @fn refused */
+	size_t ring_bytes;    /* the ring's size: what one record_reader__poll() reads at most */
+	size_t read_bytes;    /* read in this record_reader__poll(), headers included */
+	int read_records;     /* read in this record_reader__poll() */
 };
 
 /*
@@ -76,7 +79,13 @@ void record_reader__close(struct record_reader *r);
 int record_reader__fd(struct record_reader *r);
 
 /*
- * record_reader__poll() - read every record waiting, without blocking.
+ * record_reader__poll() - read every record waiting, without blocking, and
+ * no more than one ring's worth of bytes: all that was waiting at the call,
+ * not an endless stream from a producer as fast as the reader (libbpf's
+ * ring_buffer__consume() reads until the ring stays empty, which a target
+ * calling a probed function 75,000 times a second never lets happen; the
+ * loop's timer, queries and rate limits would wait for it). Records left
+ * wake the reader's fd again.
  * Returns the number read, malformed ones included (>= 0), or -errno.
  */
 int record_reader__poll(struct record_reader *r);
