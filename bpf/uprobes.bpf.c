@@ -66,10 +66,20 @@ struct {
 	__type(value, struct call_state);
 } scratch SEC(".maps");
 
+/*
+ * Each slot's generation, which uprobes__detach() advances: the kernel
+ * takes ~75 ms to remove each link, seconds for a CUDA session's, and until
+ * then the probes of the detached attach still fire. Their entry records
+ * nothing once their cookie's generation is not the slot's; calls already
+ * entered still complete. Written by user space through the mmap of .bss.
+ */
+volatile __u8 slot_gen[UPROBE_MAX_SLOTS];
+
 /* What 'drops' counts (count_drop()). */
 #define DROP_RINGBUF COUNTER_INDEX(struct uprobe_counters, ringbuf_full)
 #define DROP_MAP COUNTER_INDEX(struct uprobe_counters, entry_map_full)
 #define DROP_RECURSIVE COUNTER_INDEX(struct uprobe_counters, recursive)
+#define ENTERED COUNTER_INDEX(struct uprobe_counters, entered)
 
 SEC("uprobe")
 int uprobe_entry(struct pt_regs *ctx)
@@ -82,6 +92,9 @@ int uprobe_entry(struct pt_regs *ctx)
 	__u64 sp = PT_REGS_SP(ctx);
 	long n;
 
+	if (slot >= UPROBE_MAX_SLOTS || slot_gen[slot] != (__u8)(cookie >> 56))
+		return 0;
+	count_drop(slot, ENTERED);
 	cs = bpf_map_lookup_elem(&calls, &key);
 	if (cs) {
 		cs->nest++;

@@ -21,7 +21,8 @@
 /*
  * The BPF cookie of each attached probe (entry and return alike):
  * bits 0..31 the probe id (daemon/collect/uprobes.c's number for the probed symbol),
- * bits 32..47 UPROBE_F_* flags, bits 48..55 the session slot.
+ * bits 32..47 UPROBE_F_* flags, bits 48..55 the session slot, bits 56..63 the
+ * slot's generation at the attach (uprobes.bpf.c's slot_gen[]).
  */
 #define UPROBE_F_STR0 (1u << 0)  /* copy the NUL-terminated string at arg 0 (char) */
 #define UPROBE_F_WSTR0 (1u << 1) /* copy UPROBE_STR_BYTES at arg 0 (wchar_t string) */
@@ -29,8 +30,9 @@
 #define UPROBE_F_NEST (1u << 3)  /* counts in, and reports, the thread's CUDA call depth */
 #define UPROBE_F_STACK (1u << 4) /* take the user stack at entry */
 
-#define UPROBE_COOKIE(id, flags, slot) \
-	((__u64)(__u32)(id) | ((__u64)((flags) & 0xffff) << 32) | ((__u64)((slot) & 0xff) << 48))
+#define UPROBE_COOKIE(id, flags, slot, gen)                                                        \
+	((__u64)(__u32)(id) | ((__u64)((flags) & 0xffff) << 32) | ((__u64)((slot) & 0xff) << 48) | \
+	 ((__u64)((gen) & 0xff) << 56))
 
 /* uprobe_event.flags */
 #define UPROBE_EV_TRUNCATED (1u << 0) /* the user stack filled all UPROBE_MAX_FRAMES */
@@ -71,4 +73,5 @@ struct uprobe_counters {
 	__u64 ringbuf_full;  /* calls lost: ring buffer had no room */
 	__u64 entry_map_full; /* calls lost: no room to keep the entry state */
 	__u64 recursive;     /* inner calls of a probe already active on the thread (counted, not timed) */
+	__u64 entered;       /* calls entered (recursive ones too) while the slot's probes were on */
 };

@@ -300,7 +300,8 @@ static int attach_one(struct uprobes *g, unsigned slot, pid_t pid, const char *p
 
 	for (int ret = 0; ret < 2; ret++) {
 		LIBBPF_OPTS(bpf_uprobe_opts, opts, .retprobe = ret == 1,
-			    .bpf_cookie = UPROBE_COOKIE(id, api->flags, slot));
+			    .bpf_cookie =
+				UPROBE_COOKIE(id, api->flags, slot, g->skel->bss->slot_gen[slot]));
 		struct bpf_link *l =
 		    bpf_program__attach_uprobe_opts(progs[ret], pid, path, off, &opts);
 		int r;
@@ -679,8 +680,10 @@ static struct forget_job *forget_job_new(struct uprobes *g, unsigned slot)
  * uprobes__detach() - remove every probe of @slot. Returns at once: the
  * links are destroyed on a thread of their own (the kernel takes ~75 ms a
  * link, and a CUDA session has ~60), so the probes may fire for a few
- * seconds more; their records carry the slot's old owner, and records in
- * flight are still delivered. The slot may be attached again at once.
+ * seconds more, at their cost to the target, but record no call entered
+ * from now on (the slot's generation moves on). Calls already entered, and
+ * records in flight, are still delivered, with the slot's old owner. The
+ * slot may be attached again at once.
  * Does not block (unless out of memory: then the detach happens here).
  */
 void uprobes__detach(struct uprobes *g, unsigned slot)
@@ -690,6 +693,7 @@ void uprobes__detach(struct uprobes *g, unsigned slot)
 	if (slot >= UPROBE_MAX_SLOTS)
 		return;
 	sl = &g->slots[slot];
+	g->skel->bss->slot_gen[slot]++;
 	if (sl->n) {
 		struct forget_job *j = forget_job_new(g, slot);
 
@@ -804,6 +808,17 @@ bool uprobes__wanted(struct uprobes *g, unsigned slot)
 	return slot < UPROBE_MAX_SLOTS && (g->slots[slot].want || g->slots[slot].uprobes[0]);
 }
 
+/* @slot's counters summed over CPUs, or all 0 if they cannot be read. */
+static struct uprobe_counters slot_counters(struct uprobes *g, unsigned slot)
+{
+	struct uprobe_counters sum = {0};
+
+	if (slot >= UPROBE_MAX_SLOTS ||
+	    percpu_sum(g->skel->maps.drops, slot, (uint64_t *)&sum, U64S(sum)) < 0)
+		return (struct uprobe_counters){0};
+	return sum;
+}
+
 /*
  * uprobes__lost() - calls of @slot that were not reported (ring buffer full, no
  * room for the entry state), a running total since the daemon started
@@ -812,12 +827,21 @@ bool uprobes__wanted(struct uprobes *g, unsigned slot)
  */
 uint64_t uprobes__lost(struct uprobes *g, unsigned slot)
 {
-	struct uprobe_counters sum;
+	struct uprobe_counters sum = slot_counters(g, slot);
 
-	if (slot >= UPROBE_MAX_SLOTS ||
-	    percpu_sum(g->skel->maps.drops, slot, (uint64_t *)&sum, U64S(sum)) < 0)
-		return 0;
 	return sum.ringbuf_full + sum.entry_map_full;
+}
+
+/*
+ * uprobes__entered() - probed calls @slot's processes entered while its
+ * probes were on (from the attach to the detach, recursive inner calls
+ * included), counted in the kernel whether or not their records reached
+ * the ring buffer: a running total since the daemon started (0 if the
+ * counters cannot be read).
+ */
+uint64_t uprobes__entered(struct uprobes *g, unsigned slot)
+{
+	return slot_counters(g, slot).entered;
 }
 
 /*

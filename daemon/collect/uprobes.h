@@ -101,6 +101,7 @@ bool uprobes__wanted(struct uprobes *g, unsigned slot);
 int uprobes__rescan(struct uprobes *g, unsigned slot, uprobes_note_fn note, void *note_ctx);
 void uprobes__detach(struct uprobes *g, unsigned slot);
 uint64_t uprobes__lost(struct uprobes *g, unsigned slot);
+uint64_t uprobes__entered(struct uprobes *g, unsigned slot);
 bool uprobe_event__valid(const void *data, size_t size);
 int uprobes__check_list(const char *list, char *errbuf, size_t errlen);
 const char *gpu_copy_direction(const struct gpu_api *api, const struct uprobe_event *e);

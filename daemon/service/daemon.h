@@ -39,9 +39,9 @@ enum probe_kind {
 struct probe_state {
 	uint64_t
 	    lost_charged;    /* the collector's running total of lost records, when last charged */
-	uint64_t calls;	     /* probed calls received as records (uprobes) */
 	uint64_t max_per_s;  /* probes detached above this many calls/s; 0: no limit */
 	uint64_t calls_seen; /* calls at the last rate check */
+	uint64_t calls_base; /* calls at the attach (the collector's counters run on) */
 	uint64_t rate_mono_ns; /* ...and when it was (CLOCK_MONOTONIC) */
 	bool stopped;	       /* detached for their rate */
 };

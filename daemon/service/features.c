@@ -171,10 +171,11 @@ static void uprobes_charge_lost(struct profd *p, unsigned slot, uint64_t n)
 	gpu_acc__count_lost(session__gpu(p->slots[slot]), n);
 }
 
-/* Calls lost in the kernel ran in the target all the same. */
+/* Counted as the kernel enters them, not as their records arrive: a reader
+ * behind by a ring's worth, or records lost, do not delay the limit. */
 static uint64_t uprobes_calls(struct profd *p, unsigned slot)
 {
-	return p->probes[slot][PROBE_UPROBES].calls + uprobes__lost(p->uprobes, slot);
+	return p->uprobes ? uprobes__entered(p->uprobes, slot) : 0;
 }
 
 static void uprobes_stopped(struct profd *p, unsigned slot, const char *status)
@@ -247,7 +248,6 @@ static void on_uprobe(void *ctx, const struct gpu_probe *probe, const struct upr
 	/* A late record of a session that ended, its slot taken by another: not ours. */
 	if (!s || probe->owner != session__id(s))
 		return;
-	p->probes[e->slot][PROBE_UPROBES].calls++;
 	proc = session__proc(s, (pid_t)e->pid);
 	if (proc)
 		pthread_rwlock_rdlock(&proc->as_lock);
@@ -364,7 +364,8 @@ void features__start(struct profd *p, unsigned slot, const struct request *req)
 	}
 	p->probes[slot][PROBE_MALLOC].max_per_s = req->malloc_max_hits_per_s;
 	p->probes[slot][PROBE_UPROBES].max_per_s = req->uprobe_max_calls_per_s;
-	p->probes[slot][PROBE_UPROBES].calls_seen = p->probes[slot][PROBE_UPROBES].lost_charged;
+	p->probes[slot][PROBE_UPROBES].calls_base = uprobes_calls(p, slot);
+	p->probes[slot][PROBE_UPROBES].calls_seen = p->probes[slot][PROBE_UPROBES].calls_base;
 }
 
 /* features__charge_lost() - records lost in the kernel since the last call, charged to their
@@ -400,7 +401,7 @@ static void check_rate(struct profd *p, unsigned slot, unsigned k, uint64_t now)
 	const struct probe_feature *f = &features[k];
 	struct probe_state *st = &p->probes[slot][k];
 	uint64_t dt = now - st->rate_mono_ns, calls;
-	char status[160];
+	char status[192];
 	double rate;
 
 	if (!f->calls || st->stopped || !st->max_per_s || !f->active(p, slot) ||
@@ -413,10 +414,13 @@ static void check_rate(struct profd *p, unsigned slot, unsigned k, uint64_t now)
 	if (rate <= (double)st->max_per_s)
 		return;
 	st->stopped = true;
-	snprintf(status, sizeof(status), "detached: %.0f %s, over the limit of %llu/s (attach %s)",
-		 rate, f->calls_unit, (unsigned long long)st->max_per_s, f->limit_option);
+	snprintf(
+	    status, sizeof(status),
+	    "detached: %.0f %s, over the limit of %llu/s (attach %s), after %llu since the attach",
+	    rate, f->calls_unit, (unsigned long long)st->max_per_s, f->limit_option,
+	    (unsigned long long)(calls - st->calls_base));
+	f->stopped(p, slot, status); /* first: calls entered after the count are not recorded */
 	log_warning("Session %lld: %s %s", (long long)session__id(p->slots[slot]), f->what, status);
-	f->stopped(p, slot, status);
 }
 
 /*

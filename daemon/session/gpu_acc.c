@@ -88,7 +88,7 @@ struct name_cache {
 
 struct note {
 	pid_t pid;
-	char what[160], file[512], status[128];
+	char what[160], file[512], status[192];
 };
 
 struct gpu_acc {
