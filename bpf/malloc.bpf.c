@@ -108,16 +108,30 @@ static __always_inline __s64 next_interval(__u32 slot)
 	return (__s64)((intervals_q16[i] * *mean) >> 16);
 }
 
-/* The session slot of the current process, or -1 if it is not a target. */
+/*
+ * Slots whose probes are being removed (malloc_probes__detach(); cleared by
+ * the slot's next attach, which waits until they are gone). The kernel
+ * takes ~75 ms a link, and until then the probes fire: after a
+ * --malloc-max-rate stop, whose session goes on, they would record
+ * allocations whose frees nothing watches any more. Written by user space
+ * through the mmap of .bss.
+ */
+volatile __u8 slot_off[MALLOC_MAX_SLOTS];
+
+/* The session slot of the current process, or -1 if it is not a target (or its probes are off). */
 static __always_inline int current_slot(__u32 *ret_tgid)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32, *target;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32, *target, slot;
 
 	target = bpf_map_lookup_elem(&targets, &tgid);
 	if (!target || *target == 0 || *target > MALLOC_MAX_SLOTS)
 		return -1;
+	/* The mask (MALLOC_MAX_SLOTS is a power of two) is a bound the verifier can see. */
+	slot = (*target - 1) & (MALLOC_MAX_SLOTS - 1);
+	if (slot_off[slot])
+		return -1;
 	*ret_tgid = tgid;
-	return (int)(*target - 1);
+	return (int)slot;
 }
 
 /*

@@ -613,6 +613,7 @@ int malloc_probes__attach(struct malloc_probes *h, unsigned slot, pid_t pid, uin
 		r = reset_stats(h, slot, sample_bytes);
 		if (r < 0)
 			goto fail;
+		h->skel->bss->slot_off[slot] = 0; /* the earlier attach's links are gone */
 	}
 	if (probes_len)
 		ret_probes[0] = '\0';
@@ -672,9 +673,10 @@ bool malloc_probes__attached(struct malloc_probes *h, unsigned slot, pid_t pid)
 /*
  * malloc_probes__detach() - remove @slot's uprobes and forget its processes' threads
  * and live blocks in the BPF maps. Returns at once: the kernel removes the
- * probes on a thread of their own (~75 ms a link, a second for a process),
- * and records until then, as those already in the ring buffer, are still
- * delivered. Accepts a slot without probes.
+ * probes on a thread of their own (~75 ms a link, a second for a process);
+ * until then they still fire, at their cost to the target, but record
+ * nothing. Records already in the ring buffer are still delivered. Accepts
+ * a slot without probes.
  */
 void malloc_probes__detach(struct malloc_probes *h, unsigned slot)
 {
@@ -682,6 +684,7 @@ void malloc_probes__detach(struct malloc_probes *h, unsigned slot)
 
 	if (slot >= MALLOC_MAX_SLOTS)
 		return;
+	h->skel->bss->slot_off[slot] = 1;
 	while ((p = h->procs[slot])) {
 		h->procs[slot] = p->next;
 		forget_process(h, p->pid);

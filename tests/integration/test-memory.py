@@ -167,6 +167,14 @@ def test_rate_limit(d, alloc):
           'probes trapping >500/s not detached: stopped_at_s %r' % a['stopped_at_s'])
     _, out, _ = d.ctl('memory', att['session'])
     check('probes detached' in out, 'the text report does not say the probes were detached:\n' + out)
+    # The kernel takes ~75 ms to remove each probe; meanwhile they record nothing (0.1 s
+    # leaves room for calls entered before the stop and for the clocks' conversion).
+    r = d.json('sql', 'SELECT count(*), coalesce(sum(a.alloc_ns > s.malloc_stopped_ns + 100000000), 0)'
+                      ' FROM allocations a JOIN sessions s ON s.id = a.session_id'
+                      ' WHERE s.id = %d' % att['session'])
+    recorded, late = r['rows'][0]
+    print('rate limit: %d sampled allocations recorded, %d of them after the stop' % (recorded, late))
+    check(late == 0, '%d of %d allocations recorded after the probes were stopped' % (late, recorded))
     w.kill()
     w.wait()
 
