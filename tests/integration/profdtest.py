@@ -252,6 +252,12 @@ def bpf_programs_of(pid, links_only=False):
     descriptors (/proc/PID/fdinfo), named by bpftool. With @links_only, only
     the programs it holds a link to, that is attached (a link's fdinfo also
     shows link_type)."""
+    return {p.get('name', '') for p in bpf_prog_infos(pid, links_only)}
+
+
+def bpf_prog_infos(pid, links_only=False):
+    """bpf_programs_of() as `bpftool --json prog show` gives each program: a list
+    of dicts (name, and run_cnt and run_time_ns while kernel.bpf_stats_enabled is 1)."""
     ids = set()
     for fd in os.listdir('/proc/%d/fdinfo' % pid):
         try:
@@ -263,7 +269,7 @@ def bpf_programs_of(pid, links_only=False):
             ids.update(int(l.split()[1]) for l in lines if l.startswith('prog_id:'))
     out = subprocess.run(['bpftool', '--json', 'prog', 'show'], capture_output=True, text=True,
                          timeout=60, check=True).stdout
-    return {p.get('name', '') for p in json.loads(out) if p.get('id') in ids}
+    return [p for p in json.loads(out) if p.get('id') in ids]
 
 
 def wait_for_threads(pid, count, timeout=10):

@@ -11,10 +11,17 @@ them. What a user of a shared box can check with bpftool:
   intervals keep coming;
 - when the last session ends they are all detached again;
 - a session after that attaches them anew and records off-CPU intervals
-  and address-space changes as the first did."""
+  and address-space changes as the first did;
+- the CPU sampler, whose cpu-clock event is opened on every CPU (the BPF
+  program keeps the targets' samples), does not run its program on the
+  ticks of idle CPUs (exclude_idle): attached to a process that sleeps, on
+  a machine at rest, profile_sample runs on few of the ticks.
+  (BPF run counts: kernel.bpf_stats_enabled, set for the check.)"""
+import os
 import time
 
-from profdtest import Profd, bpf_programs_of, check, require_root_bpf, require_tool, run
+from profdtest import (Profd, bpf_prog_infos, bpf_programs_of, check, require_root_bpf,
+                       require_tool, run)
 
 HOOKS = {'offcpu_switch', 'offcpu_wakeup', 'vm_brk_entry', 'vm_brk_exit', 'vm_mmap_exit',
          'vm_munmap_exit', 'vm_mremap_exit', 'vm_fault'}
@@ -42,6 +49,43 @@ def offcpu_intervals(d, sid):
 def hooks_left(d, when):
     left = bpf_programs_of(d.proc.pid, links_only=True) & HOOKS
     check(not left, '%s, profd still has %s attached' % (when, sorted(left)))
+
+
+def sampler_runs(d):
+    """profile_sample's runs so far (bpftool run_cnt), 0 if it is not loaded."""
+    return sum(p.get('run_cnt', 0) for p in bpf_prog_infos(d.proc.pid)
+               if p.get('name') == 'profile_sample')
+
+
+def check_idle_ticks(d):
+    """A session on a sleeping process: profile_sample runs on under a quarter of the
+    machine's ticks in 3 s (each idle CPU would add 999 a second without exclude_idle)."""
+    sleeper = d.spawn('/usr/bin/python3', '-c', 'import time; time.sleep(60)')
+    stats = '/proc/sys/kernel/bpf_stats_enabled'
+    with open(stats) as f:
+        old = f.read().strip()
+    with open(stats, 'w') as f:
+        f.write('1')
+    try:
+        att = d.json('attach', sleeper.pid, '--freq', '999')
+        if att['event'] != 'cpu-clock':
+            print('idle ticks: event %s, not cpu-clock: not checked' % att['event'])
+            return
+        time.sleep(0.5)
+        before = sampler_runs(d)
+        time.sleep(3)
+        runs = sampler_runs(d) - before
+        ticks = 999 * (os.cpu_count() or 1) * 3
+        print('idle ticks: profile_sample ran %d times in 3 s, of %d ticks of the machine'
+              % (runs, ticks))
+        check(runs < ticks / 4, 'profile_sample ran %d times in 3 s on a machine at rest'
+              ' (%d ticks): idle CPUs are sampled' % (runs, ticks))
+        detach(d, att['session'])
+    finally:
+        with open(stats, 'w') as f:
+            f.write(old)
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test():
@@ -86,6 +130,7 @@ def test():
         for w in (w1, w2):
             w.kill()
             w.wait()
+        check_idle_ticks(d)
 
 
 if __name__ == '__main__':
