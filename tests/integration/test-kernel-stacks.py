@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """A real profd on a process that spends its time in the kernel (dd reading
 /dev/zero): samples taken in the kernel carry the kernel call stack, then the
-user stack that made the system call; samples taken in user mode carry no
-kernel frames. profile_sample tells the two modes apart by the interrupted
-instruction's address and walks the kernel stack only in kernel mode, so a
-wrong test there shows as kernel frames missing (or made up) here."""
+user stack that made the system call. profile_sample tells the two modes
+apart by the interrupted instruction's address and walks the kernel stack
+only in kernel mode, so a wrong test there shows here as kernel leaves
+missing, or as kernel frames below user ones."""
 import os
 import shutil
 
@@ -43,7 +43,6 @@ def test():
                       'kernel path without the libc call that made it (read, write): %r'
                       % [(f['function'], f['module']) for f in user])
         check(seen_kernel_path, 'no path with a kernel frame among the 20 hottest')
-
 
 
 run(test)
