@@ -38,7 +38,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -437,7 +437,8 @@ int main(int argc, char **argv)
 	};
 	uint64_t t0, t1, window_ns, run_cnt = 0, run_ns = 0, n_short = 0, n_window = 0;
 	bool have_schedstat = true;
-	int r, stats_fd, epfd;
+	struct pollfd pfd = {.events = POLLIN};
+	int r, stats_fd;
 
 	if (geteuid() != 0) {
 		printf("SKIP: needs root (BPF programs on sched_switch)\n");
@@ -485,18 +486,16 @@ int main(int argc, char **argv)
 	if (offcpu__prog_stats(o, &run_cnt, &run_ns) < 0)
 		run_cnt = run_ns = 0;
 
-	epfd = record_reader__fd(offcpu__reader(o));
+	pfd.fd = record_reader__fd(offcpu__reader(o));
 	for (;;) {
-		struct epoll_event ev;
 		uint64_t now = now_ns(CLOCK_MONOTONIC);
 
 		if (now >= t0 + RUN_NS)
 			break;
 		/* The fd wakes us only once 1/16 of the ring is full: poll every 100 ms too. */
-		r = epoll_wait(epfd, &ev, 1,
-			       (int)MIN((t0 + RUN_NS - now) / NSEC_PER_MSEC + 1, 100));
+		r = poll(&pfd, 1, (int)MIN((t0 + RUN_NS - now) / NSEC_PER_MSEC + 1, 100));
 		if (r < 0 && errno != EINTR)
-			SETUP_FAIL("epoll_wait: %m");
+			SETUP_FAIL("poll: %m");
 		r = record_reader__poll(offcpu__reader(o));
 		CHECK(r >= 0);
 	}

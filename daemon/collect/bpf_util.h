@@ -14,6 +14,8 @@
 
 #include <bpf/libbpf.h>
 
+#include "worker_thread.h"
+
 /* A BPF ring buffer's size must be a power of two (and fit the map's u32). */
 static inline bool ringbuf_size_ok(size_t bytes)
 {
@@ -38,16 +40,40 @@ static inline int possible_cpus(void)
  */
 typedef bool (*record_fn)(void *ctx, const void *data, size_t size);
 
-/* The user side of one BPF ring buffer map. Embedded in its collector. */
+struct record_chunk;
+
+/*
+ * The user side of one BPF ring buffer map. Embedded in its collector.
+ *
+ * A drain thread copies records out of the ring as soon as the BPF side
+ * wakes it, into chunks queued for record_reader__poll(), which the event
+ * loop calls: a loop busy elsewhere (a flush symbolizing a new module, a
+ * database locked by another process) no longer lets the ring fill and
+ * drop samples; the queue holds them meanwhile, at most RECORD_QUEUE_MAX
+ * bytes, after which the ring fills and the BPF side counts its drops as
+ * before. The records are handled (@fn) on the loop's thread only.
+ */
 struct record_reader {
 	struct ring_buffer *rb;
 	record_fn fn;
 	void *ctx;
 	uint64_t bad_records; /* records @fn refused */
-	size_t ring_bytes;    /* the ring's size: what one record_reader__poll() reads at most */
-	size_t read_bytes;    /* read in this record_reader__poll(), headers included */
-	int read_records;     /* read in this record_reader__poll() */
+	size_t ring_bytes;    /* the ring's size: what one ring_buffer__consume() reads at most */
+	size_t read_bytes;    /* read in this consume, headers included */
+	int read_records;     /* read in this consume */
+	bool live;	      /* collector__load() made everything below */
+	struct worker_thread drain; /* the drain thread; its lock guards rb and the queue */
+	int drain_epfd;		    /* the drain thread waits on: the ring, stop_fd */
+	int stop_fd;		    /* eventfd, readable once the thread must stop */
+	int queued_fd;		    /* eventfd, readable when chunks wait: record_reader__fd() */
+	struct record_chunk *head, *tail, *spare; /* the queue; one empty chunk kept */
+	size_t queued_bytes;			  /* in the queue's chunks */
+	size_t queued_peak;			  /* the most queued_bytes so far */
+	uint64_t unqueued; /* records dropped for want of memory for a chunk */
 };
+
+/* Bytes of records the drain thread queues per ring at most (see struct record_reader). */
+#define RECORD_QUEUE_MAX (16u << 20)
 
 /*
  * collector__load() - load the BPF skeleton @s (its X__open() done, its
@@ -72,26 +98,30 @@ int collector__load(struct bpf_object_skeleton *s, struct bpf_map *events, size_
 void record_reader__close(struct record_reader *r);
 
 /*
- * record_reader__fd() - an epoll fd (O_CLOEXEC, owned by @r) that polls
- * readable when the BPF program woke the reader; programs that wake only
- * once a share of the buffer is full need a timer to poll as well.
+ * record_reader__fd() - an eventfd (O_CLOEXEC, owned by @r) that polls
+ * readable when the drain thread has queued records; programs that wake
+ * only once a share of the buffer is full need a timer to poll as well.
  */
 int record_reader__fd(struct record_reader *r);
 
 /*
- * record_reader__poll() - read every record waiting, without blocking, and
- * no more than one ring's worth of bytes: all that was waiting at the call,
- * not an endless stream from a producer as fast as the reader (libbpf's
- * ring_buffer__consume() reads until the ring stays empty, which a target
- * calling a probed function 75,000 times a second never lets happen; the
- * loop's timer, queries and rate limits would wait for it). Records left
- * wake the reader's fd again.
- * Returns the number read, malformed ones included (>= 0), or -errno.
+ * record_reader__poll() - handle every record waiting, without blocking:
+ * those queued by the drain thread and those still in the ring, as they
+ * were at the call, not an endless stream from a producer as fast as the
+ * reader (libbpf's ring_buffer__consume() reads until the ring stays
+ * empty, which a target calling a probed function 75,000 times a second
+ * never lets happen; the loop's timer, queries and rate limits would wait
+ * for it): at most one ring's worth from the ring itself. Records left
+ * wake the reader's fd again. Call from one thread only (the event loop).
+ * Returns the number handled, malformed ones included (>= 0), or -errno.
  */
 int record_reader__poll(struct record_reader *r);
 
-/* record_reader__bad_records() - malformed records seen so far. */
-uint64_t record_reader__bad_records(const struct record_reader *r);
+/* record_reader__queued_peak() - the most bytes of records queued at once so far. */
+size_t record_reader__queued_peak(struct record_reader *r);
+
+/* record_reader__bad_records() - records malformed, or dropped for want of memory, so far. */
+uint64_t record_reader__bad_records(struct record_reader *r);
 
 /* The number of __u64 counters in struct @v (every counter struct of bpf/ is all __u64). */
 #define U64S(v) (sizeof(v) / sizeof(uint64_t))

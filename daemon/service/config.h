@@ -18,14 +18,12 @@
 #define PROFD_DEFAULT_MAX_SESSIONS 16
 #define PROFD_DEFAULT_MAX_THREADS 4096
 #define PROFD_DEFAULT_MAX_STACKS 200000
-/* 8 MiB holds ~500 samples with 16 KiB stack copies (0.6 s of 397 Hz on 2 CPUs), ~4000
- * frame-pointer samples; profd drains it every 200 ms, and as it fills. VmRSS counts it
- * twice (the kernel maps the data pages twice), with the off-CPU one of half its size:
- * 32 MiB would take profd past 64 MiB of RSS by itself (bench/daemon). 4 MiB would save
- * ~14 MiB of RSS on a PyTorch loop at 999 Hz on 2 CPUs, and lost no sample alone, but 117
- * and 245 of ~8,250 while its tables loaded with perf record running beside it (bench/cost
- * --config; none with 8 MiB): a busy box starves profd's loop the same way. */
-#define PROFD_DEFAULT_RING_BUFFER_BYTES (8u << 20)
+/* The ring only has to hold what arrives while its drain thread waits for a CPU (the
+ * records then wait in user memory while the loop is busy: collect/bpf_util.h). VmRSS
+ * counts it twice (the kernel maps the data pages twice), with the off-CPU one of half its
+ * size: 8 MiB took 24 MiB of profd's RSS, 2 MiB takes 6. 2 MiB holds ~120 samples with
+ * 16 KiB stack copies, ~4,000 with table-walked stacks of 60 frames. */
+#define PROFD_DEFAULT_RING_BUFFER_BYTES (2u << 20)
 /* Compiled CFI tables kept in cfi-cache/ beside the database (collect/cfi_cache.h): ~20 times
  * libtorch_cpu.so's 11 MiB. */
 #define PROFD_DEFAULT_CFI_CACHE_BYTES (256ull << 20)

@@ -216,6 +216,34 @@ static json_t *tables_object(struct profd *p)
 	    "cache_evicted", (json_int_t)t.cache_evicted, "cache_bytes", (json_int_t)t.cache_bytes);
 }
 
+/* One ring's entry in rings_object(): @r may be NULL (the feature is off). */
+static void ring_entry(json_t *o, const char *name, struct record_reader *r)
+{
+	if (r)
+		json_object_set_new(o, name,
+				    json_pack("{s:I, s:I}", "ring_bytes", (json_int_t)r->ring_bytes,
+					      "queued_peak_bytes",
+					      (json_int_t)record_reader__queued_peak(r)));
+}
+
+/*
+ * rings_object() - the ping's "rings": each BPF ring buffer's size and the
+ * most bytes of its records queued at once by its drain thread since profd
+ * started, while the loop was busy (docs/protocol.md).
+ */
+static json_t *rings_object(struct profd *p)
+{
+	json_t *o = json_object();
+
+	if (!o)
+		return NULL;
+	ring_entry(o, "samples", sampler__reader(p->env.sampler));
+	ring_entry(o, "offcpu", p->offcpu ? offcpu__reader(p->offcpu) : NULL);
+	ring_entry(o, "malloc", p->malloc_probes ? malloc_probes__reader(p->malloc_probes) : NULL);
+	ring_entry(o, "uprobes", p->uprobes ? uprobes__reader(p->uprobes) : NULL);
+	return o;
+}
+
 /*
  * One request: answered here, on the loop, when it reads little or changes
  * a session (ping, attach, detach, session, sessions, resymbolize), or
@@ -247,10 +275,11 @@ static json_t *run_request(struct profd *p, uint64_t client, const struct ucred 
 
 	switch (req.cmd) {
 	case CMD_PING:
-		return dispatch__ok(json_pack("{s:s, s:i, s:i, s:o}", "version", PROFD_VERSION,
+		return dispatch__ok(json_pack("{s:s, s:i, s:i, s:o, s:o}", "version", PROFD_VERSION,
 					      "protocol", PROFD_PROTOCOL_VERSION, "queries_running",
-					      (json_int_t)readers__busy(p->readers), "unwind_tables",
-					      tables_object(p)));
+					      (json_int_t)readers__busy(p->readers),
+					      "unwind_tables", tables_object(p), "rings",
+					      rings_object(p)));
 	case CMD_ATTACH:
 		return attach__run(p, peer, admin, &req);
 	case CMD_DETACH:
