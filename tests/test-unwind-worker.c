@@ -2,9 +2,10 @@
  * test-unwind-worker.c - the unwinding thread takes samples in batches:
  * nothing reaches it before a flush, a batch comes back whole and in
  * submission order, at most @capacity samples are in flight (the next is
- * refused with -ENOBUFS, not queued), drained jobs make room again, and an
- * oversized record is refused. The samples carry no stack (this process's
- * registers with an empty copy), so each comes back unwound to nothing,
+ * refused with -ENOBUFS, not queued), drained jobs make room again, a
+ * record with the largest stack copy comes back as the small ones do (its
+ * job is larger than the pooled ones), and an oversized record is refused. The samples carry no
+ * stack (this process's registers with an empty copy), so each comes back unwound to nothing,
  * flagged SAMPLE_USER_MISSING. No root needed.
  */
 #include <errno.h>
@@ -94,6 +95,16 @@ int main(void)
 	CHECK_INT_EQ(seen.n, 2 * CAPACITY);
 	CHECK_INT_EQ(seen.times[CAPACITY], 2000);
 	CHECK_INT_EQ(seen.times[2 * CAPACITY - 1], 2000 + CAPACITY - 1);
+
+	/* a record with the largest stack copy, larger than the pooled jobs: a job of its own */
+	e.time_ns = 3000;
+	e.stack_size = PROFILE_MAX_STACK_BYTES;
+	CHECK_INT_EQ(unwind_worker__submit(w, &e, sizeof(e), as, &lock, UNWIND_MODE_DWARF), 0);
+	unwind_worker__wait_idle(w);
+	unwind_worker__drain(w, on_sample, &seen);
+	CHECK_INT_EQ(seen.n, 2 * CAPACITY + 1);
+	CHECK_INT_EQ(seen.times[2 * CAPACITY], 3000);
+	e.stack_size = 0;
 
 	/* freed with a batch still unflushed: nothing leaks or hangs (valgrind setup checks leaks)
 	 */

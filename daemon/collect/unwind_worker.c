@@ -23,10 +23,11 @@ struct job {
 	struct addrspace *as;
 	pthread_rwlock_t *as_lock;
 	enum unwind_mode mode;
-	struct sample_event e; /* the record as submitted, room for a full one (JOB_BYTES) */
+	size_t cap;	       /* bytes allocated for e (job_bytes()) */
+	struct sample_event e; /* the record as submitted: its size, its header at least */
 };
 
-/* Free jobs kept for reuse; beyond them a drained job is freed (~37 KiB each: 2.3 MiB kept). */
+/* Free jobs kept for reuse; beyond them a drained job is freed (~20 KiB each: 1.2 MiB kept). */
 #define POOL_KEEP 64
 
 /* A list of jobs with its tail, in order. */
@@ -214,8 +215,18 @@ int unwind_worker__fd(struct unwind_worker *w)
 	return w->efd;
 }
 
-/* The size of every job: room for the largest record, so that any job serves any sample. */
-#define JOB_BYTES (offsetof(struct job, e) + sizeof(struct sample_event))
+/*
+ * The bytes of e a job gets for a record of @size bytes: the record, and
+ * at least its header (unwind_job() rewrites ips[]) and a 16 KiB stack copy
+ * (attach's default --stack-bytes), so that a pooled job serves most samples.
+ * Not room for the largest record (32 KiB of stack): a PyTorch session's
+ * first second queued ~400 jobs before its tables loaded, 14.5 MiB of
+ * profd's RSS when every job had that room.
+ */
+static size_t job_bytes(size_t size)
+{
+	return MAX(size, offsetof(struct sample_event, stack) + (16u << 10));
+}
 
 /* job_put() - give a drained job back to the pool, or free it beyond POOL_KEEP. */
 static void job_put(struct unwind_worker *w, struct job *j)
@@ -240,13 +251,14 @@ int unwind_worker__submit(struct unwind_worker *w, const struct sample_event *e,
 	if (w->in_use >= w->capacity)
 		return -ENOBUFS;
 	j = w->pool;
-	if (j) {
+	if (j && j->cap >= size) {
 		w->pool = j->next;
 		w->pool_len--;
 	} else {
-		j = malloc(JOB_BYTES);
+		j = malloc(offsetof(struct job, e) + job_bytes(size));
 		if (!j)
 			return -ENOMEM;
+		j->cap = job_bytes(size);
 	}
 	w->in_use++;
 	memcpy(&j->e, e, size);
