@@ -19,10 +19,13 @@
 #include "session/gpu_acc.h"
 #include "util.h"
 
-/* Allocation samples: ~2.5 KiB per sampled call, 64 bytes per return and free. */
-#define MALLOC_RINGBUF_BYTES (4u << 20)
-/* CUDA/NVTX/uprobe call records: ~330 bytes + 8 per stack frame each. */
-#define UPROBES_RINGBUF_BYTES (8u << 20)
+/* Allocation samples: ~2.5 KiB per sampled call, 64 bytes per return and free. A drain
+ * thread empties the ring as it fills (collect/bpf_util.h): it holds what arrives while
+ * that thread waits for a CPU, ~30,000 returns and frees. */
+#define MALLOC_RINGBUF_BYTES (2u << 20)
+/* CUDA/NVTX/uprobe call records: ~330 bytes + 8 per stack frame each: ~3,500 calls of 30
+ * frames. */
+#define UPROBES_RINGBUF_BYTES (2u << 20)
 
 struct probe_feature {
 	const char *what;	/* in messages: "uprobes" */
@@ -274,7 +277,7 @@ static void on_uprobes_ready(struct watch *w, uint32_t events)
  * features__load_malloc(), features__load_uprobes() - load the allocation
  * probes' or the CUDA/NVTX/--uprobe BPF object at its first use, not at
  * start: their ring buffers are resident as soon as they are mapped, and
- * mapped twice (24 MiB of RSS together), for features most sessions do not
+ * mapped twice (8 MiB of RSS together), for features most sessions do not
  * ask for. Return 0 or -errno (logged).
  */
 int features__load_malloc(struct profd *p)
