@@ -213,9 +213,9 @@ void record_reader__close(struct record_reader *r)
 
 	if (!r->live)
 		return;
+	/* Left readable, so that epoll_wait() returns until the thread sees stop. */
 	if (r->drain.started)
-		(void)!write(r->stop_fd, &one,
-			     sizeof(one)); /* left readable: epoll_wait() returns */
+		(void)!write(r->stop_fd, &one, sizeof(one));
 	worker_thread__stop(&r->drain);
 	worker_thread__destroy(&r->drain);
 	while ((c = r->head)) {
