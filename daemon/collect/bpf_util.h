@@ -1,7 +1,8 @@
 /*
  * bpf_util.h - what the collectors of daemon/collect/ do alike with their
  * BPF objects: load a skeleton whose records arrive through a ring buffer
- * map, read that ring buffer (counting malformed records), read or
+ * map, read that ring buffer (a drain thread empties it into a queue the
+ * event loop reads; malformed records are counted), read or
  * reset per-CPU counter maps, and delete the entries of a hash map that
  * belong to a process or session.
  */
@@ -78,22 +79,26 @@ struct record_reader {
 /*
  * collector__load() - load the BPF skeleton @s (its X__open() done, its
  * rodata set) whose records arrive in ring buffer map @events, and open
- * @reader on it.
+ * @reader on it: its fds and its drain thread, running on return.
  * @ringbuf_bytes: @events' size, a power of two and a multiple of the page size.
  * @targets, @targets_fd: when @targets_fd >= 0, the map @targets is made to
  *   share that map (another object's targets) instead of having its own.
  * @fn, @ctx: called from record_reader__poll() for each record.
  * Returns 0, -EINVAL for a bad size, or the -errno libbpf gave (-EPERM
  * without CAP_BPF + CAP_PERFMON; possible_cpus()' when the CPUs cannot be
- * counted, which percpu_sum() and percpu_zero() then rely on). On failure
- * the caller destroys the skeleton and calls record_reader__close(). Does
- * not log.
+ * counted, which percpu_sum() and percpu_zero() then rely on), or that of
+ * eventfd(2), epoll_create1(2) or pthread_create(3) (-EMFILE, -ENOMEM,
+ * -EAGAIN) for the drain thread. On failure the caller destroys the
+ * skeleton and calls record_reader__close(). Does not log.
  */
 int collector__load(struct bpf_object_skeleton *s, struct bpf_map *events, size_t ringbuf_bytes,
 		    struct bpf_map *targets, int targets_fd, record_fn fn, void *ctx,
 		    struct record_reader *reader);
 
-/* record_reader__close() - free @r's ring buffer reader; pending records are dropped. Idempotent.
+/*
+ * record_reader__close() - stop @r's drain thread (it returns within one
+ * ring copy) and free the reader; records queued or in the ring are
+ * dropped. Idempotent; a no-op on a zeroed reader.
  */
 void record_reader__close(struct record_reader *r);
 
