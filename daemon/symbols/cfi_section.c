@@ -272,7 +272,8 @@ static ssize_t cie_find(const struct cfi_cie *cies, size_t n, uint64_t off)
 /*
  * fde_read() - the FDE @e of @sec into @fde: its start, encoded as its
  * CIE says, its address range and where its instructions are (after the
- * augmentation data). False if any of it cannot be decoded.
+ * augmentation data). False if any of it cannot be decoded, or its range
+ * is 4 GiB or more (no real function is).
  */
 static bool fde_read(const struct cfi_section *sec, const Dwarf_FDE *e, const struct cfi_cie *cie,
 		     struct cfi_fde *fde)
@@ -288,11 +289,11 @@ static bool fde_read(const struct cfi_section *sec, const Dwarf_FDE *e, const st
 	skip = cie->fde_aug_bytes;
 	if (cie->sized && !read_uleb(&p, end, &skip))
 		return false;
-	if (skip > (uint64_t)(end - p))
+	if (skip > (uint64_t)(end - p) || range > UINT32_MAX)
 		return false;
-	fde->end = fde->start + range;
-	fde->insn = p + skip;
-	fde->insn_end = end;
+	fde->range = (uint32_t)range;
+	fde->insn = (uint32_t)(p + skip - sec->base);
+	fde->insn_end = (uint32_t)(end - sec->base);
 	return true;
 }
 
@@ -310,8 +311,9 @@ static int cmp_fde(const void *a, const void *b)
  * address set), an .eh_frame if @eh_frame, else a .debug_frame, of an ELF
  * file whose e_ident is @ident; libdw's dwarf_next_cfi() splits the
  * entries. FDEs that cannot be decoded are counted in @stats and left out;
- * the entries stop at the first that cannot be split. Returns 0 or
- * -ENOMEM; cfi_section__done() frees @sec either way.
+ * the entries stop at the first that cannot be split; a section of 4 GiB
+ * or more is not read (no entries). Returns 0 or -ENOMEM;
+ * cfi_section__done() frees @sec either way.
  */
 int cfi_section__read(const unsigned char *ident, bool eh_frame, struct cfi_section *sec,
 		      struct cfi_table_stats *stats)
@@ -320,6 +322,8 @@ int cfi_section__read(const unsigned char *ident, bool eh_frame, struct cfi_sect
 	size_t cap_cies = 0, cap = 0;
 	Dwarf_Off off = 0, next;
 
+	if (sec->size > UINT32_MAX)
+		return 0; /* struct cfi_fde holds offsets of 32 bits: no CFI read */
 	for (;;) {
 		Dwarf_CFI_Entry entry;
 
@@ -341,7 +345,7 @@ int cfi_section__read(const unsigned char *ident, bool eh_frame, struct cfi_sect
 				if (grow_array((void **)&sec->fdes, &cap, sec->n_fdes,
 					       sizeof(*sec->fdes)) < 0)
 					return -ENOMEM;
-				fde.cie = (size_t)c;
+				fde.cie = (uint32_t)c;
 				sec->fdes[sec->n_fdes++] = fde;
 				stats->fdes++;
 			}
@@ -741,6 +745,7 @@ static void fde_run(struct cfi_section *sec, size_t i, struct cfi_fde_rows *rows
 {
 	const struct cfi_fde *fde = &sec->fdes[i];
 	struct cfi_cie *cie = &sec->cies[fde->cie];
+	uint64_t end = cfi_fde_end(fde);
 	struct frame_state s;
 
 	rows->n = 0;
@@ -750,10 +755,10 @@ static void fde_run(struct cfi_section *sec, size_t i, struct cfi_fde_rows *rows
 	if (!cie_ready(sec, cie))
 		return;
 	s = cie->initial;
-	if (run_cfi(sec, cie, fde->insn, fde->insn_end, &s, rows) != 0)
+	if (run_cfi(sec, cie, sec->base + fde->insn, sec->base + fde->insn_end, &s, rows) != 0)
 		return;
-	if (fde->end > rows->start)
-		advance(rows, cie, &s, fde->end);
+	if (end > rows->start)
+		advance(rows, cie, &s, end);
 }
 
 /*

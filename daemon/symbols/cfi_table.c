@@ -134,7 +134,7 @@ static int compile_fdes(struct cfi_section *sec, int64_t shift, struct cfi_table
 				pc = fdes[fde + 1].start;
 				continue;
 			}
-			if (pc >= fdes[fde].end)
+			if (pc >= cfi_fde_end(&fdes[fde]))
 				break;
 			x = cfi_section__row_at(sec, fde, pc);
 			if (!x)
