@@ -391,6 +391,7 @@ int profd__end_session(struct profd *p, unsigned slot, const char *reason)
 	p->slots[slot] = NULL;
 	while ((proc = session__next_proc(s, &iter))) {
 		unwind_worker__forget(p->worker, proc->as);
+		unwinder__forget(p->unwinder, proc->as); /* off-CPU and allocation stacks' */
 		if (proc->tables_asked)
 			sampler__tables_remove(p->env.sampler, proc->pid);
 	}
