@@ -50,7 +50,17 @@ struct unwind_worker {
 	int efd;
 	struct unwinder *unwinder;
 	const struct addrspace *forget; /* handed to the thread to drop from its cache */
+	uint64_t pages_dropped_ns;	/* the thread's own: CLOCK_MONOTONIC of its last drop */
 };
+
+/*
+ * The thread drops the pages its unwinder read from files from profd's RSS
+ * (unwinder__drop_pages()) after a batch, at most this often: until a
+ * process's unwind tables are loaded every sample is unwound here, and
+ * libdw reads MiBs of libtorch_cpu.so's .eh_frame in a PyTorch job's
+ * first second.
+ */
+#define DROP_PAGES_NS (10 * NSEC_PER_SEC)
 
 DEFINE_TRIVIAL_CLEANUP_FUNC(struct unwind_worker *, unwind_worker__free)
 
@@ -145,6 +155,10 @@ static void *worker_main(void *arg)
 
 		for (struct job *j = batch.head; j; j = j->next)
 			unwind_job(w, j);
+		if (now_ns(CLOCK_MONOTONIC) - w->pages_dropped_ns >= DROP_PAGES_NS) {
+			(void)unwinder__drop_pages(w->unwinder);
+			w->pages_dropped_ns = now_ns(CLOCK_MONOTONIC);
+		}
 
 		pthread_mutex_lock(&w->worker.lock);
 		w->pending -= batch.len;
@@ -174,6 +188,7 @@ int unwind_worker__new(size_t capacity, struct unwind_worker **ret)
 	pthread_cond_init(&w->idle, NULL);
 	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	w->unwinder = unwinder__new();
+	w->pages_dropped_ns = now_ns(CLOCK_MONOTONIC);
 	if (w->efd < 0 || !w->unwinder)
 		return w->efd < 0 ? -errno : -ENOMEM;
 	r = worker_thread__start(&w->worker, worker_main, w);

@@ -74,6 +74,9 @@ struct profd {
 	uint64_t last_retention_ns; /* CLOCK_MONOTONIC */
 	uint64_t last_merge_ns;	    /* CLOCK_MONOTONIC of the last profd__merge_windows() */
 	uint64_t last_symbols_trim_ns; /* CLOCK_MONOTONIC of the last symbolizer__trim() */
+	uint64_t last_file_pages_ns;   /* CLOCK_MONOTONIC of the last symbolizer__drop_pages() */
+	uint64_t file_pages_files;     /* symbolizer__files_opened() at that time */
+	bool file_pages_due;	       /* a session ended since: drop at the next tick */
 	bool merge_backlog;	    /* it stopped at its bound: older windows wait */
 	struct store_merge_cursor merge_cursor; /* the merged window it works on */
 	uint64_t watchdog_ns;	    /* WATCHDOG=1 this often; 0: no watchdog */

@@ -389,6 +389,7 @@ int profd__end_session(struct profd *p, unsigned slot, const char *reason)
 			 (double)t.compile_ns / 1e9, (unsigned long long)t.cache_hits);
 	}
 	p->slots[slot] = NULL;
+	p->file_pages_due = true; /* what its stacks read is not needed now */
 	while ((proc = session__next_proc(s, &iter))) {
 		unwind_worker__forget(p->worker, proc->as);
 		unwinder__forget(p->unwinder, proc->as); /* off-CPU and allocation stacks' */

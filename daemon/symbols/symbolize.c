@@ -34,6 +34,7 @@
 #include "hashmap.h"
 #include "symbols/addrspace_internal.h"
 #include "symbols/debuginfo.h"
+#include "symbols/elf_pages.h"
 #include "symbols/kallsyms.h"
 #include "symbols/strpool.h"
 #include "symbols/symbolize.h"
@@ -361,7 +362,43 @@ int symbolizer__module_report(struct symbolizer *s, struct module *mod, const ch
 	mod->dwfl = dwfl;
 	mod->mod = dm;
 	mod->bias = bias;
+	s->files_opened++;
 	return 0;
+}
+
+/*
+ * symbolizer__files_opened() - the ELF files @s has opened so far (a
+ * module reported, its symbol index built, its DWARF read): each a read of
+ * many pages of a file that stay in profd's RSS until
+ * symbolizer__drop_pages().
+ */
+uint64_t symbolizer__files_opened(const struct symbolizer *s)
+{
+	return s->files_opened;
+}
+
+/*
+ * symbolizer__drop_pages() - drop from profd's RSS the pages read from the
+ * files of @s's open modules and their debug files (elf_pages.h): later
+ * lookups read what they need of them again, from the page cache. Must be
+ * called on the thread that uses @s. Returns the resident bytes dropped,
+ * or -errno if /proc/self/maps cannot be read (-ENOMEM). Does not log.
+ */
+int64_t symbolizer__drop_pages(struct symbolizer *s)
+{
+	struct elf_pages ep;
+	int r = elf_pages__begin(&ep);
+
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < s->modules.cap; i++) {
+		const struct module *m = s->modules.vals[i];
+
+		if (m)
+			elf_pages__drop_dwfl(&ep, m->dwfl);
+	}
+	elf_pages__end(&ep);
+	return (int64_t)ep.bytes;
 }
 
 /*

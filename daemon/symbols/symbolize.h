@@ -92,6 +92,9 @@ struct symbolizer *symbolizer__new(void); /* NULL only on out-of-memory */
 void symbolizer__free(struct symbolizer *s); /* accepts NULL */
 /* Documented in symbolize.c: close the modules not used for @idle_ns, bound the string pool. */
 size_t symbolizer__trim(struct symbolizer *s, uint64_t now_ns, uint64_t idle_ns);
+/* Documented in symbolize.c: what was read from files, and dropping it from the RSS. */
+uint64_t symbolizer__files_opened(const struct symbolizer *s);
+int64_t symbolizer__drop_pages(struct symbolizer *s);
 
 /*
  * symbolizer__user() - symbolize user address @addr of a process whose

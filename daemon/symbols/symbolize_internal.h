@@ -62,6 +62,7 @@ struct symbolizer {
 	 * one): what a module is stamped with when it is looked up, so that a
 	 * lookup costs no clock read. */
 	uint64_t clock_ns;
+	uint64_t files_opened; /* symbolizer__module_report() successes */
 
 	/*
 	 * Where separate debug files are looked for (debuginfo.h); with

@@ -32,6 +32,7 @@
 
 #include "symbols/elf_util.h"
 #include "symbols/debuginfo.h"
+#include "symbols/elf_pages.h"
 #include "symbols/symbolize.h"
 #include "symbols/unwind.h"
 #include "util.h"
@@ -208,6 +209,27 @@ void unwinder__forget(struct unwinder *u, const struct addrspace *as)
 	for (size_t i = 0; i < CACHE_MAX; i++)
 		if (u->cache[i].as == as)
 			entry_clear(&u->cache[i]);
+}
+
+/*
+ * unwinder__drop_pages() - drop from profd's RSS the pages libdw read from
+ * the files of @u's cached address spaces (elf_pages.h): their
+ * .eh_frame_hdr and .eh_frame, read for every sample until a process's
+ * unwind tables are loaded. Later walks read what they need again, from
+ * the page cache. Must be called on the thread that uses @u. Returns the
+ * resident bytes dropped, or -errno if /proc/self/maps cannot be read.
+ */
+int64_t unwinder__drop_pages(struct unwinder *u)
+{
+	struct elf_pages ep;
+	int r = elf_pages__begin(&ep);
+
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < CACHE_MAX; i++)
+		elf_pages__drop_dwfl(&ep, u->cache[i].dwfl);
+	elf_pages__end(&ep);
+	return (int64_t)ep.bytes;
 }
 
 static bool mapping_eq(const struct mapping *a, const struct mapping *b)

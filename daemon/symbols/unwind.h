@@ -72,3 +72,4 @@ int unwinder__complete_walk(struct unwinder *u, const struct addrspace *as, cons
  * address space the unwinder never saw.
  */
 void unwinder__forget(struct unwinder *u, const struct addrspace *as);
+int64_t unwinder__drop_pages(struct unwinder *u); /* documented in unwind.c */
