@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,7 +150,9 @@ static int drop_module(Dwfl_Module *mod, void **userdata, const char *name, Dwar
 	Elf *main_elf;
 	Dwarf *dw;
 
-	(void)userdata, (void)name, (void)base;
+	(void)userdata;
+	(void)name;
+	(void)base;
 	main_elf = dwfl_module_getelf(mod, &bias);
 	elf_pages__drop(ep, main_elf);
 	/* Asked only once libdwfl has the debug file: the question would load it. */
