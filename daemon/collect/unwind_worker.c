@@ -49,7 +49,6 @@ struct unwind_worker {
 	size_t in_use;         /* jobs submitted and not yet drained (or dropped) */
 	int efd;
 	struct unwinder *unwinder;
-	const struct addrspace *forget; /* handed to the thread to drop from its cache */
 	uint64_t pages_dropped_ns;	/* the thread's own: CLOCK_MONOTONIC of its last drop */
 };
 
