@@ -37,6 +37,12 @@ struct record_chunk {
 	uint64_t data[];
 };
 
+/* The bytes a record of @size bytes takes in a chunk: its size word, its bytes padded to 8. */
+static size_t slot_bytes(uint64_t size)
+{
+	return sizeof(uint64_t) + (size_t)((size + 7) & ~(uint64_t)7);
+}
+
 static struct record_chunk *chunk_new(size_t need)
 {
 	size_t bytes = MAX(need + sizeof(struct record_chunk), (size_t)CHUNK_BYTES);
@@ -66,7 +72,7 @@ static void chunk_free(struct record_chunk *c)
 static int reader_record(void *ctx, void *data, size_t size)
 {
 	struct record_reader *r = ctx;
-	size_t need = sizeof(uint64_t) + ((size + 7) & ~(size_t)7);
+	size_t need = slot_bytes(size);
 	struct record_chunk *c = r->tail;
 
 	if (!c || c->cap - c->len < need) {
@@ -110,13 +116,6 @@ static int ring_to_queue(struct record_reader *r)
 	return ret == READ_ENOUGH ? r->read_records : ret;
 }
 
-static void queued_signal(struct record_reader *r)
-{
-	uint64_t one = 1;
-
-	(void)!write(r->queued_fd, &one, sizeof(one));
-}
-
 /*
  * The drain thread: wait until the BPF side wakes the ring (or for a
  * second), copy the ring to the queue and tell the loop; while the queue
@@ -143,7 +142,7 @@ static void *drain_main(void *arg)
 			continue;
 		got = ring_to_queue(r);
 		if (got > 0)
-			queued_signal(r);
+			(void)eventfd_write(r->queued_fd, 1);
 	}
 	pthread_mutex_unlock(&t->lock);
 	return NULL;
@@ -209,13 +208,12 @@ int collector__load(struct bpf_object_skeleton *s, struct bpf_map *events, size_
 void record_reader__close(struct record_reader *r)
 {
 	struct record_chunk *c;
-	uint64_t one = 1;
 
 	if (!r->live)
 		return;
 	/* Left readable, so that epoll_wait() returns until the thread sees stop. */
 	if (r->drain.started)
-		(void)!write(r->stop_fd, &one, sizeof(one));
+		(void)eventfd_write(r->stop_fd, 1);
 	worker_thread__stop(&r->drain);
 	worker_thread__destroy(&r->drain);
 	while ((c = r->head)) {
@@ -242,11 +240,11 @@ int record_reader__poll(struct record_reader *r)
 {
 	struct worker_thread *t = &r->drain;
 	struct record_chunk *list, *c;
-	uint64_t drained;
+	eventfd_t drained;
 	bool was_full, more;
 	int ret, n = 0;
 
-	(void)!read(r->queued_fd, &drained, sizeof(drained));
+	(void)eventfd_read(r->queued_fd, &drained);
 	pthread_mutex_lock(&t->lock);
 	ret = ring_to_queue(r);
 	more = ret > 0 && r->read_bytes >= r->ring_bytes;
@@ -264,7 +262,7 @@ int record_reader__poll(struct record_reader *r)
 
 			if (!r->fn(r->ctx, at + 1, (size_t)at[0]))
 				r->bad_records++;
-			off += sizeof(uint64_t) + ((at[0] + 7) & ~(uint64_t)7);
+			off += slot_bytes(at[0]);
 			n++;
 		}
 		list = c->next;
@@ -277,7 +275,7 @@ int record_reader__poll(struct record_reader *r)
 		chunk_free(c);
 	}
 	if (more)
-		queued_signal(r); /* the ring may hold more */
+		(void)eventfd_write(r->queued_fd, 1); /* the ring may hold more */
 	return ret < 0 ? ret : n;
 }
 

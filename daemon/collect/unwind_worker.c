@@ -138,7 +138,6 @@ static void list_splice(struct job_list *to, struct job_list *from)
 static void *worker_main(void *arg)
 {
 	struct unwind_worker *w = arg;
-	uint64_t one = 1;
 
 	pthread_mutex_lock(&w->worker.lock);
 	for (;;) {
@@ -164,9 +163,9 @@ static void *worker_main(void *arg)
 		list_splice(&w->done, &batch);
 		if (w->pending == 0)
 			pthread_cond_broadcast(&w->idle);
-		if (write(w->efd, &one, sizeof(one)) < 0) {
-			/* The counter cannot overflow in practice; the main loop also drains on its tick. */
-		}
+		/* Cannot fail in practice (the counter does not overflow); the main loop
+		 * also drains on its tick. */
+		(void)eventfd_write(w->efd, 1);
 	}
 	pthread_mutex_unlock(&w->worker.lock);
 	return NULL;
@@ -269,10 +268,12 @@ int unwind_worker__submit(struct unwind_worker *w, const struct sample_event *e,
 		w->pool = j->next;
 		w->pool_len--;
 	} else {
-		j = malloc(offsetof(struct job, e) + job_bytes(size));
+		size_t cap = job_bytes(size);
+
+		j = malloc(offsetof(struct job, e) + cap);
 		if (!j)
 			return -ENOMEM;
-		j->cap = job_bytes(size);
+		j->cap = cap;
 	}
 	w->in_use++;
 	memcpy(&j->e, e, size);
@@ -300,10 +301,10 @@ void unwind_worker__flush(struct unwind_worker *w)
 void unwind_worker__drain(struct unwind_worker *w, sampler_fn fn, void *ctx)
 {
 	struct job *list, *next;
-	uint64_t n;
+	eventfd_t n;
 
 	unwind_worker__flush(w);
-	if (read(w->efd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+	if (eventfd_read(w->efd, &n) < 0 && errno != EAGAIN)
 		return;
 	pthread_mutex_lock(&w->worker.lock);
 	list = w->done.head;

@@ -114,7 +114,6 @@ static void *reader_main(void *arg)
 {
 	struct reader *t = arg;
 	struct readers *rs = t->rs;
-	uint64_t one = 1;
 
 	pthread_mutex_lock(&rs->lock);
 	for (;;) {
@@ -152,9 +151,7 @@ static void *reader_main(void *arg)
 		j->answer = answer;
 		*rs->done_tail = j;
 		rs->done_tail = &j->next;
-		if (write(rs->efd, &one, sizeof(one)) < 0) {
-			/* The counter cannot overflow in practice. */
-		}
+		(void)eventfd_write(rs->efd, 1); /* the counter cannot overflow in practice */
 	}
 	pthread_mutex_unlock(&rs->lock);
 	return NULL;
@@ -339,7 +336,7 @@ void readers__cancel(struct readers *rs, uint64_t client)
 bool readers__take(struct readers *rs, uint64_t *ret_client, json_t **ret_answer)
 {
 	struct job *j;
-	uint64_t n;
+	eventfd_t n;
 
 	pthread_mutex_lock(&rs->lock);
 	j = rs->done;
@@ -347,8 +344,9 @@ bool readers__take(struct readers *rs, uint64_t *ret_client, json_t **ret_answer
 		rs->done = j->next;
 		if (!rs->done)
 			rs->done_tail = &rs->done;
-	} else if (read(rs->efd, &n, sizeof(n)) < 0) {
+	} else {
 		/* EAGAIN: nothing was signalled; the counter is reset either way. */
+		(void)eventfd_read(rs->efd, &n);
 	}
 	pthread_mutex_unlock(&rs->lock);
 	if (!j)
