@@ -2,7 +2,8 @@
  * test-elf-pages.c - elf_pages on ELF images of a library this test links
  * (libdw's file, ~1 MiB), as libelf and libdwfl open them: a mapped image read whole goes out of
  * the RSS and reads back the same, a page written to it (a copy on write, as libelf writes section
- * headers) keeps what was written, an image libelf read into memory is left alone, and a Dwfl still
+ * headers) keeps what was written, a range of an image (a section's data) drops the pages holding
+ * it and no other, an image libelf read into memory is left alone, and a Dwfl still
  * finds a symbol after its file's pages were dropped. The RSS of a mapping is read from
  * /proc/self/smaps.
  */
@@ -103,6 +104,28 @@ int main(void)
 			CHECK(0);
 			break; /* the first is enough: not one line per byte of the file */
 		}
+
+	/* A range (a section's data): the pages holding any of its bytes go, and only those. */
+	{
+		long whole = rss_kb(image); /* read back whole by the comparison above */
+
+		CHECK_INT_EQ(whole, (long)((size + 4095) / 4096 * 4));
+		CHECK_INT_EQ(elf_pages__begin(&ep), 0);
+		elf_pages__drop_range(&ep, mapped, image + 3 * 4096 + 100, 2 * 4096);
+		CHECK_INT_EQ(rss_kb(image), whole - 12); /* pages 3, 4 and 5 */
+		/* bytes that are not in the image (data libelf inflated elsewhere): nothing */
+		elf_pages__drop_range(&ep, mapped, copy, 4096);
+		elf_pages__drop_range(&ep, in_memory, copy, 4096);
+		elf_pages__drop_range(&ep, mapped, image + size - 10, 20);
+		CHECK_INT_EQ(ep.images, 1);
+		CHECK_INT_EQ(rss_kb(image), whole - 12);
+		/* pages 0-3: the page written (2) stays, in a range as in a whole image */
+		elf_pages__drop_range(&ep, mapped, image, 4 * 4096);
+		elf_pages__end(&ep);
+		CHECK_INT_EQ(rss_kb(image), whole - 12 - 8); /* pages 0 and 1: 2 was written */
+		CHECK_INT_EQ(image[written], copy[written] ^ 0xff);
+		CHECK_INT_EQ(image[3 * 4096 + 200], copy[3 * 4096 + 200]);
+	}
 	elf_end(mapped);
 	elf_end(in_memory);
 	close(fd_mapped);

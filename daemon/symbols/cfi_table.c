@@ -25,13 +25,37 @@
 #include "symbols/cfi_section.h"
 #include "symbols/cfi_table.h"
 #include "symbols/debuginfo.h"
+#include "symbols/elf_pages.h"
 #include "util.h"
+
+/*
+ * A section's pages are dropped from RSS every CFI_DROP_FDES FDEs walked:
+ * libtorch_cpu.so's .eh_frame is 11 MiB, all resident by the end of its
+ * compile, while its FDEs are walked in about the order the section holds
+ * them.
+ */
+#define CFI_DROP_FDES 8192
 
 struct cfi_table {
 	struct cfi_row *rows; /* sorted by pc, strictly increasing; the last is CFI_ROW_NONE */
 	size_t n;
 	struct cfi_table_stats stats;
 };
+
+/* A section mapped from its file (libdwfl maps files whole), and the pass that drops its pages. */
+struct section_pages {
+	struct elf_pages ep;
+	Elf *elf;
+	const void *data;
+	size_t bytes;
+};
+
+/* section_pages_drop() - take what @sp's section has read of its file out of RSS; NULL: none. */
+static void section_pages_drop(struct section_pages *sp)
+{
+	if (sp)
+		elf_pages__drop_range(&sp->ep, sp->elf, sp->data, sp->bytes);
+}
 
 /* A growing array of rows. */
 struct rowvec {
@@ -96,10 +120,11 @@ static int rowvec_put(struct rowvec *v, const struct cfi_row *r)
  * libdw's search of .eh_frame_hdr finds it), one after the other and into
  * the next FDE when it follows without a gap, until no FDE covers the PC,
  * which starts a CFI_ROW_NONE row. PCs are the section's, shifted by
- * @shift into the module's. Returns 0, -E2BIG, -ENOMEM.
+ * @shift into the module's. @pages: the section's file pages, dropped as
+ * the walk goes (NULL: none). Returns 0, -E2BIG, -ENOMEM.
  */
-static int compile_fdes(struct cfi_section *sec, int64_t shift, struct cfi_table_stats *stats,
-			struct rowvec *out)
+static int compile_fdes(struct cfi_section *sec, int64_t shift, struct section_pages *pages,
+			struct cfi_table_stats *stats, struct rowvec *out)
 {
 	const struct cfi_fde *fdes = sec->fdes;
 	size_t n = sec->n_fdes;
@@ -111,6 +136,8 @@ static int compile_fdes(struct cfi_section *sec, int64_t shift, struct cfi_table
 		unsigned walked = 0;
 		bool any = false;
 
+		if (i % CFI_DROP_FDES == CFI_DROP_FDES - 1)
+			section_pages_drop(pages);
 		if (fdes[i].start < pc)
 			continue; /* inside what the rows so far cover (or overlapping FDEs) */
 		pc = fdes[i].start;
@@ -257,10 +284,11 @@ static bool x86_64_elf(Elf *elf)
 /*
  * compile_section() - the rows of the CFI section @data at address @addr,
  * an .eh_frame if @eh_frame, else a .debug_frame, of an ELF file whose
- * e_ident is @ident; @shift added to its PCs. Returns 0, -E2BIG, -ENOMEM.
+ * e_ident is @ident; @shift added to its PCs; @pages: its file pages, to
+ * drop (NULL: none). Returns 0, -E2BIG, -ENOMEM.
  */
 static int compile_section(const unsigned char *ident, const void *data, size_t bytes,
-			   uint64_t addr, bool eh_frame, int64_t shift,
+			   uint64_t addr, bool eh_frame, int64_t shift, struct section_pages *pages,
 			   struct cfi_table_stats *stats, struct rowvec *out)
 {
 	struct cfi_section sec = {.base = data, .size = bytes, .addr = addr};
@@ -269,8 +297,9 @@ static int compile_section(const unsigned char *ident, const void *data, size_t 
 	if (!data || bytes == 0)
 		return 0;
 	r = cfi_section__read(ident, eh_frame, &sec, stats);
+	section_pages_drop(pages); /* reading every entry's header touched every page */
 	if (r >= 0)
-		r = compile_fdes(&sec, shift, stats, out);
+		r = compile_fdes(&sec, shift, pages, stats, out);
 	cfi_section__done(&sec);
 	return r;
 }
@@ -281,12 +310,23 @@ static int compile_elf_section(Elf *elf, const char *name, int64_t shift,
 {
 	uint64_t addr = 0;
 	Elf_Data *data = section_data(elf, name, &addr);
+	struct section_pages pages = {.elf = elf};
+	bool drop;
+	int r;
 
 	if (!data)
 		return 0;
-	return compile_section((const unsigned char *)elf_getident(elf, NULL), data->d_buf,
-			       data->d_size, addr, strcmp(name, ".eh_frame") == 0, shift, stats,
-			       out);
+	pages.data = data->d_buf;
+	pages.bytes = data->d_size;
+	drop = elf_pages__begin(&pages.ep) == 0;
+	r = compile_section((const unsigned char *)elf_getident(elf, NULL), data->d_buf,
+			    data->d_size, addr, strcmp(name, ".eh_frame") == 0, shift,
+			    drop ? &pages : NULL, stats, out);
+	if (drop) {
+		section_pages_drop(&pages);
+		elf_pages__end(&pages.ep);
+	}
+	return r;
 }
 
 /* table_finish() - the table of @eh and @dbg merged, in *@ret. */
@@ -428,10 +468,11 @@ int cfi_table__from_sections(const void *eh_frame, size_t eh_frame_bytes, uint64
 	struct rowvec eh = {}, dbg = {};
 	int r;
 
-	r = compile_section(ident, eh_frame, eh_frame_bytes, eh_frame_addr, true, 0, &stats, &eh);
+	r = compile_section(ident, eh_frame, eh_frame_bytes, eh_frame_addr, true, 0, NULL, &stats,
+			    &eh);
 	if (r >= 0)
-		r = compile_section(ident, debug_frame, debug_frame_bytes, 0, false, 0, &stats,
-				    &dbg);
+		r = compile_section(ident, debug_frame, debug_frame_bytes, 0, false, 0, NULL,
+				    &stats, &dbg);
 	if (r >= 0)
 		r = table_finish(&eh, &dbg, &stats, ret);
 	rowvec_done(&eh);

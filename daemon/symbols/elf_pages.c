@@ -115,6 +115,34 @@ static void drop_runs(struct elf_pages *ep, uint64_t start, uint64_t end)
 }
 
 /*
+ * image_map() - the mapping of @ep that @e's image starts, with the image's
+ * start and size in *@ret_start and *@ret_size; NULL when @e is NULL or
+ * libelf read its image into memory, or for an empty image.
+ */
+static const struct elf_pages_map *image_map(const struct elf_pages *ep, Elf *e,
+					     uint64_t *ret_start, size_t *ret_size)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	char *image = e ? elf_rawfile(e, ret_size) : NULL;
+
+	*ret_start = (uint64_t)(uintptr_t)image;
+	if (!image || *ret_size == 0 || *ret_start % page != 0)
+		return NULL;
+	return map_at(ep, *ret_start);
+}
+
+/* drop() - drop_runs() on [@start, @end), once pagemap is open. */
+static void drop(struct elf_pages *ep, uint64_t start, uint64_t end)
+{
+	if (ep->pagemap_fd < 0)
+		ep->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	if (ep->pagemap_fd < 0 || start >= end)
+		return;
+	ep->images++;
+	drop_runs(ep, start, end);
+}
+
+/*
  * elf_pages__drop() - drop the resident pages of @e's image, if libelf
  * mapped it (its image starts one of @ep's file mappings; an image libelf
  * read into memory is left alone), but the pages written or swapped out.
@@ -122,22 +150,32 @@ static void drop_runs(struct elf_pages *ep, uint64_t start, uint64_t end)
  */
 void elf_pages__drop(struct elf_pages *ep, Elf *e)
 {
-	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start, end;
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start;
 	const struct elf_pages_map *m;
 	size_t size = 0;
-	char *image;
 
-	image = e ? elf_rawfile(e, &size) : NULL;
-	start = (uint64_t)(uintptr_t)image;
-	if (!image || size == 0 || start % page != 0 || !(m = map_at(ep, start)))
+	m = image_map(ep, e, &start, &size);
+	if (m)
+		drop(ep, start, MIN(m->end, (start + size + page - 1) / page * page));
+}
+
+/*
+ * elf_pages__drop_range() - elf_pages__drop() of the pages of @e's image
+ * that hold any of the @len bytes at @addr (a section's data, as
+ * elf_getdata() gives it); nothing when @addr is not in the image (data
+ * libelf decompressed or converted into memory of its own). The caller
+ * owns @e. Accepts NULL.
+ */
+void elf_pages__drop_range(struct elf_pages *ep, Elf *e, const void *addr, size_t len)
+{
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), start, at = (uint64_t)(uintptr_t)addr;
+	const struct elf_pages_map *m;
+	size_t size = 0;
+
+	m = image_map(ep, e, &start, &size);
+	if (!m || at < start || len > size || at - start > size - len)
 		return;
-	end = MIN(m->end, (start + size + page - 1) / page * page);
-	if (ep->pagemap_fd < 0)
-		ep->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-	if (ep->pagemap_fd < 0)
-		return;
-	ep->images++;
-	drop_runs(ep, start, end);
+	drop(ep, at / page * page, MIN(m->end, (at + len + page - 1) / page * page));
 }
 
 /* One module of elf_pages__drop_dwfl(): its ELF file, and its debug file if open. */

@@ -41,5 +41,6 @@ struct elf_pages {
 /* Documented where they are defined, in elf_pages.c. */
 int elf_pages__begin(struct elf_pages *ep);
 void elf_pages__drop(struct elf_pages *ep, Elf *e);
+void elf_pages__drop_range(struct elf_pages *ep, Elf *e, const void *addr, size_t len);
 void elf_pages__drop_dwfl(struct elf_pages *ep, Dwfl *dwfl);
 void elf_pages__end(struct elf_pages *ep);
