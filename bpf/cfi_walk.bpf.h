@@ -29,7 +29,7 @@ struct {
 	__type(value, struct cfi_walk_proc);
 } cfi_procs SEC(".maps");
 
-/* module id -> its rows in cfi_rows. */
+/* module id -> where its rows are in cfi_rows. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, CFI_WALK_MAX_MODULES);
@@ -38,16 +38,17 @@ struct {
 } cfi_modules SEC(".maps");
 
 /*
- * Every module's rows, one after the other, in the array at slot 0 of
- * cfi_rows. User space (cfi_maps.c) creates that array when the first
- * process is loaded, replaces it with a larger copy when a module does not
- * fit (up to rows_cap rows, 32 MiB at the default) and removes it after the
- * last process: an array map is allocated whole when created, so a profd
+ * The modules' rows, in arrays in the slots of cfi_rows, several modules'
+ * one after the other in each. User space (cfi_maps.c) creates an array
+ * when a module fits in no other (512 KiB, or the module's size: up to
+ * rows_cap rows in all, 32 MiB at the default) and removes it with its
+ * last module: an array map is allocated whole when created, so a profd
  * with no walking session pays nothing for it, and one whose modules are
- * small pays little. The template below only types it; BPF_F_INNER_MAP
- * lets the real one be of another size (Linux 5.10). mmap-able, so that a
+ * small pays little. An array is never grown, which would mean a copy
+ * beside the old. The template below only types them; BPF_F_INNER_MAP
+ * lets the real ones be of other sizes (Linux 5.10). mmap-able, so that a
  * module's rows are copied in with one memcpy, not a system call per row.
- * Slot 0 empty: every walk stops at CFI_STOP_NO_TABLE.
+ * An empty slot: the walk stops there (CFI_STOP_NO_CFI).
  */
 struct cfi_rows_array {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -61,7 +62,7 @@ struct cfi_rows_array {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, 1);
+	__uint(max_entries, CFI_WALK_ROW_ARRAYS);
 	__type(key, __u32);
 	__array(values, struct cfi_rows_array);
 } cfi_rows SEC(".maps");
@@ -134,14 +135,14 @@ cfi_find_mapping(const struct cfi_walk_proc *p, __u64 addr)
 /*
  * cfi_search_row() - the row of module @mod covering module address @rel:
  * the last row whose pc is <= @rel. NULL when @rel is below the first row,
- * the search did not end within CFI_WALK_ROW_STEPS, or no row array is in
- * cfi_rows. Each step is a lookup in the inner array, a helper call (the
+ * the search did not end within CFI_WALK_ROW_STEPS, or the module's slot
+ * of cfi_rows holds no array. Each step is a lookup in the inner array, a helper call (the
  * verifier inlines no lookup in an array of BPF_F_INNER_MAP).
  */
 static __always_inline const struct cfi_walk_row *
 cfi_search_row(const struct cfi_walk_module *mod, __u32 rel)
 {
-	__u32 first = mod->first, lo = 0, hi = mod->n, key = 0;
+	__u32 first = mod->first, lo = 0, hi = mod->n, key = mod->array;
 	void *rows;
 
 	rows = bpf_map_lookup_elem(&cfi_rows, &key);

@@ -19,17 +19,19 @@
  * - CFI_WALK_MAX_PROCS processes (the hash map is preallocated:
  *   CFI_WALK_MAX_PROCS * 16 KiB = 4 MiB). A process that does not fit is
  *   refused (-ENOSPC) and its samples stop at CFI_STOP_NO_PROCESS.
- * - CFI_WALK_MAX_MODULES modules (8 bytes each).
- * - rows: one shared array of struct cfi_walk_row, sized by user space
- *   before load (cfi_maps' rows_cap, at most CFI_WALK_MAX_ROWS: the binary
- *   search is bounded for that many). A module that does not fit is
- *   counted and gets no rows: its PCs stop at CFI_STOP_NO_TABLE.
+ * - CFI_WALK_MAX_MODULES modules (16 bytes each).
+ * - rows: up to CFI_WALK_ROW_ARRAYS arrays of struct cfi_walk_row, made by
+ *   user space as modules need them, holding together at most rows_cap
+ *   rows (cfi_maps' rows_cap, at most CFI_WALK_MAX_ROWS: the binary search
+ *   is bounded for that many). A module that does not fit is counted and
+ *   gets no rows: its PCs stop at CFI_STOP_NO_TABLE.
  * - CFI_WALK_MAX_FRAMES frames per walk.
  */
 #define CFI_WALK_MAX_MAPPINGS 512
 #define CFI_WALK_MAX_PROCS 256
 #define CFI_WALK_MAX_MODULES 4096
 #define CFI_WALK_MAX_ROWS (8u << 20)
+#define CFI_WALK_ROW_ARRAYS 128
 #define CFI_WALK_MAX_FRAMES 128
 /*
  * The walk reads the stack through a window of this many bytes (a power of
@@ -112,13 +114,15 @@ struct cfi_walk_proc {
 };
 
 /*
- * A module's rows in cfi_rows: [first, first + n). n == 0: no table (stop).
+ * A module's rows: [first, first + n) of the row array in slot @array of
+ * cfi_rows. n == 0: no table (stop).
  * fill: a number user space gives each filling of a module slot, never 0
  * and not reused (it wraps after 2^32 fills): the rows of a module are
  * cached under it (cfi_row_cache), so a slot filled again with other rows
  * misses the old entries.
  */
 struct cfi_walk_module {
+	__u32 array;
 	__u32 first;
 	__u32 n;
 	__u32 fill;

@@ -4,7 +4,7 @@
  * profd run: loading libtorch_cpu.so's 1.4 Mi rows from the file takes
  * milliseconds, compiling them ~1 s of CPU. Holds the rows as the BPF walk
  * reads them (struct cfi_walk_row, after cfi_maps.c narrowed them), so an
- * entry is copied into the row array as it is. Bounded in bytes: the least
+ * entry is copied into a row array as it is. Bounded in bytes: the least
  * recently used files go first. Only the loading thread calls it.
  */
 #pragma once

@@ -2,16 +2,18 @@
  * cfi_maps.c - fill the maps of cfi_walk.bpf.h (cfi_maps.h): per process
  * its executable mappings; per module (build ID, else path) its CFI table
  * compiled once (or read from the table cache on disk, cfi_cache.h, by
- * build ID), narrowed to 8-byte rows and copied into the shared,
- * mmap'ed row array at the first free place that holds it (first fit).
- * Modules are reference-counted by the processes that map them and their
- * rows freed with the last one.
+ * build ID), narrowed to 8-byte rows and copied into one of the mmap'ed
+ * row arrays of cfi_rows, at the first free place that holds it (first
+ * fit), else into a new array. Modules are reference-counted by the
+ * processes that map them and their rows freed with the last one.
  *
- * Owns: the module and process bookkeeping, and the row array in slot 0
- * of cfi_rows with its mmap, made for the first process (CFI_MAPS_FIRST_ROWS
- * rows), grown when a module does not fit (rows_grow()) up to rows_cap, and
- * dropped after the last process (not the other map fds, which belong to
- * the BPF object). Files are untrusted: a
+ * Owns: the module and process bookkeeping, and the row arrays in the
+ * slots of cfi_rows with their mmaps: each made when a module fits in no
+ * other (CFI_MAPS_FIRST_ROWS rows, or the module's rows if more, all of
+ * them at most rows_cap) and dropped when its last module goes (not the
+ * other map fds, which belong to the BPF object). An array is never
+ * grown: a larger one would be a copy, held beside the old one while the
+ * rows are copied (13 + 19 MiB for a PyTorch job's). Files are untrusted: a
  * module that cannot be opened or compiled gets no rows and is remembered
  * as such. Not thread-safe.
  *
@@ -64,7 +66,8 @@ const char *cfi_walk_stop_name(unsigned stop)
 /* One module: a slot of cfi_modules (its index is the module id). */
 struct module {
 	char *key;	/* build ID, else "path:" + path; NULL: free slot */
-	uint32_t first; /* rows in cfi_rows: [first, first + n) */
+	uint32_t array; /* its rows: [first, first + n) of the array in this slot of cfi_rows */
+	uint32_t first;
 	uint32_t n;
 	uint32_t refs; /* processes mapping it */
 	bool pending;  /* lazy: known, not compiled yet (cfi_maps__load_module()) */
@@ -77,11 +80,17 @@ struct proc {
 	size_t n;
 };
 
+/* One row array: a slot of cfi_rows. */
+struct row_array {
+	int fd;			   /* -1: free slot */
+	struct cfi_walk_row *rows; /* fd, mmap'ed: len rows */
+	size_t map_bytes;
+	uint32_t len;
+};
+
 struct cfi_maps {
 	int procs_fd, modules_fd, rows_outer_fd;
-	int rows_fd;		   /* the row array in cfi_rows' slot 0; -1 while no process */
-	struct cfi_walk_row *rows; /* rows_fd, mmap'ed: stats.rows_len rows */
-	size_t rows_map_bytes;
+	struct row_array arrays[CFI_WALK_ROW_ARRAYS];
 	struct module modules[CFI_WALK_MAX_MODULES];
 	struct proc *procs;
 	size_t n_procs, cap_procs;
@@ -95,11 +104,10 @@ struct cfi_maps {
 /*
  * cfi_maps__new() - the loader of a loaded BPF object's cfi_procs,
  * cfi_modules and cfi_rows maps (their fds: borrowed, they must outlive
- * the loader). @rows_cap: the most rows the row array in cfi_rows
- * (@rows_outer_fd) may grow to, 1..CFI_WALK_MAX_ROWS (CFI_MAPS_DEFAULT_ROWS:
- * 32 MiB); the first cfi_maps__add_process() creates it with
- * CFI_MAPS_FIRST_ROWS rows (at most @rows_cap), nothing is allocated for
- * rows before that. Separate debug files are searched as the
+ * the loader). @rows_cap: the most rows the row arrays in cfi_rows
+ * (@rows_outer_fd) may hold together, 1..CFI_WALK_MAX_ROWS
+ * (CFI_MAPS_DEFAULT_ROWS: 32 MiB); nothing is allocated for rows before
+ * the first module that has some. Separate debug files are searched as the
  * unwinder does ($PROFD_DEBUG_PATH, /usr/lib/debug). Returns 0 and *@ret,
  * -EINVAL for a bad @rows_cap, -ENOMEM. Does not log.
  */
@@ -117,9 +125,10 @@ int cfi_maps__new(int procs_fd, int modules_fd, int rows_outer_fd, uint32_t rows
 	    .procs_fd = procs_fd,
 	    .modules_fd = modules_fd,
 	    .rows_outer_fd = rows_outer_fd,
-	    .rows_fd = -1,
 	    .stats.rows_cap = rows_cap,
 	};
+	for (size_t i = 0; i < CFI_WALK_ROW_ARRAYS; i++)
+		m->arrays[i].fd = -1;
 	if (debuginfo__init(&m->debuginfo, getenv("PROFD_DEBUG_PATH"), true) < 0) {
 		free(m);
 		return -ENOMEM;
@@ -159,86 +168,65 @@ static int rows_map(uint32_t len, int *ret_fd, struct cfi_walk_row **ret_rows, s
 }
 
 /*
- * rows_install() - make a new row array of @len rows holding the first
- * @keep rows of the current one (if any), put it in slot 0 of cfi_rows and
- * let the old one go. A BPF walk that already looked the old array up
- * keeps reading it: the kernel frees it after an RCU grace period, and its
- * rows are the same. Returns 0, or rows_map()'s or the update's -errno
- * (the current array, if any, is left in place).
+ * array_open() - a row array of @len rows in the free slot @slot of
+ * cfi_rows. Returns 0, or rows_map()'s or the update's -errno (the slot
+ * stays free).
  */
-static int rows_install(struct cfi_maps *m, uint32_t len, uint32_t keep)
+static int array_open(struct cfi_maps *m, uint32_t slot, uint32_t len)
 {
-	struct cfi_walk_row *rows = NULL;
-	uint32_t zero = 0;
-	size_t bytes = 0;
-	int fd, r;
+	struct row_array *a = &m->arrays[slot];
+	int r;
 
-	r = rows_map(len, &fd, &rows, &bytes);
+	r = rows_map(len, &a->fd, &a->rows, &a->map_bytes);
 	if (r < 0)
 		return r;
-	if (m->rows && keep)
-		memcpy(rows, m->rows, (size_t)MIN(keep, len) * sizeof(*rows));
-	/* the rows are in place before walks can find them */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (bpf_map_update_elem(m->rows_outer_fd, &zero, &fd, BPF_ANY) < 0) {
+	if (bpf_map_update_elem(m->rows_outer_fd, &slot, &a->fd, BPF_ANY) < 0) {
 		r = -errno;
-		munmap(rows, bytes);
-		close(fd);
+		munmap(a->rows, a->map_bytes);
+		close(a->fd);
+		*a = (struct row_array){.fd = -1};
 		return r;
 	}
-	if (m->rows_fd >= 0) {
-		munmap(m->rows, m->rows_map_bytes);
-		close(m->rows_fd);
-	}
-	m->rows = rows;
-	m->rows_fd = fd;
-	m->rows_map_bytes = bytes;
-	m->stats.rows_len = len;
+	a->len = len;
+	m->stats.rows_len += len;
+	m->stats.row_arrays++;
+	m->stats.row_arrays_made++;
 	return 0;
 }
 
-/* rows_open() - the first row array: CFI_MAPS_FIRST_ROWS rows, at most rows_cap. */
-static int rows_open(struct cfi_maps *m)
+/*
+ * array_close() - take the row array in slot @slot out of cfi_rows and let
+ * it go: the kernel frees it once no walk holds it, after an RCU grace
+ * period. A free slot is left as it is.
+ */
+static void array_close(struct cfi_maps *m, uint32_t slot)
 {
-	return rows_install(m, (uint32_t)MIN(m->stats.rows_cap, (uint64_t)CFI_MAPS_FIRST_ROWS), 0);
+	struct row_array *a = &m->arrays[slot];
+
+	if (a->fd < 0)
+		return;
+	bpf_map_delete_elem(m->rows_outer_fd, &slot);
+	munmap(a->rows, a->map_bytes);
+	close(a->fd);
+	m->stats.rows_len -= a->len;
+	m->stats.row_arrays--;
+	*a = (struct row_array){.fd = -1};
 }
 
-/*
- * rows_close() - take the row array out of cfi_rows and let it go (the
- * kernel frees it once no walk holds it: after an RCU grace period).
- */
+/* array_close_unused() - array_close() slot @slot if no module has rows in it. */
+static void array_close_unused(struct cfi_maps *m, uint32_t slot)
+{
+	for (size_t i = 0; i < CFI_WALK_MAX_MODULES; i++)
+		if (m->modules[i].key && m->modules[i].n && m->modules[i].array == slot)
+			return;
+	array_close(m, slot);
+}
+
+/* rows_close() - array_close() every row array. */
 static void rows_close(struct cfi_maps *m)
 {
-	uint32_t zero = 0;
-
-	if (m->rows_fd < 0)
-		return;
-	bpf_map_delete_elem(m->rows_outer_fd, &zero);
-	munmap(m->rows, m->rows_map_bytes);
-	close(m->rows_fd);
-	m->rows = NULL;
-	m->rows_fd = -1;
-	m->stats.rows_len = 0;
-}
-
-/*
- * rows_grow() - grow the row array so that @end rows fit: to half as large
- * again, or to @end if more, in whole CFI_MAPS_FIRST_ROWS steps, at most
- * rows_cap. The copy is of every row below the current length (a few ms
- * for 32 MiB). Returns 0, -ENOSPC when @end is beyond rows_cap, or
- * rows_install()'s -errno (the array is left as it was).
- */
-static int rows_grow(struct cfi_maps *m, uint64_t end)
-{
-	uint64_t len = m->stats.rows_len + m->stats.rows_len / 2;
-
-	if (end > m->stats.rows_cap)
-		return -ENOSPC;
-	len = MAX(len, end);
-	len = (len + CFI_MAPS_FIRST_ROWS - 1) / CFI_MAPS_FIRST_ROWS * CFI_MAPS_FIRST_ROWS;
-	len = MIN(len, m->stats.rows_cap);
-	m->stats.rows_grown++;
-	return rows_install(m, (uint32_t)len, (uint32_t)m->stats.rows_len);
+	for (uint32_t i = 0; i < CFI_WALK_ROW_ARRAYS; i++)
+		array_close(m, i);
 }
 
 /* table_compile() - cfi_table__compile_mapping(), timed in m->stats.compile_ns. */
@@ -252,26 +240,51 @@ static struct cfi_table *table_compile(struct cfi_maps *m, const struct addrspac
 	return t;
 }
 
-static int cmp_first(const void *a, const void *b)
+static int cmp_place(const void *a, const void *b)
 {
 	const struct module *x = *(const struct module *const *)a;
 	const struct module *y = *(const struct module *const *)b;
 
+	if (x->array != y->array)
+		return (x->array > y->array) - (x->array < y->array);
 	return (x->first > y->first) - (x->first < y->first);
 }
 
 /*
- * rows_alloc() - the first free place for @n rows in cfi_rows (first fit
- * between the modules that have rows), else after the last module, the
- * array grown to hold them (rows_grow()). Returns 0 and *@ret_first,
- * -ENOSPC when no gap is large enough and rows_cap is reached, -ENOMEM, or
- * rows_grow()'s -errno.
+ * array_new() - a new row array for @n rows: CFI_MAPS_FIRST_ROWS rows, or
+ * @n in whole CFI_MAPS_FIRST_ROWS steps if more, cut to what rows_cap has
+ * left, in the first free slot. Returns its slot, -ENOSPC when rows_cap
+ * or the slots are used up, or array_open()'s -errno.
  */
-static int rows_alloc(struct cfi_maps *m, uint32_t n, uint32_t *ret_first)
+static int array_new(struct cfi_maps *m, uint32_t n)
+{
+	uint64_t len = ((uint64_t)MAX(n, 1u) + CFI_MAPS_FIRST_ROWS - 1) / CFI_MAPS_FIRST_ROWS *
+		       CFI_MAPS_FIRST_ROWS;
+	int r;
+
+	len = MIN(len, m->stats.rows_cap - m->stats.rows_len);
+	if (len < n)
+		return -ENOSPC;
+	for (uint32_t i = 0; i < CFI_WALK_ROW_ARRAYS; i++) {
+		if (m->arrays[i].fd >= 0)
+			continue;
+		r = array_open(m, i, (uint32_t)len);
+		return r < 0 ? r : (int)i;
+	}
+	return -ENOSPC;
+}
+
+/*
+ * rows_alloc() - the first free place for @n rows in the row arrays (first
+ * fit between the modules that have rows, and after the last one of each
+ * array), else the start of a new array (array_new()). Returns 0 with
+ * *@ret_array (the slot) and *@ret_first, -ENOSPC when no gap is large
+ * enough and rows_cap is reached, -ENOMEM, or array_new()'s -errno.
+ */
+static int rows_alloc(struct cfi_maps *m, uint32_t n, uint32_t *ret_array, uint32_t *ret_first)
 {
 	_cleanup_free_ struct module **used = NULL;
-	size_t n_used = 0;
-	uint64_t at = 0;
+	size_t n_used = 0, k = 0;
 	int r;
 
 	used = malloc(CFI_WALK_MAX_MODULES * sizeof(*used));
@@ -280,22 +293,31 @@ static int rows_alloc(struct cfi_maps *m, uint32_t n, uint32_t *ret_first)
 	for (size_t i = 0; i < CFI_WALK_MAX_MODULES; i++)
 		if (m->modules[i].key && m->modules[i].n)
 			used[n_used++] = &m->modules[i];
-	qsort(used, n_used, sizeof(*used), cmp_first);
-	for (size_t i = 0; i <= n_used; i++) {
-		uint64_t next = i < n_used ? used[i]->first : m->stats.rows_len;
+	qsort(used, n_used, sizeof(*used), cmp_place);
+	for (uint32_t a = 0; a < CFI_WALK_ROW_ARRAYS; a++) {
+		uint64_t at = 0;
 
-		if (next >= at && next - at >= n) {
-			*ret_first = (uint32_t)at;
-			return 0;
+		if (m->arrays[a].fd < 0)
+			continue;
+		for (; k <= n_used; k++) {
+			bool in = k < n_used && used[k]->array == a;
+			uint64_t next = in ? used[k]->first : m->arrays[a].len;
+
+			if (next >= at && next - at >= n) {
+				*ret_array = a;
+				*ret_first = (uint32_t)at;
+				return 0;
+			}
+			if (!in)
+				break;
+			at = (uint64_t)used[k]->first + used[k]->n;
 		}
-		if (i < n_used)
-			at = (uint64_t)used[i]->first + used[i]->n;
 	}
-	/* at: the end of the last module's rows */
-	r = rows_grow(m, at + n);
+	r = array_new(m, n);
 	if (r < 0)
 		return r;
-	*ret_first = (uint32_t)at;
+	*ret_array = (uint32_t)r;
+	*ret_first = 0;
 	return 0;
 }
 
@@ -326,6 +348,8 @@ static void module_put(struct cfi_maps *m, uint32_t id)
 {
 	struct cfi_walk_module none = {};
 	struct module *mod;
+	uint32_t array;
+	bool had_rows;
 
 	if (id >= CFI_WALK_MAX_MODULES)
 		return;
@@ -343,78 +367,117 @@ static void module_put(struct cfi_maps *m, uint32_t id)
 		m->stats.modules_empty--;
 	}
 	free(mod->key);
+	array = mod->array;
+	had_rows = mod->n > 0;
 	*mod = (struct module){};
+	if (had_rows)
+		array_close_unused(m, array);
 }
 
 /*
  * rows_from_cache() - the rows of module @key from the table cache into
- * cfi_rows: true with *@ret_first and *@ret_n (0: a module known to have
- * no CFI, or no room left, counted as a compile would count it), false
- * when the cache has no good entry (then compile it).
+ * cfi_rows: true with *@ret_array, *@ret_first and *@ret_n (0: a module
+ * known to have no CFI, or no room left, counted as a compile would count
+ * it), false when the cache has no good entry (then compile it).
  */
-static bool rows_from_cache(struct cfi_maps *m, const char *key, uint32_t *ret_first,
-			    size_t *ret_n)
+static bool rows_from_cache(struct cfi_maps *m, const char *key, uint32_t *ret_array,
+			    uint32_t *ret_first, size_t *ret_n)
 {
 	struct cfi_cache_entry e;
-	uint32_t first = 0;
+	uint32_t array = 0, first = 0;
 	int r;
 
 	if (!m->cache)
 		return false;
 	r = cfi_cache__find(m->cache, key, &e);
-	if (r == 0 && e.rows > 0 && rows_alloc(m, e.rows, &first) < 0) {
+	if (r == 0 && e.rows > 0 && rows_alloc(m, e.rows, &array, &first) < 0) {
 		close(e.fd);
 		m->stats.modules_no_room++;
 		*ret_n = 0;
 		return true;
 	}
 	if (r == 0)
-		r = cfi_cache__read(m->cache, &e, &m->rows[first]);
+		r = cfi_cache__read(m->cache, &e, e.rows ? &m->arrays[array].rows[first] : NULL);
 	if (r == -EBADMSG)
 		m->stats.cache_rejected++;
-	if (r < 0)
+	if (r < 0) {
+		if (e.rows > 0)
+			array_close_unused(m, array); /* a new array made for it */
 		return false;
+	}
 	m->stats.cache_hits++;
 	m->stats.rows_narrowed += e.narrowed;
+	*ret_array = array;
 	*ret_first = first;
 	*ret_n = e.rows;
 	return true;
 }
 
 /*
+ * rows_narrow() - row_narrow() @n rows in place: row i's 8 bytes go where
+ * the 16 of row i / 2 were, read already. Returns the array, shrunk to the
+ * @n BPF rows it now holds (the 16-byte rows are gone), and the rows that
+ * did not fit in *@ret_narrowed. libtorch_cpu.so's 1.4 million rows take
+ * 10.7 MiB then, not 21.4, while a row array is made for them.
+ */
+static struct cfi_walk_row *rows_narrow(struct cfi_row *rows, size_t n, uint64_t *ret_narrowed)
+{
+	struct cfi_walk_row w;
+
+	*ret_narrowed = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct cfi_row r = rows[i];
+
+		if (!row_narrow(&r, &w))
+			(*ret_narrowed)++;
+		memcpy((char *)rows + i * sizeof(w), &w, sizeof(w));
+	}
+	return shrink_alloc(rows, n * sizeof(w));
+}
+
+/*
  * rows_compile() - compile the table of the module behind @mp of @as and
- * narrow its rows into cfi_rows: *@ret_first and *@ret_n (0: none, no room,
- * or addresses beyond 32 bits, counted). A table compiled whole (with rows
- * or none) goes to the table cache under the build ID @key.
+ * narrow its rows into cfi_rows: *@ret_array, *@ret_first and *@ret_n (0:
+ * none, no room, or addresses beyond 32 bits, counted). A table compiled
+ * whole (with rows or none) goes to the table cache under the build ID @key.
  */
 static void rows_compile(struct cfi_maps *m, const char *key, const struct addrspace *as,
-			 const struct mapping *mp, uint32_t *ret_first, size_t *ret_n)
+			 const struct mapping *mp, uint32_t *ret_array, uint32_t *ret_first,
+			 size_t *ret_n)
 {
 	struct cfi_table *t = table_compile(m, as, mp);
-	const struct cfi_row *rows;
+	_cleanup_free_ struct cfi_walk_row *narrow = NULL;
+	struct cfi_walk_row *to = NULL;
+	struct cfi_row *rows = NULL;
 	uint64_t narrowed = 0;
-	uint32_t first = 0;
+	uint32_t array = 0, first = 0;
 	bool keep = t != NULL;
 	size_t n = 0;
 	int r;
 
-	rows = t ? cfi_table__rows(t, &n) : NULL;
+	if (t)
+		rows = cfi_table__take_rows(t, &n);
+	cfi_table__free(t);
 	if (n > 0 && rows[n - 1].pc > UINT32_MAX) {
 		m->stats.modules_wide++;
 		n = 0;
 		keep = false;
-	} else if (n > 0 && (n > UINT32_MAX || rows_alloc(m, (uint32_t)n, &first) < 0)) {
+	}
+	narrow = rows_narrow(rows, n, &narrowed);
+	if (n > 0 && (n > UINT32_MAX || rows_alloc(m, (uint32_t)n, &array, &first) < 0)) {
 		m->stats.modules_no_room++;
 		n = 0;
 		keep = false;
 	}
-	for (size_t i = 0; i < n; i++)
-		if (!row_narrow(&rows[i], &m->rows[first + i]))
-			narrowed++;
+	if (n == 0)
+		narrowed = 0;
+	if (n) {
+		to = &m->arrays[array].rows[first];
+		memcpy(to, narrow, n * sizeof(*narrow));
+	}
 	m->stats.rows_narrowed += narrowed;
-	cfi_table__free(t);
 	if (keep && m->cache) {
-		r = cfi_cache__store(m->cache, key, &m->rows[first], (uint32_t)n, narrowed);
+		r = cfi_cache__store(m->cache, key, to, (uint32_t)n, narrowed);
 		if (r >= 0) {
 			m->stats.cache_stored++;
 			m->stats.cache_evicted += (uint64_t)r;
@@ -423,20 +486,23 @@ static void rows_compile(struct cfi_maps *m, const char *key, const struct addrs
 		}
 		m->stats.cache_bytes = cfi_cache__bytes(m->cache);
 	}
+	*ret_array = array;
 	*ret_first = first;
 	*ret_n = n;
 }
 
 /*
- * module_publish() - publish in cfi_modules the @n rows at @first of
- * cfi_rows (0: none) as module @id's. Returns 0 or the -errno of the map
- * update (the module is then left without rows).
+ * module_publish() - publish in cfi_modules the @n rows at @first of the
+ * row array in slot @array of cfi_rows (0: none) as module @id's. Returns
+ * 0 or the -errno of the map update (the module is then left without
+ * rows).
  */
-static int module_publish(struct cfi_maps *m, uint32_t id, uint32_t first, size_t n)
+static int module_publish(struct cfi_maps *m, uint32_t id, uint32_t array, uint32_t first, size_t n)
 {
 	struct module *mod = &m->modules[id];
 	struct cfi_walk_module info = {};
 
+	mod->array = array;
 	mod->first = first;
 	mod->n = (uint32_t)n;
 	if (n) {
@@ -450,7 +516,8 @@ static int module_publish(struct cfi_maps *m, uint32_t id, uint32_t first, size_
 	/* a new fill number: what BPF cached under an earlier one is not this module's */
 	if (++m->fills == 0)
 		m->fills = 1;
-	info = (struct cfi_walk_module){.first = first, .n = (uint32_t)n, .fill = m->fills};
+	info = (struct cfi_walk_module){
+	    .array = array, .first = first, .n = (uint32_t)n, .fill = m->fills};
 	if (bpf_map_update_elem(m->modules_fd, &id, &info, BPF_ANY) < 0) {
 		int r = -errno;
 
@@ -459,6 +526,7 @@ static int module_publish(struct cfi_maps *m, uint32_t id, uint32_t first, size_
 			m->stats.rows_used -= n;
 			m->stats.modules_empty++;
 			mod->n = 0;
+			array_close_unused(m, array);
 		}
 		return r;
 	}
@@ -474,12 +542,12 @@ static int module_publish(struct cfi_maps *m, uint32_t id, uint32_t first, size_
 static int module_fill(struct cfi_maps *m, uint32_t id, const struct addrspace *as,
 		       const struct mapping *mp)
 {
-	uint32_t first = 0;
+	uint32_t array = 0, first = 0;
 	size_t n = 0;
 
-	if (!rows_from_cache(m, m->modules[id].key, &first, &n))
-		rows_compile(m, m->modules[id].key, as, mp, &first, &n);
-	return module_publish(m, id, first, n);
+	if (!rows_from_cache(m, m->modules[id].key, &array, &first, &n))
+		rows_compile(m, m->modules[id].key, as, mp, &array, &first, &n);
+	return module_publish(m, id, array, first, n);
 }
 
 /*
@@ -508,7 +576,7 @@ static int module_get(struct cfi_maps *m, const struct addrspace *as, const stru
 	const char *key = cfi_table__key(mp, buf, sizeof(buf));
 	struct cfi_walk_module none = {};
 	struct module *mod = NULL;
-	uint32_t id = 0, first = 0;
+	uint32_t id = 0, array = 0, first = 0;
 	size_t n = 0;
 	int r;
 
@@ -530,8 +598,8 @@ static int module_get(struct cfi_maps *m, const struct addrspace *as, const stru
 	if (!mod->key)
 		return -ENOMEM;
 	mod->refs = 1;
-	if (m->lazy && rows_from_cache(m, key, &first, &n)) {
-		r = module_publish(m, id, first, n);
+	if (m->lazy && rows_from_cache(m, key, &array, &first, &n)) {
+		r = module_publish(m, id, array, first, n);
 	} else if (m->lazy) {
 		mod->pending = true;
 		m->stats.modules_pending++;
@@ -595,36 +663,6 @@ int cfi_maps__load_module(struct cfi_maps *m, const struct addrspace *as, const 
 	return r < 0 ? r : 1;
 }
 
-/*
- * rows_reserve() - grow the row array once so that the modules of @as the
- * table cache holds and no process has loaded yet fit after the last
- * module's rows: loading them one by one would grow it by half each time
- * (an array a third larger than its rows, and a copy per step). Errors are
- * left to rows_alloc(), module by module.
- */
-static void rows_reserve(struct cfi_maps *m, const struct mapping *maps, size_t n_maps)
-{
-	char buf[PATH_MAX + 8];
-	uint64_t need = 0, end = 0;
-	struct cfi_cache_entry e;
-
-	if (!m->cache || !m->lazy)
-		return;
-	for (size_t i = 0; i < n_maps && i < CFI_WALK_MAX_MAPPINGS; i++) {
-		const char *key = cfi_table__key(&maps[i], buf, sizeof(buf));
-
-		if (module_find(m, key) >= 0 || cfi_cache__find(m->cache, key, &e) < 0)
-			continue;
-		need += e.rows;
-		close(e.fd);
-	}
-	for (size_t i = 0; i < CFI_WALK_MAX_MODULES; i++)
-		if (m->modules[i].key && m->modules[i].n)
-			end = MAX(end, (uint64_t)m->modules[i].first + m->modules[i].n);
-	if (need && end + need > m->stats.rows_len)
-		rows_grow(m, MIN(end + need, m->stats.rows_cap));
-}
-
 static struct proc *proc_find(struct cfi_maps *m, uint32_t tgid)
 {
 	for (size_t i = 0; i < m->n_procs; i++)
@@ -642,8 +680,7 @@ static struct proc *proc_find(struct cfi_maps *m, uint32_t tgid)
  * earlier one (addrspace keeps mappings that went away), are left out and
  * counted. Returns 0, -ENOSPC when cfi_procs is full (counted; the
  * process's samples stop at CFI_STOP_NO_PROCESS), -ENOMEM, or a map
- * update's -errno (for the first process also the creation of the row
- * array: -ENOMEM, -EPERM). On failure a previous entry of @tgid is left
+ * update's -errno. On failure a previous entry of @tgid is left
  * as it was. Blocks: opens and compiles files (tens of ms for libc, seconds for
  * libtorch_cpu.so). Does not log.
  */
@@ -667,12 +704,6 @@ int cfi_maps__add_process(struct cfi_maps *m, uint32_t tgid, const struct addrsp
 	ids = calloc(MIN(n_maps, (size_t)CFI_WALK_MAX_MAPPINGS) + 1, sizeof(*ids));
 	if (!ids)
 		return -ENOMEM;
-	if (m->rows_fd < 0) {
-		r = rows_open(m);
-		if (r < 0)
-			return r;
-	}
-	rows_reserve(m, maps, n_maps);
 	for (size_t i = 0; i < n_maps; i++) {
 		const struct mapping *mp = &maps[i];
 
@@ -721,8 +752,6 @@ int cfi_maps__add_process(struct cfi_maps *m, uint32_t tgid, const struct addrsp
 fail:
 	for (size_t i = 0; i < n; i++)
 		module_put(m, ids[i]);
-	if (m->n_procs == 0)
-		rows_close(m);
 	return r;
 }
 
@@ -743,8 +772,6 @@ int cfi_maps__remove_process(struct cfi_maps *m, uint32_t tgid)
 	free(p->modules);
 	*p = m->procs[--m->n_procs];
 	m->stats.procs--;
-	if (m->n_procs == 0)
-		rows_close(m); /* every module went with its last process */
 	return 0;
 }
 
@@ -774,7 +801,7 @@ const struct cfi_maps_stats *cfi_maps__stats(const struct cfi_maps *m)
 }
 
 /*
- * cfi_maps__free() - free @m's bookkeeping and the row array; the entries
+ * cfi_maps__free() - free @m's bookkeeping and the row arrays; the entries
  * of cfi_procs and cfi_modules stay (they go with the BPF object). Accepts
  * NULL.
  */

@@ -17,16 +17,16 @@
 #include "symbols/symbolize.h"
 
 /*
- * The row array: created with CFI_MAPS_FIRST_ROWS rows (512 KiB of kernel
- * memory, allocated whole, and as much of profd's RSS: it is mmap'ed) when
- * the first process is loaded, grown by half or to what a module needs, in
- * whole CFI_MAPS_FIRST_ROWS steps, up to rows_cap (CFI_MAPS_DEFAULT_ROWS:
- * 4 Mi rows, 32 MiB), and freed after the last process leaves. libc and a
- * small program need about 40 Ki rows; libtorch_cpu.so needs 1.4 Mi rows (10.7
- * MiB); a Debian python3 that imported torch maps 315 modules needing 5.9 Mi
- * rows (44.7 MiB), most of them libraries it never runs (libgdal, librsvg,
- * libavcodec...): loaded in address order, the ones that do not fit are
- * refused (counted).
+ * The row arrays: each made when a module fits in no other, of
+ * CFI_MAPS_FIRST_ROWS rows (512 KiB of kernel memory, allocated whole, and
+ * as much of profd's RSS: it is mmap'ed), or of what the module needs in
+ * whole CFI_MAPS_FIRST_ROWS steps; all of them hold at most rows_cap rows
+ * (CFI_MAPS_DEFAULT_ROWS: 4 Mi rows, 32 MiB); each is freed with the last
+ * module in it. libc and a small program need about 40 Ki rows;
+ * libtorch_cpu.so needs 1.4 Mi rows (10.7 MiB); a Debian python3 that
+ * imported torch maps 315 modules needing 5.9 Mi rows (44.7 MiB), most of
+ * them libraries it never runs (libgdal, librsvg, libavcodec...): loaded in
+ * address order, the ones that do not fit are refused (counted).
  */
 #define CFI_MAPS_DEFAULT_ROWS (4u << 20)
 #define CFI_MAPS_FIRST_ROWS (64u << 10)
@@ -42,9 +42,10 @@ struct cfi_maps_stats {
 	uint64_t modules_wide;	   /* modules refused: addresses beyond 32 bits */
 	uint64_t mappings_dropped; /* beyond CFI_WALK_MAX_MAPPINGS, or overlapping an earlier one */
 	uint64_t rows_used;	   /* rows in cfi_rows now */
-	uint64_t rows_len;	   /* the size of the row array now, in rows (0: none) */
-	uint64_t rows_cap;	   /* the most rows it may grow to */
-	uint64_t rows_grown;	   /* times it was grown (each a new array and a copy) */
+	uint64_t rows_len;	   /* the size of the row arrays now, in rows (0: none) */
+	uint64_t rows_cap;	   /* the most rows they may hold together */
+	uint64_t row_arrays;	   /* row arrays now */
+	uint64_t row_arrays_made;  /* row arrays made so far */
 	uint64_t rows_narrowed; /* rows made CFI_ROW_EXPR: offsets that do not fit (cfi_walk.h) */
 	uint64_t compile_ns;	/* time spent compiling tables, CLOCK_MONOTONIC */
 	/* The table cache on disk (cfi_cache.h), when one is set: */

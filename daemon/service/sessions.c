@@ -377,7 +377,7 @@ int profd__end_session(struct profd *p, unsigned slot, const char *reason)
 
 		sampler__tables_stats(p->env.sampler, &t);
 		log_info("unwind tables: %llu processes, %llu modules with rows (%llu without, "
-			 "%llu not needed so far, %llu refused), %.1f MiB of rows in an array of "
+			 "%llu not needed so far, %llu refused), %.1f MiB of rows in arrays of "
 			 "%.1f MiB (at most %.1f), %.1f s compiling so far, %llu modules read from "
 			 "the table cache",
 			 (unsigned long long)t.procs, (unsigned long long)t.modules,

@@ -497,6 +497,22 @@ const struct cfi_row *cfi_table__rows(const struct cfi_table *t, size_t *ret_n)
 	return t->rows;
 }
 
+/*
+ * cfi_table__take_rows() - the rows of @t, as cfi_table__rows() gives them,
+ * now the caller's to free(); @t has none left, and only cfi_table__stats()
+ * and cfi_table__free() may follow. For a caller that narrows them in
+ * place (cfi_maps.c) rather than hold both forms.
+ */
+struct cfi_row *cfi_table__take_rows(struct cfi_table *t, size_t *ret_n)
+{
+	struct cfi_row *rows = t->rows;
+
+	*ret_n = t->n;
+	t->rows = NULL;
+	t->n = 0;
+	return rows;
+}
+
 /* cfi_table__stats() - what the compilation found (cfi_table.h). */
 const struct cfi_table_stats *cfi_table__stats(const struct cfi_table *t)
 {

@@ -91,6 +91,7 @@ int cfi_table__from_sections(const void *eh_frame, size_t eh_frame_bytes, uint64
 			     struct cfi_table **ret);
 const struct cfi_row *cfi_table__find(const struct cfi_table *t, uint64_t pc);
 const struct cfi_row *cfi_table__rows(const struct cfi_table *t, size_t *ret_n);
+struct cfi_row *cfi_table__take_rows(struct cfi_table *t, size_t *ret_n);
 const struct cfi_table_stats *cfi_table__stats(const struct cfi_table *t);
 size_t cfi_table__bytes(const struct cfi_table *t);
 void cfi_table__free(struct cfi_table *t); /* accepts NULL */
