@@ -113,6 +113,28 @@ static inline int grow_array(void **v, size_t *cap, size_t n, size_t size)
 }
 
 /*
+ * grow_array_gently() - grow_array(), doubling only up to 64 Ki elements,
+ * then by a quarter: for arrays of millions of elements (an unwind table's
+ * rows, 1.4 million for libtorch_cpu.so), which doubling left up to half
+ * empty as profd's largest allocation. Cheap: glibc moves a block that
+ * large (its own mapping) with mremap(), not a copy.
+ */
+static inline int grow_array_gently(void **v, size_t *cap, size_t n, size_t size)
+{
+	size_t ncap = *cap < 65536 ? MAX(*cap * 2, (size_t)256) : *cap + *cap / 4;
+	void *nv;
+
+	if (n < *cap)
+		return 0;
+	nv = reallocarray(*v, ncap, size);
+	if (!nv)
+		return -ENOMEM;
+	*v = nv;
+	*cap = ncap;
+	return 0;
+}
+
+/*
  * shrink_alloc() - @ptr (malloc'd) reallocated to @bytes, to give back the
  * room an array grew for once it is complete; @ptr as it was if @bytes is
  * 0 or realloc() fails.

@@ -403,6 +403,53 @@ static void check_libdw(const char *path, const struct cfi_table *t)
 	close(fd);
 }
 
+/* What check_rows_stream() compares the rows given to a cfi_row_fn with. */
+struct stream_check {
+	const struct cfi_row *want; /* the table's rows */
+	size_t n_want, n, differ;
+	size_t fail_at; /* the call that fails with -EOVERFLOW; SIZE_MAX: none */
+};
+
+static int stream_row(void *ctx, const struct cfi_row *r)
+{
+	struct stream_check *c = ctx;
+	const struct cfi_row *w = c->n < c->n_want ? &c->want[c->n] : NULL;
+
+	if (c->n++ == c->fail_at)
+		return -EOVERFLOW;
+	if (!w || memcmp(w, r, sizeof(*r)) != 0)
+		c->differ++;
+	return 0;
+}
+
+/*
+ * check_rows_stream() - cfi_table__compile_rows() of @path gives its
+ * function the rows of @t, cfi_table__compile()'s table of it, one by one
+ * (no table held: the form cfi_maps narrows as they come), and the first
+ * error the function returns ends the compile with it.
+ */
+static void check_rows_stream(const char *path, const struct debuginfo *d,
+			      const struct cfi_table *t)
+{
+	struct stream_check c = {.fail_at = SIZE_MAX};
+	struct cfi_table_stats st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		SETUP_FAIL("open %s: %m", path);
+	c.want = cfi_table__rows(t, &c.n_want);
+	CHECK_INT_EQ(cfi_table__compile_rows(fd, path, d, stream_row, &c, &st), 0);
+	CHECK_INT_EQ(c.n, c.n_want);
+	CHECK_INT_EQ(c.differ, 0);
+	CHECK_INT_EQ(memcmp(&st, cfi_table__stats(t), sizeof(st)), 0);
+	c = (struct stream_check){.want = c.want, .n_want = c.n_want, .fail_at = 2};
+	if (c.n_want > 3) {
+		CHECK_INT_EQ(cfi_table__compile_rows(fd, path, d, stream_row, &c, &st), -EOVERFLOW);
+		CHECK_INT_EQ(c.n, 3);
+	}
+	close(fd);
+}
+
 static void test_modules(void)
 {
 	const char *paths[] = {
@@ -451,6 +498,7 @@ static void test_modules(void)
 		       st->debug_frame ? ", with .debug_frame" : "");
 		CHECK(table_well_formed(t));
 		check_libdw(paths[i], t);
+		check_rows_stream(paths[i], &d, t);
 		CHECK(n > 1000);
 		CHECK_INT_EQ(st->fdes_skipped, 0);
 		/* what the table cannot express is rare in compiled code */
@@ -480,6 +528,7 @@ static void test_modules(void)
 			cfi_table__rows(t, &n);
 			CHECK(cfi_table__stats(t)->debug_frame);
 			CHECK(n >= 3 && table_well_formed(t));
+			check_rows_stream(lib, &d, t);
 			printf("modules: %s: %zu rows from the .debug_frame of its debug file\n",
 			       lib, n);
 			cfi_table__free(t);

@@ -229,17 +229,6 @@ static void rows_close(struct cfi_maps *m)
 		array_close(m, i);
 }
 
-/* table_compile() - cfi_table__compile_mapping(), timed in m->stats.compile_ns. */
-static struct cfi_table *table_compile(struct cfi_maps *m, const struct addrspace *as,
-				       const struct mapping *mp)
-{
-	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-	struct cfi_table *t = cfi_table__compile_mapping(as, mp, &m->debuginfo);
-
-	m->stats.compile_ns += now_ns(CLOCK_MONOTONIC) - t0;
-	return t;
-}
-
 static int cmp_place(const void *a, const void *b)
 {
 	const struct module *x = *(const struct module *const *)a;
@@ -413,71 +402,73 @@ static bool rows_from_cache(struct cfi_maps *m, const char *key, uint32_t *ret_a
 	return true;
 }
 
+/* A module's rows in BPF's 8-byte form, as its table compiles (narrow_append()). */
+struct narrow_rows {
+	struct cfi_walk_row *rows;
+	size_t n, cap;
+	uint64_t narrowed; /* rows that did not fit: CFI_ROW_EXPR */
+};
+
 /*
- * rows_narrow() - row_narrow() @n rows in place: row i's 8 bytes go where
- * the 16 of row i / 2 were, read already. Returns the array, shrunk to the
- * @n BPF rows it now holds (the 16-byte rows are gone), and the rows that
- * did not fit in *@ret_narrowed. libtorch_cpu.so's 1.4 million rows take
- * 10.7 MiB then, not 21.4, while a row array is made for them.
+ * narrow_append() - a cfi_row_fn: @r, row_narrow()ed, appended to the
+ * narrow_rows @ctx. libtorch_cpu.so's 1.4 million rows are 10.7 MiB so,
+ * not the 21.4 of a cfi_table held beside them. Returns 0, -ENOMEM, or
+ * -EOVERFLOW for a row beyond 32 bits (a module BPF cannot hold).
  */
-static struct cfi_walk_row *rows_narrow(struct cfi_row *rows, size_t n, uint64_t *ret_narrowed)
+static int narrow_append(void *ctx, const struct cfi_row *r)
 {
-	struct cfi_walk_row w;
+	struct narrow_rows *b = ctx;
 
-	*ret_narrowed = 0;
-	for (size_t i = 0; i < n; i++) {
-		struct cfi_row r = rows[i];
-
-		if (!row_narrow(&r, &w))
-			(*ret_narrowed)++;
-		memcpy((char *)rows + i * sizeof(w), &w, sizeof(w));
-	}
-	return shrink_alloc(rows, n * sizeof(w));
+	if (r->pc > UINT32_MAX)
+		return -EOVERFLOW;
+	if (grow_array_gently((void **)&b->rows, &b->cap, b->n, sizeof(*b->rows)) < 0)
+		return -ENOMEM;
+	if (!row_narrow(r, &b->rows[b->n++]))
+		b->narrowed++;
+	return 0;
 }
 
 /*
- * rows_compile() - compile the table of the module behind @mp of @as and
- * narrow its rows into cfi_rows: *@ret_array, *@ret_first and *@ret_n (0:
+ * rows_compile() - compile the table of the module behind @mp of @as into
+ * cfi_rows (timed in compile_ns): *@ret_array, *@ret_first and *@ret_n (0:
  * none, no room, or addresses beyond 32 bits, counted). A table compiled
- * whole (with rows or none) goes to the table cache under the build ID @key.
+ * whole (with rows or none) goes to the table cache under the build ID
+ * @key.
  */
 static void rows_compile(struct cfi_maps *m, const char *key, const struct addrspace *as,
 			 const struct mapping *mp, uint32_t *ret_array, uint32_t *ret_first,
 			 size_t *ret_n)
 {
-	struct cfi_table *t = table_compile(m, as, mp);
-	_cleanup_free_ struct cfi_walk_row *narrow = NULL;
+	uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+	struct narrow_rows b = {};
 	struct cfi_walk_row *to = NULL;
-	struct cfi_row *rows = NULL;
-	uint64_t narrowed = 0;
+	struct cfi_table_stats stats;
 	uint32_t array = 0, first = 0;
-	bool keep = t != NULL;
 	size_t n = 0;
 	int r;
 
-	if (t)
-		rows = cfi_table__take_rows(t, &n);
-	cfi_table__free(t);
-	if (n > 0 && rows[n - 1].pc > UINT32_MAX) {
+	r = cfi_table__compile_mapping_rows(as, mp, &m->debuginfo, narrow_append, &b, &stats);
+	m->stats.compile_ns += now_ns(CLOCK_MONOTONIC) - t0;
+	if (r == -EOVERFLOW)
 		m->stats.modules_wide++;
-		n = 0;
-		keep = false;
+	if (r >= 0)
+		n = b.n;
+	if (n > 0) {
+		b.rows = shrink_alloc(b.rows, n * sizeof(*b.rows));
+		if (n > UINT32_MAX || rows_alloc(m, (uint32_t)n, &array, &first) < 0) {
+			m->stats.modules_no_room++;
+			n = 0;
+			r = -ENOSPC;
+		}
 	}
-	narrow = rows_narrow(rows, n, &narrowed);
-	if (n > 0 && (n > UINT32_MAX || rows_alloc(m, (uint32_t)n, &array, &first) < 0)) {
-		m->stats.modules_no_room++;
-		n = 0;
-		keep = false;
-	}
-	if (n == 0)
-		narrowed = 0;
 	if (n) {
 		to = &m->arrays[array].rows[first];
-		memcpy(to, narrow, n * sizeof(*narrow));
+		memcpy(to, b.rows, n * sizeof(*b.rows));
+		m->stats.rows_narrowed += b.narrowed;
 	}
-	m->stats.rows_narrowed += narrowed;
-	if (keep && m->cache) {
-		r = cfi_cache__store(m->cache, key, to, (uint32_t)n, narrowed);
+	free(b.rows);
+	if (r >= 0 && m->cache) {
+		r = cfi_cache__store(m->cache, key, to, (uint32_t)n, b.narrowed);
 		if (r >= 0) {
 			m->stats.cache_stored++;
 			m->stats.cache_evicted += (uint64_t)r;

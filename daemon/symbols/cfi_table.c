@@ -69,49 +69,91 @@ static void rowvec_done(struct rowvec *v)
 	*v = (struct rowvec){};
 }
 
+/* rowvec_append() - a cfi_row_fn that appends @r to the rowvec @ctx. */
+static int rowvec_append(void *ctx, const struct cfi_row *r)
+{
+	struct rowvec *v = ctx;
+
+	if (grow_array_gently((void **)&v->rows, &v->cap, v->n, sizeof(*v->rows)) < 0)
+		return -ENOMEM;
+	v->rows[v->n++] = *r;
+	return 0;
+}
+
+/*
+ * Where the rows of a table go as they are found (rows_put()), merged: a
+ * row with the rule of the row before it adds nothing; a row at the pc of
+ * the row before it replaces that one. So the last row is held (@pending)
+ * until the next one, or rows_end(), says it stays; then it goes to @fn.
+ */
+struct rows_out {
+	cfi_row_fn *fn;
+	void *ctx;
+	struct cfi_table_stats *stats; /* rows_by_kind counted in; NULL: not counted */
+	struct cfi_row last, pending;  /* the last row given to @fn; the row held */
+	bool has_last, has_pending;
+	size_t n; /* rows given to @fn */
+};
+
 static bool row_same_rule(const struct cfi_row *a, const struct cfi_row *b)
 {
 	return a->kind == b->kind && a->flags == b->flags && a->cfa_off == b->cfa_off &&
 	       a->fp_off == b->fp_off;
 }
 
-/*
- * rowvec_put() - append @r, merged: a row with the rule of the row before it
- * adds nothing; a row at the pc of the row before it replaces that one.
- * Returns 0, -E2BIG beyond CFI_TABLE_MAX_ROWS, -ENOMEM.
- */
-static int rowvec_put(struct rowvec *v, const struct cfi_row *r)
+/* rows_emit() - give @r to @o's function. Returns 0, -E2BIG beyond CFI_TABLE_MAX_ROWS, or its
+ * -errno. */
+static int rows_emit(struct rows_out *o, const struct cfi_row *r)
 {
-	while (v->n > 0) {
-		struct cfi_row *last = &v->rows[v->n - 1];
+	int ret;
 
-		if (last->pc == r->pc) {
-			v->n--; /* replaced, and the one before compared again */
-			continue;
-		}
-		if (row_same_rule(last, r))
-			return 0;
-		break;
-	}
-	if (v->n == 0 && r->kind == CFI_ROW_NONE)
-		return 0; /* below the first row is no CFI anyway */
-	if (v->n == v->cap) {
-		/* By a quarter once large: doubling took libtorch_cpu.so's rows to a
-		 * 32 MiB array, profd's largest allocation on a PyTorch job. */
-		size_t cap = v->cap < 65536 ? MAX(v->cap * 2, (size_t)256) : v->cap + v->cap / 4;
-		struct cfi_row *rows;
-
-		if (v->n >= CFI_TABLE_MAX_ROWS)
-			return -E2BIG;
-		cap = MIN(cap, (size_t)CFI_TABLE_MAX_ROWS);
-		rows = realloc(v->rows, cap * sizeof(*rows));
-		if (!rows)
-			return -ENOMEM;
-		v->rows = rows;
-		v->cap = cap;
-	}
-	v->rows[v->n++] = *r;
+	if (o->n >= CFI_TABLE_MAX_ROWS)
+		return -E2BIG;
+	ret = o->fn(o->ctx, r);
+	if (ret < 0)
+		return ret;
+	o->last = *r;
+	o->has_last = true;
+	o->n++;
+	if (o->stats)
+		o->stats->rows_by_kind[r->kind]++;
 	return 0;
+}
+
+/*
+ * rows_put() - the next row @r (its pc at or after the last one's), merged
+ * as struct rows_out says. Returns 0 or rows_emit()'s -errno.
+ */
+static int rows_put(struct rows_out *o, const struct cfi_row *r)
+{
+	const struct cfi_row *last;
+	int ret;
+
+	/* pcs only grow: the row given before the held one is below @r */
+	if (o->has_pending && o->pending.pc == r->pc)
+		o->has_pending = false; /* replaced; @r compared with the row before */
+	last = o->has_pending ? &o->pending : o->has_last ? &o->last : NULL;
+	if (last && row_same_rule(last, r))
+		return 0;
+	if (!last && r->kind == CFI_ROW_NONE)
+		return 0; /* below the first row is no CFI anyway */
+	if (o->has_pending) {
+		ret = rows_emit(o, &o->pending);
+		if (ret < 0)
+			return ret;
+	}
+	o->pending = *r;
+	o->has_pending = true;
+	return 0;
+}
+
+/* rows_end() - give @o's held row to its function: the table is complete. */
+static int rows_end(struct rows_out *o)
+{
+	if (!o->has_pending)
+		return 0;
+	o->has_pending = false;
+	return rows_emit(o, &o->pending);
 }
 
 /*
@@ -121,10 +163,10 @@ static int rowvec_put(struct rowvec *v, const struct cfi_row *r)
  * the next FDE when it follows without a gap, until no FDE covers the PC,
  * which starts a CFI_ROW_NONE row. PCs are the section's, shifted by
  * @shift into the module's. @pages: the section's file pages, dropped as
- * the walk goes (NULL: none). Returns 0, -E2BIG, -ENOMEM.
+ * the walk goes (NULL: none). Returns 0 or rows_put()'s -errno.
  */
 static int compile_fdes(struct cfi_section *sec, int64_t shift, struct section_pages *pages,
-			struct cfi_table_stats *stats, struct rowvec *out)
+			struct cfi_table_stats *stats, struct rows_out *out)
 {
 	const struct cfi_fde *fdes = sec->fdes;
 	size_t n = sec->n_fdes;
@@ -152,7 +194,7 @@ static int compile_fdes(struct cfi_section *sec, int64_t shift, struct section_p
 			if (walked == CFI_TABLE_MAX_FDE_ROWS) {
 				/* the rest of this FDE is a rule we did not read */
 				row.kind = CFI_ROW_EXPR;
-				r = rowvec_put(out, &row);
+				r = rows_put(out, &row);
 				if (r < 0)
 					break;
 				stats->fdes_cut++;
@@ -170,7 +212,7 @@ static int compile_fdes(struct cfi_section *sec, int64_t shift, struct section_p
 			walked++;
 			row = x->row; /* its rule; the row may start before pc */
 			row.pc = pc + (uint64_t)shift;
-			r = rowvec_put(out, &row);
+			r = rows_put(out, &row);
 			if (r < 0)
 				break;
 			any = true;
@@ -181,7 +223,7 @@ static int compile_fdes(struct cfi_section *sec, int64_t shift, struct section_p
 		if (any && r == 0) {
 			struct cfi_row none = {.pc = pc + (uint64_t)shift, .kind = CFI_ROW_NONE};
 
-			r = rowvec_put(out, &none);
+			r = rows_put(out, &none);
 		}
 	}
 	return r;
@@ -205,9 +247,9 @@ static const struct cfi_row *rows_find(const struct cfi_row *rows, size_t n, uin
 
 /*
  * merge() - @eh's rows, and @dbg's where @eh has no CFI: the order libdw's
- * unwinder looks (unwind.c, cfi_frame()). Returns 0, -E2BIG, -ENOMEM.
+ * unwinder looks (unwind.c, cfi_frame()). Returns 0 or rows_put()'s -errno.
  */
-static int merge(const struct rowvec *eh, const struct rowvec *dbg, struct rowvec *out)
+static int merge(const struct rowvec *eh, const struct rowvec *dbg, struct rows_out *out)
 {
 	size_t i = 0, j = 0;
 
@@ -234,12 +276,21 @@ static int merge(const struct rowvec *eh, const struct rowvec *dbg, struct rowve
 		else
 			row = (struct cfi_row){.kind = CFI_ROW_NONE};
 		row.pc = pc;
-		r = rowvec_put(out, &row);
+		r = rows_put(out, &row);
 		if (r < 0)
 			return r;
 	}
 	return 0;
 }
+
+/* One CFI section to compile. */
+struct cfi_src {
+	const void *data; /* NULL: none */
+	size_t bytes;
+	uint64_t addr; /* the section's address: pc-relative pointers are from it */
+	int64_t shift; /* added to its PCs, into the module's addresses */
+	Elf *elf;      /* the file it is mapped from, its pages dropped as it goes; NULL: none */
+};
 
 /* section_data() - the data of the section named @name of @elf (decompressed), or NULL. */
 static Elf_Data *section_data(Elf *elf, const char *name, uint64_t *ret_addr)
@@ -272,6 +323,18 @@ static Elf_Data *section_data(Elf *elf, const char *name, uint64_t *ret_addr)
 	return NULL;
 }
 
+/* elf_src() - the section named @name of @elf, its PCs shifted by @shift; .data NULL if none. */
+static struct cfi_src elf_src(Elf *elf, const char *name, int64_t shift)
+{
+	uint64_t addr = 0;
+	Elf_Data *data = section_data(elf, name, &addr);
+
+	if (!data)
+		return (struct cfi_src){};
+	return (struct cfi_src){
+	    .data = data->d_buf, .bytes = data->d_size, .addr = addr, .shift = shift, .elf = elf};
+}
+
 /* x86_64_elf() - whether @elf is a 64-bit little-endian x86-64 ELF file. */
 static bool x86_64_elf(Elf *elf)
 {
@@ -282,84 +345,80 @@ static bool x86_64_elf(Elf *elf)
 }
 
 /*
- * compile_section() - the rows of the CFI section @data at address @addr,
- * an .eh_frame if @eh_frame, else a .debug_frame, of an ELF file whose
- * e_ident is @ident; @shift added to its PCs; @pages: its file pages, to
- * drop (NULL: none). Returns 0, -E2BIG, -ENOMEM.
+ * compile_section() - the rows of the CFI section @src, an .eh_frame if
+ * @eh_frame, else a .debug_frame, of an ELF file whose e_ident is @ident,
+ * into @out (not ended). The pages of its file it reads are dropped as it
+ * goes. Returns 0 or rows_put()'s -errno.
  */
-static int compile_section(const unsigned char *ident, const void *data, size_t bytes,
-			   uint64_t addr, bool eh_frame, int64_t shift, struct section_pages *pages,
-			   struct cfi_table_stats *stats, struct rowvec *out)
+static int compile_section(const unsigned char *ident, const struct cfi_src *src, bool eh_frame,
+			   struct cfi_table_stats *stats, struct rows_out *out)
 {
-	struct cfi_section sec = {.base = data, .size = bytes, .addr = addr};
+	struct cfi_section sec = {.base = src->data, .size = src->bytes, .addr = src->addr};
+	struct section_pages pages = {.elf = src->elf, .data = src->data, .bytes = src->bytes};
+	struct section_pages *drop = NULL;
 	int r;
 
-	if (!data || bytes == 0)
+	if (!src->data || src->bytes == 0)
 		return 0;
+	if (src->elf && elf_pages__begin(&pages.ep) == 0)
+		drop = &pages;
 	r = cfi_section__read(ident, eh_frame, &sec, stats);
-	section_pages_drop(pages); /* reading every entry's header touched every page */
+	section_pages_drop(drop); /* reading every entry's header touched every page */
 	if (r >= 0)
-		r = compile_fdes(&sec, shift, pages, stats, out);
+		r = compile_fdes(&sec, src->shift, drop, stats, out);
 	cfi_section__done(&sec);
-	return r;
-}
-
-/* compile_elf_section() - compile_section() of the section named @name of @elf, if it has one. */
-static int compile_elf_section(Elf *elf, const char *name, int64_t shift,
-			       struct cfi_table_stats *stats, struct rowvec *out)
-{
-	uint64_t addr = 0;
-	Elf_Data *data = section_data(elf, name, &addr);
-	struct section_pages pages = {.elf = elf};
-	bool drop;
-	int r;
-
-	if (!data)
-		return 0;
-	pages.data = data->d_buf;
-	pages.bytes = data->d_size;
-	drop = elf_pages__begin(&pages.ep) == 0;
-	r = compile_section((const unsigned char *)elf_getident(elf, NULL), data->d_buf,
-			    data->d_size, addr, strcmp(name, ".eh_frame") == 0, shift,
-			    drop ? &pages : NULL, stats, out);
 	if (drop) {
-		section_pages_drop(&pages);
-		elf_pages__end(&pages.ep);
+		section_pages_drop(drop);
+		elf_pages__end(&drop->ep);
 	}
 	return r;
 }
 
-/* table_finish() - the table of @eh and @dbg merged, in *@ret. */
-static int table_finish(struct rowvec *eh, struct rowvec *dbg, struct cfi_table_stats *stats,
-			struct cfi_table **ret)
+/*
+ * compile_sources() - the rows of @eh (an .eh_frame) and, where it has no
+ * CFI, of @dbg (a .debug_frame), into @out, ended. Without @dbg, the rows
+ * go to @out as the FDEs are walked; with it, both sections' rows are held
+ * (16 bytes each) and merged. Returns 0 or rows_put()'s -errno.
+ */
+static int compile_sources(const unsigned char *ident, const struct cfi_src *eh,
+			   const struct cfi_src *dbg, struct cfi_table_stats *stats,
+			   struct rows_out *out)
 {
-	struct rowvec all = {};
-	struct cfi_table *t;
+	struct rowvec veh = {}, vdbg = {};
+	struct rows_out oeh = {.fn = rowvec_append, .ctx = &veh};
+	struct rows_out odbg = {.fn = rowvec_append, .ctx = &vdbg};
 	int r;
 
-	if (dbg->n == 0) {
-		all = *eh;
-		*eh = (struct rowvec){};
+	if (!dbg->data || dbg->bytes == 0) {
+		r = compile_section(ident, eh, true, stats, out);
 	} else {
-		r = merge(eh, dbg, &all);
-		if (r < 0) {
-			rowvec_done(&all);
-			return r;
-		}
-		stats->debug_frame = true;
+		r = compile_section(ident, eh, true, stats, &oeh);
+		if (r >= 0)
+			r = rows_end(&oeh);
+		if (r >= 0)
+			r = compile_section(ident, dbg, false, stats, &odbg);
+		if (r >= 0)
+			r = rows_end(&odbg);
+		stats->debug_frame = vdbg.n > 0;
+		if (r >= 0)
+			r = merge(&veh, &vdbg, out);
 	}
-	t = calloc(1, sizeof(*t));
-	if (!t) {
-		rowvec_done(&all);
+	rowvec_done(&veh);
+	rowvec_done(&vdbg);
+	return r < 0 ? r : rows_end(out);
+}
+
+/* table_make() - a table of the rows of @v (taken) and @stats, in *@ret. */
+static int table_make(struct rowvec *v, const struct cfi_table_stats *stats, struct cfi_table **ret)
+{
+	struct cfi_table *t = calloc(1, sizeof(*t));
+
+	if (!t)
 		return -ENOMEM;
-	}
-	if (all.n < all.cap)
-		all.rows = shrink_alloc(all.rows, all.n * sizeof(*all.rows));
-	t->rows = all.rows;
-	t->n = all.n;
-	for (size_t i = 0; i < t->n; i++)
-		stats->rows_by_kind[t->rows[i].kind]++;
+	t->rows = shrink_alloc(v->rows, v->n * sizeof(*v->rows));
+	t->n = v->n;
 	t->stats = *stats;
+	*v = (struct rowvec){};
 	*ret = t;
 	return 0;
 }
@@ -379,39 +438,45 @@ static int no_debuginfo_file(Dwfl_Module *mod, void **userdata, const char *modn
 }
 
 /*
- * cfi_table__compile() - compile the CFI of the x86-64 ELF file open at
- * @fd: its .eh_frame, and .debug_frame where .eh_frame has no CFI, from the
- * file itself or from its separate debug file, looked for with @d as the
- * unwinder looks (debuginfo.h; with d->only_without_eh_frame only for a
- * file whose .eh_frame does not cover its code).
+ * cfi_table__compile_rows() - compile the CFI of the x86-64 ELF file open
+ * at @fd: its .eh_frame, and .debug_frame where .eh_frame has no CFI, from
+ * the file itself or from its separate debug file, looked for with @d as
+ * the unwinder looks (debuginfo.h; with d->only_without_eh_frame only for
+ * a file whose .eh_frame does not cover its code), giving each row of the
+ * table to @fn(@ctx, row), in order, once. A file without a separate
+ * .debug_frame holds no rows meanwhile: what @fn keeps is the table.
  * @fd: not consumed (the file is read through a dup); @name: the file's
  *   path, where the debug file is looked for by .gnu_debuglink; @d: NULL
- *   for no separate debug file.
+ *   for no separate debug file; *@ret_stats: what the compilation found,
+ *   also when it fails.
  * Rows are in the file's ELF virtual addresses. A section of bad CFI gives
  * the rows libdw could read in it, and CFI_ROW_NONE elsewhere.
  *
- * Returns 0 and *@ret (even with no rows: a file without CFI), -EBADF for
- * a file that is not ELF, -EPROTONOSUPPORT for an ELF file that is not
- * x86-64, -E2BIG beyond CFI_TABLE_MAX_ROWS, -ENOMEM. Blocks on file I/O
- * (reads the sections whole, decompresses a debug file's); allocates; does
- * not log; never asks debuginfod.
+ * Returns 0 (even with no rows: a file without CFI), -EBADF for a file
+ * that is not ELF, -EPROTONOSUPPORT for an ELF file that is not x86-64,
+ * -E2BIG beyond CFI_TABLE_MAX_ROWS, -ENOMEM, or the first -errno of @fn
+ * (which ends the compilation). Blocks on file I/O (reads the sections
+ * whole, decompresses a debug file's); allocates; does not log; never
+ * asks debuginfod.
  */
-int cfi_table__compile(int fd, const char *name, const struct debuginfo *d, struct cfi_table **ret)
+int cfi_table__compile_rows(int fd, const char *name, const struct debuginfo *d, cfi_row_fn *fn,
+			    void *ctx, struct cfi_table_stats *ret_stats)
 {
 	static const Dwfl_Callbacks no_debuginfo = {
 	    .find_elf = no_elf,
 	    .find_debuginfo = no_debuginfo_file,
 	    .section_address = dwfl_offline_section_address, /* ET_REL files: libdwfl calls it */
 	};
-	struct cfi_table_stats stats = {};
-	struct rowvec eh = {}, dbg = {};
+	struct rows_out out = {.fn = fn, .ctx = ctx, .stats = ret_stats};
 	GElf_Addr main_bias = 0, dbg_bias = 0;
+	struct cfi_src eh, dbg = {};
 	Dwfl_Module *mod;
 	Dwarf *dw = NULL;
 	Dwfl *dwfl;
 	Elf *elf;
 	int dfd, r;
 
+	*ret_stats = (struct cfi_table_stats){};
 	elf_version(EV_CURRENT);
 	dfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
 	if (dfd < 0)
@@ -436,17 +501,31 @@ int cfi_table__compile(int fd, const char *name, const struct debuginfo *d, stru
 		dwfl_end(dwfl);
 		return elf ? -EPROTONOSUPPORT : -EBADF;
 	}
-	r = compile_elf_section(elf, ".eh_frame", 0, &stats, &eh);
-	if (r >= 0 && d && dwfl_module_dwarf_cfi(mod, &dbg_bias))
+	eh = elf_src(elf, ".eh_frame", 0);
+	if (d && dwfl_module_dwarf_cfi(mod, &dbg_bias))
 		dw = dwfl_module_getdwarf(mod, &dbg_bias);
-	if (r >= 0 && dw)
-		r = compile_elf_section(dwarf_getelf(dw), ".debug_frame",
-					(int64_t)(dbg_bias - main_bias), &stats, &dbg);
+	if (dw)
+		dbg = elf_src(dwarf_getelf(dw), ".debug_frame", (int64_t)(dbg_bias - main_bias));
+	r = compile_sources((const unsigned char *)elf_getident(elf, NULL), &eh, &dbg, ret_stats,
+			    &out);
 	dwfl_end(dwfl);
+	return r;
+}
+
+/*
+ * cfi_table__compile() - cfi_table__compile_rows() into a table: 0 and
+ * *@ret, or its -errno.
+ */
+int cfi_table__compile(int fd, const char *name, const struct debuginfo *d, struct cfi_table **ret)
+{
+	struct cfi_table_stats stats;
+	struct rowvec v = {};
+	int r;
+
+	r = cfi_table__compile_rows(fd, name, d, rowvec_append, &v, &stats);
 	if (r >= 0)
-		r = table_finish(&eh, &dbg, &stats, ret);
-	rowvec_done(&eh);
-	rowvec_done(&dbg);
+		r = table_make(&v, &stats, ret);
+	rowvec_done(&v);
 	return r;
 }
 
@@ -464,19 +543,18 @@ int cfi_table__from_sections(const void *eh_frame, size_t eh_frame_bytes, uint64
 	static const unsigned char ident[EI_NIDENT] = {
 	    ELFMAG0, ELFMAG1, ELFMAG2, ELFMAG3, ELFCLASS64, ELFDATA2LSB, EV_CURRENT,
 	};
+	const struct cfi_src eh = {
+	    .data = eh_frame, .bytes = eh_frame_bytes, .addr = eh_frame_addr};
+	const struct cfi_src dbg = {.data = debug_frame, .bytes = debug_frame_bytes};
 	struct cfi_table_stats stats = {};
-	struct rowvec eh = {}, dbg = {};
+	struct rowvec v = {};
+	struct rows_out out = {.fn = rowvec_append, .ctx = &v, .stats = &stats};
 	int r;
 
-	r = compile_section(ident, eh_frame, eh_frame_bytes, eh_frame_addr, true, 0, NULL, &stats,
-			    &eh);
+	r = compile_sources(ident, &eh, &dbg, &stats, &out);
 	if (r >= 0)
-		r = compile_section(ident, debug_frame, debug_frame_bytes, 0, false, 0, NULL,
-				    &stats, &dbg);
-	if (r >= 0)
-		r = table_finish(&eh, &dbg, &stats, ret);
-	rowvec_done(&eh);
-	rowvec_done(&dbg);
+		r = table_make(&v, &stats, ret);
+	rowvec_done(&v);
 	return r;
 }
 
@@ -495,22 +573,6 @@ const struct cfi_row *cfi_table__rows(const struct cfi_table *t, size_t *ret_n)
 {
 	*ret_n = t->n;
 	return t->rows;
-}
-
-/*
- * cfi_table__take_rows() - the rows of @t, as cfi_table__rows() gives them,
- * now the caller's to free(); @t has none left, and only cfi_table__stats()
- * and cfi_table__free() may follow. For a caller that narrows them in
- * place (cfi_maps.c) rather than hold both forms.
- */
-struct cfi_row *cfi_table__take_rows(struct cfi_table *t, size_t *ret_n)
-{
-	struct cfi_row *rows = t->rows;
-
-	*ret_n = t->n;
-	t->rows = NULL;
-	t->n = 0;
-	return rows;
 }
 
 /* cfi_table__stats() - what the compilation found (cfi_table.h). */

@@ -84,14 +84,22 @@ struct cfi_table_stats {
 
 struct cfi_table;
 
+/*
+ * A consumer of a table's rows as they are compiled
+ * (cfi_table__compile_rows()): called with each row, in order, once.
+ * Returns 0, or a -errno that ends the compilation with it.
+ */
+typedef int cfi_row_fn(void *ctx, const struct cfi_row *row);
+
 /* Documented where they are defined, in cfi_table.c. */
+int cfi_table__compile_rows(int fd, const char *name, const struct debuginfo *d, cfi_row_fn *fn,
+			    void *ctx, struct cfi_table_stats *ret_stats);
 int cfi_table__compile(int fd, const char *name, const struct debuginfo *d, struct cfi_table **ret);
 int cfi_table__from_sections(const void *eh_frame, size_t eh_frame_bytes, uint64_t eh_frame_addr,
 			     const void *debug_frame, size_t debug_frame_bytes,
 			     struct cfi_table **ret);
 const struct cfi_row *cfi_table__find(const struct cfi_table *t, uint64_t pc);
 const struct cfi_row *cfi_table__rows(const struct cfi_table *t, size_t *ret_n);
-struct cfi_row *cfi_table__take_rows(struct cfi_table *t, size_t *ret_n);
 const struct cfi_table_stats *cfi_table__stats(const struct cfi_table *t);
 size_t cfi_table__bytes(const struct cfi_table *t);
 void cfi_table__free(struct cfi_table *t); /* accepts NULL */

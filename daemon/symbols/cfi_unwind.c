@@ -112,6 +112,27 @@ struct cfi_table *cfi_table__compile_mapping(const struct addrspace *as, const s
 }
 
 /*
+ * cfi_table__compile_mapping_rows() - cfi_table__compile_rows() of the file
+ * behind mapping @m of @as, opened as cfi_table__compile_mapping() opens
+ * it. Returns its -errno, or addrspace__open_image()'s when there is no
+ * file.
+ */
+int cfi_table__compile_mapping_rows(const struct addrspace *as, const struct mapping *m,
+				    const struct debuginfo *d, cfi_row_fn *fn, void *ctx,
+				    struct cfi_table_stats *ret_stats)
+{
+	char path[PATH_MAX + 64];
+	int fd = addrspace__open_image(as, m, path, sizeof(path)), r;
+
+	*ret_stats = (struct cfi_table_stats){};
+	if (fd < 0)
+		return fd;
+	r = cfi_table__compile_rows(fd, path, d, fn, ctx, ret_stats);
+	close(fd);
+	return r;
+}
+
+/*
  * cfi_unwinder__table() - the table of the module mapped at @m of @as,
  * compiled on first use (cached by build ID, else by path, up to
  * CFI_UNWINDER_MAX_TABLES, least recently used dropped). NULL when the file

@@ -30,4 +30,7 @@ const struct cfi_table *cfi_unwinder__table(struct cfi_unwinder *u, const struct
 struct debuginfo;
 struct cfi_table *cfi_table__compile_mapping(const struct addrspace *as, const struct mapping *m,
 					     const struct debuginfo *d);
+int cfi_table__compile_mapping_rows(const struct addrspace *as, const struct mapping *m,
+				    const struct debuginfo *d, cfi_row_fn *fn, void *ctx,
+				    struct cfi_table_stats *ret_stats);
 const char *cfi_table__key(const struct mapping *m, char *buf, size_t size);
