@@ -32,9 +32,12 @@
  * A section's pages are dropped from RSS every CFI_DROP_FDES FDEs walked:
  * libtorch_cpu.so's .eh_frame is 11 MiB, all resident by the end of its
  * compile, while its FDEs are walked in about the order the section holds
- * them.
+ * them. Not for a section below CFI_DROP_MIN_BYTES (libc's is 150 KiB):
+ * the read of /proc/self/maps that a drop starts with costs more than it
+ * gives back.
  */
 #define CFI_DROP_FDES 8192
+#define CFI_DROP_MIN_BYTES (1u << 20)
 
 struct cfi_table {
 	struct cfi_row *rows; /* sorted by pc, strictly increasing; the last is CFI_ROW_NONE */
@@ -360,7 +363,7 @@ static int compile_section(const unsigned char *ident, const struct cfi_src *src
 
 	if (!src->data || src->bytes == 0)
 		return 0;
-	if (src->elf && elf_pages__begin(&pages.ep) == 0)
+	if (src->elf && src->bytes >= CFI_DROP_MIN_BYTES && elf_pages__begin(&pages.ep) == 0)
 		drop = &pages;
 	r = cfi_section__read(ident, eh_frame, &sec, stats);
 	section_pages_drop(drop); /* reading every entry's header touched every page */
