@@ -374,24 +374,28 @@ static bool rows_from_cache(struct cfi_maps *m, const char *key, uint32_t *ret_a
 {
 	struct cfi_cache_entry e;
 	uint32_t array = 0, first = 0;
+	bool placed = false;
 	int r;
 
 	if (!m->cache)
 		return false;
 	r = cfi_cache__find(m->cache, key, &e);
-	if (r == 0 && e.rows > 0 && rows_alloc(m, e.rows, &array, &first) < 0) {
-		close(e.fd);
-		m->stats.modules_no_room++;
-		*ret_n = 0;
-		return true;
+	if (r == 0 && e.rows > 0) {
+		if (rows_alloc(m, e.rows, &array, &first) < 0) {
+			close(e.fd);
+			m->stats.modules_no_room++;
+			*ret_n = 0;
+			return true;
+		}
+		placed = true;
 	}
 	if (r == 0)
-		r = cfi_cache__read(m->cache, &e, e.rows ? &m->arrays[array].rows[first] : NULL);
+		r = cfi_cache__read(m->cache, &e, placed ? &m->arrays[array].rows[first] : NULL);
 	if (r == -EBADMSG)
 		m->stats.cache_rejected++;
 	if (r < 0) {
-		if (e.rows > 0)
-			array_close_unused(m, array); /* a new array made for it */
+		if (placed)
+			array_close_unused(m, array); /* if an array was made for it */
 		return false;
 	}
 	m->stats.cache_hits++;
