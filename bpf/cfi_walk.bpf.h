@@ -136,8 +136,9 @@ cfi_find_mapping(const struct cfi_walk_proc *p, __u64 addr)
  * cfi_search_row() - the row of module @mod covering module address @rel:
  * the last row whose pc is <= @rel. NULL when @rel is below the first row,
  * the search did not end within CFI_WALK_ROW_STEPS, or the module's slot
- * of cfi_rows holds no array. Each step is a lookup in the inner array, a helper call (the
- * verifier inlines no lookup in an array of BPF_F_INNER_MAP).
+ * of cfi_rows holds no array. Each step is a lookup in the inner array, a
+ * helper call (the verifier inlines no lookup in an array of
+ * BPF_F_INNER_MAP).
  */
 static __always_inline const struct cfi_walk_row *
 cfi_search_row(const struct cfi_walk_module *mod, __u32 rel)
